@@ -1,0 +1,46 @@
+#pragma once
+/// @file dtype.hpp  Element types, numbered as ONNX's TensorProto.DataType.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace graft {
+
+/// Element type of a tensor. The values equal ONNX TensorProto.DataType so that they convert
+/// without a table.
+enum class DataType : int32_t {
+  Undefined = 0,
+  Float = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Double = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  Complex64 = 14,
+  Complex128 = 15,
+  BFloat16 = 16,
+};
+
+/// Bytes per element (0 for Undefined; sizeof(std::string) for String, which is stored as objects).
+size_t dtypeSize(DataType dt);
+/// PopART-style upper-case name: "FLOAT", "FLOAT16", "INT32", "BOOL", ...
+std::string_view dtypeName(DataType dt);
+/// numpy-style name: "float32", "float16", "int32", "bool", ...
+std::string_view dtypeNumpyName(DataType dt);
+/// Parses either naming ("FLOAT", "float32", "float", "INT64", "int64", ...).
+/// Throws graft::Error naming the string when it is not a type.
+DataType dtypeFromString(std::string_view name);
+/// True for Float, Double, Float16, BFloat16.
+bool isFloatingPoint(DataType dt);
+/// True for the signed and unsigned integer types (not Bool).
+bool isInteger(DataType dt);
+
+}  // namespace graft

@@ -1,0 +1,62 @@
+#pragma once
+/// @file options.hpp  Session options (PopART's SessionOptions, plus graft's own).
+#include <map>
+#include <string>
+#include <vector>
+
+namespace graft {
+
+enum class VirtualGraphMode { Off, Manual, Auto };
+enum class RecomputationType { None, Standard, NormOnly, Pipeline, RecomputeAll };
+
+/// PopART-compatible session options. Fields PopART has that do not apply to graft's devices
+/// are accepted by the Python layer with a warning (see docs/popart-compat.md).
+struct SessionOptions {
+  // Training.
+  bool enableGradientAccumulation = false;
+  int accumulationFactor = 1;
+  // Sharding and pipelining.
+  VirtualGraphMode virtualGraphMode = VirtualGraphMode::Off;
+  bool enablePipelining = false;
+  RecomputationType autoRecomputation = RecomputationType::None;
+  // Replication.
+  bool enableReplicatedGraphs = false;
+  int replicatedGraphCount = 1;
+  // Inference: weights never change after prepareDevice, so computations on them may be folded.
+  bool constantWeights = true;
+
+  // graft's own.
+  /// Kernel threads per virtual device (0: the device's default).
+  int numThreads = 0;
+  /// Collect per-op timings (Session::profile()).
+  bool enableProfiling = false;
+  /// Verify the IR after every pass (slower compilation; for debugging).
+  bool verifyPasses = false;
+  /// Print the graph after the pass with this id (see graft inspect --passes).
+  std::string dumpGraphAfterPass;
+  /// Folder for logs and dumps (empty: none written).
+  std::string logDir;
+};
+
+}  // namespace graft
+
+namespace graft {
+
+/// PopART's pattern levels. graft's own graph passes replace PopART's patterns; the object is
+/// accepted so that PopART programs run unchanged, and its settings are recorded.
+enum class PatternsLevel { NoPatterns, Minimal, Default, All };
+
+class Patterns {
+ public:
+  Patterns(PatternsLevel level = PatternsLevel::Default) : level_(level) {}  // NOLINT
+  explicit Patterns(std::vector<std::string> names) : level_(PatternsLevel::Default), names_(std::move(names)) {}
+  PatternsLevel level() const { return level_; }
+  const std::vector<std::string>& names() const { return names_; }
+  Patterns& enableRuntimeAsserts(bool) { return *this; }
+
+ private:
+  PatternsLevel level_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace graft

@@ -1,0 +1,97 @@
+// graft IR -> ONNX ModelProto.
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "onnx/model_io.hpp"
+#include "onnx/proto_convert.hpp"
+#include "onnx/schema_infer.hpp"
+#include "support/check.hpp"
+
+namespace graft::onnxio {
+namespace {
+
+void valueInfo(const ir::Tensor* t, ::onnx::ValueInfoProto* vi) {
+  vi->set_name(t->id());
+  typeToProto(t->type(), vi->mutable_type());
+}
+
+}  // namespace
+
+void exportGraphProto(const ir::Graph& g, ::onnx::GraphProto* out) {
+  out->Clear();
+  out->set_name(g.name());
+  for (const ir::Tensor* t : g.inputs()) valueInfo(t, out->add_input());
+  for (const ir::Tensor* t : g.initializers()) tensorToProto(*t->data(), t->id(), out->add_initializer());
+  for (const ir::Node* n : g.schedule()) {
+    auto* np = out->add_node();
+    np->set_op_type(n->type());
+    if (!n->domain().empty()) np->set_domain(n->domain());
+    if (!n->name().empty()) np->set_name(n->name());
+    for (const ir::Tensor* t : n->inputs()) np->add_input(t ? t->id() : "");
+    for (const ir::Tensor* t : n->outputs()) np->add_output(t ? t->id() : "");
+    for (const auto& [name, v] : n->attrs().all()) attributeToProto(name, v, np->add_attribute(), exportGraphProto);
+    auto annotate = [&](const char* name, int64_t v) {
+      auto* a = np->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(v);
+    };
+    if (n->virtualGraph) annotate("__ipu_number", *n->virtualGraph);
+    if (n->pipelineStage) annotate("__pipeline_stage", *n->pipelineStage);
+    if (n->recompute) annotate("__recompute_output_in_backward_pass", 1);
+    for (const ir::Tensor* t : n->outputs())
+      if (t && t->type().known() && !t->isGraphOutput()) valueInfo(t, out->add_value_info());
+  }
+  for (const ir::Tensor* t : g.outputs()) valueInfo(t, out->add_output());
+}
+
+void exportModel(const ir::Graph& graph, const ModelInfo& info, ::onnx::ModelProto* m) {
+  m->Clear();
+  m->set_ir_version(std::max<int64_t>(info.irVersion, 8));
+  m->set_producer_name(info.producerName.empty() ? "graft" : info.producerName);
+  m->set_producer_version(info.producerVersion);
+  m->set_domain(info.domain);
+  m->set_doc_string(info.docString);
+  m->set_model_version(info.modelVersion);
+  auto* o = m->add_opset_import();
+  o->set_domain("");
+  o->set_version(graph.opsetVersion());
+  for (const auto& [d, v] : graph.otherOpsets) {
+    auto* oo = m->add_opset_import();
+    oo->set_domain(d);
+    oo->set_version(v);
+  }
+  for (const auto& [k, v] : info.metadata) {
+    auto* p = m->add_metadata_props();
+    p->set_key(k);
+    p->set_value(v);
+  }
+  exportGraphProto(graph, m->mutable_graph());
+}
+
+std::string saveModelBytes(const ir::Graph& graph, const ModelInfo& info) {
+  ::onnx::ModelProto m;
+  exportModel(graph, info, &m);
+  std::string bytes;
+  GRAFT_CHECK(m.SerializeToString(&bytes), "cannot serialize model '{}' (larger than 2 GiB?)", graph.name());
+  return bytes;
+}
+
+void saveModelFile(const ir::Graph& graph, const std::string& path, const ModelInfo& info) {
+  std::string bytes = saveModelBytes(graph, info);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    GRAFT_CHECK(f, "cannot write '{}'", tmp);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    GRAFT_CHECK(f.good(), "error writing '{}'", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  GRAFT_CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+}
+
+}  // namespace graft::onnxio

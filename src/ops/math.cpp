@@ -1,0 +1,251 @@
+// Elementwise arithmetic, comparison and logical ops with numpy broadcasting, the variadic
+// Sum/Mean/Max/Min, Where, and unary math functions.
+#include <cmath>
+#include <limits>
+
+#include "ops/elementwise.hpp"
+#include "ops/registry.hpp"
+
+namespace graft::ops {
+namespace {
+
+template <class C>
+C safeDiv(C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    if (b == 0) return 0;  // integer division by zero: 0 instead of a trap
+    if constexpr (std::is_signed_v<C>)
+      if (b == -1) return static_cast<C>(0 - static_cast<std::make_unsigned_t<C>>(a));  // no INT_MIN/-1 trap
+    return a / b;
+  } else {
+    return a / b;
+  }
+}
+
+template <class C>
+C intMod(C a, C b, bool fmodSemantics) {
+  if (b == 0) return 0;
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return 0;
+    C r = a % b;
+    if (!fmodSemantics && r != 0 && ((r < 0) != (b < 0))) r += b;  // sign of the divisor, like Python
+    return r;
+  } else {
+    return a % b;
+  }
+}
+
+// Pow: the exponent may have another type than the base.
+KernelFactory powKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    return [what](KernelContext& k) {
+      const NDArray& a = k.input(0);
+      const NDArray& b = k.input(1);
+      Shape os = broadcastShapes(a.shape(), b.shape(), what);
+      // Convert the exponent to double once, then broadcast over (base, exponent-as-double).
+      NDArray bd(DataType::Double, b.shape());
+      dispatch<kNumeric>(b.dtype(), what, [&](auto tb) {
+        using TB = typename decltype(tb)::type;
+        for (int64_t i = 0; i < b.numel(); ++i) bd.data<double>()[i] = static_cast<double>(static_cast<ComputeType<TB>>(b.data<TB>()[i]));
+      });
+      dispatch<kNumeric>(a.dtype(), what, [&](auto ta) {
+        using T = typename decltype(ta)::type;
+        using C = ComputeType<T>;
+        NDArray ad(DataType::Double, a.shape());
+        for (int64_t i = 0; i < a.numel(); ++i) ad.data<double>()[i] = static_cast<double>(static_cast<C>(a.data<T>()[i]));
+        NDArray tmp(DataType::Double, os);
+        broadcastBinary<double, double>(ad, bd, tmp, [](double x, double y) { return std::pow(x, y); });
+        NDArray& y = k.allocOutputUninit(0, a.dtype(), os);
+        for (int64_t i = 0; i < tmp.numel(); ++i) {
+          double v = tmp.data<double>()[i];
+          if constexpr (std::is_integral_v<C>) y.data<T>()[i] = static_cast<T>(static_cast<int64_t>(v));
+          else y.data<T>()[i] = static_cast<T>(static_cast<C>(v));
+        }
+      });
+    };
+  };
+}
+
+// Sum, Mean, Max, Min over any number of broadcast inputs.
+template <class F>
+KernelFactory variadicKernel(F f, bool mean) {
+  return [f, mean](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    return [f, mean, what](KernelContext& k) {
+      size_t n = k.numInputs();
+      std::vector<Shape> shapes;
+      for (size_t i = 0; i < n; ++i) shapes.push_back(k.input(i).shape());
+      Shape os = broadcastShapes(shapes, what);
+      DataType dt = k.input(0).dtype();
+      dispatch<kNumeric>(dt, what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = ComputeType<T>;
+        NDArray acc = NDArray::uninitialized(dt, os);
+        // acc = input0 broadcast, then fold the others in.
+        NDArray zero(dt, {});
+        broadcastBinary<T, T>(k.input(0), zero, acc, [](C x, C) { return x; });
+        for (size_t i = 1; i < n; ++i) {
+          NDArray next = NDArray::uninitialized(dt, os);
+          broadcastBinary<T, T>(acc, k.input(i), next, f);
+          acc = next;
+        }
+        if (mean) {
+          T* p = acc.data<T>();
+          for (int64_t i = 0; i < acc.numel(); ++i) p[i] = static_cast<T>(static_cast<C>(p[i]) / static_cast<C>(n));
+        }
+        k.setOutput(0, acc);
+      });
+    };
+  };
+}
+
+KernelFactory whereKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    return [what](KernelContext& k) {
+      const NDArray& cond = k.input(0);
+      const NDArray& x = k.input(1);
+      const NDArray& y = k.input(2);
+      Shape os = broadcastShapes({cond.shape(), x.shape(), y.shape()}, what);
+      dispatch<kAll>(x.dtype(), what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        NDArray& out = k.allocOutput(0, x.dtype(), os);
+        std::array<std::vector<int64_t>, 3> st{broadcastStrides(cond.shape(), os), broadcastStrides(x.shape(), os),
+                                               broadcastStrides(y.shape(), os)};
+        const bool* cp = cond.data<bool>();
+        const T* xp = x.data<T>();
+        const T* yp = y.data<T>();
+        T* op = out.data<T>();
+        int64_t o = 0;
+        forEachBroadcastRun<3>(os, st, [&](const auto& off, const auto& inner, int64_t len) {
+          for (int64_t j = 0; j < len; ++j, ++o)
+            op[o] = cp[off[0] + j * inner[0]] ? xp[off[1] + j * inner[1]] : yp[off[2] + j * inner[2]];
+        });
+      });
+    };
+  };
+}
+
+KernelFactory isInfKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    bool pos = c.node().attrInt("detect_positive", 1) != 0;
+    bool neg = c.node().attrInt("detect_negative", 1) != 0;
+    std::string what = c.node().describe();
+    return [=](KernelContext& k) {
+      const NDArray& x = k.input(0);
+      NDArray& y = k.allocOutputUninit(0, DataType::Bool, x.shape());
+      dispatch<kFloats>(x.dtype(), what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          float v = static_cast<float>(static_cast<ComputeType<T>>(x.data<T>()[i]));
+          y.data<bool>()[i] = std::isinf(v) && ((v > 0 && pos) || (v < 0 && neg));
+        }
+      });
+    };
+  };
+}
+
+KernelFactory isNanKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    return [what](KernelContext& k) {
+      const NDArray& x = k.input(0);
+      NDArray& y = k.allocOutputUninit(0, DataType::Bool, x.shape());
+      dispatch<kFloats>(x.dtype(), what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        for (int64_t i = 0; i < x.numel(); ++i) y.data<bool>()[i] = std::isnan(static_cast<double>(static_cast<ComputeType<T>>(x.data<T>()[i])));
+      });
+    };
+  };
+}
+
+template <class C>
+C roundHalfEven(C x) {
+  return std::nearbyint(x);  // the default rounding mode rounds half to even
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(math) {
+  r.add("Add").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a + b; })).elementwise().inplace(0);
+  r.add("Sub").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a - b; })).elementwise().inplace(0);
+  r.add("Mul").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a * b; })).elementwise().inplace(0);
+  r.add("Div").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return safeDiv(a, b); })).elementwise().inplace(0);
+  r.add("Pow").setReference(powKernel()).elementwise();
+  r.add("Mod").setReference([](CompileContext& c) -> KernelFn {
+    bool fmodSem = c.node().attrInt("fmod", 0) != 0;
+    std::string what = c.node().describe();
+    GRAFT_CHECK(fmodSem || !isFloatingPoint(c.inputType(0).info.dataType()) || c.inputType(0).info.dataType() == DataType::Undefined,
+                "{}: fmod must be 1 for floating point inputs", what);
+    return binaryKernel<kNumeric>([fmodSem](auto a, auto b) {
+      using C = decltype(a);
+      if constexpr (std::is_integral_v<C>) return intMod(a, b, fmodSem);
+      else return static_cast<C>(std::fmod(a, b));
+    })(c);
+  }).elementwise();
+  r.add("BitShift").setReference([](CompileContext& c) -> KernelFn {
+    bool left = c.node().attrString("direction") == "LEFT";
+    return binaryKernel<kUnsignedInts>([left](auto a, auto b) {
+      using C = decltype(a);
+      if (b >= static_cast<C>(sizeof(C) * 8)) return C(0);
+      return left ? static_cast<C>(a << b) : static_cast<C>(a >> b);
+    })(c);
+  }).elementwise();
+
+  r.add("Equal").setReference(compareKernel<kAll>([](const auto& a, const auto& b) { return a == b; })).elementwise();
+  r.add("Less").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a < b; })).elementwise();
+  r.add("LessOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a <= b; })).elementwise();
+  r.add("Greater").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a > b; })).elementwise();
+  r.add("GreaterOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a >= b; })).elementwise();
+  r.add("And").setReference(compareKernel<kBool>([](bool a, bool b) { return a && b; })).elementwise();
+  r.add("Or").setReference(compareKernel<kBool>([](bool a, bool b) { return a || b; })).elementwise();
+  r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();
+  r.add("Not").setReference(unaryKernel<kBool>([](bool a) { return !a; })).elementwise();
+
+  r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
+  r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
+  r.add("Max").setReference(variadicKernel([](auto a, auto b) {
+    if constexpr (std::is_floating_point_v<decltype(a)>) if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
+    return a > b ? a : b;
+  }, false)).elementwise();
+  r.add("Min").setReference(variadicKernel([](auto a, auto b) {
+    if constexpr (std::is_floating_point_v<decltype(a)>) if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
+    return a < b ? a : b;
+  }, false)).elementwise();
+  r.add("Where").setReference(whereKernel()).elementwise().noGradient({0});
+
+  // Unary math.
+  r.add("Abs").setReference(unaryKernel<kNumeric>([](auto x) {
+    using C = decltype(x);
+    if constexpr (std::is_unsigned_v<C>) return x;
+    else return static_cast<C>(x < 0 ? -x : x);
+  })).elementwise();
+  r.add("Neg").setReference(unaryKernel<kSignedNumeric>([](auto x) { return static_cast<decltype(x)>(-x); })).elementwise();
+  r.add("Sign").setReference(unaryKernel<kNumeric>([](auto x) {
+    using C = decltype(x);
+    return static_cast<C>(x > C(0) ? 1 : (x < C(0) ? -1 : 0));
+  })).elementwise();
+  r.add("Exp").setReference(unaryKernel<kFloats>([](auto x) { return std::exp(x); })).elementwise();
+  r.add("Log").setReference(unaryKernel<kFloats>([](auto x) { return std::log(x); })).elementwise();
+  r.add("Sqrt").setReference(unaryKernel<kFloats>([](auto x) { return std::sqrt(x); })).elementwise();
+  r.add("Reciprocal").setReference(unaryKernel<kFloats>([](auto x) { return decltype(x)(1) / x; })).elementwise();
+  r.add("Floor").setReference(unaryKernel<kFloats>([](auto x) { return std::floor(x); })).elementwise();
+  r.add("Ceil").setReference(unaryKernel<kFloats>([](auto x) { return std::ceil(x); })).elementwise();
+  r.add("Round").setReference(unaryKernel<kFloats>([](auto x) { return roundHalfEven(x); })).elementwise();
+  r.add("Sin").setReference(unaryKernel<kFloats>([](auto x) { return std::sin(x); })).elementwise();
+  r.add("Cos").setReference(unaryKernel<kFloats>([](auto x) { return std::cos(x); })).elementwise();
+  r.add("Tan").setReference(unaryKernel<kFloats>([](auto x) { return std::tan(x); })).elementwise();
+  r.add("Asin").setReference(unaryKernel<kFloats>([](auto x) { return std::asin(x); })).elementwise();
+  r.add("Acos").setReference(unaryKernel<kFloats>([](auto x) { return std::acos(x); })).elementwise();
+  r.add("Atan").setReference(unaryKernel<kFloats>([](auto x) { return std::atan(x); })).elementwise();
+  r.add("Sinh").setReference(unaryKernel<kFloats>([](auto x) { return std::sinh(x); })).elementwise();
+  r.add("Cosh").setReference(unaryKernel<kFloats>([](auto x) { return std::cosh(x); })).elementwise();
+  r.add("Asinh").setReference(unaryKernel<kFloats>([](auto x) { return std::asinh(x); })).elementwise();
+  r.add("Acosh").setReference(unaryKernel<kFloats>([](auto x) { return std::acosh(x); })).elementwise();
+  r.add("Atanh").setReference(unaryKernel<kFloats>([](auto x) { return std::atanh(x); })).elementwise();
+  r.add("Erf").setReference(unaryKernel<kFloats>([](auto x) { return std::erf(x); })).elementwise();
+  r.add("IsNaN").setReference(isNanKernel()).elementwise();
+  r.add("IsInf").setReference(isInfKernel()).elementwise();
+}
+
+}  // namespace graft::ops

@@ -1,0 +1,110 @@
+// MatMul (numpy semantics, batch broadcasting) and Gemm.
+#include "ops/dtype_dispatch.hpp"
+#include "ops/registry.hpp"
+#include "ops/shape_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+// C[m,n] (+)= sum_k A[m,k] B[k,n] with explicit strides; accumulation in double for floats
+// keeps the reference backend a trustworthy golden model.
+template <class T>
+void gemmRef(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk, int64_t sbn,
+             T* C, double alpha, double beta, const T* Cin, int64_t scm, int64_t scn) {
+  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      Acc acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<Acc>(static_cast<ComputeType<T>>(A[m * sam + k * sak])) *
+               static_cast<Acc>(static_cast<ComputeType<T>>(B[k * sbk + n * sbn]));
+      double v = alpha * static_cast<double>(acc);
+      if (Cin) v += beta * static_cast<double>(static_cast<ComputeType<T>>(Cin[m * scm + n * scn]));
+      if constexpr (std::is_integral_v<T>) C[m * N + n] = static_cast<T>(static_cast<int64_t>(v));
+      else C[m * N + n] = static_cast<T>(static_cast<ComputeType<T>>(v));
+    }
+}
+
+KernelFn matmulKernel(CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](KernelContext& k) {
+    NDArray a = k.input(0), b = k.input(1);
+    GRAFT_CHECK(a.rank() >= 1 && b.rank() >= 1, "{}: MatMul inputs must have rank >= 1", what);
+    bool vecA = a.rank() == 1, vecB = b.rank() == 1;
+    if (vecA) a = a.reshaped({1, a.dim(0)});
+    if (vecB) b = b.reshaped({b.dim(0), 1});
+    int64_t M = a.dim(-2), K = a.dim(-1), K2 = b.dim(-2), N = b.dim(-1);
+    GRAFT_CHECK(K == K2, "{}: inner dimensions differ: {} vs {}", what, shapeToString(k.input(0).shape()),
+                shapeToString(k.input(1).shape()));
+    Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+    Shape batch = broadcastShapes(ba, bb, what);
+    Shape os = batch;
+    os.push_back(M);
+    os.push_back(N);
+    auto sta = broadcastStrides(ba, batch), stb = broadcastStrides(bb, batch);
+    int64_t nb = shapeNumel(batch);
+    Shape finalShape = batch;
+    if (!vecA) finalShape.push_back(M);
+    if (!vecB) finalShape.push_back(N);
+    dispatch<kNumeric>(a.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      NDArray& y = k.allocOutputUninit(0, a.dtype(), finalShape);
+      std::vector<int64_t> idx(batch.size(), 0);
+      for (int64_t i = 0; i < nb; ++i) {
+        int64_t oa = 0, ob = 0, rem = i;
+        for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+          int64_t id = rem % batch[d];
+          rem /= batch[d];
+          oa += id * sta[d];
+          ob += id * stb[d];
+        }
+        gemmRef<T>(M, N, K, a.data<T>() + oa * M * K, K, 1, b.data<T>() + ob * K * N, N, 1, y.data<T>() + i * M * N, 1.0,
+                   0.0, nullptr, 0, 0);
+      }
+    });
+  };
+}
+
+KernelFn gemmKernel(CompileContext& c) {
+  const auto& n = c.node();
+  std::string what = n.describe();
+  double alpha = n.attrFloat("alpha", 1.0f), beta = n.attrFloat("beta", 1.0f);
+  bool ta = n.attrInt("transA", 0) != 0, tb = n.attrInt("transB", 0) != 0;
+  return [=](KernelContext& k) {
+    const NDArray& a = k.input(0);
+    const NDArray& b = k.input(1);
+    GRAFT_CHECK(a.rank() == 2 && b.rank() == 2, "{}: Gemm inputs must be 2-D, got {} and {}", what,
+                shapeToString(a.shape()), shapeToString(b.shape()));
+    int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1);
+    int64_t K2 = tb ? b.dim(1) : b.dim(0), N = tb ? b.dim(0) : b.dim(1);
+    GRAFT_CHECK(K == K2, "{}: inner dimensions differ ({} vs {})", what, K, K2);
+    dispatch<kNumeric>(a.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      NDArray& y = k.allocOutputUninit(0, a.dtype(), {M, N});
+      const T* cp = nullptr;
+      int64_t scm = 0, scn = 0;
+      NDArray cb;
+      if (k.hasInput(2)) {
+        cb = k.input(2);
+        Shape cs = cb.shape();
+        GRAFT_CHECK(broadcastShapes(cs, {M, N}, what) == Shape({M, N}), "{}: C of shape {} does not broadcast to [{}, {}]",
+                    what, shapeToString(cs), M, N);
+        auto st = broadcastStrides(cs, {M, N});
+        scm = st[0];
+        scn = st[1];
+        cp = cb.data<T>();
+      }
+      gemmRef<T>(M, N, K, a.data<T>(), ta ? 1 : K, ta ? M : 1, b.data<T>(), tb ? 1 : N, tb ? K : 1, y.data<T>(), alpha, beta,
+                 cp, scm, scn);
+    });
+  };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(matmul) {
+  r.add("MatMul").setReference(matmulKernel);
+  r.add("Gemm").setReference(gemmKernel);
+}
+
+}  // namespace graft::ops

@@ -1,0 +1,60 @@
+#include "passes/pass.hpp"
+#include "support/check.hpp"
+#include "support/logging.hpp"
+
+namespace graft::passes {
+namespace {
+std::map<std::string, PassFactory>& table() {
+  static std::map<std::string, PassFactory> t;
+  return t;
+}
+}  // namespace
+
+void registerPass(const std::string& id, PassFactory f) { table()[id] = std::move(f); }
+
+std::vector<std::string> passIds() {
+  std::vector<std::string> ids;
+  for (const auto& [id, f] : table()) ids.push_back(id);
+  return ids;
+}
+
+std::unique_ptr<Pass> createPass(const std::string& id) {
+  auto it = table().find(id);
+  GRAFT_CHECK(it != table().end(), "unknown pass '{}'; known passes: {}", id, fmt::join(passIds(), ", "));
+  return it->second();
+}
+
+void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassContext& ctx) {
+  int count = 0;
+  for (const auto& id : pipeline) {
+    if (ctx.stopAfter >= 0 && count >= ctx.stopAfter) break;
+    auto pass = createPass(id);
+    bool changed = pass->run(g, ctx);
+    ++count;
+    GRAFT_LOG_DEBUG("pass {}: {}", id, changed ? "changed the graph" : "no change");
+    if (ctx.verifyEachPass) {
+      try {
+        ir::verifyGraph(g);
+      } catch (const Error& e) {
+        throw InternalError(fmt::format("graph invalid after pass '{}': {}", id, e.what()));
+      }
+    }
+    if (ctx.dumpAfter == id) {
+      std::string text = ir::printGraph(g);
+      if (ctx.dump) ctx.dump(id, text);
+      else support::logMessage(support::LogLevel::Info, "graph after pass " + id + ":\n" + text);
+    }
+  }
+}
+
+const std::vector<std::string>& inferencePipeline() {
+  static const std::vector<std::string> p = {
+      "infer-shapes",    // exact dtypes and shapes for the input shapes being compiled
+      "fold-constants",  // evaluate what depends only on constants (Shape of static tensors too)
+      "infer-shapes",    // shapes that depended on folded values (Reshape targets, ...)
+      "dce",             // drop what no output needs
+  };
+  return p;
+}
+
+}  // namespace graft::passes

@@ -1,0 +1,230 @@
+#include "plan/executable.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "support/check.hpp"
+
+namespace graft::plan {
+namespace {
+
+class SubgraphRunnerImpl : public ops::SubgraphRunner {
+ public:
+  SubgraphRunnerImpl(std::unique_ptr<Executable> exe, std::vector<int> outerToImplicit)
+      : exe_(std::move(exe)), outerToImplicit_(std::move(outerToImplicit)) {}
+  std::vector<ops::Value> run(const std::vector<ops::Value>& inputs, const ops::KernelContext& owner) override {
+    std::vector<const ops::Value*> outer(outerToImplicit_.size());
+    for (size_t k = 0; k < outer.size(); ++k) outer[k] = &owner.implicitInput(outerToImplicit_[k]);
+    return exe_->run(inputs, outer);
+  }
+  size_t numInputs() const override { return exe_->inputIds().size(); }
+  size_t numOutputs() const override { return exe_->outputIds().size(); }
+  Executable& executable() { return *exe_; }
+
+ private:
+  std::unique_ptr<Executable> exe_;
+  std::vector<int> outerToImplicit_;
+};
+
+class PlanCompileContext : public ops::CompileContext {
+ public:
+  PlanCompileContext(const ir::Node& n, KernelProvider& provider, support::ThreadPool& pool)
+      : node_(n), provider_(provider), pool_(pool) {}
+  const ir::Node& node() const override { return node_; }
+  const NDArray* constantInput(size_t i) const override {
+    const ir::Tensor* t = node_.input(i);
+    return t && t->kind() == ir::TensorKind::Constant ? t->data() : nullptr;
+  }
+  std::shared_ptr<ops::SubgraphRunner> compileSubgraph(const ir::Graph& g) override {
+    auto exe = compile(g, provider_, pool_);
+    std::vector<int> map;
+    for (const std::string& id : exe->outerIds()) {
+      const auto& imp = node_.implicitInputs();
+      auto it = std::find_if(imp.begin(), imp.end(), [&](const ir::Tensor* t) { return t->id() == id; });
+      GRAFT_ASSERT(it != imp.end(), "{}: subgraph reads '{}', which is not an implicit input", node_.describe(), id);
+      map.push_back(static_cast<int>(it - imp.begin()));
+    }
+    return std::make_shared<SubgraphRunnerImpl>(std::move(exe), std::move(map));
+  }
+  support::ThreadPool& pool() override { return pool_; }
+
+ private:
+  const ir::Node& node_;
+  KernelProvider& provider_;
+  support::ThreadPool& pool_;
+};
+
+std::string withNode(const ir::Node* n, const std::string& msg) {
+  if (!n || msg.find(n->describe()) != std::string::npos) return msg;
+  return n->describe() + ": " + msg;
+}
+
+}  // namespace
+
+std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool) {
+  auto exe = std::make_unique<Executable>();
+  exe->pool_ = &pool;
+  std::unordered_map<const ir::Tensor*, int> slot;
+  auto slotOf = [&](const ir::Tensor* t) {
+    auto it = slot.find(t);
+    if (it != slot.end()) return it->second;
+    int s = static_cast<int>(slot.size());
+    slot.emplace(t, s);
+    return s;
+  };
+  for (const ir::Tensor* t : g.inputs()) {
+    exe->inputSlots_.push_back(slotOf(t));
+    exe->inputIds_.push_back(t->id());
+  }
+  for (const ir::Tensor* t : g.tensors()) {
+    if (t->kind() == ir::TensorKind::OuterScope) {
+      exe->outerSlots_.push_back(slotOf(t));
+      exe->outerIds_.push_back(t->id());
+    }
+  }
+  std::vector<std::pair<int, ops::Value>> persistent;
+  for (const ir::Tensor* t : g.tensors()) {
+    if ((t->kind() == ir::TensorKind::Variable || t->kind() == ir::TensorKind::Constant) && t->data()) {
+      int s = slotOf(t);
+      persistent.emplace_back(s, ops::Value::fromTensor(*t->data()));
+      exe->persistentSlots_[t->id()] = s;
+    }
+  }
+  std::vector<const ir::Node*> order;
+  for (const ir::Node* n : g.schedule()) order.push_back(n);
+  for (const ir::Node* n : order) {
+    Step st;
+    st.node = n;
+    for (const ir::Tensor* t : n->inputs()) st.in.push_back(t ? slotOf(t) : -1);
+    for (const ir::Tensor* t : n->outputs()) st.out.push_back(t ? slotOf(t) : -1);
+    for (const ir::Tensor* t : n->implicitInputs()) st.implicit.push_back(slotOf(t));
+    PlanCompileContext cc(*n, provider, pool);
+    try {
+      st.fn = provider.createKernel(cc);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(withNode(n, e.what()));
+    }
+    exe->steps_.push_back(std::move(st));
+  }
+  for (const ir::Tensor* t : g.outputs()) {
+    exe->outputSlots_.push_back(slotOf(t));
+    exe->outputIds_.push_back(t->id());
+  }
+  // Liveness: release each transient slot after its last reader.
+  std::set<int> keep(exe->outputSlots_.begin(), exe->outputSlots_.end());
+  for (const auto& [s, v] : persistent) keep.insert(s);
+  for (int s : exe->outerSlots_) keep.insert(s);
+  std::unordered_map<int, size_t> lastUse;
+  for (size_t i = 0; i < exe->steps_.size(); ++i) {
+    const Step& st = exe->steps_[i];
+    for (int s : st.in)
+      if (s >= 0) lastUse[s] = i;
+    for (int s : st.implicit) lastUse[s] = i;
+    for (int s : st.out)
+      if (s >= 0 && !lastUse.count(s)) lastUse[s] = i;  // produced but never read
+  }
+  for (const auto& [s, i] : lastUse)
+    if (!keep.count(s)) exe->steps_[i].release.push_back(s);
+  for (int s : exe->outputSlots_) {
+    bool p = false;
+    for (const auto& [ps, v] : persistent) p |= ps == s;
+    exe->outputPersistent_.push_back(p);
+  }
+  exe->slots_.resize(slot.size());
+  for (auto& [s, v] : persistent) exe->slots_[s] = std::move(v);
+  return exe;
+}
+
+ops::Value* Executable::persistent(const std::string& id) {
+  auto it = persistentSlots_.find(id);
+  return it == persistentSlots_.end() ? nullptr : &slots_[it->second];
+}
+
+std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const std::vector<const ops::Value*>& outer) {
+  GRAFT_ASSERT(!running_, "an executable was re-entered");
+  GRAFT_ASSERT(inputs.size() == inputSlots_.size(), "got {} inputs for {} graph inputs", inputs.size(), inputSlots_.size());
+  GRAFT_ASSERT(outer.size() == outerSlots_.size(), "got {} outer values for {}", outer.size(), outerSlots_.size());
+  running_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{running_};
+  for (size_t i = 0; i < inputs.size(); ++i) slots_[inputSlots_[i]] = std::move(inputs[i]);
+  for (size_t i = 0; i < outer.size(); ++i) slots_[outerSlots_[i]] = *outer[i];
+  for (Step& st : steps_) {
+    ops::KernelContext kc(slots_.data(), st.in.data(), st.in.size(), st.out.data(), st.out.size(), st.implicit.data(),
+                          st.implicit.size(), pool_);
+    try {
+      if (profiling_) {
+        auto t0 = std::chrono::steady_clock::now();
+        st.fn(kc);
+        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        auto& e = profile_[st.node->type()];
+        e.opType = st.node->type();
+        e.calls++;
+        e.seconds += dt;
+      } else {
+        st.fn(kc);
+      }
+    } catch (const InternalError& e) {
+      throw InternalError(withNode(st.node, e.what()));
+    } catch (const Error& e) {
+      throw Error(withNode(st.node, e.what()));
+    } catch (const std::bad_alloc&) {
+      throw Error(withNode(st.node, "out of memory"));
+    } catch (const std::exception& e) {
+      throw InternalError(withNode(st.node, e.what()));
+    }
+    for (int s : st.release) slots_[s] = ops::Value{};
+  }
+  std::vector<ops::Value> out;
+  out.reserve(outputSlots_.size());
+  for (int s : outputSlots_) out.push_back(slots_[s]);
+  // Outputs that are not persistent are handed over, not kept.
+  for (size_t i = 0; i < outputSlots_.size(); ++i)
+    if (!outputPersistent_[i]) slots_[outputSlots_[i]] = ops::Value{};
+  for (int s : inputSlots_) slots_[s] = ops::Value{};
+  for (int s : outerSlots_) slots_[s] = ops::Value{};
+  return out;
+}
+
+std::vector<ProfileEntry> Executable::profile() const {
+  std::vector<ProfileEntry> out;
+  for (const auto& [k, e] : profile_) out.push_back(e);
+  std::sort(out.begin(), out.end(), [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::vector<const ir::Node*> unsupportedNodes(const ir::Graph& g, const KernelProvider& provider) {
+  std::vector<const ir::Node*> out;
+  for (const ir::Node* n : g.nodes()) {
+    if (!provider.supports(*n)) out.push_back(n);
+    for (const ir::Graph* sub : n->subgraphs()) {
+      auto inner = unsupportedNodes(*sub, provider);
+      out.insert(out.end(), inner.begin(), inner.end());
+    }
+  }
+  return out;
+}
+
+std::string unsupportedOpsMessage(const std::vector<const ir::Node*>& nodes) {
+  std::map<std::string, std::vector<std::string>> byOp;
+  for (const ir::Node* n : nodes) {
+    std::string op = n->domain().empty() ? n->type() : n->domain() + "::" + n->type();
+    std::string name = !n->name().empty() ? n->name() : (n->output(0) ? "output " + n->output(0)->id() : "#" + std::to_string(n->id()));
+    byOp[op].push_back("'" + name + "'");
+  }
+  std::vector<std::string> parts;
+  for (auto& [op, names] : byOp) {
+    std::string shown = names.size() > 3 ? fmt::format("{}, ...", fmt::join(names.begin(), names.begin() + 3, ", "))
+                                         : fmt::format("{}", fmt::join(names, ", "));
+    parts.push_back(fmt::format("{} ({} node{}: {})", op, names.size(), names.size() == 1 ? "" : "s", shown));
+  }
+  return fmt::format("{} op type{} of this model {} not supported by graft: {}", byOp.size(), byOp.size() == 1 ? "" : "s",
+                     byOp.size() == 1 ? "is" : "are", fmt::join(parts, "; "));
+}
+
+}  // namespace graft::plan

@@ -1,0 +1,80 @@
+#pragma once
+// A compiled graph: a fixed schedule of kernels over numbered value slots, with liveness-based
+// release of intermediate values. Subgraphs compile to nested Executables.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "ops/kernel.hpp"
+
+namespace graft::plan {
+
+/// Supplies kernels for nodes; implemented by the backends.
+class KernelProvider {
+ public:
+  virtual ~KernelProvider() = default;
+  virtual std::string name() const = 0;
+  /// True when a kernel exists for this node.
+  virtual bool supports(const ir::Node& n) const = 0;
+  virtual ops::KernelFn createKernel(ops::CompileContext& ctx) = 0;
+};
+
+struct Step {
+  ops::KernelFn fn;
+  std::vector<int> in, out, implicit;
+  std::vector<int> release;  ///< slots whose last use is this step
+  const ir::Node* node = nullptr;
+};
+
+/// Per-op-type timing of runs, collected when profiling is on.
+struct ProfileEntry {
+  std::string opType;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+class Executable {
+ public:
+  /// Runs the graph. `inputs` bind the graph inputs in order; `outer` binds the OuterScope
+  /// tensors (subgraphs) in outerIds() order. Returns the graph outputs in order.
+  std::vector<ops::Value> run(std::vector<ops::Value> inputs, const std::vector<const ops::Value*>& outer = {});
+
+  const std::vector<std::string>& inputIds() const { return inputIds_; }
+  const std::vector<std::string>& outputIds() const { return outputIds_; }
+  const std::vector<std::string>& outerIds() const { return outerIds_; }
+  size_t numSteps() const { return steps_.size(); }
+  /// The live value of a Variable or Constant tensor (weights IO reads and writes it), or nullptr.
+  ops::Value* persistent(const std::string& id);
+
+  void setProfiling(bool on) { profiling_ = on; }
+  /// Accumulated per-op-type times (slowest first), including nested subgraphs' ops.
+  std::vector<ProfileEntry> profile() const;
+
+ private:
+  friend std::unique_ptr<Executable> compile(const ir::Graph&, KernelProvider&, support::ThreadPool&);
+  std::vector<Step> steps_;
+  std::vector<ops::Value> slots_;
+  std::vector<int> inputSlots_, outputSlots_, outerSlots_;
+  std::vector<bool> outputPersistent_;
+  std::vector<std::string> inputIds_, outputIds_, outerIds_;
+  std::unordered_map<std::string, int> persistentSlots_;
+  support::ThreadPool* pool_ = nullptr;
+  bool profiling_ = false;
+  std::unordered_map<std::string, ProfileEntry> profile_;
+  bool running_ = false;
+};
+
+/// Compiles `g` (types already inferred) with kernels from `provider`. Throws graft::Error naming
+/// the node when a kernel cannot be created.
+std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool);
+
+/// Every node of `g` (and its subgraphs) that `provider` has no kernel for.
+std::vector<const ir::Node*> unsupportedNodes(const ir::Graph& g, const KernelProvider& provider);
+
+/// "2 ops of this model are not supported by graft: Foo (2 nodes: 'a', 'b'), Bar (1 node: ...)".
+std::string unsupportedOpsMessage(const std::vector<const ir::Node*>& nodes);
+
+}  // namespace graft::plan

@@ -1,0 +1,312 @@
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "ops/dtype_dispatch.hpp"
+#include "ops/registry.hpp"
+#include "runtime/session_impl.hpp"
+#include "support/check.hpp"
+#include "support/logging.hpp"
+
+namespace graft {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string listIds(const std::vector<TensorId>& ids) {
+  if (ids.empty()) return "none";
+  return fmt::format("{}", fmt::join(ids, ", "));
+}
+
+void addInto(NDArray& acc, const NDArray& v) {
+  ops::dispatch<ops::kNumeric>(acc.dtype(), "Sum anchor", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = ops::ComputeType<T>;
+    T* a = acc.data<T>();
+    const T* b = v.data<T>();
+    for (int64_t i = 0; i < acc.numel(); ++i) a[i] = static_cast<T>(static_cast<C>(a[i]) + static_cast<C>(b[i]));
+  });
+}
+
+}  // namespace
+
+onnxio::Model loadModelArgument(const std::string& model) {
+  onnxio::ImportOptions opts;
+  // ONNX function ops graft has no kernel of its own for are expanded into their bodies.
+  opts.expandFunction = [](const std::string& domain, const std::string& type) {
+    return ops::Registry::instance().find(domain, type) == nullptr;
+  };
+  std::error_code ec;
+  bool printable = model.size() < 4096 && std::all_of(model.begin(), model.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (printable && std::filesystem::is_regular_file(model, ec)) return onnxio::loadModelFile(model, opts);
+  // Serialized ModelProtos are binary; a short printable string was meant as a path.
+  GRAFT_CHECK(!printable || model.empty(), "model file '{}' does not exist", model);
+  return onnxio::loadModelBytes(model, opts);
+}
+
+void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::shared_ptr<DeviceInfo> dev,
+                         const InputShapeInfo& shapes, const SessionOptions& opts) {
+  GRAFT_CHECK(dev, "no device given: create one with DeviceManager.createCpuDevice()");
+  model = loadModelArgument(modelArg);
+  dataFlow = df;
+  device = std::move(dev);
+  options = opts;
+  GRAFT_CHECK(options.numThreads >= 0, "SessionOptions.numThreads must be >= 0, got {}", options.numThreads);
+  int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
+  backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threads);
+  pool = std::make_unique<support::ThreadPool>(backend->numThreads());
+
+  const ir::Graph& g = *model.graph;
+  for (const ir::Tensor* t : g.inputs()) {
+    inputIds.push_back(t->id());
+    inputInfos[t->id()] = t->info();
+  }
+  for (const auto& [id, info] : shapes.getAllTensorInfo()) {
+    GRAFT_CHECK(inputInfos.count(id), "InputShapeInfo names '{}', which is not an input of the model (inputs: {})", id,
+                listIds(inputIds));
+    const TensorInfo& m = inputInfos[id];
+    GRAFT_CHECK(m.dataType() == DataType::Undefined || m.dataType() == info.dataType(),
+                "InputShapeInfo gives '{}' type {}, but the model declares {}", id, dtypeName(info.dataType()),
+                dtypeName(m.dataType()));
+    inputInfos[id] = info;
+  }
+  GRAFT_CHECK(!dataFlow.anchors().empty(), "the DataFlow has no anchors: name at least one tensor to return (outputs of the "
+              "model: {})", [&] {
+                std::vector<TensorId> outs;
+                for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
+                return listIds(outs);
+              }());
+  for (const auto& id : dataFlow.anchors()) {
+    if (g.findTensor(id)) continue;
+    std::vector<TensorId> outs;
+    for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
+    GRAFT_THROW("anchor '{}' is not a tensor of the model (its outputs are: {})", id, listIds(outs));
+  }
+  auto unsupported = plan::unsupportedNodes(g, *backend);
+  GRAFT_CHECK(unsupported.empty(), "{}", plan::unsupportedOpsMessage(unsupported));
+}
+
+std::optional<std::vector<Shape>> Session::Impl::staticInputShapes() const {
+  std::vector<Shape> shapes;
+  for (const auto& id : inputIds) {
+    const TensorInfo& info = inputInfos.at(id);
+    if (!info.isStatic()) return std::nullopt;
+    shapes.push_back(info.shape());
+  }
+  return shapes;
+}
+
+Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
+  auto it = plans.find(shapes);
+  if (it != plans.end()) return *it->second;
+  auto t0 = std::chrono::steady_clock::now();
+  auto p = std::make_unique<Plan>();
+  p->graph = ir::cloneGraph(sourceGraph());
+  ir::Graph& g = *p->graph;
+  for (size_t i = 0; i < inputIds.size(); ++i) {
+    ir::Tensor& t = g.tensor(inputIds[i]);
+    if (t.type().isTensor()) t.setType(ir::ValueType::tensor(TensorInfo(inputInfos.at(inputIds[i]).dataType(), shapes[i])));
+  }
+  std::vector<ir::Tensor*> outs;
+  for (const auto& id : dataFlow.anchors()) outs.push_back(&g.tensor(id));
+  g.setOutputs(outs);
+  passes::PassContext ctx;
+  ctx.weightsAreConstant = weightsAreConstant();
+  ctx.verifyEachPass = options.verifyPasses;
+  ctx.dumpAfter = options.dumpGraphAfterPass;
+  passes::runPipeline(g, pipeline(), ctx);
+  p->exe = plan::compile(g, *backend, *pool);
+  p->exe->setProfiling(options.enableProfiling);
+  lastCompileSeconds = secondsSince(t0);
+  GRAFT_LOG_INFO("compiled '{}' for input shapes {} in {:.3f} s ({} kernels)", g.name(),
+                 fmt::join([&] {
+                   std::vector<std::string> s;
+                   for (const auto& sh : shapes) s.push_back(shapeToString(sh));
+                   return s;
+                 }(), " "),
+                 lastCompileSeconds, p->exe->numSteps());
+  Plan& ref = *p;
+  plans.emplace(shapes, std::move(p));
+  return ref;
+}
+
+Session::Impl::Plan& Session::Impl::anyPlan() const {
+  GRAFT_CHECK(lastPlan, "the session has not been compiled yet: call prepareDevice() (and, for inputs with symbolic "
+              "dimensions, run once or give InputShapeInfo)");
+  return *lastPlan;
+}
+
+void Session::Impl::run(IStepIO& io) {
+  auto t0 = std::chrono::steady_clock::now();
+  int bps = dataFlow.batchesPerStep();
+  if (auto* s = dynamic_cast<StepIO*>(&io)) {
+    for (const auto& [id, a] : s->inputs())
+      GRAFT_CHECK(inputInfos.count(id), "the StepIO has an input array for '{}', which is not an input of the model "
+                  "(inputs: {})", id, listIds(inputIds));
+    for (const auto& [id, a] : s->outputs())
+      GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
+                  "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
+    s->beginStep(bps);
+  }
+  std::map<TensorId, NDArray> sums;
+  for (int b = 0; b < bps; ++b) {
+    std::vector<ops::Value> values;
+    std::vector<Shape> shapes;
+    std::map<std::string, int64_t> symbols;
+    for (const auto& id : inputIds) {
+      const TensorInfo& info = inputInfos.at(id);
+      NDArray a = io.in(id, info, false);
+      GRAFT_CHECK(a.valid(), "input '{}': the StepIO returned no array", id);
+      GRAFT_CHECK(a.dtype() == info.dataType(), "input '{}' is {} ({}), but the model expects {}", id,
+                  dtypeName(a.dtype()), dtypeNumpyName(a.dtype()), info.str());
+      if (info.hasShape()) {
+        bool ok = a.rank() == info.rank();
+        for (int64_t d = 0; ok && d < a.rank(); ++d) {
+          const Dim& dim = info.dims()[d];
+          if (dim.known()) ok = dim.value == a.dim(d);
+          else if (!dim.param.empty()) {
+            auto [it, fresh] = symbols.emplace(dim.param, a.dim(d));
+            GRAFT_CHECK(fresh || it->second == a.dim(d), "input '{}' has {} = {} in dimension {}, but another input set "
+                        "'{}' to {}", id, dim.param, a.dim(d), d, dim.param, it->second);
+          }
+        }
+        GRAFT_CHECK(ok, "input '{}' has shape {}, but the model expects {}{}", id, shapeToString(a.shape()), info.str(),
+                    bps > 1 ? fmt::format(" (per batch; the StepIO array carries a leading dimension of {})", bps) : "");
+      }
+      shapes.push_back(a.shape());
+      values.push_back(ops::Value::fromTensor(std::move(a)));
+    }
+    std::vector<ops::Value> outs = execute(std::move(values));
+    for (const auto& id : inputIds) io.inComplete(id);
+    const auto& anchors = dataFlow.anchors();
+    for (size_t i = 0; i < anchors.size(); ++i) {
+      const TensorId& id = anchors[i];
+      const ops::Value& v = outs[i];
+      GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
+      const AnchorReturnType& art = dataFlow.art(id);
+      bool deliver = false;
+      const NDArray* value = &v.tensor;
+      switch (art.id()) {
+        case AnchorReturnTypeId::All: deliver = true; break;
+        case AnchorReturnTypeId::EveryN: deliver = (b + 1) % art.rp() == 0; break;
+        case AnchorReturnTypeId::Final: deliver = b == bps - 1; break;
+        case AnchorReturnTypeId::Sum: {
+          auto it = sums.find(id);
+          if (it == sums.end()) it = sums.emplace(id, v.tensor.clone()).first;
+          else addInto(it->second, v.tensor);
+          deliver = b == bps - 1;
+          value = &it->second;
+          break;
+        }
+      }
+      if (!deliver) continue;
+      NDArray dst = io.out(id, value->dtype(), value->shape());
+      dst.copyFrom(*value);
+      io.outComplete(id);
+    }
+  }
+  lastRunSeconds = secondsSince(t0);
+}
+
+std::vector<ops::Value> Session::Impl::execute(std::vector<ops::Value> inputs) {
+  std::vector<Shape> shapes;
+  for (const auto& v : inputs) shapes.push_back(v.isTensor() ? v.tensor.shape() : Shape{-1});
+  Plan& p = planFor(shapes);
+  lastPlan = &p;
+  return p.exe->run(std::move(inputs));
+}
+
+// ---- Session -----------------------------------------------------------------------------------
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+void Session::prepareDevice() {
+  if (auto shapes = impl_->staticInputShapes()) impl_->lastPlan = &impl_->planFor(*shapes);
+  impl_->prepared = true;
+}
+
+void Session::run(IStepIO& stepIO, const std::string&) {
+  if (!impl_->prepared) prepareDevice();
+  impl_->run(stepIO);
+}
+
+void Session::weightsFromHost() {}
+void Session::weightsToHost() {}
+
+std::vector<TensorId> Session::inputIds() const { return impl_->inputIds; }
+
+TensorInfo Session::inputInfo(const TensorId& id) const {
+  auto it = impl_->inputInfos.find(id);
+  GRAFT_CHECK(it != impl_->inputInfos.end(), "'{}' is not an input of the model (inputs: {})", id, listIds(impl_->inputIds));
+  return it->second;
+}
+
+TensorInfo Session::getInfo(const TensorId& id) const {
+  const ir::Graph& g = *impl_->anyPlan().graph;
+  const ir::Tensor* t = g.findTensor(id);
+  if (!t) t = impl_->model.graph->findTensor(id);
+  GRAFT_CHECK(t, "'{}' is not a tensor of the model", id);
+  return t->info();
+}
+
+Shape Session::inputArrayShape(const TensorId& id) const {
+  TensorInfo info = inputInfo(id);
+  Shape s = info.shape();
+  if (impl_->dataFlow.batchesPerStep() > 1) s.insert(s.begin(), impl_->dataFlow.batchesPerStep());
+  return s;
+}
+
+Shape Session::anchorArrayShape(const TensorId& id) const {
+  const AnchorReturnType& art = impl_->dataFlow.art(id);
+  TensorInfo info = getInfo(id);
+  GRAFT_CHECK(info.isStatic(), "the shape of anchor '{}' is not known before running ({}); use a StepIOCallback or give "
+              "InputShapeInfo", id, info.str());
+  Shape s = info.shape();
+  int bps = impl_->dataFlow.batchesPerStep();
+  int64_t n = art.id() == AnchorReturnTypeId::All ? bps : art.id() == AnchorReturnTypeId::EveryN ? bps / art.rp() : 1;
+  if (n > 1) s.insert(s.begin(), n);
+  return s;
+}
+
+DataType Session::anchorDataType(const TensorId& id) const { return getInfo(id).dataType(); }
+
+std::map<TensorId, NDArray> Session::initAnchorArrays() const {
+  std::map<TensorId, NDArray> out;
+  for (const auto& id : impl_->dataFlow.anchors()) out.emplace(id, NDArray(anchorDataType(id), anchorArrayShape(id)));
+  return out;
+}
+
+const DataFlow& Session::dataFlow() const { return impl_->dataFlow; }
+const DeviceInfo& Session::device() const { return *impl_->device; }
+double Session::lastRunSeconds() const { return impl_->lastRunSeconds; }
+double Session::lastCompileSeconds() const { return impl_->lastCompileSeconds; }
+
+std::vector<OpProfile> Session::profile() const {
+  std::vector<OpProfile> out;
+  if (!impl_->lastPlan) return out;
+  for (const auto& e : impl_->lastPlan->exe->profile()) out.push_back({e.opType, e.calls, e.seconds});
+  return out;
+}
+
+std::string Session::graphText() const { return ir::printGraph(*impl_->anyPlan().graph); }
+
+std::string Session::modelBytes() const { return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info); }
+
+void Session::modelToHost(const std::string& path) { onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info); }
+
+std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
+                                                                        std::shared_ptr<DeviceInfo> deviceInfo,
+                                                                        const InputShapeInfo& inputShapeInfo,
+                                                                        const SessionOptions& userOptions, const Patterns&) {
+  auto impl = std::make_unique<Session::Impl>();
+  impl->init(model, dataFlow, std::move(deviceInfo), inputShapeInfo, userOptions);
+  return std::unique_ptr<InferenceSession>(new InferenceSession(std::move(impl)));
+}
+
+}  // namespace graft

@@ -1,0 +1,79 @@
+#include <graft/stepio.hpp>
+
+#include "support/check.hpp"
+
+namespace graft {
+
+StepIO::StepIO(std::map<TensorId, NDArray> inputs, std::map<TensorId, NDArray> outputs)
+    : inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
+
+void StepIO::beginStep(int batchesPerStep) {
+  batchesPerStep_ = batchesPerStep;
+  inIndex_.clear();
+  outIndex_.clear();
+}
+
+namespace {
+// Chunk `index` of `count` equal chunks along the leading dimension (the whole array when count is 1).
+NDArray chunkOf(const NDArray& a, int64_t count, int64_t index, const std::string& what) {
+  if (count == 1) return a;
+  GRAFT_CHECK(a.rank() >= 1 && a.dim(0) == count,
+              "{}: expected a leading dimension of {} (one entry per batch), got an array of shape {}", what, count,
+              shapeToString(a.shape()));
+  Shape s(a.shape().begin() + 1, a.shape().end());
+  size_t chunkBytes = static_cast<size_t>(shapeNumel(s)) * dtypeSize(a.dtype());
+  auto* base = static_cast<char*>(const_cast<void*>(a.rawData()));
+  // The chunk keeps the whole array's buffer alive through a copy of the array.
+  auto keep = std::make_shared<NDArray>(a);
+  return NDArray::wrap(base + chunkBytes * index, a.dtype(), s, keep);
+}
+}  // namespace
+
+NDArray StepIO::in(const TensorId& id, const TensorInfo&, bool) {
+  auto it = inputs_.find(id);
+  GRAFT_CHECK(it != inputs_.end(), "no input array for model input '{}' in the StepIO", id);
+  int64_t i = inIndex_[id]++;
+  GRAFT_CHECK(i < batchesPerStep_, "input '{}' was read more than batchesPerStep ({}) times in one step", id,
+              batchesPerStep_);
+  return chunkOf(it->second, batchesPerStep_, i, "input '" + id + "'");
+}
+
+NDArray StepIO::out(const TensorId& id, DataType dtype, const Shape& shape) {
+  auto it = outputs_.find(id);
+  GRAFT_CHECK(it != outputs_.end(), "no anchor array for anchor '{}' in the StepIO", id);
+  const NDArray& a = it->second;
+  GRAFT_CHECK(a.dtype() == dtype, "anchor array '{}' is {}, but the tensor is {}", id, dtypeName(a.dtype()), dtypeName(dtype));
+  int64_t chunk = shapeNumel(shape);
+  GRAFT_CHECK(chunk == 0 || a.numel() % chunk == 0,
+              "anchor array '{}' has shape {}, which does not hold whole chunks of shape {}", id, shapeToString(a.shape()),
+              shapeToString(shape));
+  int64_t count = chunk == 0 ? 1 : a.numel() / chunk;
+  int64_t i = outIndex_[id]++;
+  GRAFT_CHECK(i < count, "anchor array '{}' of shape {} has room for {} results of shape {}, but more were returned", id,
+              shapeToString(a.shape()), count, shapeToString(shape));
+  auto* base = static_cast<char*>(const_cast<void*>(a.rawData()));
+  auto keep = std::make_shared<NDArray>(a);
+  return NDArray::wrap(base + static_cast<size_t>(chunk) * dtypeSize(dtype) * i, dtype, shape, keep);
+}
+
+StepIOCallback::StepIOCallback(InputCallback in, InputCompleteCallback inComplete, OutputCallback out,
+                               OutputCompleteCallback outComplete)
+    : in_(std::move(in)), inComplete_(std::move(inComplete)), out_(std::move(out)), outComplete_(std::move(outComplete)) {
+  GRAFT_CHECK(in_ && out_, "StepIOCallback needs an input and an output callback");
+}
+
+NDArray StepIOCallback::in(const TensorId& id, const TensorInfo&, bool prefetch) { return in_(id, prefetch); }
+void StepIOCallback::inComplete(const TensorId& id) {
+  if (inComplete_) inComplete_(id);
+}
+NDArray StepIOCallback::out(const TensorId& id, DataType dtype, const Shape& shape) {
+  NDArray a = out_(id);
+  GRAFT_CHECK(a.dtype() == dtype && a.shape() == shape, "output callback for '{}' returned a {} array of shape {}, expected {} {}",
+              id, dtypeName(a.dtype()), shapeToString(a.shape()), dtypeName(dtype), shapeToString(shape));
+  return a;
+}
+void StepIOCallback::outComplete(const TensorId& id) {
+  if (outComplete_) outComplete_(id);
+}
+
+}  // namespace graft

@@ -1,0 +1,126 @@
+#include "op_test_util.hpp"
+
+#include <cmath>
+
+#include "onnx/schema_infer.hpp"
+#include "ops/registry.hpp"
+#include "passes/pass.hpp"
+#include "plan/executable.hpp"
+
+namespace graft::testing {
+
+std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, bool constInputs) {
+  auto g = std::make_unique<ir::Graph>("test_" + c.type);
+  if (!c.domain.empty()) g->otherOpsets[c.domain] = 1;
+  std::vector<ir::Tensor*> ins;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const NDArray& a = c.inputs[i];
+    if (!a.valid()) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    std::string id = "in" + std::to_string(i);
+    ir::Tensor* t;
+    if (constInputs) {
+      t = g->addInitializer(id, a, ir::TensorKind::Constant);
+    } else {
+      t = g->addTensor(id, ir::ValueType::tensor(TensorInfo(a.dtype(), a.shape())), ir::TensorKind::Input);
+      g->addInput(t);
+    }
+    ins.push_back(t);
+  }
+  std::vector<std::string> outs;
+  for (int i = 0; i < c.numOutputs; ++i) outs.push_back("out" + std::to_string(i));
+  ir::Node* n = g->addNode(c.type, c.domain, ins, outs, c.attrs, "node");
+  for (ir::Tensor* t : n->outputs()) g->addOutput(t);
+  return g;
+}
+
+std::vector<NDArray> runReference(const OpCase& c) {
+  auto g = singleNodeGraph(c);
+  std::vector<ops::Value> in;
+  for (const auto& a : c.inputs) in.push_back(a.valid() ? ops::Value::fromTensor(a) : ops::Value{});
+  auto outs = ops::evaluateNode(*g->nodes()[0], in, ops::serialPool());
+  std::vector<NDArray> res;
+  for (auto& v : outs) res.push_back(v.isTensor() ? v.tensor : NDArray{});
+  return res;
+}
+
+std::vector<NDArray> runOnBackend(const OpCase& c, backends::Backend& backend) {
+  auto g = singleNodeGraph(c);
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  support::ThreadPool pool(backend.numThreads());
+  auto exe = plan::compile(*g, backend, pool);
+  std::vector<ops::Value> in;
+  for (const auto& a : c.inputs)
+    if (a.valid()) in.push_back(ops::Value::fromTensor(a));
+  auto outs = exe->run(std::move(in));
+  std::vector<NDArray> res;
+  for (auto& v : outs) res.push_back(v.isTensor() ? v.tensor : NDArray{});
+  return res;
+}
+
+std::vector<ir::ValueType> inferTypes(const OpCase& c) {
+  auto g = singleNodeGraph(c);
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  std::vector<ir::ValueType> out;
+  for (ir::Tensor* t : g->outputs()) out.push_back(t->type());
+  return out;
+}
+
+NDArray randomArray(DataType dt, Shape shape, uint64_t seed, double lo, double hi) {
+  NDArray a(dt, std::move(shape));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  ops::dispatch<ops::kNumericBool>(dt, "randomArray", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      double v = u(rng);
+      if constexpr (std::is_same_v<T, bool>) a.data<T>()[i] = v > (lo + hi) / 2;
+      else if constexpr (std::is_integral_v<T>) a.data<T>()[i] = static_cast<T>(std::llround(v));
+      else a.data<T>()[i] = static_cast<T>(static_cast<ops::ComputeType<T>>(v));
+    }
+  });
+  return a;
+}
+
+std::vector<double> toDoubles(const NDArray& a) {
+  std::vector<double> v(static_cast<size_t>(a.numel()));
+  ops::dispatch<ops::kNumericBool>(a.dtype(), "toDoubles", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ops::ComputeType<T>>(a.data<T>()[i]));
+  });
+  return v;
+}
+
+::testing::AssertionResult allClose(const NDArray& got, const NDArray& want, double rtol, double atol) {
+  if (!got.valid()) return ::testing::AssertionFailure() << "result is missing";
+  if (got.dtype() != want.dtype())
+    return ::testing::AssertionFailure() << "dtype " << dtypeName(got.dtype()) << " != expected " << dtypeName(want.dtype());
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << "shape " << shapeToString(got.shape()) << " != expected "
+                                         << shapeToString(want.shape());
+  if (got.dtype() == DataType::String) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.data<std::string>()[i] != want.data<std::string>()[i])
+        return ::testing::AssertionFailure() << "element " << i << " is '" << got.data<std::string>()[i] << "', expected '"
+                                             << want.data<std::string>()[i] << "'";
+    return ::testing::AssertionSuccess();
+  }
+  auto a = toDoubles(got), b = toDoubles(want);
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool ok = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i] || std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i]);
+    if (!ok) return ::testing::AssertionFailure() << "element " << i << " is " << a[i] << ", expected " << b[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+ir::Attributes attrs(std::initializer_list<std::pair<std::string, ir::AttrValue>> list) {
+  ir::Attributes a;
+  for (const auto& [k, v] : list) a.set(k, v);
+  return a;
+}
+
+}  // namespace graft::testing
