@@ -8,6 +8,8 @@ namespace graft {
 
 enum class VirtualGraphMode { Off, Manual, Auto };
 enum class RecomputationType { None, Standard, NormOnly, Pipeline, RecomputeAll };
+/// How gradients of micro-batches combine under gradient accumulation.
+enum class ReductionType { Sum, Mean, NoReduction };
 
 /// PopART-compatible session options. Fields PopART has that do not apply to graft's devices
 /// are accepted by the Python layer with a warning (see docs/popart-compat.md).
@@ -15,6 +17,8 @@ struct SessionOptions {
   // Training.
   bool enableGradientAccumulation = false;
   int accumulationFactor = 1;
+  /// Sum (PopART's default) or Mean of the accumulated micro-batch gradients.
+  ReductionType accumulationAndReplicationReductionType = ReductionType::Sum;
   // Sharding and pipelining.
   VirtualGraphMode virtualGraphMode = VirtualGraphMode::Off;
   bool enablePipelining = false;

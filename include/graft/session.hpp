@@ -3,6 +3,7 @@
 #include <graft/dataflow.hpp>
 #include <graft/device.hpp>
 #include <graft/ndarray.hpp>
+#include <graft/optimizer.hpp>
 #include <graft/options.hpp>
 #include <graft/stepio.hpp>
 #include <graft/tensor_info.hpp>
@@ -12,6 +13,18 @@
 #include <vector>
 
 namespace graft {
+
+/// Host arrays for readWeights / writeWeights (PopART's WeightsIO), by tensor id.
+class WeightsIO {
+ public:
+  void insert(const TensorId& id, NDArray array) { arrays_[id] = std::move(array); }
+  bool contains(const TensorId& id) const { return arrays_.count(id) != 0; }
+  const NDArray& weight(const TensorId& id) const;
+  const std::map<TensorId, NDArray>& arrays() const { return arrays_; }
+
+ private:
+  std::map<TensorId, NDArray> arrays_;
+};
 
 /// Per-op-type time spent in kernels (when SessionOptions::enableProfiling is on).
 struct OpProfile {
@@ -62,7 +75,19 @@ class Session {
   std::vector<OpProfile> profile() const;
   /// The compiled graph as text (after prepareDevice).
   std::string graphText() const;
-  /// Writes the model (with the current weights) as an ONNX file.
+  /// Copies weights (and, in training, optimizer state) into the arrays of `io`, which must have
+  /// the tensors' types and shapes.
+  void readWeights(WeightsIO& io) const;
+  /// Copies the arrays of `io` into the session's weights and optimizer state.
+  void writeWeights(const WeightsIO& io);
+  /// Ids of the model's weights (floating-point initializers), in id order.
+  std::vector<TensorId> weightIds() const;
+  /// Replaces the weights with those of another ONNX model (path or bytes) of the same
+  /// architecture. Weights the model lacks keep their values; with
+  /// ignoreWeightsInModelWithoutCorrespondingHostWeight false, extra weights are an error.
+  void resetHostWeights(const std::string& model, bool ignoreWeightsInModelWithoutCorrespondingHostWeight = false);
+  /// Writes the model (with the current weights, and in training the optimizer state) as an ONNX
+  /// file, atomically (a temporary file, then a rename).
   void modelToHost(const std::string& path);
   /// Serialized ONNX of the model with the current weights.
   std::string modelBytes() const;
@@ -85,6 +110,30 @@ class InferenceSession : public Session {
                                                                const InputShapeInfo& inputShapeInfo = {},
                                                                const SessionOptions& userOptions = {},
                                                                const Patterns& patterns = {});
+
+ private:
+  using Session::Session;
+};
+
+/// A session that trains: forward pass, backward pass and optimizer update compiled into one step.
+class TrainingSession : public Session {
+ public:
+  /// `loss` names a scalar tensor of the model (built, for example, with a loss op of the
+  /// Builder's aiGraphcore opset). Every floating-point initializer the loss depends on is
+  /// trained. Optimizer state found in the model (a checkpoint written by modelToHost) is resumed.
+  static std::unique_ptr<TrainingSession> createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
+                                                              const TensorId& loss, const Optimizer& optimizer,
+                                                              std::shared_ptr<DeviceInfo> deviceInfo,
+                                                              const InputShapeInfo& inputShapeInfo = {},
+                                                              const SessionOptions& userOptions = {},
+                                                              const Patterns& patterns = {});
+  /// New values for the optimizer's non-constant hyper-parameters, used from the next step on
+  /// without recompiling. Changing a constant one, or the kind of optimizer, is an error.
+  void updateOptimizerFromHost(const Optimizer& optimizer);
+  /// The weights being trained.
+  std::vector<TensorId> trainedWeightIds() const;
+  /// The loss tensor.
+  const TensorId& lossId() const;
 
  private:
   using Session::Session;

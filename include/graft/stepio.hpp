@@ -23,23 +23,26 @@ class IStepIO {
   virtual void outComplete(const TensorId& id) {}
 };
 
-/// StepIO over arrays: with batchesPerStep N > 1 each input array has a leading dimension N, and
-/// each anchor array a leading dimension of its number of returns (see Session::anchorShape).
+/// StepIO over arrays: each input array has leading dimensions [batchesPerStep, accumulationFactor]
+/// (each only when > 1) before the model input's shape, and each anchor array the leading
+/// dimensions of its number of returns (see Session::anchorArrayShape).
 /// The arrays are used in place (no copy) and must outlive the run.
 class StepIO : public IStepIO {
  public:
   StepIO(std::map<TensorId, NDArray> inputs, std::map<TensorId, NDArray> outputs);
   NDArray in(const TensorId& id, const TensorInfo& expected, bool prefetch) override;
   NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override;
-  /// Called by the session at the start of a run with the step's batch count.
-  void beginStep(int batchesPerStep);
+  /// Called by the session at the start of a run: the leading dimensions of input arrays, whose
+  /// product is the number of model runs (micro-batches) in the step.
+  void beginStep(const Shape& leadingDims);
   const std::map<TensorId, NDArray>& inputs() const { return inputs_; }
   const std::map<TensorId, NDArray>& outputs() const { return outputs_; }
 
  private:
   std::map<TensorId, NDArray> inputs_, outputs_;
   std::map<TensorId, int64_t> inIndex_, outIndex_;
-  int batchesPerStep_ = 1;
+  Shape leading_;
+  int64_t runs_ = 1;
 };
 
 /// StepIO through callbacks (PopART's StepIOCallback).

@@ -1,3 +1,5 @@
+#include <unordered_map>
+
 #include "ir/graph.hpp"
 #include "support/check.hpp"
 
@@ -30,6 +32,7 @@ void copyGraph(const Graph& g, Graph& out) {
     c->docString = t->docString;
   }
   for (Tensor* t : g.inputs()) out.addInput(&out.tensor(t->id()));
+  std::unordered_map<const Node*, Node*> copies;
   for (Node* n : g.nodes()) {
     std::vector<Tensor*> ins;
     for (Tensor* t : n->inputs()) ins.push_back(t ? &out.tensor(t->id()) : nullptr);
@@ -44,7 +47,10 @@ void copyGraph(const Graph& g, Graph& out) {
     c->virtualGraph = n->virtualGraph;
     c->pipelineStage = n->pipelineStage;
     c->recompute = n->recompute;
+    copies[n] = c;
   }
+  for (Node* n : g.nodes())
+    for (Node* a : n->runsAfter()) copies.at(n)->addRunsAfter(copies.at(a));
   for (Tensor* t : g.outputs()) out.addOutput(&out.tensor(t->id()));
 }
 

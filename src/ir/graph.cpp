@@ -72,6 +72,13 @@ void Node::setImplicitInputs(std::vector<Tensor*> ts) {
     implicitInputs_[i]->uses_.push_back(Use{this, static_cast<int>(i), true});
 }
 
+void Node::addRunsAfter(Node* n) {
+  GRAFT_ASSERT(n && n != this && &n->graph() == graph_, "bad control dependency for {}", describe());
+  if (std::find(after_.begin(), after_.end(), n) != after_.end()) return;
+  after_.push_back(n);
+  n->before_.push_back(this);
+}
+
 template <class T>
 const T* Node::attrAs(const std::string& name, std::string_view want) const {
   const AttrValue* v = attrs_.find(name);
@@ -236,6 +243,8 @@ void Graph::setOutput(Node* n, size_t index, Tensor* t) {
 }
 
 void Graph::removeNode(Node* n) {
+  for (Node* a : n->after_) a->before_.erase(std::find(a->before_.begin(), a->before_.end(), n));
+  for (Node* b : n->before_) b->after_.erase(std::find(b->after_.begin(), b->after_.end(), n));
   for (size_t i = 0; i < n->inputs_.size(); ++i) n->setInput(i, nullptr);
   n->setImplicitInputs({});
   for (Tensor* t : n->outputs_)
@@ -283,6 +292,7 @@ std::vector<Node*> Graph::schedule() const {
     };
     for (Tensor* t : n->inputs_) count(t);
     for (Tensor* t : n->implicitInputs_) count(t);
+    deps += static_cast<int>(n->after_.size());
     pending[n] = deps;
     if (deps == 0) ready.push(n);
   }
@@ -297,6 +307,8 @@ std::vector<Node*> Graph::schedule() const {
       for (const Use& u : t->uses_)
         if (--pending[u.node] == 0) ready.push(u.node);
     }
+    for (Node* b : n->before_)
+      if (--pending[b] == 0) ready.push(b);
   }
   if (order.size() != nodes_.size()) {
     for (const auto& up : nodes_)

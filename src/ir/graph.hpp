@@ -122,6 +122,11 @@ class Node {
   /// Every subgraph held in attributes.
   std::vector<Graph*> subgraphs() const;
 
+  /// Control dependencies: nodes that must run before this one although no data flows between
+  /// them (an in-place weight update after every reader of the weight).
+  const std::vector<Node*>& runsAfter() const { return after_; }
+  void addRunsAfter(Node* n);
+
   /// PopART annotations (__ipu_number, __pipeline_stage).
   std::optional<int64_t> virtualGraph;
   std::optional<int64_t> pipelineStage;
@@ -137,6 +142,7 @@ class Node {
   int64_t id_;
   Graph* graph_;
   std::vector<Tensor*> inputs_, outputs_, implicitInputs_;
+  std::vector<Node*> after_, before_;  // control dependencies, both directions
   Attributes attrs_;
   std::list<std::unique_ptr<Node>>::iterator self_;
 };

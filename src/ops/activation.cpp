@@ -97,3 +97,100 @@ GRAFT_REGISTER_OPS(activation) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+
+GRAFT_REGISTER_OPS(activation_vjp) {
+  auto positive = [](GradBuilder& g) { return g.op("Greater", {g.in(0), g.scalarLike(0, g.in(0))}); };
+  r.add("Relu").setVjp([positive](GradBuilder& g) { g.setDx(0, g.where(positive(g), g.dy(), g.zerosLike(g.dy()))); });
+  r.add("Sigmoid").setVjp([](GradBuilder& g) {
+    ir::Tensor* y = g.out(0);
+    g.setDx(0, g.mul(g.dy(), g.mul(y, g.sub(g.scalarLike(1, y), y))));
+  });
+  r.add("Tanh").setVjp([](GradBuilder& g) {
+    ir::Tensor* y = g.out(0);
+    g.setDx(0, g.mul(g.dy(), g.sub(g.scalarLike(1, y), g.mul(y, y))));
+  });
+  r.add("LeakyRelu").setVjp([positive](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 0.01f);
+    g.setDx(0, g.where(positive(g), g.dy(), g.scale(g.dy(), alpha)));
+  });
+  r.add("Elu").setVjp([positive](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 1.0f);
+    // x > 0: 1; otherwise y + alpha.
+    ir::Tensor* neg = g.mul(g.dy(), g.add(g.out(0), g.scalarLike(alpha, g.out(0))));
+    g.setDx(0, g.where(positive(g), g.dy(), neg));
+  });
+  r.add("Selu").setVjp([positive](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 1.67326319217681884765625f);
+    double gamma = g.node().attrFloat("gamma", 1.05070102214813232421875f);
+    ir::Tensor* neg = g.mul(g.dy(), g.scale(g.op("Exp", {g.in(0)}), alpha * gamma));
+    g.setDx(0, g.where(positive(g), g.scale(g.dy(), gamma), neg));
+  });
+  r.add("Celu").setVjp([positive](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 1.0f);
+    ir::Tensor* neg = g.mul(g.dy(), g.op("Exp", {g.scale(g.in(0), 1.0 / alpha)}));
+    g.setDx(0, g.where(positive(g), g.dy(), neg));
+  });
+  r.add("HardSigmoid").setVjp([](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 0.2f), beta = g.node().attrFloat("beta", 0.5f);
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* t = g.add(g.scale(x, alpha), g.scalarLike(beta, x));
+    ir::Tensor* inside = g.op("And", {g.op("Greater", {t, g.scalarLike(0, x)}), g.op("Less", {t, g.scalarLike(1, x)})});
+    g.setDx(0, g.where(inside, g.scale(g.dy(), alpha), g.zerosLike(g.dy())));
+  });
+  r.add("HardSwish").setVjp([](GradBuilder& g) {
+    // y = x * clamp(x/6 + 1/2, 0, 1): 0 below -3, 1 above 3, (2x + 3)/6 between (as PyTorch).
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* mid = g.add(g.scale(x, 1.0 / 3.0), g.scalarLike(0.5, x));
+    ir::Tensor* d = g.where(g.op("Less", {x, g.scalarLike(-3, x)}), g.zerosLike(x),
+                            g.where(g.op("Greater", {x, g.scalarLike(3, x)}), g.op("Add", {g.zerosLike(x), g.scalarLike(1, x)}), mid));
+    g.setDx(0, g.mul(g.dy(), d));
+  });
+  r.add("Softplus").setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), g.op("Sigmoid", {g.in(0)}))); });
+  r.add("Softsign").setVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* d = g.add(g.scalarLike(1, x), g.op("Abs", {x}));
+    g.setDx(0, g.div(g.dy(), g.mul(d, d)));
+  });
+  r.add("ThresholdedRelu").setVjp([](GradBuilder& g) {
+    double alpha = g.node().attrFloat("alpha", 1.0f);
+    ir::Tensor* on = g.op("Greater", {g.in(0), g.scalarLike(alpha, g.in(0))});
+    g.setDx(0, g.where(on, g.dy(), g.zerosLike(g.dy())));
+  });
+  r.add("PRelu").setVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* s = g.in(1);
+    ir::Tensor* negative = g.op("Less", {x, g.scalarLike(0, x)});
+    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.where(negative, g.mul(g.dy(), s), g.dy()), x));
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.where(negative, g.mul(g.dy(), x), g.zerosLike(g.dy())), s));
+  });
+  r.add("Clip").setVjp([](GradBuilder& g) {
+    // The gradient passes where min <= x <= max (as PyTorch's clamp).
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* inside = nullptr;
+    if (g.in(1)) inside = g.op("GreaterOrEqual", {x, g.in(1)});
+    if (g.in(2)) {
+      ir::Tensor* le = g.op("LessOrEqual", {x, g.in(2)});
+      inside = inside ? g.op("And", {inside, le}) : le;
+    }
+    g.setDx(0, inside ? g.where(inside, g.dy(), g.zerosLike(g.dy())) : g.dy());
+  });
+  r.add("Gelu", kGraphcoreDomain).setVjp([](GradBuilder& g) {
+    // y = 0.5 x (1 + tanh(u)), u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+    const double k = 0.7978845608028654, c = 0.044715;
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* x2 = g.mul(x, x);
+    ir::Tensor* u = g.scale(g.add(x, g.scale(g.mul(x2, x), c)), k);
+    ir::Tensor* t = g.op("Tanh", {u});
+    ir::Tensor* one = g.scalarLike(1, x);
+    ir::Tensor* a = g.scale(g.add(one, t), 0.5);
+    ir::Tensor* b = g.mul(g.scale(x, 0.5 * k), g.mul(g.sub(one, g.mul(t, t)), g.add(one, g.scale(x2, 3 * c))));
+    g.setDx(0, g.mul(g.dy(), g.add(a, b)));
+  });
+}
+
+}  // namespace graft::ops

@@ -249,3 +249,116 @@ GRAFT_REGISTER_OPS(math) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+namespace {
+
+// d/dx of a unary op as dy * f'(x), with f' built from forward ops.
+template <class F>
+VjpFn unaryVjp(F derivative) {
+  return [derivative](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), derivative(g))); };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(math_vjp) {
+  r.add("Add").setVjp([](GradBuilder& g) {
+    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.dy(), g.in(0)));
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.dy(), g.in(1)));
+  });
+  r.add("Sub").setVjp([](GradBuilder& g) {
+    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.dy(), g.in(0)));
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.dy()), g.in(1)));
+  });
+  r.add("Mul").setVjp([](GradBuilder& g) {
+    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.mul(g.dy(), g.in(1)), g.in(0)));
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.mul(g.dy(), g.in(0)), g.in(1)));
+  });
+  r.add("Div").setVjp([](GradBuilder& g) {
+    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.div(g.dy(), g.in(1)), g.in(0)));
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.div(g.mul(g.dy(), g.out(0)), g.in(1))), g.in(1)));
+  });
+  r.add("Pow").setVjp([](GradBuilder& g) {
+    // d/da a^b = b a^(b-1); d/db a^b = a^b log a.
+    ir::Tensor* a = g.in(0);
+    ir::Tensor* b = g.in(1);
+    if (g.wants(0)) {
+      ir::Tensor* bf = g.op("CastLike", {b, a});
+      ir::Tensor* d = g.mul(bf, g.op("Pow", {a, g.sub(bf, g.scalarLike(1, a))}));
+      g.setDx(0, g.unbroadcast(g.mul(g.dy(), d), a));
+    }
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.mul(g.dy(), g.mul(g.out(0), g.op("Log", {a}))), b));
+  });
+  r.add("Sum").setVjp([](GradBuilder& g) {
+    for (size_t i = 0; i < g.node().numInputs(); ++i)
+      if (g.wants(i)) g.setDx(i, g.unbroadcast(g.dy(), g.in(i)));
+  });
+  r.add("Mean").setVjp([](GradBuilder& g) {
+    ir::Tensor* d = g.scale(g.dy(), 1.0 / static_cast<double>(g.node().numInputs()));
+    for (size_t i = 0; i < g.node().numInputs(); ++i)
+      if (g.wants(i)) g.setDx(i, g.unbroadcast(d, g.in(i)));
+  });
+  auto minMaxVjp = [](GradBuilder& g) {
+    // The gradient goes to the input(s) equal to the result.
+    for (size_t i = 0; i < g.node().numInputs(); ++i)
+      if (g.wants(i)) {
+        ir::Tensor* mask = g.op("Equal", {g.in(i), g.out(0)});
+        g.setDx(i, g.unbroadcast(g.where(mask, g.dy(), g.zerosLike(g.dy())), g.in(i)));
+      }
+  };
+  r.add("Max").setVjp(minMaxVjp);
+  r.add("Min").setVjp(minMaxVjp);
+  r.add("Where").setVjp([](GradBuilder& g) {
+    ir::Tensor* zeros = g.zerosLike(g.dy());
+    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.where(g.in(0), g.dy(), zeros), g.in(1)));
+    if (g.wants(2)) g.setDx(2, g.unbroadcast(g.where(g.in(0), zeros, g.dy()), g.in(2)));
+  });
+  r.add("Neg").setVjp([](GradBuilder& g) { g.setDx(0, g.neg(g.dy())); });
+  r.add("Abs").setVjp(unaryVjp([](GradBuilder& g) { return g.op("Sign", {g.in(0)}); }));
+  r.add("Exp").setVjp(unaryVjp([](GradBuilder& g) { return g.out(0); }));
+  r.add("Log").setVjp([](GradBuilder& g) { g.setDx(0, g.div(g.dy(), g.in(0))); });
+  r.add("Sqrt").setVjp([](GradBuilder& g) { g.setDx(0, g.div(g.scale(g.dy(), 0.5), g.out(0))); });
+  r.add("Reciprocal").setVjp(unaryVjp([](GradBuilder& g) { return g.neg(g.mul(g.out(0), g.out(0))); }));
+  r.add("Sin").setVjp(unaryVjp([](GradBuilder& g) { return g.op("Cos", {g.in(0)}); }));
+  r.add("Cos").setVjp(unaryVjp([](GradBuilder& g) { return g.neg(g.op("Sin", {g.in(0)})); }));
+  r.add("Tan").setVjp(unaryVjp([](GradBuilder& g) { return g.add(g.scalarLike(1, g.out(0)), g.mul(g.out(0), g.out(0))); }));
+  r.add("Asin").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.op("Reciprocal", {g.op("Sqrt", {g.sub(g.scalarLike(1, x), g.mul(x, x))})});
+  }));
+  r.add("Acos").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.neg(g.op("Reciprocal", {g.op("Sqrt", {g.sub(g.scalarLike(1, x), g.mul(x, x))})}));
+  }));
+  r.add("Atan").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.op("Reciprocal", {g.add(g.scalarLike(1, x), g.mul(x, x))});
+  }));
+  r.add("Sinh").setVjp(unaryVjp([](GradBuilder& g) { return g.op("Cosh", {g.in(0)}); }));
+  r.add("Cosh").setVjp(unaryVjp([](GradBuilder& g) { return g.op("Sinh", {g.in(0)}); }));
+  r.add("Asinh").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.op("Reciprocal", {g.op("Sqrt", {g.add(g.mul(x, x), g.scalarLike(1, x))})});
+  }));
+  r.add("Acosh").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.op("Reciprocal", {g.op("Sqrt", {g.sub(g.mul(x, x), g.scalarLike(1, x))})});
+  }));
+  r.add("Atanh").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    return g.op("Reciprocal", {g.sub(g.scalarLike(1, x), g.mul(x, x))});
+  }));
+  r.add("Erf").setVjp(unaryVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    // 2/sqrt(pi) * exp(-x^2)
+    return g.scale(g.op("Exp", {g.neg(g.mul(x, x))}), 1.1283791670955126);
+  }));
+  // Piecewise-constant functions: zero gradient almost everywhere.
+  for (const char* op : {"Floor", "Ceil", "Round", "Sign"})
+    r.add(op).setVjp([](GradBuilder& g) { g.setDx(0, g.zerosLike(g.in(0))); });
+}
+
+}  // namespace graft::ops

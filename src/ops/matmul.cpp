@@ -108,3 +108,78 @@ GRAFT_REGISTER_OPS(matmul) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+namespace {
+
+// Transpose of the last two axes (rank from the inferred type).
+ir::Tensor* swapLast2(GradBuilder& g, ir::Tensor* t) {
+  int64_t r = t->info().rank();
+  GRAFT_CHECK(t->info().hasShape() && r >= 2, "{}: gradient needs the rank of '{}'", g.node().describe(), t->id());
+  std::vector<int64_t> perm(r);
+  for (int64_t i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[r - 1], perm[r - 2]);
+  ir::Attributes a;
+  a.set("perm", perm);
+  return g.op("Transpose", {t}, a);
+}
+
+void matmulVjp(GradBuilder& g) {
+  ir::Tensor* a = g.in(0);
+  ir::Tensor* b = g.in(1);
+  GRAFT_CHECK(a->info().hasShape() && b->info().hasShape(), "{}: gradient needs the ranks of its inputs",
+              g.node().describe());
+  int64_t ra = a->info().rank(), rb = b->info().rank();
+  ir::Tensor* dy = g.dy();
+  if (ra == 1 && rb == 1) {  // dot product: y is a scalar
+    if (g.wants(0)) g.setDx(0, g.mul(dy, b));
+    if (g.wants(1)) g.setDx(1, g.mul(dy, a));
+    return;
+  }
+  // Promote vectors to matrices as MatMul does, and dy to match.
+  ir::Tensor* a2 = ra == 1 ? g.op("Unsqueeze", {a, g.int64s({0})}) : a;
+  ir::Tensor* b2 = rb == 1 ? g.op("Unsqueeze", {b, g.int64s({1})}) : b;
+  ir::Tensor* dy2 = dy;
+  if (ra == 1) dy2 = g.op("Unsqueeze", {dy2, g.int64s({-2})});
+  if (rb == 1) dy2 = g.op("Unsqueeze", {dy2, g.int64s({-1})});
+  if (g.wants(0)) {
+    ir::Tensor* da = g.op("MatMul", {dy2, swapLast2(g, b2)});
+    da = g.unbroadcast(da, a2);
+    g.setDx(0, g.reshapeLike(da, a));
+  }
+  if (g.wants(1)) {
+    ir::Tensor* db = g.op("MatMul", {swapLast2(g, a2), dy2});
+    db = g.unbroadcast(db, b2);
+    g.setDx(1, g.reshapeLike(db, b));
+  }
+}
+
+ir::Tensor* gemm(GradBuilder& g, ir::Tensor* x, ir::Tensor* y, bool tx, bool ty, double alpha) {
+  ir::Attributes at;
+  at.set("transA", int64_t{tx});
+  at.set("transB", int64_t{ty});
+  at.set("alpha", static_cast<float>(alpha));
+  return g.op("Gemm", {x, y}, at);
+}
+
+void gemmVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  double alpha = n.attrFloat("alpha", 1.0f), beta = n.attrFloat("beta", 1.0f);
+  bool ta = n.attrInt("transA", 0) != 0, tb = n.attrInt("transB", 0) != 0;
+  ir::Tensor *a = g.in(0), *b = g.in(1), *dy = g.dy();
+  if (g.wants(0)) g.setDx(0, ta ? gemm(g, b, dy, tb, true, alpha) : gemm(g, dy, b, false, !tb, alpha));
+  if (g.wants(1)) g.setDx(1, tb ? gemm(g, dy, a, true, ta, alpha) : gemm(g, a, dy, !ta, false, alpha));
+  if (g.in(2) && g.wants(2)) g.setDx(2, g.unbroadcast(beta == 1.0 ? dy : g.scale(dy, beta), g.in(2)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(matmul_vjp) {
+  r.add("MatMul").setVjp(matmulVjp);
+  r.add("Gemm").setVjp(gemmVjp);
+}
+
+}  // namespace graft::ops

@@ -31,6 +31,9 @@ struct OpTraits {
   int inplaceInput = -1;
   /// Results vary between runs (random ops): never constant-folded or merged.
   bool nondeterministic = false;
+  /// The op writes persistent state in place (weight and optimizer-state updates): it is never
+  /// removed as dead code, folded or merged, and it has no outputs that matter.
+  bool sideEffects = false;
 };
 
 struct OpDef {
@@ -50,6 +53,7 @@ struct OpDef {
   OpDef& viewOf(int input) { traits.viewOfInput = input; return *this; }
   OpDef& inplace(int input) { traits.inplaceInput = input; return *this; }
   OpDef& nondeterministic() { traits.nondeterministic = true; return *this; }
+  OpDef& sideEffects() { traits.sideEffects = true; return *this; }
   OpDef& noGradient(std::vector<int> inputs) { nonDifferentiableInputs = std::move(inputs); return *this; }
 };
 

@@ -278,3 +278,35 @@ GRAFT_REGISTER_OPS(shape) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+
+GRAFT_REGISTER_OPS(shape_vjp) {
+  r.add("Identity").setVjp([](GradBuilder& g) { g.setDx(0, g.dy()); });
+  auto reshapeBack = [](GradBuilder& g) { g.setDx(0, g.reshapeLike(g.dy(), g.in(0))); };
+  r.add("Reshape").setVjp(reshapeBack);
+  r.add("Flatten").setVjp(reshapeBack);
+  r.add("Squeeze").setVjp(reshapeBack);
+  r.add("Unsqueeze").setVjp(reshapeBack);
+  r.add("Transpose").setVjp([](GradBuilder& g) {
+    int64_t rank = g.in(0)->info().rank();
+    std::vector<int64_t> perm = g.node().attrInts("perm", {});
+    if (perm.empty())
+      for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+    std::vector<int64_t> inv(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i] < 0 ? perm[i] + rank : perm[i])] = static_cast<int64_t>(i);
+    ir::Attributes a;
+    a.set("perm", inv);
+    g.setDx(0, g.op("Transpose", {g.dy()}, a));
+  });
+  auto castBack = [](GradBuilder& g) {
+    if (isFloatingPoint(g.in(0)->info().dataType())) g.setDx(0, g.op("CastLike", {g.dy(), g.in(0)}));
+  };
+  r.add("Cast").setVjp(castBack);
+  r.add("CastLike").setVjp(castBack);
+}
+
+}  // namespace graft::ops

@@ -1,5 +1,6 @@
 // dce: removes nodes whose outputs nothing needs (no use, not a graph output), then tensors left
 // without producer and uses. Weights (Variables) and graph inputs stay.
+#include "ops/registry.hpp"
 #include "passes/pass.hpp"
 
 namespace graft::passes {
@@ -13,7 +14,8 @@ class DeadCodeElimination : public Pass {
     auto order = g.schedule();
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       ir::Node* n = *it;
-      bool needed = false;
+      const ops::OpDef* def = ops::Registry::instance().find(*n);
+      bool needed = def && def->traits.sideEffects;
       for (ir::Tensor* t : n->outputs())
         if (t && (!t->uses().empty() || t->isGraphOutput())) needed = true;
       if (!needed) {

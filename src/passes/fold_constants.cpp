@@ -50,7 +50,8 @@ class FoldConstants : public Pass {
     bool changed = false;
     for (ir::Node* n : g.schedule()) {
       const ops::OpDef* def = ops::Registry::instance().find(*n);
-      if (!def || !def->reference || def->traits.nondeterministic || !n->subgraphs().empty()) continue;
+      if (!def || !def->reference || def->traits.nondeterministic || def->traits.sideEffects || !n->subgraphs().empty())
+        continue;
       bool allOutputsTensors = true;
       for (ir::Tensor* t : n->outputs())
         if (t && t->type().known() && !t->type().isTensor()) allOutputsTensors = false;

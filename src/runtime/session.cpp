@@ -81,12 +81,7 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
                 for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
                 return listIds(outs);
               }());
-  for (const auto& id : dataFlow.anchors()) {
-    if (g.findTensor(id)) continue;
-    std::vector<TensorId> outs;
-    for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
-    GRAFT_THROW("anchor '{}' is not a tensor of the model (its outputs are: {})", id, listIds(outs));
-  }
+  for (const auto& id : dataFlow.anchors()) checkAnchor(id);
   auto unsupported = plan::unsupportedNodes(g, *backend);
   GRAFT_CHECK(unsupported.empty(), "{}", plan::unsupportedOpsMessage(unsupported));
 }
@@ -101,6 +96,28 @@ std::optional<std::vector<Shape>> Session::Impl::staticInputShapes() const {
   return shapes;
 }
 
+void Session::Impl::checkAnchor(const TensorId& id) const {
+  const ir::Graph& g = *model.graph;
+  if (g.findTensor(id)) return;
+  std::vector<TensorId> outs;
+  for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
+  GRAFT_THROW("anchor '{}' is not a tensor of the model (its outputs are: {})", id, listIds(outs));
+}
+
+Shape Session::Impl::leadingDims() const {
+  Shape s;
+  if (dataFlow.batchesPerStep() > 1) s.push_back(dataFlow.batchesPerStep());
+  if (accumulationFactor() > 1) s.push_back(accumulationFactor());
+  return s;
+}
+
+std::vector<TensorId> Session::Impl::persistentIds() const {
+  std::vector<TensorId> ids;
+  for (const ir::Tensor* t : model.graph->initializers())
+    if (t->kind() == ir::TensorKind::Variable) ids.push_back(t->id());
+  return ids;
+}
+
 Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   auto it = plans.find(shapes);
   if (it != plans.end()) return *it->second;
@@ -112,8 +129,13 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
     ir::Tensor& t = g.tensor(inputIds[i]);
     if (t.type().isTensor()) t.setType(ir::ValueType::tensor(TensorInfo(inputInfos.at(inputIds[i]).dataType(), shapes[i])));
   }
+  transform(g, *p);
   std::vector<ir::Tensor*> outs;
-  for (const auto& id : dataFlow.anchors()) outs.push_back(&g.tensor(id));
+  for (const auto& id : dataFlow.anchors()) {
+    ir::Tensor* t = g.findTensor(id);
+    GRAFT_CHECK(t, "anchor '{}' is not a tensor of the compiled model", id);
+    outs.push_back(t);
+  }
   g.setOutputs(outs);
   passes::PassContext ctx;
   ctx.weightsAreConstant = weightsAreConstant();
@@ -122,6 +144,10 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   passes::runPipeline(g, pipeline(), ctx);
   p->exe = plan::compile(g, *backend, *pool);
   p->exe->setProfiling(options.enableProfiling);
+  if (p->applyGraph) {
+    passes::runPipeline(*p->applyGraph, pipeline(), ctx);
+    p->applyExe = plan::compile(*p->applyGraph, *backend, *pool);
+  }
   lastCompileSeconds = secondsSince(t0);
   GRAFT_LOG_INFO("compiled '{}' for input shapes {} in {:.3f} s ({} kernels)", g.name(),
                  fmt::join([&] {
@@ -136,6 +162,14 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
 }
 
 Session::Impl::Plan& Session::Impl::anyPlan() const {
+  if (!lastPlan) {
+    // Compile on demand when the input shapes are known (the caller skipped prepareDevice).
+    auto* self = const_cast<Session::Impl*>(this);
+    if (auto shapes = self->staticInputShapes()) {
+      self->lastPlan = &self->planFor(*shapes);
+      self->prepared = true;
+    }
+  }
   GRAFT_CHECK(lastPlan, "the session has not been compiled yet: call prepareDevice() (and, for inputs with symbolic "
               "dimensions, run once or give InputShapeInfo)");
   return *lastPlan;
@@ -144,6 +178,8 @@ Session::Impl::Plan& Session::Impl::anyPlan() const {
 void Session::Impl::run(IStepIO& io) {
   auto t0 = std::chrono::steady_clock::now();
   int bps = dataFlow.batchesPerStep();
+  int accum = accumulationFactor();
+  Shape leading = leadingDims();
   if (auto* s = dynamic_cast<StepIO*>(&io)) {
     for (const auto& [id, a] : s->inputs())
       GRAFT_CHECK(inputInfos.count(id), "the StepIO has an input array for '{}', which is not an input of the model "
@@ -151,12 +187,13 @@ void Session::Impl::run(IStepIO& io) {
     for (const auto& [id, a] : s->outputs())
       GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
                   "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
-    s->beginStep(bps);
+    s->beginStep(leading);
   }
   std::map<TensorId, NDArray> sums;
-  for (int b = 0; b < bps; ++b) {
+  int runs = bps * accum;
+  for (int r = 0; r < runs; ++r) {
+    int b = r / accum;  // the batch this micro-batch belongs to
     std::vector<ops::Value> values;
-    std::vector<Shape> shapes;
     std::map<std::string, int64_t> symbols;
     for (const auto& id : inputIds) {
       const TensorInfo& info = inputInfos.at(id);
@@ -176,9 +213,9 @@ void Session::Impl::run(IStepIO& io) {
           }
         }
         GRAFT_CHECK(ok, "input '{}' has shape {}, but the model expects {}{}", id, shapeToString(a.shape()), info.str(),
-                    bps > 1 ? fmt::format(" (per batch; the StepIO array carries a leading dimension of {})", bps) : "");
+                    leading.empty() ? "" : fmt::format(" (per model run; StepIO arrays carry the leading dimensions {})",
+                                                       shapeToString(leading)));
       }
-      shapes.push_back(a.shape());
       values.push_back(ops::Value::fromTensor(std::move(a)));
     }
     std::vector<ops::Value> outs = execute(std::move(values));
@@ -194,12 +231,12 @@ void Session::Impl::run(IStepIO& io) {
       switch (art.id()) {
         case AnchorReturnTypeId::All: deliver = true; break;
         case AnchorReturnTypeId::EveryN: deliver = (b + 1) % art.rp() == 0; break;
-        case AnchorReturnTypeId::Final: deliver = b == bps - 1; break;
+        case AnchorReturnTypeId::Final: deliver = r == runs - 1; break;
         case AnchorReturnTypeId::Sum: {
           auto it = sums.find(id);
           if (it == sums.end()) it = sums.emplace(id, v.tensor.clone()).first;
           else addInto(it->second, v.tensor);
-          deliver = b == bps - 1;
+          deliver = r == runs - 1;
           value = &it->second;
           break;
         }
@@ -209,6 +246,7 @@ void Session::Impl::run(IStepIO& io) {
       dst.copyFrom(*value);
       io.outComplete(id);
     }
+    if (lastPlan->applyExe && (r + 1) % accum == 0) lastPlan->applyExe->run({});
   }
   lastRunSeconds = secondsSince(t0);
 }
@@ -258,7 +296,8 @@ TensorInfo Session::getInfo(const TensorId& id) const {
 Shape Session::inputArrayShape(const TensorId& id) const {
   TensorInfo info = inputInfo(id);
   Shape s = info.shape();
-  if (impl_->dataFlow.batchesPerStep() > 1) s.insert(s.begin(), impl_->dataFlow.batchesPerStep());
+  Shape lead = impl_->leadingDims();
+  s.insert(s.begin(), lead.begin(), lead.end());
   return s;
 }
 
@@ -269,8 +308,14 @@ Shape Session::anchorArrayShape(const TensorId& id) const {
               "InputShapeInfo", id, info.str());
   Shape s = info.shape();
   int bps = impl_->dataFlow.batchesPerStep();
-  int64_t n = art.id() == AnchorReturnTypeId::All ? bps : art.id() == AnchorReturnTypeId::EveryN ? bps / art.rp() : 1;
-  if (n > 1) s.insert(s.begin(), n);
+  int accum = impl_->accumulationFactor();
+  Shape lead;
+  if (art.id() == AnchorReturnTypeId::All || art.id() == AnchorReturnTypeId::EveryN) {
+    int64_t batches = art.id() == AnchorReturnTypeId::All ? bps : bps / art.rp();
+    if (batches > 1) lead.push_back(batches);
+    if (accum > 1) lead.push_back(accum);
+  }
+  s.insert(s.begin(), lead.begin(), lead.end());
   return s;
 }
 
@@ -307,6 +352,81 @@ std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(const st
   auto impl = std::make_unique<Session::Impl>();
   impl->init(model, dataFlow, std::move(deviceInfo), inputShapeInfo, userOptions);
   return std::unique_ptr<InferenceSession>(new InferenceSession(std::move(impl)));
+}
+
+}  // namespace graft
+
+// ---- weights -----------------------------------------------------------------------------------
+
+namespace graft {
+
+const NDArray& WeightsIO::weight(const TensorId& id) const {
+  auto it = arrays_.find(id);
+  GRAFT_CHECK(it != arrays_.end(), "WeightsIO has no array for '{}'", id);
+  return it->second;
+}
+
+namespace {
+ir::Tensor& persistentTensor(Session::Impl& impl, const TensorId& id) {
+  ir::Tensor* t = impl.model.graph->findTensor(id);
+  auto ids = impl.persistentIds();
+  GRAFT_CHECK(t && t->data() && std::find(ids.begin(), ids.end(), id) != ids.end(),
+              "'{}' is not a weight or optimizer state of the session (weights: {})", id,
+              ids.size() > 20 ? fmt::format("{}, ... ({} in all)", fmt::join(ids.begin(), ids.begin() + 20, ", "), ids.size())
+                              : fmt::format("{}", fmt::join(ids, ", ")));
+  return *t;
+}
+
+void checkSameType(const NDArray& a, const NDArray& b, const TensorId& id) {
+  GRAFT_CHECK(a.dtype() == b.dtype() && a.shape() == b.shape(), "WeightsIO array for '{}' is {} {}, the weight is {} {}", id,
+              dtypeName(a.dtype()), shapeToString(a.shape()), dtypeName(b.dtype()), shapeToString(b.shape()));
+}
+}  // namespace
+
+void Session::readWeights(WeightsIO& io) const {
+  for (const auto& [id, arr] : io.arrays()) {
+    const ir::Tensor& t = persistentTensor(*impl_, id);
+    checkSameType(arr, *t.data(), id);
+    NDArray dst = arr;
+    dst.copyFrom(*t.data());
+  }
+}
+
+void Session::writeWeights(const WeightsIO& io) {
+  for (const auto& [id, arr] : io.arrays()) {
+    ir::Tensor& t = persistentTensor(*impl_, id);
+    checkSameType(arr, *t.data(), id);
+    t.mutableData()->copyFrom(arr);  // in place: compiled plans share the buffer
+  }
+  if (impl_->weightsAreConstant()) {
+    // Weights may have been folded into constants: compile again on the next run.
+    impl_->plans.clear();
+    impl_->lastPlan = nullptr;
+    impl_->prepared = false;
+  }
+}
+
+std::vector<TensorId> Session::weightIds() const {
+  std::vector<TensorId> ids;
+  for (const ir::Tensor* t : impl_->model.graph->initializers())
+    if (t->kind() == ir::TensorKind::Variable) ids.push_back(t->id());
+  return ids;
+}
+
+void Session::resetHostWeights(const std::string& model, bool ignoreExtra) {
+  onnxio::Model other = loadModelArgument(model);
+  WeightsIO io;
+  auto ids = impl_->persistentIds();
+  for (const ir::Tensor* t : other.graph->initializers()) {
+    if (t->kind() != ir::TensorKind::Variable) continue;
+    if (std::find(ids.begin(), ids.end(), t->id()) == ids.end()) {
+      GRAFT_CHECK(ignoreExtra, "resetHostWeights: the model has a weight '{}' that the session does not (pass "
+                  "ignoreWeightsInModelWithoutCorrespondingHostWeight=true to skip it)", t->id());
+      continue;
+    }
+    io.insert(t->id(), *t->data());
+  }
+  writeWeights(io);
 }
 
 }  // namespace graft

@@ -29,6 +29,10 @@ struct Session::Impl {
   struct Plan {
     std::unique_ptr<ir::Graph> graph;
     std::unique_ptr<plan::Executable> exe;
+    /// Training with gradient accumulation: the optimizer step, run once every
+    /// accumulationFactor micro-batches.
+    std::unique_ptr<ir::Graph> applyGraph;
+    std::unique_ptr<plan::Executable> applyExe;
   };
   std::map<std::vector<Shape>, std::unique_ptr<Plan>> plans;
   Plan* lastPlan = nullptr;
@@ -43,6 +47,17 @@ struct Session::Impl {
   /// The passes run before compiling.
   virtual const std::vector<std::string>& pipeline() const { return passes::inferencePipeline(); }
   virtual bool weightsAreConstant() const { return options.constantWeights; }
+  /// Adds to a plan's graph (inputs typed, before anchors are set) what the session kind needs:
+  /// training adds the backward pass and the optimizer.
+  virtual void transform(ir::Graph& g, Plan& p) {}
+  /// Throws when `id` cannot be an anchor.
+  virtual void checkAnchor(const TensorId& id) const;
+  /// Micro-batches per batch (gradient accumulation factor; 1 for inference).
+  virtual int accumulationFactor() const { return 1; }
+  /// Leading dimensions of StepIO arrays: [batchesPerStep, accumulationFactor], each if > 1.
+  Shape leadingDims() const;
+  /// Persistent tensors a user may read and write with WeightsIO.
+  virtual std::vector<TensorId> persistentIds() const;
 
   /// The plan for these input shapes (compiled on first use).
   Plan& planFor(const std::vector<Shape>& shapes);

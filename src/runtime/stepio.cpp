@@ -1,5 +1,7 @@
 #include <graft/stepio.hpp>
 
+#include <algorithm>
+
 #include "support/check.hpp"
 
 namespace graft {
@@ -7,20 +9,21 @@ namespace graft {
 StepIO::StepIO(std::map<TensorId, NDArray> inputs, std::map<TensorId, NDArray> outputs)
     : inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
 
-void StepIO::beginStep(int batchesPerStep) {
-  batchesPerStep_ = batchesPerStep;
+void StepIO::beginStep(const Shape& leadingDims) {
+  leading_ = leadingDims;
+  runs_ = shapeNumel(leadingDims);
   inIndex_.clear();
   outIndex_.clear();
 }
 
 namespace {
-// Chunk `index` of `count` equal chunks along the leading dimension (the whole array when count is 1).
-NDArray chunkOf(const NDArray& a, int64_t count, int64_t index, const std::string& what) {
-  if (count == 1) return a;
-  GRAFT_CHECK(a.rank() >= 1 && a.dim(0) == count,
-              "{}: expected a leading dimension of {} (one entry per batch), got an array of shape {}", what, count,
-              shapeToString(a.shape()));
-  Shape s(a.shape().begin() + 1, a.shape().end());
+// Chunk `index` of the chunks along the leading dimensions (the whole array when there are none).
+NDArray chunkOf(const NDArray& a, const Shape& leading, int64_t index, const std::string& what) {
+  if (leading.empty()) return a;
+  bool ok = a.rank() >= static_cast<int64_t>(leading.size()) && std::equal(leading.begin(), leading.end(), a.shape().begin());
+  GRAFT_CHECK(ok, "{}: expected leading dimensions {} (batchesPerStep, accumulationFactor: one entry per model run), "
+              "got an array of shape {}", what, shapeToString(leading), shapeToString(a.shape()));
+  Shape s(a.shape().begin() + static_cast<long>(leading.size()), a.shape().end());
   size_t chunkBytes = static_cast<size_t>(shapeNumel(s)) * dtypeSize(a.dtype());
   auto* base = static_cast<char*>(const_cast<void*>(a.rawData()));
   // The chunk keeps the whole array's buffer alive through a copy of the array.
@@ -33,9 +36,8 @@ NDArray StepIO::in(const TensorId& id, const TensorInfo&, bool) {
   auto it = inputs_.find(id);
   GRAFT_CHECK(it != inputs_.end(), "no input array for model input '{}' in the StepIO", id);
   int64_t i = inIndex_[id]++;
-  GRAFT_CHECK(i < batchesPerStep_, "input '{}' was read more than batchesPerStep ({}) times in one step", id,
-              batchesPerStep_);
-  return chunkOf(it->second, batchesPerStep_, i, "input '" + id + "'");
+  GRAFT_CHECK(i < runs_, "input '{}' was read more than {} times in one step", id, runs_);
+  return chunkOf(it->second, leading_, i, "input '" + id + "'");
 }
 
 NDArray StepIO::out(const TensorId& id, DataType dtype, const Shape& shape) {

@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include "autodiff/autodiff.hpp"
+#include "backends/backend.hpp"
 #include "onnx/schema_infer.hpp"
+#include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
@@ -10,6 +13,10 @@
 namespace graft::testing {
 
 std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, bool constInputs) {
+  return singleNodeGraph(c, std::vector<bool>(c.inputs.size(), constInputs));
+}
+
+std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, const std::vector<bool>& constInputs) {
   auto g = std::make_unique<ir::Graph>("test_" + c.type);
   if (!c.domain.empty()) g->otherOpsets[c.domain] = 1;
   std::vector<ir::Tensor*> ins;
@@ -21,7 +28,7 @@ std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, bool constInputs) {
     }
     std::string id = "in" + std::to_string(i);
     ir::Tensor* t;
-    if (constInputs) {
+    if (constInputs.at(i)) {
       t = g->addInitializer(id, a, ir::TensorKind::Constant);
     } else {
       t = g->addTensor(id, ir::ValueType::tensor(TensorInfo(a.dtype(), a.shape())), ir::TensorKind::Input);
@@ -113,6 +120,114 @@ std::vector<double> toDoubles(const NDArray& a) {
   for (size_t i = 0; i < a.size(); ++i) {
     bool ok = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i] || std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i]);
     if (!ok) return ::testing::AssertionFailure() << "element " << i << " is " << a[i] << ", expected " << b[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+namespace {
+
+// The single-node graph of c with loss = sum_i IdentityLoss(out_i * r_i, Sum).
+struct GradGraph {
+  std::unique_ptr<ir::Graph> g;
+  ir::Tensor* loss = nullptr;
+};
+
+GradGraph buildLossGraph(const OpCase& c, const std::vector<int>& wrt) {
+  GradGraph gg;
+  std::vector<bool> constant(c.inputs.size(), true);
+  for (int i : wrt) constant[i] = false;
+  gg.g = singleNodeGraph(c, constant);
+  ir::Graph& g = *gg.g;
+  g.otherOpsets["ai.graphcore"] = 1;
+  passes::PassContext ctx;
+  passes::runPipeline(g, {"infer-shapes"}, ctx);
+  ir::Node* node = g.nodes()[0];
+  std::vector<ir::Tensor*> terms;
+  uint64_t seed = 1000;
+  for (ir::Tensor* out : node->outputs()) {
+    if (!out || !isFloatingPoint(out->info().dataType())) continue;
+    if (!out->info().isStatic()) throw Error("gradCheck: output '" + out->id() + "' has no static shape");
+    NDArray r = randomArray(out->info().dataType(), out->info().shape(), seed++, -1.0, 1.0);
+    ir::Tensor* rt = g.addInitializer(g.uniqueId("r"), r, ir::TensorKind::Constant);
+    ir::Node* mul = g.addNode("Mul", "", {out, rt}, {g.uniqueId("weighted")});
+    ops::inferNode(*mul, false);
+    ir::Attributes a;
+    a.set("reduction", std::string("Sum"));
+    ir::Node* l = g.addNode("IdentityLoss", "ai.graphcore", {mul->output(0)}, {g.uniqueId("term")}, a);
+    ops::inferNode(*l, false);
+    terms.push_back(l->output(0));
+  }
+  if (terms.empty()) throw Error("gradCheck: the op has no floating-point output");
+  if (terms.size() == 1) {
+    gg.loss = terms[0];
+  } else {
+    ir::Node* s = g.addNode("Sum", "", terms, {"loss"});
+    ops::inferNode(*s, false);
+    gg.loss = s->output(0);
+  }
+  return gg;
+}
+
+std::vector<NDArray> runGraph(ir::Graph& g, const std::vector<NDArray>& inputs) {
+  auto backend = backends::makeReferenceBackend();
+  support::ThreadPool pool(1);
+  auto exe = plan::compile(g, *backend, pool);
+  std::vector<ops::Value> in;
+  for (const auto& a : inputs)
+    if (a.valid()) in.push_back(ops::Value::fromTensor(a));
+  std::vector<NDArray> res;
+  for (auto& v : exe->run(std::move(in))) res.push_back(v.tensor);
+  return res;
+}
+
+}  // namespace
+
+::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol, double atol, double eps) {
+  for (int i : wrt)
+    if (c.inputs.at(i).dtype() != DataType::Double)
+      return ::testing::AssertionFailure() << "gradCheck: input " << i << " must be DOUBLE";
+  // Analytic gradients.
+  GradGraph gg = buildLossGraph(c, wrt);
+  std::vector<NDArray> wrtInputs;
+  for (int i : wrt) wrtInputs.push_back(c.inputs[i]);
+  ir::Graph& g = *gg.g;
+  std::vector<ir::Tensor*> wrtTensors;
+  for (int i : wrt) wrtTensors.push_back(g.nodes()[0]->input(i));
+  NDArray one(gg.loss->info().dataType(), {});
+  one.data<double>()[0] = 1.0;
+  ir::Tensor* seed = g.addInitializer("seed", one, ir::TensorKind::Constant);
+  auto grads = autodiff::differentiate(g, gg.loss, wrtTensors, seed);
+  std::vector<ir::Tensor*> outs;
+  for (ir::Tensor* t : wrtTensors) {
+    if (!grads.at(t)) return ::testing::AssertionFailure() << "no gradient reached input '" << t->id() << "'";
+    outs.push_back(grads.at(t));
+  }
+  g.setOutputs(outs);
+  passes::PassContext ctx;
+  passes::runPipeline(g, {"infer-shapes", "dce"}, ctx);
+  std::vector<NDArray> analytic = runGraph(g, wrtInputs);
+
+  // Numeric gradients from a forward-only loss graph.
+  GradGraph fg = buildLossGraph(c, wrt);
+  fg.g->setOutputs({fg.loss});
+  auto lossAt = [&](const std::vector<NDArray>& in) { return runGraph(*fg.g, in)[0].data<double>()[0]; };
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    NDArray base = wrtInputs[k];
+    for (int64_t e = 0; e < base.numel(); ++e) {
+      std::vector<NDArray> in = wrtInputs;
+      NDArray plus = base.clone(), minus = base.clone();
+      plus.data<double>()[e] += eps;
+      minus.data<double>()[e] -= eps;
+      in[k] = plus;
+      double lp = lossAt(in);
+      in[k] = minus;
+      double lm = lossAt(in);
+      double numeric = (lp - lm) / (2 * eps);
+      double got = toDoubles(analytic[k])[e];
+      if (!(std::abs(got - numeric) <= atol + rtol * std::abs(numeric)))
+        return ::testing::AssertionFailure() << "d(loss)/d(input " << wrt[k] << ")[" << e << "] is " << got
+                                             << ", finite differences give " << numeric;
+    }
   }
   return ::testing::AssertionSuccess();
 }

@@ -29,6 +29,8 @@ struct OpCase {
 
 /// A graph holding the single node of `c`, with typed inputs (constant when `constInputs`).
 std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, bool constInputs = false);
+/// Same, choosing per input whether it is a constant (true) or a graph input.
+std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, const std::vector<bool>& constInputs);
 /// Runs the reference kernel of c's op on c's inputs.
 std::vector<NDArray> runReference(const OpCase& c);
 /// Runs c through shape inference and a backend's compiled plan (as a session would).
@@ -56,6 +58,13 @@ std::vector<double> toDoubles(const NDArray& a);
 /// Fails the test unless `got` matches `want` in dtype, shape, and every element within
 /// atol + rtol * |want| (NaN matches NaN).
 ::testing::AssertionResult allClose(const NDArray& got, const NDArray& want, double rtol = 1e-5, double atol = 1e-6);
+
+/// Checks the gradient (VJP) of c's op against central finite differences: the scalar function
+/// is sum_i sum(out_i * r_i) over the floating-point outputs with fixed random r_i; the inputs
+/// in `wrt` (which must be DOUBLE) are differentiated. Passes when every gradient element is
+/// within atol + rtol * |numeric|.
+::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7,
+                                     double eps = 1e-6);
 
 /// Attribute helpers.
 ir::Attributes attrs(std::initializer_list<std::pair<std::string, ir::AttrValue>> list);

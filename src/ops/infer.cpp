@@ -1,0 +1,72 @@
+#include "ops/infer.hpp"
+
+#include "onnx/schema_infer.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::ops {
+namespace {
+
+TensorInfo mergeInfo(const TensorInfo& old, const TensorInfo& inf) {
+  if (inf.dataType() == DataType::Undefined) return old;
+  if (!inf.hasShape()) return old.hasShape() ? TensorInfo(inf.dataType(), old.dims()) : inf;
+  if (!old.hasShape() || old.rank() != inf.rank()) return inf;
+  std::vector<Dim> dims = inf.dims();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i].known()) continue;
+    if (old.dims()[i].known()) dims[i] = old.dims()[i];
+    else if (dims[i].param.empty()) dims[i].param = old.dims()[i].param;
+  }
+  return TensorInfo(inf.dataType(), std::move(dims));
+}
+
+bool isConstant(const ir::Tensor* t, bool weightsAreConstant) {
+  if (!t || !t->data()) return false;
+  return t->kind() == ir::TensorKind::Constant || (weightsAreConstant && t->kind() == ir::TensorKind::Variable);
+}
+
+}  // namespace
+
+ir::ValueType mergeType(const ir::ValueType& old, const ir::ValueType& inf) {
+  if (!inf.known()) return old;
+  ir::ValueType out = inf;
+  if (old.kind == inf.kind) out.info = mergeInfo(old.info, inf.info);
+  return out;
+}
+
+bool inferNode(ir::Node& n, bool weightsAreConstant) {
+  std::vector<ir::ValueType> in;
+  std::vector<const NDArray*> consts;
+  for (ir::Tensor* t : n.inputs()) {
+    in.push_back(t ? t->type() : ir::ValueType{});
+    consts.push_back(isConstant(t, weightsAreConstant) ? t->data() : nullptr);
+  }
+  const OpDef* def = Registry::instance().find(n);
+  std::vector<ir::ValueType> out;
+  if (def && def->infer) {
+    try {
+      out = def->infer(n, in, consts);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.find(n.describe()) == std::string::npos) GRAFT_THROW("{}: {}", n.describe(), msg);
+      throw;
+    }
+  } else {
+    out = onnxio::inferWithOnnxSchema(n, in, consts);
+  }
+  bool changed = false;
+  for (size_t i = 0; i < n.numOutputs() && i < out.size(); ++i) {
+    ir::Tensor* t = n.output(i);
+    if (!t) continue;
+    ir::ValueType merged = mergeType(t->type(), out[i]);
+    if (!(merged == t->type())) {
+      t->setType(merged);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace graft::ops

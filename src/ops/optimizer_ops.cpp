@@ -1,0 +1,210 @@
+// In-place optimizer updates (domain ai.graft): one op per optimizer family updates a weight and
+// its optimizer state from its gradient and hyper-parameter tensors (scalars). They run after
+// every other reader of the weight (control dependencies added by the optimizer builder).
+// Equations follow PopART's documentation of SGD, Adam and Adaptive (see docs/training.md).
+#include <cmath>
+
+#include "ops/dtype_dispatch.hpp"
+#include "ops/registry.hpp"
+
+namespace graft::ops {
+namespace {
+
+std::vector<ir::ValueType> noOutputs(const ir::Node&, const std::vector<ir::ValueType>&, const std::vector<const NDArray*>&) {
+  return {};
+}
+
+double scalarOf(const KernelContext& k, size_t i) {
+  const NDArray& a = k.input(i);
+  GRAFT_ASSERT(a.numel() == 1 && a.dtype() == DataType::Float, "hyper-parameter input {} must be a FLOAT scalar", i);
+  return a.data<float>()[0];
+}
+
+// Typed element access for the float types of weights (state is kept in the weight's type).
+template <class T>
+double ld(const T* p, int64_t i) {
+  return static_cast<double>(static_cast<ComputeType<T>>(p[i]));
+}
+template <class T>
+void st(T* p, int64_t i, double v) {
+  p[i] = static_cast<T>(static_cast<ComputeType<T>>(v));
+}
+
+void checkSame(const NDArray& w, const NDArray& x, const std::string& what, const char* name) {
+  GRAFT_CHECK(x.dtype() == w.dtype() && x.shape() == w.shape(), "{}: {} is {} {}, the weight {} {}", what, name,
+              dtypeName(x.dtype()), shapeToString(x.shape()), dtypeName(w.dtype()), shapeToString(w.shape()));
+}
+
+// SGDUpdate(w, g, lr, wd, mm, dm, vs, ls [, v]) {nesterov}
+KernelFn sgdKernel(CompileContext& c) {
+  bool nesterov = c.node().attrInt("nesterov", 0) != 0;
+  std::string what = c.node().describe();
+  return [=](KernelContext& k) {
+    NDArray w = k.input(0);
+    const NDArray& g = k.input(1);
+    checkSame(w, g, what, "the gradient");
+    double lr = scalarOf(k, 2), wd = scalarOf(k, 3), mm = scalarOf(k, 4), dm = scalarOf(k, 5), vs = scalarOf(k, 6),
+           ls = scalarOf(k, 7);
+    bool momentum = k.hasInput(8);
+    NDArray v = momentum ? k.input(8) : NDArray();
+    if (momentum) checkSame(w, v, what, "the velocity");
+    dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* wp = w.data<T>();
+      const T* gp = g.data<T>();
+      T* vp = momentum ? v.data<T>() : nullptr;
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        double wi = ld(wp, i), gi = ld(gp, i);
+        if (!momentum) {
+          st(wp, i, wi - lr * (1 - dm) * (gi / ls + wd * wi));
+          continue;
+        }
+        double vi = ld(vp, i) * mm + (1 - dm) * vs * (gi / ls + wd * wi);
+        st(vp, i, vi);
+        if (nesterov) st(wp, i, wi - lr / vs * (vs * (gi / ls + wd * wi) + mm * vi));
+        else st(wp, i, wi - lr / vs * vi);
+      }
+    });
+  };
+}
+
+// AdamUpdate(w, g, m, v, t, lr, wd, b1, b2, eps, ls, mwn) {mode, decay_mode}
+KernelFn adamKernel(CompileContext& c) {
+  int mode = static_cast<int>(c.node().attrInt("mode", 0));  // AdamMode
+  bool l2 = c.node().attrInt("decay_mode", 0) == 1;           // WeightDecayMode::L2Regularization
+  std::string what = c.node().describe();
+  return [=](KernelContext& k) {
+    NDArray w = k.input(0), m = k.input(2), v = k.input(3), t = k.input(4);
+    const NDArray& g = k.input(1);
+    checkSame(w, g, what, "the gradient");
+    checkSame(w, m, what, "the first moment");
+    checkSame(w, v, what, "the second moment");
+    GRAFT_ASSERT(t.dtype() == DataType::Float && t.numel() == 1, "{}: step counter must be a FLOAT scalar", what);
+    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), b1 = scalarOf(k, 7), b2 = scalarOf(k, 8), eps = scalarOf(k, 9),
+           ls = scalarOf(k, 10), mwn = scalarOf(k, 11);
+    float& step = t.data<float>()[0];
+    step += 1.0f;
+    bool bias = mode == 0 || mode == 2 || mode == 3;  // Adam, AdaMax, Lamb
+    bool lamb = mode == 3 || mode == 4;
+    bool adamax = mode == 2;
+    double c1 = bias ? 1.0 - std::pow(b1, step) : 1.0;
+    double c2 = bias ? 1.0 - std::pow(b2, step) : 1.0;
+    dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T *wp = w.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
+      const T* gp = g.data<T>();
+      int64_t n = w.numel();
+      std::vector<double> x(static_cast<size_t>(n));
+      double r1 = 0, r2 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double wi = ld(wp, i);
+        double s = ld(gp, i) / ls;
+        if (l2) s += wd * wi;
+        double mi = b1 * ld(mp, i) + (1 - b1) * s;
+        double vi = adamax ? std::max(b2 * ld(vp, i), std::abs(s)) : b2 * ld(vp, i) + (1 - b2) * s * s;
+        st(mp, i, mi);
+        st(vp, i, vi);
+        double xi = (mi / c1) / (std::sqrt(vi / c2) + eps);
+        if (!l2) xi += wd * wi;
+        x[i] = xi;
+        r1 += wi * wi;
+        r2 += xi * xi;
+      }
+      double ratio = 1.0;
+      if (lamb) {
+        double phi = std::min(std::sqrt(r1), mwn);
+        r2 = std::sqrt(r2);
+        ratio = (phi == 0.0 || r2 == 0.0) ? 1.0 : phi / r2;
+      }
+      for (int64_t i = 0; i < n; ++i) st(wp, i, ld(wp, i) - ratio * lr * x[i]);
+    });
+  };
+}
+
+// AdaptiveUpdate(w, g, v1, v2?, v3?, lr, wd, alpha, mm, eps, ls) {mode, decay_mode, tf_variant}
+KernelFn adaptiveKernel(CompileContext& c) {
+  int mode = static_cast<int>(c.node().attrInt("mode", 1));  // AdaptiveMode
+  bool l2 = c.node().attrInt("decay_mode", 0) == 1;
+  bool tf = c.node().attrInt("tf_variant", 0) != 0;
+  std::string what = c.node().describe();
+  return [=](KernelContext& k) {
+    NDArray w = k.input(0), v1 = k.input(2);
+    const NDArray& g = k.input(1);
+    NDArray v2 = k.hasInput(3) ? k.input(3) : NDArray();
+    NDArray v3 = k.hasInput(4) ? k.input(4) : NDArray();
+    checkSame(w, g, what, "the gradient");
+    checkSame(w, v1, what, "accumulator 1");
+    bool centered = mode == 2, adadelta = mode == 3, adagrad = mode == 0;
+    GRAFT_ASSERT(!(centered || adadelta) || v2.valid(), "{}: mode needs a second accumulator", what);
+    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), a = scalarOf(k, 7), mm = scalarOf(k, 8), eps = scalarOf(k, 9),
+           ls = scalarOf(k, 10);
+    dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T *wp = w.data<T>(), *p1 = v1.data<T>();
+      T* p2 = v2.valid() ? v2.data<T>() : nullptr;
+      T* p3 = v3.valid() ? v3.data<T>() : nullptr;
+      const T* gp = g.data<T>();
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        double wi = ld(wp, i);
+        double s = ld(gp, i) / ls;
+        if (l2) s += wd * wi;
+        double a1 = adagrad ? ld(p1, i) + s * s : a * ld(p1, i) + (1 - a) * s * s;
+        st(p1, i, a1);
+        double x;
+        if (adadelta) {
+          double a2 = ld(p2, i);
+          x = s * std::sqrt(a2 + eps) / std::sqrt(a1 + eps);
+          st(p2, i, a * a2 + (1 - a) * x * x);
+        } else if (centered) {
+          double a2 = a * ld(p2, i) + (1 - a) * s;
+          st(p2, i, a2);
+          x = tf ? s / std::sqrt(a1 - a2 * a2 + eps) : s / (std::sqrt(a1 - a2 * a2) + eps);
+        } else {
+          x = (tf && !adagrad) ? s / std::sqrt(a1 + eps) : s / (std::sqrt(a1) + eps);
+        }
+        bool tfMomentum = tf && mm > 0 && (mode == 1 || centered);
+        double step = tfMomentum ? lr * x : x;
+        double u = p3 ? mm * ld(p3, i) + step : step;
+        if (p3) st(p3, i, u);
+        double decay = l2 ? 0.0 : wd * wi;
+        st(wp, i, tfMomentum ? wi - (decay + u) : wi - lr * (decay + u));
+      }
+    });
+  };
+}
+
+// GlobalNormScale(ls, maxNorm, g1, g2, ...) -> scale: min(1, maxNorm / (||g / ls|| + 1e-6)).
+KernelFn globalNormKernel(CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](KernelContext& k) {
+    double ls = scalarOf(k, 0), maxNorm = scalarOf(k, 1);
+    double sq = 0;
+    for (size_t i = 2; i < k.numInputs(); ++i) {
+      const NDArray& g = k.input(i);
+      dispatch<kFloats>(g.dtype(), what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        for (int64_t j = 0; j < g.numel(); ++j) {
+          double v = ld(g.data<T>(), j) / ls;
+          sq += v * v;
+        }
+      });
+    }
+    double scale = std::min(1.0, maxNorm / (std::sqrt(sq) + 1e-6));
+    k.setOutput(0, NDArray::scalar<float>(DataType::Float, static_cast<float>(scale)));
+  };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(optimizer_ops) {
+  r.add("SGDUpdate", kGraftDomain).setReference(sgdKernel).sideEffects().setInfer(noOutputs);
+  r.add("AdamUpdate", kGraftDomain).setReference(adamKernel).sideEffects().setInfer(noOutputs);
+  r.add("AdaptiveUpdate", kGraftDomain).setReference(adaptiveKernel).sideEffects().setInfer(noOutputs);
+  r.add("GlobalNormScale", kGraftDomain)
+      .setReference(globalNormKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>&, const std::vector<const NDArray*>&) {
+        return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{}))};
+      });
+}
+
+}  // namespace graft::ops
