@@ -217,7 +217,9 @@ IntProduct intMatmul(const std::vector<int64_t>& av, Shape as, const std::vector
   if (!vecA) r.shape.push_back(M);
   if (!vecB) r.shape.push_back(N);
   int64_t nb = shapeNumel(batch);
-  r.acc.assign(static_cast<size_t>(nb * M * N), 0);
+  Shape full = batch;
+  full.insert(full.end(), {M, N});
+  r.acc.assign(static_cast<size_t>(shapeNumel(full)), 0);  // throws rather than overflow (empty operands)
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa = 0, ob = 0, rem = i;
     for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {

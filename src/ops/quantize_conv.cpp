@@ -65,12 +65,18 @@ ConvGeometry convGeometry(const ConvAttrs& a, const Shape& x, const Shape& w, co
   if (!a.kernelShape.empty())
     GRAFT_CHECK(a.kernelShape == g.kernel, "{}: kernel_shape {} differs from w's spatial shape {}", what,
                 shapeToString(a.kernelShape), shapeToString(g.kernel));
+  // Attributes are bounded so that the geometry below cannot overflow int64 (dimensions are
+  // below 2^62 with any realistic input; a model asking for more is rejected).
+  constexpr int64_t kMaxAttr = int64_t{1} << 31;
   auto perDim = [&](const std::vector<int64_t>& v, const char* name) {
     if (v.empty()) return std::vector<int64_t>(nd, 1);
     GRAFT_CHECK(v.size() == nd, "{}: {} must have {} values, got {}", what, name, nd, v.size());
-    for (int64_t e : v) GRAFT_CHECK(e >= 1, "{}: {} must be >= 1, got {}", what, name, shapeToString(v));
+    for (int64_t e : v) GRAFT_CHECK(e >= 1 && e <= kMaxAttr, "{}: {} must be in [1, 2^31], got {}", what, name, shapeToString(v));
     return v;
   };
+  for (size_t d = 0; d < nd; ++d)
+    GRAFT_CHECK(g.in[d] < kMaxAttr && g.kernel[d] < kMaxAttr, "{}: spatial dimensions must be below 2^31, got {} and {}",
+                what, shapeToString(x), shapeToString(w));
   g.stride = perDim(a.strides, "strides");
   g.dilation = perDim(a.dilations, "dilations");
   std::vector<int64_t> padEnd(nd, 0);
@@ -80,7 +86,8 @@ ConvGeometry convGeometry(const ConvAttrs& a, const Shape& x, const Shape& w, co
     for (size_t d = 0; d < nd; ++d) {
       g.padBegin[d] = a.pads[d];
       padEnd[d] = a.pads[d + nd];
-      GRAFT_CHECK(g.padBegin[d] >= 0 && padEnd[d] >= 0, "{}: pads must be >= 0, got {}", what, shapeToString(a.pads));
+      GRAFT_CHECK(g.padBegin[d] >= 0 && padEnd[d] >= 0 && g.padBegin[d] <= kMaxAttr && padEnd[d] <= kMaxAttr,
+                  "{}: pads must be in [0, 2^31], got {}", what, shapeToString(a.pads));
     }
   }
   g.out.resize(nd);
@@ -106,7 +113,7 @@ std::vector<int64_t> intConv(const ConvGeometry& g, const std::vector<int64_t>& 
   const size_t nd = g.in.size();
   const int64_t inSize = shapeNumel(g.in), kSize = shapeNumel(g.kernel), outSize = shapeNumel(g.out);
   const int64_t cPerGroup = g.C / g.group, mPerGroup = g.M / g.group;
-  std::vector<int64_t> acc(static_cast<size_t>(g.N * g.M * outSize), 0);
+  std::vector<int64_t> acc(static_cast<size_t>(shapeNumel(g.outShape())), 0);
   std::vector<int64_t> inStrides = stridesOf(g.in);
   std::vector<int64_t> o(nd), kk(nd);
   for (int64_t n = 0; n < g.N; ++n)

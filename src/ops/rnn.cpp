@@ -262,11 +262,12 @@ KernelFactory recurrentKernel(Cell cell) {
       const int64_t S = p.batchFirst ? X.dim(1) : X.dim(0);
       const int64_t N = p.batchFirst ? X.dim(0) : X.dim(1);
       const int64_t I = X.dim(2);
-      GRAFT_CHECK(Rt.rank() == 3, "{}: R must have rank 3, got shape {}", what, shapeToString(Rt.shape()));
-      const int64_t H = p.hiddenSize > 0 ? p.hiddenSize : Rt.dim(2);
-      GRAFT_CHECK(H > 0, "{}: hidden size must be positive, got {}", what, H);
+      const int64_t H = p.hiddenSize > 0 ? p.hiddenSize : (Rt.rank() == 3 ? Rt.dim(2) : 0);
+      // R's shape is checked by division, so that the products below are bounded by R's size.
+      GRAFT_CHECK(Rt.rank() == 3 && H > 0 && Rt.dim(0) == D && Rt.dim(2) == H && Rt.dim(1) % G == 0 && Rt.dim(1) / G == H,
+                  "{}: R must have shape [{}, {} * hidden_size, hidden_size] with hidden_size {}, got {}", what, D, G,
+                  p.hiddenSize > 0 ? std::to_string(p.hiddenSize) : "> 0", shapeToString(Rt.shape()));
       checkShape(Wt, {D, G * H, I}, what, "W");
-      checkShape(Rt, {D, G * H, H}, what, "R");
       auto optional = [&](size_t i, const Shape& shape, const char* name) -> std::vector<double> {
         if (!k.hasInput(i)) return {};
         const NDArray& a = k.input(i);
@@ -302,8 +303,9 @@ KernelFactory recurrentKernel(Cell cell) {
       };
       auto stateAt = [&](int64_t d, int64_t b) { return (p.batchFirst ? b * D + d : d * N + b) * H; };
 
-      std::vector<double> Y(k.wantsOutput(0) ? static_cast<size_t>(S * D * N * H) : 0);
-      std::vector<double> Yh(static_cast<size_t>(D * N * H)), Yc(static_cast<size_t>(D * N * H));
+      // With an empty input (I = 0) S and N are unbounded: shapeNumel rejects sizes that overflow.
+      std::vector<double> Y(k.wantsOutput(0) ? static_cast<size_t>(shapeNumel({S, D, N, H})) : 0);
+      std::vector<double> Yh(static_cast<size_t>(shapeNumel({D, N, H}))), Yc(Yh.size());
       for (int64_t d = 0; d < D; ++d) {
         DirWeights w{W.data() + d * G * H * I, R.data() + d * G * H * H, B.empty() ? nullptr : B.data() + d * 2 * G * H,
                      B.empty() ? nullptr : B.data() + d * 2 * G * H + G * H, P.empty() ? nullptr : P.data() + d * 3 * H,

@@ -229,8 +229,9 @@ KernelFn melWeightMatrixKernel(CompileContext& c) {
     int64_t sampleRate = scalarInt(k.input(2), what, "sample_rate");
     double lower = scalarDouble(k.input(3), what, "lower_edge_hertz");
     double upper = scalarDouble(k.input(4), what, "upper_edge_hertz");
-    GRAFT_CHECK(numMel >= 1, "{}: num_mel_bins must be positive, got {}", what, numMel);
-    GRAFT_CHECK(dftLength >= 1, "{}: dft_length must be positive, got {}", what, dftLength);
+    constexpr int64_t kMax = int64_t{1} << 31;  // keeps the index arithmetic far from overflow
+    GRAFT_CHECK(numMel >= 1 && numMel <= kMax, "{}: num_mel_bins must be in [1, 2^31], got {}", what, numMel);
+    GRAFT_CHECK(dftLength >= 1 && dftLength <= kMax, "{}: dft_length must be in [1, 2^31], got {}", what, dftLength);
     GRAFT_CHECK(sampleRate >= 1, "{}: sample_rate must be positive, got {}", what, sampleRate);
     GRAFT_CHECK(lower >= 0 && lower < upper && upper <= sampleRate / 2.0,
                 "{}: expected 0 <= lower_edge_hertz < upper_edge_hertz <= sample_rate / 2 = {}, got {} and {}", what,
@@ -248,7 +249,7 @@ KernelFn melWeightMatrixKernel(CompileContext& c) {
       auto b = static_cast<int64_t>(std::floor(static_cast<double>(dftLength + 1) * f / static_cast<double>(sampleRate)));
       edge[i] = std::max<int64_t>(0, std::min(b, numBins - 1));
     }
-    std::vector<double> out(static_cast<size_t>(numBins * numMel), 0.0);
+    std::vector<double> out(static_cast<size_t>(shapeNumel({numBins, numMel})), 0.0);
     for (int64_t m = 0; m < numMel; ++m) {
       int64_t left = edge[m], center = edge[m + 1], right = edge[m + 2];
       if (center == left) {

@@ -172,7 +172,8 @@ TfIdfParams parseTfIdf(const ir::Node& n) {
   p.strings = !strs.empty();
   const auto poolSize = static_cast<int64_t>(p.strings ? strs.size() : ints.size());
   GRAFT_CHECK(!indexes.empty(), "{}: ngram_indexes must not be empty", what);
-  for (int64_t idx : indexes) GRAFT_CHECK(idx >= 0, "{}: ngram_indexes must be >= 0, got {}", what, idx);
+  for (int64_t idx : indexes)
+    GRAFT_CHECK(idx >= 0 && idx < (int64_t{1} << 31), "{}: ngram_indexes must be in [0, 2^31), got {}", what, idx);
   p.outputSize = *std::max_element(indexes.begin(), indexes.end()) + 1;
   p.weights = n.attrFloats("weights", {});
   GRAFT_CHECK(p.weights.empty() || static_cast<int64_t>(p.weights.size()) >= p.outputSize,
@@ -226,7 +227,7 @@ KernelFn tfIdfKernel(CompileContext& c) {
     GRAFT_CHECK(x.rank() <= 2, "{}: X must have shape [C] or [N, C], got {}", what, shapeToString(x.shape()));
     const bool batched = x.rank() == 2;
     const int64_t rows = batched ? x.dim(0) : 1, len = batched ? x.dim(1) : x.numel();
-    std::vector<int64_t> freq(static_cast<size_t>(rows * p->outputSize), 0);
+    std::vector<int64_t> freq(static_cast<size_t>(shapeNumel({rows, p->outputSize})), 0);
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<int64_t> f(static_cast<size_t>(p->outputSize), 0);
       if (p->strings) {

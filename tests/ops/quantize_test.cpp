@@ -290,6 +290,8 @@ TEST(ConvInteger, RejectsBadGeometry) {
   EXPECT_THROW(ref1("ConvInteger", {x, arr<uint8_t>({1, 2, 3, 3}, std::vector<uint8_t>(18, 1))}), Error);  // kernel > input
   EXPECT_THROW(ref1("ConvInteger", {x, arr<uint8_t>({1, 2, 1, 1}, {1, 1})}, attrs({{"pads", std::vector<int64_t>{1, 1}}})), Error);
   EXPECT_THROW(ref1("ConvInteger", {x, arr<uint8_t>({1, 2, 1, 1}, {1, 1})}, attrs({{"strides", std::vector<int64_t>{0, 1}}})), Error);
+  EXPECT_THROW(ref1("ConvInteger", {x, arr<uint8_t>({1, 2, 2, 1}, {1, 1, 1, 1})}, attrs({{"dilations", std::vector<int64_t>{INT64_MAX, 1}}})),
+               Error);
   EXPECT_THROW(ref1("ConvInteger", {x, arr<uint8_t>({1, 2, 1, 1}, {1, 1}), arr<uint8_t>({2}, {1, 1})}), Error);  // x_zero_point
 }
 

@@ -217,6 +217,9 @@ TEST(MelWeightMatrix, OutputTypeAndErrors) {
   EXPECT_THROW(mel(100, 9000), Error);  // above Nyquist
   EXPECT_THROW(mel(500, 400), Error);
   EXPECT_THROW(mel(-1, 400), Error);
+  EXPECT_THROW(ref1("MelWeightMatrix", {scalar<int64_t>(4), scalar<int64_t>(INT64_MAX), scalar<int64_t>(16000), scalar<float>(0),
+                                        scalar<float>(10)}),
+               Error);
   EXPECT_THROW(ref1("MelWeightMatrix", {scalar<int64_t>(0), scalar<int64_t>(32), scalar<int64_t>(16000), scalar<float>(0), scalar<float>(10)}),
                Error);
 }

@@ -132,6 +132,7 @@ TEST(TfIdfVectorizer, RejectsBadAttributesAndInputs) {
   EXPECT_THROW(ref1("TfIdfVectorizer", {x}, bad("min_gram_length", int64_t{3})), Error);
   EXPECT_THROW(ref1("TfIdfVectorizer", {x}, bad("ngram_indexes", std::vector<int64_t>{0, 1, 2})), Error);  // too few
   EXPECT_THROW(ref1("TfIdfVectorizer", {x}, bad("weights", std::vector<float>{1, 2})), Error);
+  EXPECT_THROW(ref1("TfIdfVectorizer", {x}, bad("ngram_indexes", std::vector<int64_t>{0, 1, 2, 3, 4, 5, INT64_MAX})), Error);
   EXPECT_THROW(ref1("TfIdfVectorizer", {strs({1}, {"a"})}, tfidf(1, 2, 5)), Error);
   EXPECT_THROW(ref1("TfIdfVectorizer", {arr<int32_t>({1, 1, 1}, {1})}, tfidf(1, 2, 5)), Error);
 }
