@@ -1,12 +1,45 @@
+#include <algorithm>
+
 #include "backends/backend.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "ops/registry.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft::backends {
+namespace cpu {
+
+CpuKernelRegistry& CpuKernelRegistry::instance() {
+  static CpuKernelRegistry r;
+  return r;
+}
+
+void CpuKernelRegistry::add(CpuKernelDef def) {
+  auto& list = defs_[{def.domain, def.type}];
+  list.push_back(std::move(def));
+  std::stable_sort(list.begin(), list.end(), [](const CpuKernelDef& a, const CpuKernelDef& b) { return a.priority > b.priority; });
+}
+
+const CpuKernelDef* CpuKernelRegistry::find(const ir::Node& n) const {
+  auto it = defs_.find({n.domain(), n.type()});
+  if (it == defs_.end()) return nullptr;
+  for (const auto& d : it->second)
+    if (!d.supports || d.supports(n)) return &d;
+  return nullptr;
+}
+
+std::vector<const CpuKernelDef*> CpuKernelRegistry::all() const {
+  std::vector<const CpuKernelDef*> out;
+  for (const auto& [k, list] : defs_)
+    for (const auto& d : list) out.push_back(&d);
+  return out;
+}
+
+}  // namespace cpu
+
 namespace {
 
-// The fast CPU backend. Until its own kernels land (oneDNN and vectorised loops), every node
-// runs its reference kernel.
+// The fast CPU backend: a registered fast kernel where one handles the node, the op's reference
+// kernel elsewhere.
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : support::ThreadPool::hardwareThreads()) {}
@@ -14,9 +47,10 @@ class CpuBackend : public Backend {
   int numThreads() const override { return threads_; }
   bool supports(const ir::Node& n) const override {
     const ops::OpDef* d = ops::Registry::instance().find(n);
-    return d && d->reference;
+    return (d && d->reference) || cpu::CpuKernelRegistry::instance().find(n);
   }
   ops::KernelFn createKernel(ops::CompileContext& ctx) override {
+    if (const cpu::CpuKernelDef* fast = cpu::CpuKernelRegistry::instance().find(ctx.node())) return fast->factory(ctx);
     const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
     GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
     return d->reference(ctx);

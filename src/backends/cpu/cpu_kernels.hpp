@@ -1,0 +1,47 @@
+#pragma once
+// The cpu backend's kernel table: fast kernels (oneDNN primitives, vectorised loops) register
+// here per op, each with a predicate saying which nodes (types, shapes, attributes) it handles.
+// The backend takes the first matching entry of highest priority and falls back to the op's
+// reference kernel.
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "ops/kernel.hpp"
+
+namespace graft::backends::cpu {
+
+struct CpuKernelDef {
+  std::string domain;  ///< "" for ai.onnx
+  std::string type;
+  /// A short name for profiles and `graft inspect` ("onednn_conv", "vec_binary", ...).
+  std::string name;
+  /// Whether this kernel handles the node (typed, shapes inferred for the plan's input shapes).
+  std::function<bool(const ir::Node&)> supports;
+  ops::KernelFactory factory;
+  int priority = 0;
+};
+
+class CpuKernelRegistry {
+ public:
+  static CpuKernelRegistry& instance();
+  void add(CpuKernelDef def);
+  /// The kernel for `n`, or nullptr when only the reference kernel applies.
+  const CpuKernelDef* find(const ir::Node& n) const;
+  std::vector<const CpuKernelDef*> all() const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::vector<CpuKernelDef>> defs_;
+};
+
+}  // namespace graft::backends::cpu
+
+/// Registers fast cpu kernels at static-initialisation time:
+///   GRAFT_REGISTER_CPU_KERNELS(onednn_conv) { r.add({"", "Conv", "onednn_conv", supportsConv, makeConv}); }
+#define GRAFT_REGISTER_CPU_KERNELS(name)                                                             \
+  static void graftRegisterCpu_##name(::graft::backends::cpu::CpuKernelRegistry& r);                 \
+  [[maybe_unused]] static const bool graftCpuRegistered_##name =                                     \
+      (graftRegisterCpu_##name(::graft::backends::cpu::CpuKernelRegistry::instance()), true);       \
+  static void graftRegisterCpu_##name(::graft::backends::cpu::CpuKernelRegistry& r)
