@@ -28,7 +28,15 @@ namespace {
 
 NDArray constantValue(const ir::Node& n) {
   const auto& a = n.attrs();
-  if (const auto* v = a.find("value")) return std::get<NDArray>(*v);
+  // Exactly one value attribute, as the spec requires (the checker does not catch two).
+  int given = 0;
+  for (const char* name : {"value", "sparse_value", "value_float", "value_floats", "value_int", "value_ints",
+                           "value_string", "value_strings"})
+    given += a.has(name) ? 1 : 0;
+  GRAFT_CHECK(given == 1, "{}: Constant needs exactly one value attribute, got {}", n.describe(), given);
+  if (a.has("value")) return n.attrTensor("value");
+  // The importer densifies a SparseTensorProto into an ordinary tensor attribute.
+  if (a.has("sparse_value")) return n.attrTensor("sparse_value");
   if (a.has("value_float")) return NDArray::scalar<float>(DataType::Float, n.attrFloat("value_float"));
   if (a.has("value_int")) return NDArray::scalar<int64_t>(DataType::Int64, n.attrInt("value_int"));
   if (a.has("value_floats")) {
@@ -48,13 +56,10 @@ NDArray constantValue(const ir::Node& n) {
     arr.data<std::string>()[0] = n.attrString("value_string");
     return arr;
   }
-  if (a.has("value_strings")) {
-    auto v = n.attrStrings("value_strings");
-    NDArray arr(DataType::String, {static_cast<int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), arr.data<std::string>());
-    return arr;
-  }
-  GRAFT_THROW("{}: Constant has no value attribute", n.describe());
+  auto v = n.attrStrings("value_strings");
+  NDArray arr(DataType::String, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), arr.data<std::string>());
+  return arr;
 }
 
 KernelFn constantKernel(CompileContext& c) {
@@ -66,21 +71,27 @@ KernelFn identityKernel(CompileContext&) {
   return [](KernelContext& k) { k.setOutputValue(0, k.inputValue(0)); };
 }
 
-KernelFn castKernel(CompileContext& c) {
-  auto to = static_cast<DataType>(c.node().attrInt("to"));
-  return [to](KernelContext& k) {
-    const NDArray& x = k.input(0);
-    if (x.dtype() == to) k.setOutput(0, x);
-    else k.setOutput(0, castArray(x, to));
-  };
+/// castArray with the node named in any error (unparsable strings, unsupported types).
+NDArray castFor(const NDArray& x, DataType to, const std::string& what) {
+  if (x.dtype() == to) return x;
+  try {
+    return castArray(x, to);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
 }
 
-KernelFn castLikeKernel(CompileContext&) {
-  return [](KernelContext& k) {
-    const NDArray& x = k.input(0);
-    DataType to = k.input(1).dtype();
-    k.setOutput(0, x.dtype() == to ? x : castArray(x, to));
-  };
+KernelFn castKernel(CompileContext& c) {
+  auto to = static_cast<DataType>(c.node().attrInt("to"));
+  std::string what = c.node().describe();
+  return [to, what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what)); };
+}
+
+KernelFn castLikeKernel(CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what)); };
 }
 
 Shape reshapeTarget(const Shape& in, const std::vector<int64_t>& spec, bool allowZero, const std::string& what) {
@@ -100,7 +111,8 @@ Shape reshapeTarget(const Shape& in, const std::vector<int64_t>& spec, bool allo
     }
     GRAFT_CHECK(d >= 0, "{}: invalid dimension {} in the target shape {}", what, d, shapeToString(spec));
     out[i] = d;
-    known *= d;
+    GRAFT_CHECK(!__builtin_mul_overflow(known, d, &known), "{}: target shape {} has more elements than fit in int64",
+                what, shapeToString(spec));
   }
   int64_t total = shapeNumel(in);
   if (inferAt >= 0) {
@@ -218,6 +230,8 @@ KernelFn concatKernel(CompileContext& c) {
     os[axis] = 0;
     for (size_t i = 0; i < k.numInputs(); ++i) {
       const NDArray& x = k.input(i);
+      GRAFT_CHECK(x.dtype() == first.dtype(), "{}: input {} has dtype {}, expected {}", what, i, dtypeName(x.dtype()),
+                  dtypeName(first.dtype()));
       GRAFT_CHECK(x.rank() == r, "{}: input {} has rank {}, expected {}", what, i, x.rank(), r);
       for (int64_t d = 0; d < r; ++d)
         GRAFT_CHECK(d == axis || x.dim(d) == first.dim(d), "{}: input {} has shape {}, which differs from {} outside axis {}",
