@@ -104,7 +104,7 @@ To convertElement(const From& v) {
     }
   } else if constexpr (std::is_same_v<To, std::string>) {
     if constexpr (std::is_same_v<From, bool>) {
-      return v ? "1" : "0";
+      return v ? "True" : "False";  // numpy's str(), as ONNX's reference implementation writes them
     } else if constexpr (kIsFloat<From>) {
       return castdetail::floatToString(v);
     } else {
@@ -122,7 +122,8 @@ To convertElement(const From& v) {
     CF c = static_cast<CF>(v);
     if constexpr (std::is_floating_point_v<CF> && std::is_integral_v<CT>) {
       if (std::isnan(c)) return To(0);
-      if (c <= static_cast<CF>(std::numeric_limits<CT>::lowest())) return static_cast<To>(std::numeric_limits<CT>::lowest());
+      if (c <= static_cast<CF>(std::numeric_limits<CT>::lowest()))
+        return static_cast<To>(std::numeric_limits<CT>::lowest());
       if (c >= static_cast<CF>(std::numeric_limits<CT>::max())) return static_cast<To>(std::numeric_limits<CT>::max());
       return static_cast<To>(static_cast<CT>(c));
     } else {

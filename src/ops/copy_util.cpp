@@ -19,12 +19,23 @@ void dispatchElementSize(DataType dt, F&& f) {
     return;
   }
   switch (dtypeSize(dt)) {
-    case 1: f(std::integral_constant<size_t, 1>{}); return;
-    case 2: f(std::integral_constant<size_t, 2>{}); return;
-    case 4: f(std::integral_constant<size_t, 4>{}); return;
-    case 8: f(std::integral_constant<size_t, 8>{}); return;
-    case 16: f(std::integral_constant<size_t, 16>{}); return;
-    default: GRAFT_THROW("cannot move elements of data type {}", dtypeName(dt));
+    case 1:
+      f(std::integral_constant<size_t, 1>{});
+      return;
+    case 2:
+      f(std::integral_constant<size_t, 2>{});
+      return;
+    case 4:
+      f(std::integral_constant<size_t, 4>{});
+      return;
+    case 8:
+      f(std::integral_constant<size_t, 8>{});
+      return;
+    case 16:
+      f(std::integral_constant<size_t, 16>{});
+      return;
+    default:
+      GRAFT_THROW("cannot move elements of data type {}", dtypeName(dt));
   }
 }
 
@@ -91,13 +102,14 @@ NDArray stridedCopy(const NDArray& src, int64_t base, const std::vector<int64_t>
     void* d = out.rawData();
     int64_t o = 0, limit = src.numel();
     std::array<std::vector<int64_t>, 1> st{strides};
-    forEachBroadcastRun<1>(shape, st, [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& inner, int64_t len) {
-      for (int64_t j = 0; j < len; ++j) {
-        int64_t at = base + off[0] + j * inner[0];
-        GRAFT_ASSERT(at >= 0 && at < limit, "stridedCopy: offset {} out of range {}", at, limit);
-        moveOne<N>(s, at, d, o++);
-      }
-    });
+    forEachBroadcastRun<1>(shape, st,
+                           [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& inner, int64_t len) {
+                             for (int64_t j = 0; j < len; ++j) {
+                               int64_t at = base + off[0] + j * inner[0];
+                               GRAFT_ASSERT(at >= 0 && at < limit, "stridedCopy: offset {} out of range {}", at, limit);
+                               moveOne<N>(s, at, d, o++);
+                             }
+                           });
   });
   return out;
 }

@@ -59,7 +59,8 @@ Equation parseEquation(std::string eq, const std::string& what) {
   size_t start = 0;
   for (;;) {
     size_t comma = lhs.find(',', start);
-    e.inputs.push_back(parseTerm(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start), what));
+    e.inputs.push_back(
+        parseTerm(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start), what));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -71,7 +72,7 @@ struct EinsumPlan {
   std::vector<int64_t> sizes;                 ///< per loop label: output labels first, then summed
   std::vector<std::vector<int64_t>> strides;  ///< per input, per loop label
   Shape outShape;
-  int64_t numOut = 0;                         ///< how many loop labels are output labels
+  int64_t numOut = 0;  ///< how many loop labels are output labels
 };
 
 EinsumPlan planEinsum(const Equation& eq, const std::vector<Shape>& shapes, const std::string& what) {
@@ -85,8 +86,8 @@ EinsumPlan planEinsum(const Equation& eq, const std::vector<Shape>& shapes, cons
     auto letters = static_cast<int64_t>(std::count_if(t.begin(), t.end(), [](int l) { return l != kEllipsisMark; }));
     bool hasEll = letters != static_cast<int64_t>(t.size());
     auto r = static_cast<int64_t>(shapes[i].size());
-    GRAFT_CHECK(hasEll ? r >= letters : r == letters, "{}: operand {} has rank {} but its term names {} axes{}", what, i,
-                r, letters, hasEll ? " plus an ellipsis" : "");
+    GRAFT_CHECK(hasEll ? r >= letters : r == letters, "{}: operand {} has rank {} but its term names {} axes{}", what,
+                i, r, letters, hasEll ? " plus an ellipsis" : "");
     ellRank = std::max(ellRank, r - letters);
   }
   std::map<int, int64_t> size;  // label -> size (after broadcasting 1s)
@@ -184,8 +185,10 @@ KernelFn einsumKernel(CompileContext& c) {
       // Integers accumulate in uint64 (wrapping like the element type would); floats in double.
       using Acc = std::conditional_t<std::is_integral_v<T>, uint64_t, double>;
       auto load = [](const T& v) {
-        if constexpr (std::is_integral_v<T>) return static_cast<uint64_t>(v);
-        else return static_cast<double>(static_cast<ComputeType<T>>(v));
+        if constexpr (std::is_integral_v<T>)
+          return static_cast<uint64_t>(v);
+        else
+          return static_cast<double>(static_cast<ComputeType<T>>(v));
       };
       std::vector<const T*> in(n);
       for (size_t i = 0; i < n; ++i) in[i] = k.input(i).template data<T>();

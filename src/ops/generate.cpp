@@ -58,7 +58,10 @@ KernelFn rangeKernel(CompileContext& c) {
       if constexpr (std::is_integral_v<C>) {
         // Exact: 128-bit so that limit - start cannot overflow.
         __int128 span = static_cast<__int128>(limit) - start;
-        __int128 cnt = span / delta + ((span % delta) != 0 ? 1 : 0);
+        // ceil(span / delta) when both have the same sign; otherwise the range is empty.
+        __int128 cnt = (span > 0) == (delta > 0) && span != 0 ? span / delta + (span % delta != 0 ? 1 : 0) : 0;
+        GRAFT_CHECK(cnt <= std::numeric_limits<int64_t>::max(), "{}: range({}, {}, {}) has more elements than fit in int64",
+                    what, start, limit, delta);
         n = cnt > 0 ? static_cast<int64_t>(cnt) : 0;
         NDArray& y = k.allocOutputUninit(0, dt, {n});
         for (int64_t i = 0; i < n; ++i) y.data<T>()[i] = static_cast<T>(start + static_cast<__int128>(i) * delta);
@@ -115,7 +118,8 @@ KernelFn oneHotKernel(CompileContext& c) {
     const NDArray& ind = k.input(0);
     const NDArray& depthT = k.input(1);
     const NDArray& values = k.input(2);
-    GRAFT_CHECK(depthT.numel() == 1, "{}: depth must hold one value, got shape {}", what, shapeToString(depthT.shape()));
+    GRAFT_CHECK(depthT.numel() == 1, "{}: depth must hold one value, got shape {}", what,
+                shapeToString(depthT.shape()));
     GRAFT_CHECK(values.numel() == 2, "{}: values must hold [off_value, on_value], got shape {}", what,
                 shapeToString(values.shape()));
     double depthD = numericAt(depthT, 0, what);

@@ -21,8 +21,8 @@ inline std::vector<int64_t> readIndexTensor(const NDArray& a, const std::string&
 
 /// Maps an index in [-size, size) to [0, size); throws graft::Error naming `what` otherwise.
 inline int64_t wrapIndex(int64_t v, int64_t size, const std::string& what, const char* name, int64_t axis) {
-  GRAFT_CHECK(v >= -size && v < size, "{}: {} value {} is out of range for axis {} of size {} (expected [{}, {}])", what,
-              name, v, axis, size, -size, size - 1);
+  GRAFT_CHECK(v >= -size && v < size, "{}: {} value {} is out of range for axis {} of size {} (expected [{}, {}])",
+              what, name, v, axis, size, -size, size - 1);
   return v < 0 ? v + size : v;
 }
 

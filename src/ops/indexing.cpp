@@ -100,8 +100,9 @@ NdBlocks ndBlocks(const NDArray& data, const NDArray& ind, int64_t batchDims, co
   GRAFT_CHECK(batchDims >= 0 && batchDims < std::min(r, q), "{}: batch_dims {} must be in [0, {})", what, batchDims,
               std::min(r, q));
   for (int64_t d = 0; d < batchDims; ++d)
-    GRAFT_CHECK(ind.dim(d) == data.dim(d), "{}: the first {} (batch_dims) dimensions of indices {} and data {} must match",
-                what, batchDims, shapeToString(ind.shape()), shapeToString(data.shape()));
+    GRAFT_CHECK(ind.dim(d) == data.dim(d),
+                "{}: the first {} (batch_dims) dimensions of indices {} and data {} must match", what, batchDims,
+                shapeToString(ind.shape()), shapeToString(data.shape()));
   NdBlocks b;
   b.k = ind.dim(-1);
   GRAFT_CHECK(b.k >= 1 && b.k <= r - batchDims, "{}: the last dimension of indices ({}) must be in [1, {}] for data {}",
@@ -163,29 +164,42 @@ T reduceElement(Reduction red, const T& acc, const T& v) {
   } else if constexpr (std::is_same_v<T, bool>) {
     switch (red) {
       case Reduction::Add:
-      case Reduction::Max: return acc || v;
+      case Reduction::Max:
+        return acc || v;
       case Reduction::Mul:
-      case Reduction::Min: return acc && v;
-      default: return v;
+      case Reduction::Min:
+        return acc && v;
+      default:
+        return v;
     }
   } else if constexpr (std::is_integral_v<T>) {
     switch (red) {
-      case Reduction::Add: return static_cast<T>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
-      case Reduction::Mul: return static_cast<T>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
-      case Reduction::Max: return std::max(acc, v);
-      case Reduction::Min: return std::min(acc, v);
-      default: return v;
+      case Reduction::Add:
+        return static_cast<T>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+      case Reduction::Mul:
+        return static_cast<T>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+      case Reduction::Max:
+        return std::max(acc, v);
+      case Reduction::Min:
+        return std::min(acc, v);
+      default:
+        return v;
     }
   } else {
     using C = ComputeType<T>;
     C a = static_cast<C>(acc), b = static_cast<C>(v);
     switch (red) {
-      case Reduction::Add: return static_cast<T>(a + b);
-      case Reduction::Mul: return static_cast<T>(a * b);
+      case Reduction::Add:
+        return static_cast<T>(a + b);
+      case Reduction::Mul:
+        return static_cast<T>(a * b);
       // NaN propagates, as numpy's maximum/minimum do.
-      case Reduction::Max: return static_cast<T>(std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b));
-      case Reduction::Min: return static_cast<T>(std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b));
-      default: return v;
+      case Reduction::Max:
+        return static_cast<T>(std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b));
+      case Reduction::Min:
+        return static_cast<T>(std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b));
+      default:
+        return v;
     }
   }
 }

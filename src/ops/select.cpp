@@ -16,9 +16,12 @@ namespace {
 /// numpy truthiness of one element: non-zero numbers (NaN included), non-empty strings.
 template <class T>
 bool isNonZero(const T& v) {
-  if constexpr (std::is_same_v<T, std::string>) return !v.empty();
-  else if constexpr (std::is_same_v<T, bool>) return v;
-  else return static_cast<ComputeType<T>>(v) != ComputeType<T>(0);
+  if constexpr (std::is_same_v<T, std::string>)
+    return !v.empty();
+  else if constexpr (std::is_same_v<T, bool>)
+    return v;
+  else
+    return static_cast<ComputeType<T>>(v) != ComputeType<T>(0);
 }
 
 KernelFn compressKernel(CompileContext& c) {
@@ -28,8 +31,9 @@ KernelFn compressKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& cond = k.input(1);
-    GRAFT_CHECK(cond.dtype() == DataType::Bool && cond.rank() == 1, "{}: condition must be a 1-D BOOL tensor, got {} {}",
-                what, dtypeName(cond.dtype()), shapeToString(cond.shape()));
+    GRAFT_CHECK(cond.dtype() == DataType::Bool && cond.rank() == 1,
+                "{}: condition must be a 1-D BOOL tensor, got {} {}", what, dtypeName(cond.dtype()),
+                shapeToString(cond.shape()));
     // Without an axis the input is treated as flattened.
     Shape xs = axisAttr ? x.shape() : Shape{x.numel()};
     GRAFT_CHECK(!axisAttr || x.rank() >= 1, "{}: input must have rank >= 1 when axis is given", what);

@@ -100,7 +100,8 @@ KernelFn splitKernel(CompileContext& c) {
     std::vector<int64_t> sizes;
     if (k.hasInput(1) && k.input(1).numel() > 0) {
       sizes = readIndexTensor(k.input(1), what, "split");
-      GRAFT_CHECK(static_cast<int64_t>(sizes.size()) == n, "{}: split has {} entries for {} outputs", what, sizes.size(), n);
+      GRAFT_CHECK(static_cast<int64_t>(sizes.size()) == n, "{}: split has {} entries for {} outputs", what,
+                  sizes.size(), n);
       int64_t sum = 0;
       for (int64_t s : sizes) {
         GRAFT_CHECK(s >= 0, "{}: split entries must be >= 0, got {}", what, s);
@@ -109,7 +110,8 @@ KernelFn splitKernel(CompileContext& c) {
       GRAFT_CHECK(sum == dim, "{}: split sizes sum to {}, but axis {} has size {}", what, sum, axis, dim);
     } else {
       // Opset 13-17: equal parts only (uneven last parts came with opset 18's num_outputs).
-      GRAFT_CHECK(n > 0 && dim % n == 0, "{}: axis {} of size {} cannot be split into {} equal parts", what, axis, dim, n);
+      GRAFT_CHECK(n > 0 && dim % n == 0, "{}: axis {} of size {} cannot be split into {} equal parts", what, axis, dim,
+                  n);
       sizes.assign(static_cast<size_t>(n), dim / n);
     }
     int64_t outer = shapeProduct(x.shape(), 0, axis), inner = shapeProduct(x.shape(), axis + 1, x.rank());
@@ -144,8 +146,8 @@ KernelFn tileKernel(CompileContext& c) {
   return [what](KernelContext& k) {
     const NDArray& x = k.input(0);
     std::vector<int64_t> reps = readInt64Vector(k.input(1), what, "repeats");
-    GRAFT_CHECK(static_cast<int64_t>(reps.size()) == x.rank(), "{}: repeats has {} entries for an input of rank {}", what,
-                reps.size(), x.rank());
+    GRAFT_CHECK(static_cast<int64_t>(reps.size()) == x.rank(), "{}: repeats has {} entries for an input of rank {}",
+                what, reps.size(), x.rank());
     Shape os = x.shape();
     for (size_t d = 0; d < reps.size(); ++d) {
       GRAFT_CHECK(reps[d] >= 0, "{}: repeats must be >= 0, got {}", what, reps[d]);
@@ -176,7 +178,8 @@ std::vector<int64_t> padAxisMap(int64_t dim, int64_t before, int64_t after, PadM
                                 const std::string& what) {
   int64_t cropBegin = before < 0 ? -before : 0;
   int64_t size = checkedAdd(checkedAdd(dim, std::min<int64_t>(before, 0), what), std::min<int64_t>(after, 0), what);
-  GRAFT_CHECK(size >= 0, "{}: pads {} and {} remove more than the {} elements of axis {}", what, before, after, dim, axis);
+  GRAFT_CHECK(size >= 0, "{}: pads {} and {} remove more than the {} elements of axis {}", what, before, after, dim,
+              axis);
   int64_t pb = std::max<int64_t>(before, 0), pe = std::max<int64_t>(after, 0);
   int64_t out = checkedAdd(checkedAdd(size, pb, what), pe, what);
   GRAFT_CHECK(mode == PadMode::Constant || size > 0 || out == 0,
@@ -186,9 +189,15 @@ std::vector<int64_t> padAxisMap(int64_t dim, int64_t before, int64_t after, PadM
     int64_t i = o - pb;
     if (i < 0 || i >= size) {
       switch (mode) {
-        case PadMode::Constant: map[o] = -1; continue;
-        case PadMode::Edge: i = std::clamp<int64_t>(i, 0, size - 1); break;
-        case PadMode::Wrap: i = ((i % size) + size) % size; break;
+        case PadMode::Constant:
+          map[o] = -1;
+          continue;
+        case PadMode::Edge:
+          i = std::clamp<int64_t>(i, 0, size - 1);
+          break;
+        case PadMode::Wrap:
+          i = ((i % size) + size) % size;
+          break;
         case PadMode::Reflect: {
           // numpy's reflect: mirror without repeating the edge, repeatedly for wide pads.
           if (size == 1) {
@@ -210,11 +219,16 @@ std::vector<int64_t> padAxisMap(int64_t dim, int64_t before, int64_t after, PadM
 KernelFn padKernel(CompileContext& c) {
   std::string modeName = c.node().attrString("mode", "constant");
   PadMode mode;
-  if (modeName == "constant") mode = PadMode::Constant;
-  else if (modeName == "reflect") mode = PadMode::Reflect;
-  else if (modeName == "edge") mode = PadMode::Edge;
-  else if (modeName == "wrap") mode = PadMode::Wrap;  // opset 19; harmless to accept
-  else GRAFT_THROW("{}: mode must be constant, reflect or edge, got '{}'", c.node().describe(), modeName);
+  if (modeName == "constant")
+    mode = PadMode::Constant;
+  else if (modeName == "reflect")
+    mode = PadMode::Reflect;
+  else if (modeName == "edge")
+    mode = PadMode::Edge;
+  else if (modeName == "wrap")
+    mode = PadMode::Wrap;  // opset 19; harmless to accept
+  else
+    GRAFT_THROW("{}: mode must be constant, reflect or edge, got '{}'", c.node().describe(), modeName);
   std::string what = c.node().describe();
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);

@@ -30,7 +30,8 @@ TEST(Einsum, BatchMatMulWithBroadcastEllipsis) {
       for (int i = 0; i < 2; ++i)
         for (int k = 0; k < 2; ++k) {
           double s = 0;
-          for (int j = 0; j < 3; ++j) s += a.data<double>()[(p * 2 + i) * 3 + j] * b.data<double>()[(q * 3 + j) * 2 + k];
+          for (int j = 0; j < 3; ++j)
+            s += a.data<double>()[(p * 2 + i) * 3 + j] * b.data<double>()[(q * 3 + j) * 2 + k];
           EXPECT_NEAR(out.data<double>()[((p * 3 + q) * 2 + i) * 2 + k], s, 1e-12);
         }
 }
@@ -72,13 +73,13 @@ TEST(Einsum, IntegersAndEmptySums) {
 
 TEST(Einsum, BadEquationsThrow) {
   auto m = iota<float>({2, 3});
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m}, attrs({{"equation", std::string("i1->i")}})}, "unexpected character"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m}, attrs({{"equation", std::string("ijk->i")}})}, "rank"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m, m}, attrs({{"equation", std::string("ij,ij->ik")}})}, "output label"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m, m}, attrs({{"equation", std::string("ij,jk->ik")}})}, "label 'j'"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m}, attrs({{"equation", std::string("ij,jk->ik")}})}, "operands"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m}, attrs({{"equation", std::string("...j->j")}})}, "ellipsis"));
-  EXPECT_TRUE(throwsNamingNode({"Einsum", {m}, attrs({{"equation", std::string("ij->ii")}})}, "twice"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m}, attrs({{"equation", std::string("i1->i")}})), "unexpected character"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m}, attrs({{"equation", std::string("ijk->i")}})), "rank"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m, m}, attrs({{"equation", std::string("ij,ij->ik")}})), "output label"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m, m}, attrs({{"equation", std::string("ij,jk->ik")}})), "label 'j'"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m}, attrs({{"equation", std::string("ij,jk->ik")}})), "operands"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m}, attrs({{"equation", std::string("...j->j")}})), "ellipsis"));
+  EXPECT_TRUE(throwsNamingNode(op("Einsum", {m}, attrs({{"equation", std::string("ij->ii")}})), "twice"));
 }
 
 // ---- Det ----------------------------------------------------------------------------------------
@@ -100,7 +101,7 @@ TEST(Det, BatchedAndEmptyMatrices) {
   EXPECT_EQ(static_cast<float>(run1("Det", {hx}).data<Half>()[0]), 5.0f);
 }
 
-TEST(Det, NonSquareThrows) { EXPECT_TRUE(throwsNamingNode({"Det", {iota<float>({2, 3})}}, "[*, M, M]")); }
+TEST(Det, NonSquareThrows) { EXPECT_TRUE(throwsNamingNode(op("Det", {iota<float>({2, 3})}), "[*, M, M]")); }
 
 }  // namespace
 }  // namespace graft::testing

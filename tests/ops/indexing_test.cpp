@@ -13,7 +13,8 @@ ir::Attributes axisAttr(int64_t a) { return attrs({{"axis", a}}); }
 TEST(Gather, Axis0WithMatrixOfIndices) {
   auto data = arr<float>({3, 2}, {1.0f, 1.2f, 2.3f, 3.4f, 4.5f, 5.7f});
   auto ind = arr<int64_t>({2, 2}, {0, 1, 1, 2});
-  EXPECT_TRUE(allClose(run1("Gather", {data, ind}), arr<float>({2, 2, 2}, {1.0f, 1.2f, 2.3f, 3.4f, 2.3f, 3.4f, 4.5f, 5.7f})));
+  EXPECT_TRUE(
+      allClose(run1("Gather", {data, ind}), arr<float>({2, 2, 2}, {1.0f, 1.2f, 2.3f, 3.4f, 2.3f, 3.4f, 4.5f, 5.7f})));
 }
 
 TEST(Gather, Axis1NegativeIndicesWrap) {
@@ -50,10 +51,10 @@ TEST(Gather, MatchesNaiveLoopOnRank3) {
 }
 
 TEST(Gather, OutOfRangeIndexThrowsNamingTheNode) {
-  EXPECT_TRUE(throwsNamingNode({"Gather", {iota<float>({3}), i64({3})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"Gather", {iota<float>({3}), i64({-4})}}, "-4"));
-  EXPECT_TRUE(throwsNamingNode({"Gather", {iota<float>({3}), i64({0})}, axisAttr(1)}, "axis"));
-  EXPECT_TRUE(throwsNamingNode({"Gather", {iota<float>({3}), arr<float>({1}, {0})}}, "INT32 or INT64"));
+  EXPECT_TRUE(throwsNamingNode(op("Gather", {iota<float>({3}), i64({3})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("Gather", {iota<float>({3}), i64({-4})}), "-4"));
+  EXPECT_TRUE(throwsNamingNode(op("Gather", {iota<float>({3}), i64({0})}, axisAttr(1)), "axis"));
+  EXPECT_TRUE(throwsNamingNode(op("Gather", {iota<float>({3}), arr<float>({1}, {0})}), "INT32 or INT64"));
 }
 
 TEST(Gather, EmptyIndicesGiveEmptyOutput) {
@@ -64,7 +65,8 @@ TEST(Gather, EmptyIndicesGiveEmptyOutput) {
 // ---- GatherElements -----------------------------------------------------------------------------
 
 TEST(GatherElements, SpecExampleAxis1) {
-  auto out = run1("GatherElements", {arr<float>({2, 2}, {1, 2, 3, 4}), arr<int64_t>({2, 2}, {0, 0, 1, 0})}, axisAttr(1));
+  auto out =
+      run1("GatherElements", {arr<float>({2, 2}, {1, 2, 3, 4}), arr<int64_t>({2, 2}, {0, 0, 1, 0})}, axisAttr(1));
   EXPECT_TRUE(allClose(out, arr<float>({2, 2}, {1, 1, 4, 3})));
 }
 
@@ -79,9 +81,9 @@ TEST(GatherElements, Axis0NegativeIndicesAndSmallerIndices) {
 
 TEST(GatherElements, BadIndicesThrow) {
   auto data = iota<float>({2, 2});
-  EXPECT_TRUE(throwsNamingNode({"GatherElements", {data, arr<int64_t>({1, 1}, {2})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"GatherElements", {data, arr<int64_t>({2}, {0, 0})}}, "rank"));
-  EXPECT_TRUE(throwsNamingNode({"GatherElements", {data, arr<int64_t>({1, 3}, {0, 0, 0})}}, "exceeds"));
+  EXPECT_TRUE(throwsNamingNode(op("GatherElements", {data, arr<int64_t>({1, 1}, {2})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("GatherElements", {data, arr<int64_t>({2}, {0, 0})}), "rank"));
+  EXPECT_TRUE(throwsNamingNode(op("GatherElements", {data, arr<int64_t>({1, 3}, {0, 0, 0})}), "exceeds"));
 }
 
 // ---- GatherND -----------------------------------------------------------------------------------
@@ -92,8 +94,8 @@ TEST(GatherND, SpecExamples) {
   EXPECT_TRUE(allClose(run1("GatherND", {d2, arr<int64_t>({2, 1}, {1, 0})}), arr<int32_t>({2, 2}, {2, 3, 0, 1})));
   auto d3 = iota<float>({2, 2, 2});
   EXPECT_TRUE(allClose(run1("GatherND", {d3, arr<int64_t>({2, 2}, {0, 1, 1, 0})}), arr<float>({2, 2}, {2, 3, 4, 5})));
-  EXPECT_TRUE(allClose(run1("GatherND", {d3, arr<int64_t>({2, 1, 2}, {0, 1, 1, 0})}),
-                       arr<float>({2, 1, 2}, {2, 3, 4, 5})));
+  EXPECT_TRUE(
+      allClose(run1("GatherND", {d3, arr<int64_t>({2, 1, 2}, {0, 1, 1, 0})}), arr<float>({2, 1, 2}, {2, 3, 4, 5})));
 }
 
 TEST(GatherND, BatchDims) {
@@ -112,10 +114,10 @@ TEST(GatherND, StringsAndNegativeIndices) {
 
 TEST(GatherND, BadIndicesThrow) {
   auto d = iota<float>({2, 2});
-  EXPECT_TRUE(throwsNamingNode({"GatherND", {d, arr<int64_t>({1, 2}, {0, 2})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"GatherND", {d, arr<int64_t>({1, 3}, {0, 0, 0})}}, "last dimension"));
-  EXPECT_TRUE(throwsNamingNode({"GatherND", {d, arr<int64_t>({3, 1}, {0, 0, 0})}, attrs({{"batch_dims", int64_t{1}}})},
-                               "batch_dims"));
+  EXPECT_TRUE(throwsNamingNode(op("GatherND", {d, arr<int64_t>({1, 2}, {0, 2})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("GatherND", {d, arr<int64_t>({1, 3}, {0, 0, 0})}), "last dimension"));
+  EXPECT_TRUE(throwsNamingNode(
+      op("GatherND", {d, arr<int64_t>({3, 1}, {0, 0, 0})}, attrs({{"batch_dims", int64_t{1}}})), "batch_dims"));
 }
 
 // ---- ScatterElements ----------------------------------------------------------------------------
@@ -131,7 +133,8 @@ TEST(ScatterElements, SpecExampleAxis0) {
 
 TEST(ScatterElements, Axis1NegativeIndices) {
   auto data = arr<float>({1, 5}, {1, 2, 3, 4, 5});
-  auto out = run1("ScatterElements", {data, arr<int64_t>({1, 2}, {1, -3}), arr<float>({1, 2}, {1.1f, 2.1f})}, axisAttr(1));
+  auto out =
+      run1("ScatterElements", {data, arr<int64_t>({1, 2}, {1, -3}), arr<float>({1, 2}, {1.1f, 2.1f})}, axisAttr(1));
   EXPECT_TRUE(allClose(out, arr<float>({1, 5}, {1, 1.1f, 2.1f, 4, 5})));
 }
 
@@ -147,7 +150,8 @@ TEST(ScatterElements, Reductions) {
   EXPECT_TRUE(allClose(with("max"), arr<float>({1, 5}, {1, 2.1f, 3, 4, 5})));
   EXPECT_TRUE(allClose(with("min"), arr<float>({1, 5}, {1, 1.1f, 3, 4, 5})));
   EXPECT_TRUE(allClose(with("none"), arr<float>({1, 5}, {1, 2.1f, 3, 4, 5})));  // last write wins
-  EXPECT_TRUE(throwsNamingNode({"ScatterElements", {data, ind, upd}, attrs({{"reduction", std::string("avg")}})}, "avg"));
+  EXPECT_TRUE(
+      throwsNamingNode(op("ScatterElements", {data, ind, upd}, attrs({{"reduction", std::string("avg")}})), "avg"));
 }
 
 TEST(ScatterElements, IntegerAddWrapsWithoutUndefinedBehaviour) {
@@ -159,9 +163,9 @@ TEST(ScatterElements, IntegerAddWrapsWithoutUndefinedBehaviour) {
 TEST(ScatterElements, StringsAndBools) {
   auto out = run1("ScatterElements", {strIota({3}), i64({2}), arr<std::string>({1}, {"x"})});
   EXPECT_TRUE(allClose(out, arr<std::string>({3}, {"s0", "s1", "x"})));
-  EXPECT_TRUE(throwsNamingNode(
-      {"ScatterElements", {strIota({3}), i64({2}), arr<std::string>({1}, {"x"})}, attrs({{"reduction", std::string("add")}})},
-      "STRING"));
+  EXPECT_TRUE(throwsNamingNode(op("ScatterElements", {strIota({3}), i64({2}), arr<std::string>({1}, {"x"})},
+                                  attrs({{"reduction", std::string("add")}})),
+                               "STRING"));
   auto b = run1("ScatterElements", {arr<bool>({2}, {false, true}), i64({0}), arr<bool>({1}, {true})},
                 attrs({{"reduction", std::string("add")}}));
   EXPECT_TRUE(allClose(b, arr<bool>({2}, {true, true})));
@@ -169,9 +173,12 @@ TEST(ScatterElements, StringsAndBools) {
 
 TEST(ScatterElements, BadInputsThrow) {
   auto data = iota<float>({2, 2});
-  EXPECT_TRUE(throwsNamingNode({"ScatterElements", {data, arr<int64_t>({1, 1}, {5}), arr<float>({1, 1}, {0})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"ScatterElements", {data, arr<int64_t>({1, 1}, {0}), arr<float>({1, 2}, {0, 0})}}, "updates"));
-  EXPECT_TRUE(throwsNamingNode({"ScatterElements", {data, arr<int64_t>({1, 1}, {0}), arr<double>({1, 1}, {0})}}, "dtype"));
+  EXPECT_TRUE(throwsNamingNode(op("ScatterElements", {data, arr<int64_t>({1, 1}, {5}), arr<float>({1, 1}, {0})}),
+                               "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("ScatterElements", {data, arr<int64_t>({1, 1}, {0}), arr<float>({1, 2}, {0, 0})}),
+                               "updates"));
+  EXPECT_TRUE(
+      throwsNamingNode(op("ScatterElements", {data, arr<int64_t>({1, 1}, {0}), arr<double>({1, 1}, {0})}), "dtype"));
 }
 
 // ---- ScatterND ----------------------------------------------------------------------------------
@@ -201,9 +208,11 @@ TEST(ScatterND, AddAndMulAccumulateDuplicates) {
 
 TEST(ScatterND, BadInputsThrow) {
   auto data = iota<float>({2, 2});
-  EXPECT_TRUE(throwsNamingNode({"ScatterND", {data, arr<int64_t>({1, 2}, {0, 2}), arr<float>({1}, {0})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"ScatterND", {data, arr<int64_t>({1, 1}, {0}), arr<float>({1}, {0})}}, "updates"));
-  EXPECT_TRUE(throwsNamingNode({"ScatterND", {data, arr<int64_t>({1, 3}, {0, 0, 0}), arr<float>({1}, {0})}}, "last dimension"));
+  EXPECT_TRUE(
+      throwsNamingNode(op("ScatterND", {data, arr<int64_t>({1, 2}, {0, 2}), arr<float>({1}, {0})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("ScatterND", {data, arr<int64_t>({1, 1}, {0}), arr<float>({1}, {0})}), "updates"));
+  EXPECT_TRUE(throwsNamingNode(op("ScatterND", {data, arr<int64_t>({1, 3}, {0, 0, 0}), arr<float>({1}, {0})}),
+                               "last dimension"));
 }
 
 }  // namespace

@@ -18,16 +18,17 @@ TEST(Compress, AlongAxis) {
 
 TEST(Compress, WithoutAxisFlattensAndShortConditionMeansFalse) {
   auto x = arr<float>({3, 2}, {1, 2, 3, 4, 5, 6});
-  EXPECT_TRUE(allClose(run1("Compress", {x, arr<bool>({5}, {false, true, false, false, true})}), arr<float>({2}, {2, 5})));
+  EXPECT_TRUE(
+      allClose(run1("Compress", {x, arr<bool>({5}, {false, true, false, false, true})}), arr<float>({2}, {2, 5})));
 }
 
 TEST(Compress, LongConditionMayOnlyBeFalseBeyondTheAxis) {
   auto x = strIota({2});
   EXPECT_TRUE(allClose(run1("Compress", {x, arr<bool>({3}, {true, false, false})}, attrs({{"axis", int64_t{0}}})),
                        arr<std::string>({1}, {"s0"})));
-  EXPECT_TRUE(throwsNamingNode({"Compress", {x, arr<bool>({3}, {true, false, true})}, attrs({{"axis", int64_t{0}}})},
+  EXPECT_TRUE(throwsNamingNode(op("Compress", {x, arr<bool>({3}, {true, false, true})}, attrs({{"axis", int64_t{0}}})),
                                "past the end"));
-  EXPECT_TRUE(throwsNamingNode({"Compress", {x, arr<bool>({1}, {true})}, attrs({{"axis", int64_t{1}}})}, "axis"));
+  EXPECT_TRUE(throwsNamingNode(op("Compress", {x, arr<bool>({1}, {true})}, attrs({{"axis", int64_t{1}}})), "axis"));
 }
 
 // ---- NonZero ------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ struct UniqueOut {
 };
 
 UniqueOut unique(NDArray x, ir::Attributes a) {
-  auto out = runReference({"Unique", {std::move(x)}, std::move(a), 4});
+  auto out = runReference(op("Unique", {std::move(x)}, std::move(a), 4));
   return {out.at(0), out.at(1), out.at(2), out.at(3)};
 }
 
@@ -108,7 +109,7 @@ TEST(Unique, StringsAndNaNs) {
 }
 
 TEST(Unique, BadAxisThrows) {
-  EXPECT_TRUE(throwsNamingNode({"Unique", {iota<float>({2})}, attrs({{"axis", int64_t{1}}}), 4}, "axis"));
+  EXPECT_TRUE(throwsNamingNode(op("Unique", {iota<float>({2})}, attrs({{"axis", int64_t{1}}}), 4), "axis"));
 }
 
 }  // namespace

@@ -42,6 +42,12 @@ TEST(Slice, OutOfRangeStartsAndEndsClamp) {
   EXPECT_EQ(slice(iota<float>({5}), {3}, {1}).shape(), (Shape{0}));
 }
 
+TEST(Slice, NegativeStepClampsStartIntoTheAxisAsTheSpecSays) {
+  // starts -5 on an axis of 2 becomes -3, clamped to [0, 1] for negative steps: element 0 is
+  // taken (numpy, and so ONNX's Python reference, would take nothing here).
+  EXPECT_TRUE(allClose(slice(iota<float>({2}), {-5}, {INT64_MIN}, {0}, {-1}), arr<float>({1}, {0})));
+}
+
 TEST(Slice, ExtremeStepsTakeOneElement) {
   EXPECT_TRUE(allClose(slice(iota<float>({5}), {1}, {5}, {0}, {INT64_MAX}), arr<float>({1}, {1})));
   EXPECT_TRUE(allClose(slice(iota<float>({5}), {3}, {-10}, {0}, {INT64_MIN}), arr<float>({1}, {3})));
@@ -54,16 +60,16 @@ TEST(Slice, Int32InputsAndStrings) {
 
 TEST(Slice, BadArgumentsThrow) {
   auto x = iota<float>({3, 3});
-  EXPECT_TRUE(throwsNamingNode({"Slice", {x, i64({0}), i64({1}), i64({0}), i64({0})}}, "step"));
-  EXPECT_TRUE(throwsNamingNode({"Slice", {x, i64({0, 0}), i64({1, 1}), i64({0, -2})}}, "twice"));
-  EXPECT_TRUE(throwsNamingNode({"Slice", {x, i64({0}), i64({1, 1})}}, "same length"));
-  EXPECT_TRUE(throwsNamingNode({"Slice", {x, i64({0}), i64({1}), i64({2})}}, "axis"));
+  EXPECT_TRUE(throwsNamingNode(op("Slice", {x, i64({0}), i64({1}), i64({0}), i64({0})}), "step"));
+  EXPECT_TRUE(throwsNamingNode(op("Slice", {x, i64({0, 0}), i64({1, 1}), i64({0, -2})}), "twice"));
+  EXPECT_TRUE(throwsNamingNode(op("Slice", {x, i64({0}), i64({1, 1})}), "same length"));
+  EXPECT_TRUE(throwsNamingNode(op("Slice", {x, i64({0}), i64({1}), i64({2})}), "axis"));
 }
 
 // ---- Split --------------------------------------------------------------------------------------
 
 std::vector<NDArray> split(std::vector<NDArray> in, int outputs, int64_t axis = 0) {
-  return runReference({"Split", std::move(in), attrs({{"axis", axis}}), outputs});
+  return runReference(op("Split", std::move(in), attrs({{"axis", axis}}), outputs));
 }
 
 TEST(Split, EqualParts) {
@@ -84,10 +90,10 @@ TEST(Split, GivenSizesIncludingZero) {
 }
 
 TEST(Split, BadSizesThrow) {
-  EXPECT_TRUE(throwsNamingNode({"Split", {iota<float>({5})}, {}, 2}, "equal parts"));
-  EXPECT_TRUE(throwsNamingNode({"Split", {iota<float>({5}), i64({2, 2})}, {}, 2}, "sum"));
-  EXPECT_TRUE(throwsNamingNode({"Split", {iota<float>({5}), i64({6, -1})}, {}, 2}, ">= 0"));
-  EXPECT_TRUE(throwsNamingNode({"Split", {iota<float>({5}), i64({5})}, {}, 2}, "entries"));
+  EXPECT_TRUE(throwsNamingNode(op("Split", {iota<float>({5})}, {}, 2), "equal parts"));
+  EXPECT_TRUE(throwsNamingNode(op("Split", {iota<float>({5}), i64({2, 2})}, {}, 2), "sum"));
+  EXPECT_TRUE(throwsNamingNode(op("Split", {iota<float>({5}), i64({6, -1})}, {}, 2), ">= 0"));
+  EXPECT_TRUE(throwsNamingNode(op("Split", {iota<float>({5}), i64({5})}, {}, 2), "entries"));
 }
 
 // ---- Expand, Tile -------------------------------------------------------------------------------
@@ -102,8 +108,8 @@ TEST(Expand, BroadcastsBothWays) {
 }
 
 TEST(Expand, BadShapesThrow) {
-  EXPECT_TRUE(throwsNamingNode({"Expand", {iota<float>({3}), i64({2})}}, "broadcast"));
-  EXPECT_TRUE(throwsNamingNode({"Expand", {iota<float>({1}), i64({-2})}}, "negative"));
+  EXPECT_TRUE(throwsNamingNode(op("Expand", {iota<float>({3}), i64({2})}), "broadcast"));
+  EXPECT_TRUE(throwsNamingNode(op("Expand", {iota<float>({1}), i64({-2})}), "negative"));
 }
 
 TEST(Tile, RepeatsEachAxis) {
@@ -116,9 +122,9 @@ TEST(Tile, RepeatsEachAxis) {
 }
 
 TEST(Tile, BadRepeatsThrow) {
-  EXPECT_TRUE(throwsNamingNode({"Tile", {iota<float>({2, 2}), i64({2})}}, "rank"));
-  EXPECT_TRUE(throwsNamingNode({"Tile", {iota<float>({2}), i64({-1})}}, ">= 0"));
-  EXPECT_TRUE(throwsNamingNode({"Tile", {iota<float>({2}), i64({INT64_MAX})}}, "overflow"));
+  EXPECT_TRUE(throwsNamingNode(op("Tile", {iota<float>({2, 2}), i64({2})}), "rank"));
+  EXPECT_TRUE(throwsNamingNode(op("Tile", {iota<float>({2}), i64({-1})}), ">= 0"));
+  EXPECT_TRUE(throwsNamingNode(op("Tile", {iota<float>({2}), i64({INT64_MAX})}), "overflow"));
 }
 
 // ---- Pad ----------------------------------------------------------------------------------------
@@ -131,8 +137,8 @@ NDArray pad(const NDArray& x, std::vector<int64_t> pads, const char* mode, NDArr
 
 TEST(Pad, ConstantWithValueAndDefault) {
   auto x = arr<float>({2, 2}, {1, 2, 3, 4});
-  EXPECT_TRUE(allClose(pad(x, {1, 0, 0, 1}, "constant", scalar<float>(9)),
-                       arr<float>({3, 3}, {9, 9, 9, 1, 2, 9, 3, 4, 9})));
+  EXPECT_TRUE(
+      allClose(pad(x, {1, 0, 0, 1}, "constant", scalar<float>(9)), arr<float>({3, 3}, {9, 9, 9, 1, 2, 9, 3, 4, 9})));
   EXPECT_TRUE(allClose(pad(x, {0, 1, 0, 0}, "constant"), arr<float>({2, 3}, {0, 1, 2, 0, 3, 4})));
   EXPECT_TRUE(allClose(pad(strIota({1}), {1, 1}, "constant"), arr<std::string>({3}, {"", "s0", ""})));
 }
@@ -158,13 +164,13 @@ TEST(Pad, NegativePadsCrop) {
 
 TEST(Pad, BadArgumentsThrow) {
   auto x = iota<float>({2});
-  EXPECT_TRUE(throwsNamingNode({"Pad", {x, i64({1})}}, "pads"));
-  EXPECT_TRUE(throwsNamingNode({"Pad", {x, i64({-2, -1})}}, "remove"));
-  EXPECT_TRUE(throwsNamingNode({"Pad", {x, i64({1, 1}), scalar<double>(1)}}, "constant_value"));
-  EXPECT_TRUE(throwsNamingNode({"Pad", {NDArray(DataType::Float, {0}), i64({1, 0})}, attrs({{"mode", std::string("edge")}})},
-                               "size 0"));
-  EXPECT_TRUE(throwsNamingNode({"Pad", {x, i64({1, 1})}, attrs({{"mode", std::string("mirror")}})}, "mirror"));
-  EXPECT_TRUE(throwsNamingNode({"Pad", {x, i64({INT64_MAX, 1})}}, "overflow"));
+  EXPECT_TRUE(throwsNamingNode(op("Pad", {x, i64({1})}), "pads"));
+  EXPECT_TRUE(throwsNamingNode(op("Pad", {x, i64({-2, -1})}), "remove"));
+  EXPECT_TRUE(throwsNamingNode(op("Pad", {x, i64({1, 1}), scalar<double>(1)}), "constant_value"));
+  EXPECT_TRUE(throwsNamingNode(
+      op("Pad", {NDArray(DataType::Float, {0}), i64({1, 0})}, attrs({{"mode", std::string("edge")}})), "size 0"));
+  EXPECT_TRUE(throwsNamingNode(op("Pad", {x, i64({1, 1})}, attrs({{"mode", std::string("mirror")}})), "mirror"));
+  EXPECT_TRUE(throwsNamingNode(op("Pad", {x, i64({INT64_MAX, 1})}), "overflow"));
 }
 
 // ---- ReverseSequence ----------------------------------------------------------------------------
@@ -172,7 +178,8 @@ TEST(Pad, BadArgumentsThrow) {
 TEST(ReverseSequence, TimeMajor) {
   // Spec example: time_axis 0, batch_axis 1.
   auto x = arr<float>({4, 4}, {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15});
-  auto out = run1("ReverseSequence", {x, i64({4, 3, 2, 1})}, attrs({{"time_axis", int64_t{0}}, {"batch_axis", int64_t{1}}}));
+  auto out =
+      run1("ReverseSequence", {x, i64({4, 3, 2, 1})}, attrs({{"time_axis", int64_t{0}}, {"batch_axis", int64_t{1}}}));
   EXPECT_TRUE(allClose(out, arr<float>({4, 4}, {3, 6, 9, 12, 2, 5, 8, 13, 1, 4, 10, 14, 0, 7, 11, 15})));
 }
 
@@ -184,17 +191,19 @@ TEST(ReverseSequence, BatchMajorWithInnerDims) {
 
 TEST(ReverseSequence, BadLengthsThrow) {
   auto x = iota<float>({3, 2});
-  EXPECT_TRUE(throwsNamingNode({"ReverseSequence", {x, i64({4, 1})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"ReverseSequence", {x, i64({-1, 1})}}, "out of range"));
-  EXPECT_TRUE(throwsNamingNode({"ReverseSequence", {x, i64({1})}}, "sequence_lens"));
-  EXPECT_TRUE(throwsNamingNode({"ReverseSequence", {x, i64({1, 1})}, attrs({{"time_axis", int64_t{1}}})}, "batch_axis"));
+  EXPECT_TRUE(throwsNamingNode(op("ReverseSequence", {x, i64({4, 1})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("ReverseSequence", {x, i64({-1, 1})}), "out of range"));
+  EXPECT_TRUE(throwsNamingNode(op("ReverseSequence", {x, i64({1})}), "sequence_lens"));
+  EXPECT_TRUE(
+      throwsNamingNode(op("ReverseSequence", {x, i64({1, 1})}, attrs({{"time_axis", int64_t{1}}})), "batch_axis"));
 }
 
 // ---- Trilu --------------------------------------------------------------------------------------
 
 TEST(Trilu, UpperAndLowerWithK) {
   auto x = iota<int64_t>({3, 4});
-  EXPECT_TRUE(allClose(run1("Trilu", {x, scalar<int64_t>(-1)}), arr<int64_t>({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 10, 11})));
+  EXPECT_TRUE(
+      allClose(run1("Trilu", {x, scalar<int64_t>(-1)}), arr<int64_t>({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 10, 11})));
   EXPECT_TRUE(allClose(run1("Trilu", {x, scalar<int64_t>(1)}, attrs({{"upper", int64_t{0}}})),
                        arr<int64_t>({3, 4}, {0, 1, 0, 0, 4, 5, 6, 0, 8, 9, 10, 11})));
   EXPECT_TRUE(allClose(run1("Trilu", {x}), arr<int64_t>({3, 4}, {0, 1, 2, 3, 0, 5, 6, 7, 0, 0, 10, 11})));
@@ -202,15 +211,16 @@ TEST(Trilu, UpperAndLowerWithK) {
 
 TEST(Trilu, BatchedAndExtremeK) {
   auto x = iota<float>({2, 3, 4});
-  EXPECT_TRUE(allClose(run1("Trilu", {x, scalar<int64_t>(-1)}, attrs({{"upper", int64_t{0}}})),
-                       arr<float>({2, 3, 4}, {0, 0, 0, 0, 4, 0, 0, 0, 8, 9, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 20, 21, 0, 0})));
+  EXPECT_TRUE(
+      allClose(run1("Trilu", {x, scalar<int64_t>(-1)}, attrs({{"upper", int64_t{0}}})),
+               arr<float>({2, 3, 4}, {0, 0, 0, 0, 4, 0, 0, 0, 8, 9, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 20, 21, 0, 0})));
   EXPECT_TRUE(allClose(run1("Trilu", {x, scalar<int64_t>(INT64_MIN)}), x));
   EXPECT_TRUE(allClose(run1("Trilu", {x, scalar<int64_t>(INT64_MAX)}), NDArray(DataType::Float, {2, 3, 4})));
   EXPECT_TRUE(allClose(run1("Trilu", {strIota({2, 2})}, attrs({{"upper", int64_t{0}}})),
                        arr<std::string>({2, 2}, {"s0", "", "s2", "s3"})));
 }
 
-TEST(Trilu, RankBelowTwoThrows) { EXPECT_TRUE(throwsNamingNode({"Trilu", {iota<float>({3})}}, "rank")); }
+TEST(Trilu, RankBelowTwoThrows) { EXPECT_TRUE(throwsNamingNode(op("Trilu", {iota<float>({3})}), "rank")); }
 
 }  // namespace
 }  // namespace graft::testing
