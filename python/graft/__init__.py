@@ -49,6 +49,7 @@ from .patterns import Patterns  # noqa: F401
 from .session import InferenceSession  # noqa: F401
 
 __version__ = "0.1.0"
+Error.__module__ = "graft"
 
 #: PopART's exception class names; all are graft.Error.
 popart_exception = Error

@@ -127,10 +127,10 @@ Builder::~Builder() = default;
 
 std::unique_ptr<Builder> Builder::createFromOnnxModel(const std::string& model) {
   auto b = std::make_unique<Builder>();
-  bool printable = model.size() < 4096 && std::all_of(model.begin(), model.end(), [](char c) {
-    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
-  });
-  onnxio::Model m = printable ? onnxio::loadModelFile(model) : onnxio::loadModelBytes(model);
+  // A short string without control characters is a path (serialized models start with a tag byte < 0x20).
+  bool path = !model.empty() && model.size() < 4096 &&
+              std::none_of(model.begin(), model.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  onnxio::Model m = path ? onnxio::loadModelFile(model) : onnxio::loadModelBytes(model);
   Impl& im = *b->impl_;
   im.graph = std::move(m.graph);
   im.info = m.info;
