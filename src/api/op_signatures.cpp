@@ -1,6 +1,7 @@
 #include "api/op_signatures.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "onnx/schema_query.hpp"
 #include "ops/registry.hpp"
