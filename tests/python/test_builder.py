@@ -289,3 +289,28 @@ def test_builder_from_model(tmp_path, rng):
     assert b2.getTensorShape(nll) == []
     b3 = graft.Builder(b.getModelProto())
     assert b3.getInputTensorIds()[:1] == ["x"] and b3.getTensorShape(y) == [4, 5]
+
+
+@pytest.mark.parametrize("version", list(graft.AI_ONNX_OPSETS))
+def test_every_opset_builds_and_runs(version):
+    """A model at each ai.onnx opset, with an ai.graphcore op in it, converts to opset 17 and runs
+    (Unsqueeze/Squeeze take axes as attributes before opset 13 and as inputs from 13 on)."""
+    b = graft.Builder()
+    o = getattr(b, f"aiOnnxOpset{version}")
+    x = b.addInputTensor("FLOAT", [2, 3], "x")
+    w = b.addInitializedInputTensor(np.arange(6, dtype=np.float32).reshape(3, 2) / 6)
+    y = o.add([o.matmul([x, w]), b.addInitializedInputTensor(np.ones(2, np.float32))])
+    y = o.reshape([y, o.constant(np.array([4], np.int64))])
+    if version < 13:
+        y = o.squeeze([o.unsqueeze([y], axes=[0])], axes=[0])
+    else:
+        axes = o.constant(np.array([0], np.int64))
+        y = o.squeeze([o.unsqueeze([y, axes]), axes])
+    y = b.aiGraphcore.gelu([o.sigmoid([y])])
+    b.addOutputTensor(y)
+    assert b.getTensorShape(y) == [4]
+    data = np.ones((2, 3), np.float32)
+    out = run_model(b.getModelProto(), {x: data}, [y])
+    s = 1 / (1 + np.exp(-((data @ (np.arange(6, dtype=np.float32).reshape(3, 2) / 6)) + 1).reshape(4)))
+    expect = 0.5 * s * (1 + np.tanh(np.sqrt(2 / np.pi) * (s + 0.044715 * s ** 3)))
+    np.testing.assert_allclose(out[y], expect, rtol=1e-5)
