@@ -38,7 +38,9 @@ from ._graft import (  # noqa: F401  (re-exported)
     PatternsLevel,
     PyStepIO,
     PyStepIOCallback,
+    PyWeightsIO,
     RecomputationType,
+    ReductionType,
     VirtualGraphMode,
     builderOpSignatures,
     findOpSignature,
@@ -84,14 +86,6 @@ class DebugContext:
 
     def __str__(self):
         return self.name
-
-
-class ReductionType(_enum.Enum):
-    """How a loss reduces over the batch."""
-
-    Mean = "Mean"
-    Sum = "Sum"
-    NoReduction = "None"
 
 
 class RecomputeType(_enum.Enum):

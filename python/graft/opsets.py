@@ -17,6 +17,7 @@ Ops with more than one output return a list of ids, the others one id. Attribute
 passed are left out of the node, so ONNX's defaults apply.
 """
 import inspect
+import keyword
 import numbers
 
 import numpy as np
@@ -133,6 +134,9 @@ def _make_method(sig, domain, version):
     positional += [a for a in sig.attributes if not a.required and a.name != "auto_pad"]
     keyword_only = [a for a in sig.attributes if a.name == "auto_pad"]
 
+    # An attribute named like a Python keyword gets a trailing underscore as parameter name.
+    param_of = {a.name: a.name + "_" if keyword.iskeyword(a.name) else a.name for a in sig.attributes}
+    attr_of = {v: k for k, v in param_of.items()}
     P = inspect.Parameter
     params = [P("self", P.POSITIONAL_OR_KEYWORD)]
     if has_args:
@@ -141,13 +145,13 @@ def _make_method(sig, domain, version):
         params.append(P("num_outputs", P.POSITIONAL_OR_KEYWORD))
     for a in positional:
         if a.required:
-            params.append(P(a.name, P.POSITIONAL_OR_KEYWORD))
+            params.append(P(param_of[a.name], P.POSITIONAL_OR_KEYWORD))
         else:
-            params.append(P(a.name, P.POSITIONAL_OR_KEYWORD, default=_default_of(a)))
+            params.append(P(param_of[a.name], P.POSITIONAL_OR_KEYWORD, default=_default_of(a)))
     params.append(P("debugContext", P.POSITIONAL_OR_KEYWORD, default=""))
     params.append(P("debugPrefix", P.KEYWORD_ONLY, default=None))
     for a in keyword_only:
-        params.append(P(a.name, P.KEYWORD_ONLY, default=_default_of(a)))
+        params.append(P(param_of[a.name], P.KEYWORD_ONLY, default=_default_of(a)))
     signature = inspect.Signature(params)
     generic = domain != "" and not sig.attributes  # ai.graphcore ops without a declared signature
     if generic:
@@ -170,6 +174,7 @@ def _make_method(sig, domain, version):
         for key, value in given.items():
             if value is None or value is _UNSET:
                 continue
+            key = attr_of[key]
             attr = attrs[key]
             value = convert_attribute(op_type, key, attr.kind, value)
             if attr.kind in (Kind.Ints, Kind.Floats, Kind.Strings) and not attr.required and len(value) == 0:

@@ -13,7 +13,7 @@ from . import _graft
 #: PopART SessionOptions names that graft accepts and ignores (they configure IPU hardware,
 #: Poplar compilation or PopART's own transformations).
 POPART_IGNORED_OPTIONS = frozenset("""
-    accumulateOuterFragmentSettings accumulationAndReplicationReductionType accumulatorTensorLocationSettings
+    accumulateOuterFragmentSettings accumulatorTensorLocationSettings
     activationTensorLocationSettings aliasZeroCopy automaticLossScalingSettings autodiffSettings
     batchSerializationSettings bufferingDepthMap cachePath clipNormSettings compileEngine convolutionOptions
     createImplicitPipeliningFwdOnlyProgram customCodeletCompileFlags customCodelets decomposeGradSum
@@ -83,7 +83,7 @@ def graft_option_names():
 
 class SessionOptions(_graft._SessionOptionsCore):
     """Session options. graft's own fields: enableGradientAccumulation, accumulationFactor,
-    virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
+    accumulationAndReplicationReductionType, virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
     replicatedGraphCount, constantWeights, numThreads, enableProfiling, verifyPasses,
     dumpGraphAfterPass, logDir. PopART's other option names are accepted with a warning and
     ignored; unknown names raise graft.Error."""

@@ -189,6 +189,10 @@ void bindOptions(pyb::module_& m) {
       .value("Off", VirtualGraphMode::Off)
       .value("Manual", VirtualGraphMode::Manual)
       .value("Auto", VirtualGraphMode::Auto);
+  pyb::enum_<ReductionType>(m, "ReductionType")
+      .value("Sum", ReductionType::Sum)
+      .value("Mean", ReductionType::Mean)
+      .value("NoReduction", ReductionType::NoReduction);
   pyb::enum_<RecomputationType>(m, "RecomputationType")
       .value("NoRecompute", RecomputationType::None)
       .value("Standard", RecomputationType::Standard)
@@ -202,6 +206,7 @@ void bindOptions(pyb::module_& m) {
       .def(pyb::init<>())
       .def_readwrite("enableGradientAccumulation", &SessionOptions::enableGradientAccumulation)
       .def_readwrite("accumulationFactor", &SessionOptions::accumulationFactor)
+      .def_readwrite("accumulationAndReplicationReductionType", &SessionOptions::accumulationAndReplicationReductionType)
       .def_readwrite("virtualGraphMode", &SessionOptions::virtualGraphMode)
       .def_readwrite("enablePipelining", &SessionOptions::enablePipelining)
       .def_readwrite("autoRecomputation", &SessionOptions::autoRecomputation)

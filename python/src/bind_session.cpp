@@ -39,6 +39,32 @@ class PyStepIO : private KeepAlive, public StepIO {
   }
 };
 
+/// PopART's PyWeightsIO: numpy arrays by weight id, used in place by readWeights (which writes
+/// them) and writeWeights (which reads them).
+class PyWeightsIO : public WeightsIO {
+ public:
+  explicit PyWeightsIO(const pyb::dict& weights) {
+    for (auto [k, v] : weights) {
+      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyWeightsIO: weight names must be tensor ids (str), got {}",
+                  pyb::repr(k).cast<std::string>());
+      std::string id = k.cast<std::string>();
+      NDArray a = viewOf(v, fmt::format("PyWeightsIO: weight '{}'", id), false);
+      if (!pyb::reinterpret_borrow<pyb::array>(v).writeable()) readOnly_.push_back(id);
+      insert(id, std::move(a));
+      keep_.push_back(pyb::reinterpret_borrow<pyb::object>(v));
+    }
+  }
+  /// Throws graft::Error naming a read-only array (readWeights writes into them).
+  void checkWritable() const {
+    GRAFT_CHECK(readOnly_.empty(), "PyWeightsIO: weight '{}': the array is read-only, but readWeights writes into it",
+                readOnly_.front());
+  }
+
+ private:
+  std::vector<pyb::object> keep_;
+  std::vector<TensorId> readOnly_;
+};
+
 /// The four Python callables of a PyStepIOCallback. Calls come from the session's run, which
 /// released the GIL, so each call takes it.
 struct PyCallbacks {
@@ -86,6 +112,9 @@ void bindSession(pyb::module_& m) {
       .def(pyb::init(&makeCallbackIO), pyb::arg("input_callback"), pyb::arg("input_complete_callback"),
            pyb::arg("output_callback"), pyb::arg("output_complete_callback"));
 
+  pyb::class_<WeightsIO>(m, "IWeightsIO");
+  pyb::class_<PyWeightsIO, WeightsIO>(m, "PyWeightsIO").def(pyb::init<const pyb::dict&>(), pyb::arg("weights"));
+
   pyb::class_<OpProfile>(m, "OpProfile")
       .def_readonly("opType", &OpProfile::opType)
       .def_readonly("calls", &OpProfile::calls)
@@ -113,6 +142,16 @@ void bindSession(pyb::module_& m) {
       .def("lastCompileSeconds", &Session::lastCompileSeconds)
       .def("profile", &Session::profile)
       .def("graphText", &Session::graphText)
+      .def("readWeights",
+           [](const Session& s, PyWeightsIO& io) {
+             io.checkWritable();
+             s.readWeights(io);
+           },
+           pyb::arg("weightsIo"))
+      .def("writeWeights", &Session::writeWeights, pyb::arg("weightsIo"))
+      .def("weightIds", &Session::weightIds)
+      .def("resetHostWeights", &Session::resetHostWeights, pyb::arg("modelProtoOrFilename"),
+           pyb::arg("ignoreWeightsInModelWithoutCorrespondingHostWeight") = false)
       .def("modelToHost", &Session::modelToHost, pyb::arg("fileName"))
       .def("modelBytes", [](const Session& s) { return pyb::bytes(s.modelBytes()); });
 

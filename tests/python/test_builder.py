@@ -314,3 +314,25 @@ def test_every_opset_builds_and_runs(version):
     s = 1 / (1 + np.exp(-((data @ (np.arange(6, dtype=np.float32).reshape(3, 2) / 6)) + 1).reshape(4)))
     expect = 0.5 * s * (1 + np.tanh(np.sqrt(2 / np.pi) * (s + 0.044715 * s ** 3)))
     np.testing.assert_allclose(out[y], expect, rtol=1e-5)
+
+
+def test_loss_ops_run(rng):
+    b = graft.Builder()
+    p = b.addInputTensor("FLOAT", [4, 3], "probs")
+    lbl = b.addInputTensor("INT32", [4], "label")
+    nll = b.aiGraphcore.nllloss([p, lbl], graft.ReductionType.Mean)
+    nll_sum = b.aiGraphcore.nllloss([p, lbl], "Sum", ignoreIndex=2)
+    l1 = b.aiGraphcore.l1loss([p], 0.5, graft.ReductionType.NoReduction)
+    idl = b.aiGraphcore.identityloss([p], graft.ReductionType.Sum)
+    for t in (nll, nll_sum, l1, idl):
+        b.addOutputTensor(t)
+    probs = rng.uniform(0.1, 1.0, (4, 3)).astype(np.float32)
+    labels = np.array([0, 2, 1, 2], np.int32)
+    out = run_model(b.getModelProto(), {p: probs, lbl: labels}, [nll, nll_sum, l1, idl])
+    picked = -np.log(probs[np.arange(4), labels])
+    np.testing.assert_allclose(out[nll], picked.mean(), rtol=1e-5)
+    np.testing.assert_allclose(out[nll_sum], picked[labels != 2].sum(), rtol=1e-5)
+    np.testing.assert_allclose(out[l1], 0.5 * np.abs(probs), rtol=1e-6)
+    np.testing.assert_allclose(out[idl], probs.sum(), rtol=1e-5)
+    with pytest.raises(graft.Error, match="reduction must be a ReductionType"):
+        b.aiGraphcore.identityloss([p], "Median")

@@ -16,8 +16,11 @@ def test_graft_fields():
     o.autoRecomputation = graft.RecomputationType.Standard
     o.logDir = "/tmp/x"
     assert o.numThreads == 2 and o.virtualGraphMode == graft.VirtualGraphMode.Manual and o.logDir == "/tmp/x"
+    o.accumulationAndReplicationReductionType = graft.ReductionType.Mean
+    assert o.accumulationAndReplicationReductionType == graft.ReductionType.Mean
     names = set(graft.options.graft_option_names())
-    assert names == {"enableGradientAccumulation", "accumulationFactor", "virtualGraphMode", "enablePipelining",
+    assert names == {"enableGradientAccumulation", "accumulationFactor", "accumulationAndReplicationReductionType",
+                     "virtualGraphMode", "enablePipelining",
                      "autoRecomputation", "enableReplicatedGraphs", "replicatedGraphCount", "constantWeights",
                      "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):
