@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -179,6 +180,91 @@ void runShapeInference(::onnx::ModelProto* m) {
   }
 }
 
+// ---- nodes of other domains during conversion ---------------------------------------------------
+// ONNX 1.12's version converter only knows ai.onnx ops and throws on any other (PopART models carry
+// ai.graphcore ops). Such nodes are set aside while converting: their outputs stand in as graph
+// inputs, and afterwards the nodes come back and the node list is sorted topologically again.
+
+struct SetAside {
+  std::vector<::onnx::NodeProto> nodes;
+  std::set<std::string> standIns;  // graph inputs added in place of their outputs
+};
+
+SetAside setAsideOtherDomains(::onnx::GraphProto* g, const std::unordered_map<std::string, ::onnx::TypeProto>& types) {
+  SetAside out;
+  ::onnx::GraphProto kept;
+  for (auto& n : *g->mutable_node()) {
+    if (isOnnxDomain(n.domain())) {
+      *kept.add_node() = std::move(n);
+      continue;
+    }
+    for (const auto& o : n.output()) {
+      if (o.empty()) continue;
+      auto* vi = g->add_input();
+      vi->set_name(o);
+      auto it = types.find(o);
+      if (it != types.end()) *vi->mutable_type() = it->second;
+      out.standIns.insert(o);
+    }
+    out.nodes.push_back(std::move(n));
+  }
+  g->mutable_node()->Swap(kept.mutable_node());
+  return out;
+}
+
+// Names a node reads, including those its subgraphs read from enclosing graphs.
+void collectReads(const ::onnx::NodeProto& n, std::vector<std::string>* out) {
+  for (const auto& i : n.input())
+    if (!i.empty()) out->push_back(i);
+  for (const auto& a : n.attribute()) {
+    if (a.has_g())
+      for (const auto& sn : a.g().node()) collectReads(sn, out);
+    for (const auto& sg : a.graphs())
+      for (const auto& sn : sg.node()) collectReads(sn, out);
+  }
+}
+
+void restoreOtherDomains(::onnx::GraphProto* g, SetAside aside) {
+  if (aside.nodes.empty()) return;
+  auto* inputs = g->mutable_input();
+  for (int i = inputs->size() - 1; i >= 0; --i)
+    if (aside.standIns.count(inputs->Get(i).name())) inputs->DeleteSubrange(i, 1);
+  std::vector<::onnx::NodeProto> nodes(g->node().begin(), g->node().end());
+  for (auto& n : aside.nodes) nodes.push_back(std::move(n));
+  // Kahn's algorithm, taking ready nodes in their current order.
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto& o : nodes[i].output())
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<size_t>> users(nodes.size());
+  std::vector<size_t> pending(nodes.size(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<std::string> reads;
+    collectReads(nodes[i], &reads);
+    std::set<size_t> deps;
+    for (const auto& r : reads) {
+      auto it = producer.find(r);
+      if (it != producer.end() && it->second != i) deps.insert(it->second);
+    }
+    pending[i] = deps.size();
+    for (size_t d : deps) users[d].push_back(i);
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (pending[i] == 0) ready.push(i);
+  g->clear_node();
+  while (!ready.empty()) {
+    size_t i = ready.top();
+    ready.pop();
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+    *g->add_node() = std::move(nodes[i]);
+  }
+  // A cycle leaves nodes behind; the checker already rejected cyclic models, so this is a bug.
+  GRAFT_ASSERT(static_cast<size_t>(g->node_size()) == nodes.size(), "re-sorting nodes after opset conversion lost {} nodes",
+               nodes.size() - g->node_size());
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
@@ -186,6 +272,7 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
               kCanonicalOpset);
   std::unordered_map<std::string, ::onnx::TypeProto> types;
   collectTypes(m->graph(), &types);
+  SetAside aside = setAsideOtherDomains(m->mutable_graph(), types);
   ::onnx::ModelProto converted;
   try {
     converted = ::onnx::version_conversion::ConvertVersion(*m, static_cast<int>(kCanonicalOpset));
@@ -193,6 +280,7 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
     GRAFT_THROW("{}: cannot convert from ai.onnx opset {} to {}: {}", source, v, kCanonicalOpset, e.what());
   }
   restoreTypes(converted.mutable_graph(), types);
+  restoreOtherDomains(converted.mutable_graph(), std::move(aside));
   if (converted.ir_version() < 8) converted.set_ir_version(8);
   *m = std::move(converted);
 }

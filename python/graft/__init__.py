@@ -1,0 +1,200 @@
+"""graft: train and run ONNX models on CPUs, with PopART's Python API.
+
+A PopART program runs after replacing ``import popart`` with ``import graft as popart``::
+
+    import graft as popart
+    builder = popart.Builder()
+    x = builder.addInputTensor(popart.TensorInfo("FLOAT", [2, 3]), "x")
+    y = builder.aiOnnx.relu([x])
+    builder.addOutputTensor(y)
+    session = popart.InferenceSession(
+        fnModel=builder.getModelProto(),
+        dataFlow=popart.DataFlow(1, {y: popart.AnchorReturnType("All")}),
+        deviceInfo=popart.DeviceManager().createCpuDevice())
+    session.prepareDevice()
+    anchors = session.initAnchorArrays()
+    session.run(popart.PyStepIO({x: data}, anchors))
+
+See docs/python-api.md for what is supported and what of PopART is accepted and ignored.
+"""
+import enum as _enum
+
+import numpy as _np
+
+from . import _graft
+from ._graft import (  # noqa: F401  (re-exported)
+    AnchorReturnType,
+    AnchorReturnTypeId,
+    AttributeKind,
+    DataFlow,
+    DataType,
+    DeviceInfo,
+    DeviceManager,
+    DeviceType,
+    Error,
+    InputShapeInfo,
+    IStepIO,
+    OpSignature,
+    PatternsLevel,
+    PyStepIO,
+    PyStepIOCallback,
+    PyWeightsIO,
+    RecomputationType,
+    ReductionType,
+    VirtualGraphMode,
+    builderOpSignatures,
+    findOpSignature,
+)
+from .builder import AI_ONNX_OPSETS, Builder, defaultAiGraphcoreOpset, defaultAiOnnxOpset  # noqa: F401
+from .options import POPART_IGNORED_OPTIONS, SessionOptions  # noqa: F401
+from .patterns import Patterns  # noqa: F401
+from .session import InferenceSession  # noqa: F401
+
+__version__ = "0.1.0"
+Error.__module__ = "graft"
+
+#: PopART's exception class names; all are graft.Error.
+popart_exception = Error
+poplar_exception = Error
+OutOfMemoryException = Error
+
+
+def versionString():
+    return __version__
+
+
+class TensorInfo(_graft._TensorInfoCore):
+    """Type and shape of a tensor: ``TensorInfo("FLOAT", [2, 3])``, ``TensorInfo(numpy.float32, [2, 3])``
+    or ``TensorInfo(array)``. Dimensions may be names (``"batch"``) or None when not known."""
+
+    def __init__(self, *args):
+        if len(args) == 1 and isinstance(args[0], _np.ndarray):
+            args = (args[0].dtype, list(args[0].shape))
+        if len(args) != 2:
+            raise TypeError(f"TensorInfo(dataType, shape) or TensorInfo(numpy array), got {len(args)} arguments")
+        dtype, shape = args
+        if isinstance(shape, (int, _np.integer)):
+            raise TypeError("TensorInfo: the shape must be a list of dimensions, got an integer")
+        super().__init__(dtype, list(shape))
+
+
+class DebugContext:
+    """PopART's DebugContext: here just a name for the op or tensor."""
+
+    def __init__(self, name="", parent=None):
+        self.name = f"{parent.name}/{name}" if isinstance(parent, DebugContext) and parent.name else name
+
+    def __str__(self):
+        return self.name
+
+
+class RecomputeType(_enum.Enum):
+    """PopART's per-op recomputation setting (Builder.recomputeOutputInBackwardPass)."""
+
+    Undefined = 0
+    Checkpoint = 1
+    Recompute = 2
+    Recomputed = 3
+
+
+# PopART enums that only select IPU behaviour; their values are accepted where PopART takes them.
+class SyntheticDataMode(_enum.Enum):
+    Off = 0
+    Zeros = 1
+    RandomNormal = 2
+    RandomUniform = 3
+
+
+class MergeVarUpdateType(_enum.Enum):
+    Off = 0
+    All = 1
+    AutoLoose = 2
+    AutoTight = 3
+
+
+class TileSet(_enum.Enum):
+    Compute = 0
+    IO = 1
+
+
+class ExchangeStrategy(_enum.Enum):
+    JustInTime = 0
+    OverlapInnerLoop = 1
+    OverlapLoops = 2
+    OverlapStep = 3
+
+
+class SyncPattern(_enum.Enum):
+    Full = 0
+    SinglePipeline = 1
+    ReplicaAndLadder = 2
+
+
+class DeviceConnectionType(_enum.Enum):
+    Always = 0
+    OnDemand = 1
+    Never = 2
+
+
+class Instrumentation(_enum.Enum):
+    Outer = 0
+    Inner = 1
+
+
+class InputSettings:
+    """PopART's per-input streaming settings: accepted and ignored."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+class VariableSettings:
+    """PopART's per-weight replica settings: accepted and ignored."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+class _Logger:
+    def __init__(self, name):
+        self.name = name
+
+    def setLevel(self, level):
+        """TRACE, DEBUG, INFO, WARN, ERR, CRITICAL or OFF (one level for all of graft)."""
+        _graft._setLogLevel(str(level))
+
+
+def getLogger(name="all"):
+    """PopART's logger: ``graft.getLogger().setLevel("INFO")`` sets graft's log level."""
+    return _Logger(name)
+
+
+def supportedOps(domain="ai.onnx", opsetVersion=17):
+    """The op types graft's Builder offers in a domain (every op of graft's registry)."""
+    return [s.type for s in builderOpSignatures(domain, opsetVersion)]
+
+
+# PopART's reserved tensor-name prefixes, for programs that build tensor names from them.
+def reservedGradientPrefix():
+    return "Gradient___"
+
+
+def reservedUpdatedVarPrefix():
+    return "UpdatedVar___"
+
+
+def reservedAccumPrefix():
+    return "Accum___"
+
+
+def reservedStepPrefix():
+    return "Step___"
+
+
+def reservedLossScalingPrefix():
+    return "lossScaling_"
+
+
+def __getattr__(name):
+    raise AttributeError(f"module 'graft' has no attribute '{name}': graft implements PopART's inference API "
+                         "(see docs/python-api.md for what is supported)")

@@ -1,0 +1,108 @@
+"""Sessions: PopART's InferenceSession (a TrainingSession slots in beside it, on _SessionBase)."""
+import os
+
+import numpy as np
+
+from . import _graft
+from .options import SessionOptions
+from .patterns import Patterns
+
+
+def _model_argument(fnModel):
+    """ONNX bytes, or a path, from what PopART programs pass as fnModel."""
+    if hasattr(fnModel, "SerializeToString"):  # an onnx.ModelProto
+        return fnModel.SerializeToString()
+    if isinstance(fnModel, os.PathLike):
+        return os.fspath(fnModel)
+    if isinstance(fnModel, (bytes, bytearray, memoryview)):
+        return bytes(fnModel)
+    if isinstance(fnModel, str):
+        return fnModel
+    raise _graft.Error(f"fnModel must be ONNX model bytes or a path to an ONNX file, got {type(fnModel).__name__}")
+
+
+def _check_type(value, cls, name):
+    if not isinstance(value, cls):
+        raise _graft.Error(f"{name} must be a graft.{cls.__name__.lstrip('_')}, got {type(value).__name__}")
+
+
+def _patterns_core(patterns):
+    if patterns is None:
+        return _graft._PatternsCore(_graft.PatternsLevel.Default)
+    if isinstance(patterns, Patterns):
+        return patterns._core()
+    if isinstance(patterns, _graft.PatternsLevel):
+        return _graft._PatternsCore(patterns)
+    if isinstance(patterns, (list, tuple)):
+        return _graft._PatternsCore(list(patterns))
+    raise _graft.Error(f"patterns must be a graft.Patterns, got {type(patterns).__name__}")
+
+
+class _SessionBase:
+    """What every session kind adds in Python to its C++ core (PopART's session.py methods)."""
+
+    @property
+    def dataFlow(self):
+        """The DataFlow the session was created with."""
+        return self._getDataFlow()
+
+    @property
+    def replicationFactor(self):
+        opts = self._options
+        return opts.replicatedGraphCount if opts.enableReplicatedGraphs else 1
+
+    @property
+    def accumulationFactor(self):
+        opts = self._options
+        return opts.accumulationFactor if opts.enableGradientAccumulation else 1
+
+    def prepareDevice(self, loadEngine=True, err=None):
+        """Compiles the model for its device (PopART's loadEngine and err arguments are accepted)."""
+        super().prepareDevice()
+
+    def loadEngineAndConnectStreams(self):
+        """PopART loads the compiled engine separately; graft's prepareDevice already did."""
+
+    def initAnchorArrays(self):
+        """One zeroed numpy array per anchor, shaped as PopART shapes them: ``[batchesPerStep, ...]``
+        for All, ``[batchesPerStep // N, ...]`` for EveryN(N), the tensor's shape for Final and Sum
+        (the leading dimension only when it is > 1)."""
+        return {a: np.zeros(self.anchorArrayShape(a), dtype=self.anchorDtype(a)) for a in self.dataFlow.anchors()}
+
+    def getSummaryReport(self, resetProfile=True):
+        """Per-op-type kernel times of the last run (needs SessionOptions.enableProfiling)."""
+        rows = self.profile()
+        if not rows:
+            return "no profile: set SessionOptions.enableProfiling = True and run the session"
+        lines = [f"{'op type':<24}{'calls':>10}{'seconds':>14}"]
+        lines += [f"{p.opType:<24}{p.calls:>10}{p.seconds:>14.6f}" for p in rows]
+        return "\n".join(lines)
+
+
+class InferenceSession(_SessionBase, _graft._InferenceSessionCore):
+    """Runs an ONNX model for inference (PopART's InferenceSession).
+
+    Arguments:
+        fnModel: the model: ONNX bytes (``builder.getModelProto()``), a path, or an onnx.ModelProto.
+        dataFlow: batches per step and the anchors (tensors to return).
+        deviceInfo: from ``graft.DeviceManager()``.
+        inputShapeInfo: shapes for inputs whose dimensions the model leaves symbolic.
+        patterns: accepted for PopART compatibility (graft's passes replace PopART's patterns).
+        userOptions: a SessionOptions.
+        name: the session's name.
+    """
+
+    def __init__(self, fnModel, dataFlow, deviceInfo, inputShapeInfo=None, patterns=None, userOptions=None,
+                 name="inference"):
+        _check_type(dataFlow, _graft.DataFlow, "dataFlow")
+        _check_type(deviceInfo, _graft.DeviceInfo, "deviceInfo")
+        if inputShapeInfo is None:
+            inputShapeInfo = _graft.InputShapeInfo()
+        _check_type(inputShapeInfo, _graft.InputShapeInfo, "inputShapeInfo")
+        if userOptions is None:
+            userOptions = SessionOptions()
+        _check_type(userOptions, _graft._SessionOptionsCore, "userOptions")
+        super().__init__(_model_argument(fnModel), dataFlow, deviceInfo, inputShapeInfo, userOptions,
+                         _patterns_core(patterns))
+        self._options = userOptions
+        self.name = name

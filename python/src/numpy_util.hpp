@@ -1,0 +1,31 @@
+#pragma once
+// Conversions between numpy arrays and graft's NDArray / DataType.
+#include <graft/ndarray.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+namespace graft::py {
+
+namespace pyb = pybind11;
+
+/// The graft type of a numpy dtype; throws graft::Error naming `what` when graft has none.
+DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what);
+/// The numpy dtype of a graft type; throws graft::Error when numpy has none (bfloat16, string).
+pyb::dtype numpyDtype(DataType dt);
+/// Accepts a numpy dtype, a numpy scalar type, a Python type or a type name ("FLOAT", "float32").
+DataType dtypeFromObject(pyb::handle obj, const std::string& what);
+
+/// A view of a numpy array's memory (no copy). The array must be an ndarray, C-contiguous,
+/// aligned, in native byte order and (when `writable`) writeable; otherwise graft::Error naming
+/// `what` says what is wrong. The caller keeps the array alive while the view is used.
+NDArray viewOf(pyb::handle obj, const std::string& what, bool writable);
+/// A view that keeps a reference to the array (released with the GIL held).
+NDArray ownedViewOf(pyb::handle obj, const std::string& what, bool writable);
+/// A copy of any array-like as an NDArray.
+NDArray copyOf(pyb::handle obj, const std::string& what);
+/// A numpy copy of an NDArray.
+pyb::array toNumpy(const NDArray& a);
+
+}  // namespace graft::py
