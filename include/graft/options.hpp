@@ -12,7 +12,7 @@ enum class RecomputationType { None, Standard, NormOnly, Pipeline, RecomputeAll 
 enum class ReductionType { Sum, Mean, NoReduction };
 
 /// PopART-compatible session options. Fields PopART has that do not apply to graft's devices
-/// are accepted by the Python layer with a warning (see docs/popart-compat.md).
+/// are accepted by the Python layer with a warning (see docs/python-api.md).
 struct SessionOptions {
   // Training.
   bool enableGradientAccumulation = false;
