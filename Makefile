@@ -25,25 +25,39 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(PY) -m pytest -q tests/python
 
+# The demo model is written by the build (tools/make_demo_model.cpp); `graft run` runs it on random
+# inputs and prints its outputs and the time per step.
 demo: build
-	$(PY) tools/demo.py
+	$(BUILD)/tools/graft run $(BUILD)/demo/mlp.onnx --dim batch=32 --batches-per-step 4 --steps 20 \
+	  --output-dir $(BUILD)/demo/outputs
 
 bench: build
 	$(PY) bench/run.py
 
+# Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
+# models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.
+ONNX_DATA ?= /usr/share/libonnx-testdata/data
 fuzz: setup
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_C_COMPILER=clang -DGRAFT_FUZZ=ON -DGRAFT_PYTHON=OFF
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_import
-	mkdir -p build-fuzz/corpus && cp tests/fuzz/seeds/* build-fuzz/corpus/ 2>/dev/null || true
-	build-fuzz/tests/fuzz/fuzz_import build-fuzz/corpus -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096
+	mkdir -p build-fuzz/corpus build-fuzz/findings
+	cp tests/fuzz/seeds/*.onnx build-fuzz/corpus/
+	for m in $$(find $(ONNX_DATA)/node $(ONNX_DATA)/simple -name model.onnx -size -4k 2>/dev/null); do \
+	  cp "$$m" "build-fuzz/corpus/$$(basename $$(dirname $$m)).onnx"; done
+	build-fuzz/tests/fuzz/fuzz_import build-fuzz/corpus -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096 \
+	  -timeout=30 -max_len=65536 -artifact_prefix=build-fuzz/findings/
 
+# Unit and op tests under ASan+UBSan, then every conformance case, each in a child process: a
+# sanitizer report in a child fails the run (ordinary failures are the Release build's business).
 test-asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRAFT_SANITIZE=ON -DGRAFT_PYTHON=OFF \
 	  -DPython_EXECUTABLE=$(abspath $(PY))
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS)
+	cd build-asan && export ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
+	  ctest --output-on-failure -j $(JOBS) -E '^conformance$$' && \
+	  tests/conformance --only-crashes --timeout 600
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -1,7 +1,6 @@
 // ONNX file -> graft IR: parse, load external data, check, infer shapes, convert to the canonical
 // opset, expand functions, build the IR.
 #include <onnx/checker.h>
-#include <onnx/defs/function.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
@@ -309,11 +308,72 @@ void fixLegacyPreluSlopes(::onnx::GraphProto* g, const std::unordered_map<std::s
   }
 }
 
+// Renames every value of a function body: formal inputs and outputs become the caller's values,
+// everything else gets a prefix unique to the call. Subgraphs are renamed the same way (ONNX
+// names are unique across scopes, and a function body reads nothing from outside itself).
+struct CallRenamer {
+  std::unordered_map<std::string, std::string> formal;
+  std::string prefix;
+
+  std::string operator()(const std::string& n) const {
+    if (n.empty()) return n;
+    auto it = formal.find(n);
+    return it != formal.end() ? it->second : prefix + n;
+  }
+  void graph(::onnx::GraphProto* g) const {
+    for (auto& v : *g->mutable_input()) v.set_name((*this)(v.name()));
+    for (auto& v : *g->mutable_output()) v.set_name((*this)(v.name()));
+    for (auto& v : *g->mutable_value_info()) v.set_name((*this)(v.name()));
+    for (auto& t : *g->mutable_initializer()) t.set_name((*this)(t.name()));
+    for (auto& s : *g->mutable_sparse_initializer()) {
+      s.mutable_values()->set_name((*this)(s.values().name()));
+      s.mutable_indices()->set_name((*this)(s.indices().name()));
+    }
+    for (auto& n : *g->mutable_node()) node(&n);
+  }
+  void node(::onnx::NodeProto* n) const {
+    for (auto& i : *n->mutable_input()) i = (*this)(i);
+    for (auto& o : *n->mutable_output()) o = (*this)(o);
+    for (auto& a : *n->mutable_attribute()) {
+      if (a.has_g()) graph(a.mutable_g());
+      for (auto& sg : *a.mutable_graphs()) graph(&sg);
+    }
+  }
+};
+
+// Replaces the caller's references to its own attributes inside a function body (including
+// subgraphs of body nodes): a reference to an attribute the caller sets takes its value, a
+// reference to one it does not set is dropped (the op's default applies).
+void bindAttributes(::onnx::NodeProto* n, const std::unordered_map<std::string, const ::onnx::AttributeProto*>& given) {
+  auto* attrs = n->mutable_attribute();
+  for (int i = attrs->size() - 1; i >= 0; --i) {
+    ::onnx::AttributeProto* a = attrs->Mutable(i);
+    if (!a->ref_attr_name().empty()) {
+      auto it = given.find(a->ref_attr_name());
+      if (it == given.end()) {
+        attrs->DeleteSubrange(i, 1);
+        continue;
+      }
+      std::string name = a->name();
+      *a = *it->second;
+      a->set_name(name);
+    }
+    if (a->has_g())
+      for (auto& bn : *a->mutable_g()->mutable_node()) bindAttributes(&bn, given);
+    for (auto& sg : *a->mutable_graphs())
+      for (auto& bn : *sg.mutable_node()) bindAttributes(&bn, given);
+  }
+}
+
 struct FunctionExpander {
   const ::onnx::ModelProto& model;
   const ImportOptions& options;
-  std::unordered_map<std::string, ::onnx::TypeProto> types;
+  std::string source;
   int expanded = 0;
+  int64_t nodesAdded = 0;
+  /// Function calls may expand into further calls (a function calling itself twice doubles the
+  /// graph every round); the total is capped so that a model cannot make the import run out of memory.
+  static constexpr int64_t kMaxExpandedNodes = int64_t{1} << 20;
 
   const ::onnx::FunctionProto* localFunction(const ::onnx::NodeProto& n) const {
     for (const auto& f : model.functions())
@@ -321,18 +381,21 @@ struct FunctionExpander {
     return nullptr;
   }
 
-  // Fills `body` and returns true when `n` should be replaced by a function body.
-  bool bodyFor(const ::onnx::NodeProto& n, int64_t opset, ::onnx::FunctionProto* body) {
+  // Fills `body` (and `schema` for ONNX functions) and returns true when `n` should be replaced by
+  // a function body.
+  bool bodyFor(const ::onnx::NodeProto& n, int64_t opset, ::onnx::FunctionProto* body, const ::onnx::OpSchema** schema) {
+    *schema = nullptr;
     if (const auto* f = localFunction(n)) {
       *body = *f;
       return true;
     }
     if (!isOnnxDomain(n.domain()) || !options.expandFunction || !options.expandFunction(n.domain(), n.op_type()))
       return false;
-    const auto* schema = ::onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
-    if (!schema) return false;
-    if (schema->HasFunction()) {
-      *body = *schema->GetFunction();
+    const auto* s = ::onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+    if (!s) return false;
+    if (s->HasFunction()) {
+      *body = *s->GetFunction();
+      *schema = s;
       return true;
     }
     // Context-dependent function bodies are not expanded: ONNX 1.12's builders crash on some
@@ -340,28 +403,53 @@ struct FunctionExpander {
     return false;
   }
 
-  bool expandGraph(::onnx::GraphProto* g, int64_t opset, int depth) {
+  // graft inlines calls itself: ONNX 1.12's FunctionExpandHelper throws for model-local functions
+  // that do not import their own domain and dereferences a null schema for those that do.
+  void inlineCall(const ::onnx::NodeProto& call, const ::onnx::FunctionProto& fn, const ::onnx::OpSchema* schema,
+                  ::onnx::GraphProto* out) {
+    std::string label = call.name().empty() ? (call.output_size() ? call.output(0) : call.op_type()) : call.name();
+    std::string what = fmt::format("{}: {} node '{}'", source, call.op_type(), label);
+    GRAFT_CHECK(call.input_size() <= fn.input_size(), "{} has {} inputs, but function {} takes at most {}", what,
+                call.input_size(), fn.name(), fn.input_size());
+    GRAFT_CHECK(call.output_size() <= fn.output_size(), "{} has {} outputs, but function {} returns at most {}", what,
+                call.output_size(), fn.name(), fn.output_size());
+    nodesAdded += fn.node_size();
+    GRAFT_CHECK(nodesAdded <= kMaxExpandedNodes, "{}: expanding functions creates more than {} nodes (a function that "
+                "calls itself?)", source, kMaxExpandedNodes);
+    CallRenamer rename;
+    rename.prefix = fmt::format("{}_f{}_", label, expanded++);
+    for (int i = 0; i < fn.input_size(); ++i) rename.formal[fn.input(i)] = i < call.input_size() ? call.input(i) : "";
+    for (int i = 0; i < fn.output_size() && i < call.output_size(); ++i)
+      if (!call.output(i).empty()) rename.formal[fn.output(i)] = call.output(i);
+    std::unordered_map<std::string, const ::onnx::AttributeProto*> given;
+    for (const auto& a : call.attribute()) given[a.name()] = &a;
+    if (schema)
+      for (const auto& [name, def] : schema->attributes())
+        if (!given.count(name) && def.default_value.type() != ::onnx::AttributeProto::UNDEFINED)
+          given[name] = &def.default_value;
+    for (const auto& bn : fn.node()) {
+      ::onnx::NodeProto* n = out->add_node();
+      *n = bn;
+      if (!bn.name().empty()) n->set_name(rename.prefix + bn.name());
+      rename.node(n);
+      bindAttributes(n, given);
+    }
+  }
+
+  bool expandGraph(::onnx::GraphProto* g, int64_t opset) {
     bool changed = false;
     for (auto& n : *g->mutable_node())
       for (auto& a : *n.mutable_attribute()) {
-        if (a.has_g()) changed |= expandGraph(a.mutable_g(), opset, depth);
-        for (auto& sg : *a.mutable_graphs()) changed |= expandGraph(&sg, opset, depth);
+        if (a.has_g()) changed |= expandGraph(a.mutable_g(), opset);
+        for (auto& sg : *a.mutable_graphs()) changed |= expandGraph(&sg, opset);
       }
     ::onnx::GraphProto out;
     bool any = false;
     for (const auto& n : g->node()) {
       ::onnx::FunctionProto body;
-      if (bodyFor(n, opset, &body)) {
-        GRAFT_CHECK(depth < 16, "function {} expands into itself too deeply", n.op_type());
-        ::onnx::GraphProto tmp;
-        ::onnx::FunctionExpandHelper(n, body, tmp, fmt::format("{}_f{}_", n.name().empty() ? n.op_type() : n.name(), expanded++));
-        for (auto& bn : *tmp.mutable_node()) {
-          // Attributes that refer to a caller attribute the caller did not set take their default.
-          auto* attrs = bn.mutable_attribute();
-          for (int i = attrs->size() - 1; i >= 0; --i)
-            if (!attrs->Get(i).ref_attr_name().empty()) attrs->DeleteSubrange(i, 1);
-          *out.add_node() = std::move(bn);
-        }
+      const ::onnx::OpSchema* schema = nullptr;
+      if (bodyFor(n, opset, &body, &schema)) {
+        inlineCall(n, body, schema, &out);
         any = true;
       } else {
         *out.add_node() = n;
@@ -528,11 +616,10 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   convertOpset(&m, source);
   if (out.info.originalOpset > 0 && out.info.originalOpset < 7) fixLegacyPreluSlopes(m.mutable_graph(), preTypes);
   {
-    FunctionExpander fx{m, options, {}};
-    collectTypes(m.graph(), &fx.types);
+    FunctionExpander fx{m, options, source};
     int64_t opset = onnxOpset(m) ? onnxOpset(m) : kCanonicalOpset;
     bool changed = false;
-    for (int round = 0; round < 8 && fx.expandGraph(m.mutable_graph(), opset, round); ++round) changed = true;
+    for (int round = 0; round < 8 && fx.expandGraph(m.mutable_graph(), opset); ++round) changed = true;
     if (changed) {
       m.clear_functions();
       bool hasOnnx = false;
