@@ -8,9 +8,12 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <queue>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -57,14 +60,18 @@ void loadExternal(::onnx::TensorProto* t, const std::string& baseDir, const std:
   std::string what = fmt::format("{}: tensor '{}'", source, t->name());
   std::string location;
   int64_t offset = 0, length = -1;
+  auto number = [&](const ::onnx::StringStringEntryProto& kv) {
+    int64_t v = -1;
+    const std::string& s = kv.value();
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    GRAFT_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= 0,
+                "{} has a malformed external data entry '{}': '{}' (expected a non-negative integer)", what, kv.key(), s);
+    return v;
+  };
   for (const auto& kv : t->external_data()) {
-    try {
-      if (kv.key() == "location") location = kv.value();
-      if (kv.key() == "offset") offset = std::stoll(kv.value());
-      if (kv.key() == "length") length = std::stoll(kv.value());
-    } catch (const std::exception&) {
-      GRAFT_THROW("{} has a malformed external data entry '{}': '{}'", what, kv.key(), kv.value());
-    }
+    if (kv.key() == "location") location = kv.value();
+    if (kv.key() == "offset") offset = number(kv);
+    if (kv.key() == "length") length = number(kv);
   }
   GRAFT_CHECK(!location.empty(), "{} stores its data externally but names no location", what);
   GRAFT_CHECK(!baseDir.empty(), "{} stores its data in '{}', but the model was loaded from bytes without a folder; load it "
@@ -365,15 +372,56 @@ void bindAttributes(::onnx::NodeProto* n, const std::unordered_map<std::string, 
   }
 }
 
+/// Function calls may expand into further calls (a function calling another twice, which calls
+/// another twice, ... doubles the graph at every level); the expanded size is capped so that a
+/// model cannot make the import run out of memory or time.
+constexpr int64_t kMaxExpandedNodes = int64_t{1} << 20;
+
+// Checks, before anything else reads the model, that its local functions are not recursive (ONNX
+// forbids it; the checker and ONNX's shape inference recurse without end on them) and that
+// expanding them stays under kMaxExpandedNodes (ONNX's shape inference walks every call's body,
+// so a model with deeply nested calls would otherwise take exponential time).
+void checkLocalFunctions(const ::onnx::ModelProto& m, const std::string& source) {
+  if (m.functions_size() == 0) return;
+  using Key = std::pair<std::string, std::string>;
+  std::map<Key, const ::onnx::FunctionProto*> functions;
+  for (const auto& f : m.functions()) functions[{f.domain(), f.name()}] = &f;
+  std::map<Key, int> state;  // 1: being sized (on the current path), 2: sized
+  std::map<Key, int64_t> sizes;
+  auto add = [](int64_t a, int64_t b) { return std::min(a + b, kMaxExpandedNodes + 1); };  // both <= cap + 1
+  std::function<int64_t(const google::protobuf::RepeatedPtrField<::onnx::NodeProto>&)> cost;
+  std::function<int64_t(const Key&)> sizeOf = [&](const Key& k) -> int64_t {
+    if (state[k] == 2) return sizes[k];
+    GRAFT_CHECK(state[k] != 1, "{}: function {}{} calls itself (directly or through other functions); ONNX functions "
+                "cannot be recursive", source, k.first.empty() ? "" : k.first + "::", k.second);
+    state[k] = 1;
+    int64_t s = cost(functions.at(k)->node());
+    state[k] = 2;
+    return sizes[k] = s;
+  };
+  cost = [&](const google::protobuf::RepeatedPtrField<::onnx::NodeProto>& nodes) {
+    int64_t total = 0;
+    for (const auto& n : nodes) {
+      auto it = functions.find({n.domain(), n.op_type()});
+      total = add(total, it == functions.end() ? 1 : sizeOf(it->first));
+      for (const auto& a : n.attribute()) {
+        if (a.has_g()) total = add(total, cost(a.g().node()));
+        for (const auto& sg : a.graphs()) total = add(total, cost(sg.node()));
+      }
+    }
+    return total;
+  };
+  for (const auto& [k, f] : functions) (void)sizeOf(k);
+  GRAFT_CHECK(cost(m.graph().node()) <= kMaxExpandedNodes,
+              "{}: expanding the model's functions would create more than {} nodes", source, kMaxExpandedNodes);
+}
+
 struct FunctionExpander {
   const ::onnx::ModelProto& model;
   const ImportOptions& options;
   std::string source;
   int expanded = 0;
   int64_t nodesAdded = 0;
-  /// Function calls may expand into further calls (a function calling itself twice doubles the
-  /// graph every round); the total is capped so that a model cannot make the import run out of memory.
-  static constexpr int64_t kMaxExpandedNodes = int64_t{1} << 20;
 
   const ::onnx::FunctionProto* localFunction(const ::onnx::NodeProto& n) const {
     for (const auto& f : model.functions())
@@ -414,8 +462,8 @@ struct FunctionExpander {
     GRAFT_CHECK(call.output_size() <= fn.output_size(), "{} has {} outputs, but function {} returns at most {}", what,
                 call.output_size(), fn.name(), fn.output_size());
     nodesAdded += fn.node_size();
-    GRAFT_CHECK(nodesAdded <= kMaxExpandedNodes, "{}: expanding functions creates more than {} nodes (a function that "
-                "calls itself?)", source, kMaxExpandedNodes);
+    GRAFT_CHECK(nodesAdded <= kMaxExpandedNodes, "{}: expanding functions creates more than {} nodes", source,
+                kMaxExpandedNodes);
     CallRenamer rename;
     rename.prefix = fmt::format("{}_f{}_", label, expanded++);
     for (int i = 0; i < fn.input_size(); ++i) rename.formal[fn.input(i)] = i < call.input_size() ? call.input(i) : "";
@@ -592,6 +640,7 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   loadExternalInGraph(m.mutable_graph(), options.baseDir, source);
   Annotations ann;
   stripAnnotations(m.mutable_graph(), &ann);
+  checkLocalFunctions(m, source);
 
   if (options.check) {
     try {
