@@ -271,6 +271,25 @@ void restoreOtherDomains(::onnx::GraphProto* g, SetAside aside) {
                nodes.size() - g->node_size());
 }
 
+// ONNX 1.12's checker lets a graph output that nothing defines through, and its version converter
+// then dereferences a null value for it (a fuzzer finding); so this is checked first, in subgraphs
+// too, where values of enclosing graphs count as defined.
+void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defined, const std::string& source) {
+  for (const auto& vi : g.input()) defined.insert(vi.name());
+  for (const auto& t : g.initializer()) defined.insert(t.name());
+  for (const auto& s : g.sparse_initializer()) defined.insert(s.values().name());
+  for (const auto& n : g.node())
+    for (const auto& o : n.output()) defined.insert(o);
+  for (const auto& vo : g.output())
+    GRAFT_CHECK(defined.count(vo.name()), "{}: graph output '{}' is not produced by any node, input or initializer of "
+                "graph '{}'", source, vo.name(), g.name());
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) checkOutputsDefined(a.g(), defined, source);
+      for (const auto& sg : a.graphs()) checkOutputsDefined(sg, defined, source);
+    }
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
@@ -659,6 +678,7 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   out.info.originalOpset = onnxOpset(m);
   for (const auto& kv : m.metadata_props()) out.info.metadata[kv.key()] = kv.value();
 
+  checkOutputsDefined(m.graph(), {}, source);
   runShapeInference(&m);
   std::unordered_map<std::string, ::onnx::TypeProto> preTypes;
   collectTypes(m.graph(), &preTypes);

@@ -258,39 +258,6 @@ TEST(OnnxOpset, ConvertsOpset9To17) {
   EXPECT_EQ(model.graph->tensor("u").info().str(), "FLOAT [1, 3]");
 }
 
-// ONNX 1.12's converter throws for ops of other domains; graft converts the ai.onnx nodes around them.
-TEST(OnnxOpset, ConvertsAroundOpsOfOtherDomains) {
-  auto m = makeModel(11);
-  auto* d = m.add_opset_import();
-  d->set_domain("com.example");
-  d->set_version(1);
-  addInput(m, "x", {int64_t{3}});
-  auto* u = addNode(m.mutable_graph(), "Unsqueeze", {"x"}, {"u"});
-  auto* axes = u->add_attribute();
-  axes->set_name("axes");
-  axes->set_type(::onnx::AttributeProto::INTS);
-  axes->add_ints(0);
-  addNode(m.mutable_graph(), "Frob", {"u"}, {"f"}, "com.example")->set_name("frob");
-  addNode(m.mutable_graph(), "Relu", {"f"}, {"y"});
-  addOutput(m, "y", {int64_t{1}, int64_t{3}});
-  Model model = loadModelBytes(serialize(m));
-  const ir::Graph& g = *model.graph;
-  EXPECT_EQ(model.info.originalOpset, 11);
-  EXPECT_EQ(g.opsetVersion(), 17);
-  EXPECT_EQ(g.otherOpsets.at("com.example"), 1);
-  ASSERT_EQ(g.inputs().size(), 1u);
-  ASSERT_EQ(g.outputs().size(), 1u);
-  EXPECT_EQ(g.outputs()[0]->id(), "y");
-  const ir::Node* frob = g.tensor("f").producer();
-  ASSERT_NE(frob, nullptr);
-  EXPECT_EQ(frob->domain(), "com.example");
-  EXPECT_EQ(frob->input(0)->id(), "u");
-  const ir::Node* un = g.tensor("u").producer();
-  ASSERT_NE(un, nullptr);
-  EXPECT_EQ(un->numInputs(), 2u);  // converted: axes became an input
-  EXPECT_EQ(g.tensor("y").producer()->type(), "Relu");
-}
-
 TEST(OnnxOpset, RejectsNewerOpsets) {
   auto m = reluModel();
   m.mutable_opset_import(0)->set_version(99);
