@@ -290,6 +290,38 @@ void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defi
     }
 }
 
+// Upsample (opset 7-9) and Resize-10 map output to input coordinates asymmetrically
+// (x_in = x_out / scale) and pick the nearest element by flooring; the 1.12 converter turns them
+// into Resize nodes without coordinate_transformation_mode, which then default to half_pixel and
+// round_prefer_floor. Restore the old semantics on every Resize of a model converted from before
+// opset 11 (no Resize of those opsets can carry these attributes).
+void keepLegacyResizeSemantics(::onnx::GraphProto* g) {
+  for (auto& n : *g->mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) keepLegacyResizeSemantics(a.mutable_g());
+      for (auto& sg : *a.mutable_graphs()) keepLegacyResizeSemantics(&sg);
+    }
+    if (n.op_type() != "Resize" || !isOnnxDomain(n.domain())) continue;
+    bool hasCtm = false, hasNearest = false;
+    for (const auto& a : n.attribute()) {
+      hasCtm |= a.name() == "coordinate_transformation_mode";
+      hasNearest |= a.name() == "nearest_mode";
+    }
+    if (!hasCtm) {
+      auto* a = n.add_attribute();
+      a->set_name("coordinate_transformation_mode");
+      a->set_type(::onnx::AttributeProto::STRING);
+      a->set_s("asymmetric");
+    }
+    if (!hasNearest) {
+      auto* a = n.add_attribute();
+      a->set_name("nearest_mode");
+      a->set_type(::onnx::AttributeProto::STRING);
+      a->set_s("floor");
+    }
+  }
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
@@ -306,6 +338,7 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   }
   restoreTypes(converted.mutable_graph(), types);
   restoreOtherDomains(converted.mutable_graph(), std::move(aside));
+  if (v < 11) keepLegacyResizeSemantics(converted.mutable_graph());
   if (converted.ir_version() < 8) converted.set_ir_version(8);
   *m = std::move(converted);
 }

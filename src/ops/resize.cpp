@@ -348,7 +348,9 @@ KernelFn gridSampleKernel(CompileContext& c) {
               if (interp == Interp::Nearest) v = std::nearbyint(v);
               if (std::isnan(v)) valid = false;
               if (v < lo[a] || v > hi[a]) {
-                if (pad == GridPad::Border)
+                // Bicubic with border padding clamps each tap, not the coordinate (as PyTorch and
+                // onnxruntime do).
+                if (pad == GridPad::Border && interp != Interp::Cubic)
                   v = std::min(std::max(v, 0.0), L - 1);
                 else if (pad == GridPad::Reflection && std::isfinite(v))
                   v = reflect(v, lo[a], hi[a]);

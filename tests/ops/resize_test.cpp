@@ -1,8 +1,11 @@
 // Tests of src/ops/resize.cpp: Resize in each mode against hand-computed values and a naive
 // cubic-convolution sum written here; GridSample against hand-computed samples.
+#include <onnx/onnx_pb.h>
+
 #include <cmath>
 
 #include "op_test_util.hpp"
+#include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
 
 namespace graft::testing {
@@ -169,6 +172,46 @@ TEST(Resize, IntegersRoundAndSaturate) {
   EXPECT_TRUE(allClose(l, arr<int32_t>({3}, {0, 128, 255})));
 }
 
+TEST(Resize, LegacyUpsampleKeepsAsymmetricCoordinates) {
+  // An opset-9 Upsample imports as Resize with the old coordinate mapping x_in = x_out / scale.
+  ::onnx::ModelProto m;
+  m.set_ir_version(4);
+  m.add_opset_import()->set_version(9);
+  auto* g = m.mutable_graph();
+  g->set_name("upsample");
+  auto* n = g->add_node();
+  n->set_op_type("Upsample");
+  n->add_input("X");
+  n->add_input("scales");
+  n->add_output("Y");
+  auto* mode = n->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(::onnx::AttributeProto::STRING);
+  mode->set_s("linear");
+  auto* sc = g->add_initializer();
+  sc->set_name("scales");
+  sc->set_data_type(::onnx::TensorProto::FLOAT);
+  sc->add_dims(2);
+  sc->add_float_data(1);
+  sc->add_float_data(2);
+  for (auto* v : {g->add_input(), g->add_output()}) {
+    v->set_name(v == &g->output(0) ? "Y" : "X");
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_value(1);
+    t->mutable_shape()->add_dim()->set_dim_value(v == &g->output(0) ? 4 : 2);
+  }
+  auto model = onnxio::loadModelBytes(m.SerializeAsString());
+  const ir::Node* resize = nullptr;
+  for (const ir::Node* node : model.graph->nodes())
+    if (node->type() == "Resize") resize = node;
+  ASSERT_NE(resize, nullptr);
+  EXPECT_EQ(resize->attrString("coordinate_transformation_mode"), "asymmetric");
+  EXPECT_EQ(resize->attrString("nearest_mode"), "floor");
+  // What that means for linear upsampling of [1, 2] by 2: sources 0, 0.5, 1, 1.5.
+  EXPECT_TRUE(allClose(resizeBy(arr<float>({1, 2}, {1, 2}), {1, 2}, resize->attrs()), arr<float>({1, 4}, {1, 1.5f, 2, 2})));
+}
+
 TEST(Resize, RejectsBadInputs) {
   auto x = arr<float>({2}, {1, 2});
   auto sizes = arr<int64_t>({1}, {4});
@@ -242,19 +285,26 @@ TEST(GridSample, NearestRoundsHalfToEven) {
 TEST(GridSample, BicubicMatchesKeysConvolution) {
   std::vector<double> v = {1, 4, 2, 8, 5};
   auto x = arr<double>({1, 1, 1, 5}, v);
-  std::vector<double> xs = {0.3, 1.7, 2.5, 3.9};
+  std::vector<double> xs = {0.3, 1.7, 2.5, 3.9, -1.3, 5.2};
   std::vector<double> grid;
   for (double p : xs) {
     grid.push_back((2 * p + 1) / 5 - 1);
     grid.push_back(0);
   }
-  auto y = run1("GridSample", {x, arr<double>({1, 1, 4, 2}, grid)}, attrs({{"mode", str("bicubic")}}));
-  for (size_t k = 0; k < xs.size(); ++k) {
-    double want = 0;
-    auto f = static_cast<int64_t>(std::floor(xs[k]));
-    for (int64_t i = f - 1; i <= f + 2; ++i)
-      if (i >= 0 && i < 5) want += keys(xs[k] - static_cast<double>(i), -0.75) * v[i];  // zeros padding
-    EXPECT_NEAR(y.data<double>()[k], want, 1e-9) << xs[k];
+  for (bool border : {false, true}) {
+    auto y = run1("GridSample", {x, arr<double>({1, 1, 6, 2}, grid)},
+                  attrs({{"mode", str("bicubic")}, {"padding_mode", str(border ? "border" : "zeros")}}));
+    for (size_t k = 0; k < xs.size(); ++k) {
+      // zeros: taps outside read 0; border: each tap clamps to the edge (the coordinate does not).
+      double want = 0;
+      auto f = static_cast<int64_t>(std::floor(xs[k]));
+      for (int64_t i = f - 1; i <= f + 2; ++i) {
+        double w = keys(xs[k] - static_cast<double>(i), -0.75);
+        if (border) want += w * v[std::clamp<int64_t>(i, 0, 4)];
+        else if (i >= 0 && i < 5) want += w * v[i];
+      }
+      EXPECT_NEAR(y.data<double>()[k], want, 1e-9) << xs[k] << (border ? " border" : " zeros");
+    }
   }
 }
 
