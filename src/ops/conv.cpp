@@ -61,9 +61,11 @@ KernelFn convTransposeKernel(CompileContext& c) {
   std::string what = wa.what;
   GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
   for (int64_t p : outputPadding)
-    GRAFT_CHECK(p >= 0, "{}: output_padding must be >= 0, got {}", what, shapeToString(outputPadding));
+    GRAFT_CHECK(p >= 0 && p < (int64_t{1} << 40), "{}: output_padding values must be in [0, 2^40), got {}", what,
+                shapeToString(outputPadding));
   for (int64_t o : outputShape)
-    GRAFT_CHECK(o >= 0, "{}: output_shape must be >= 0, got {}", what, shapeToString(outputShape));
+    GRAFT_CHECK(o >= 0 && o < (int64_t{1} << 50), "{}: output_shape values must be in [0, 2^50), got {}", what,
+                shapeToString(outputShape));
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& w = k.input(1);
@@ -109,9 +111,8 @@ KernelFn convTransposeKernel(CompileContext& c) {
       keff += 1;
       int64_t op = outputPadding.empty() ? 0 : outputPadding[d];
       int64_t full = 0;  // output extent without padding
-      GRAFT_CHECK(
-          !__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50) && op < (int64_t{1} << 40),
-          "{}: output too large on spatial axis {}", what, d);
+      GRAFT_CHECK(!__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50),
+                  "{}: output too large on spatial axis {}", what, d);
       full = full - win.stride[d] + op + keff;
       if (!wa.pads.empty()) {
         win.padBegin[d] = wa.pads[d];
@@ -144,11 +145,12 @@ KernelFn convTransposeKernel(CompileContext& c) {
       using C = ComputeType<T>;
       const T* xp = x.data<T>();
       const T* wp = w.data<T>();
-      std::vector<double> acc(static_cast<size_t>(total), 0.0);
+      NDArray& y = k.allocOutputUninit(0, x.dtype(), ys);
+      NDArray accArr(DataType::Double, ys);  // zero-filled; an NDArray so that size limits apply
+      double* acc = accArr.data<double>();
       convTransposeDirect<double>(
           s, [&](int64_t i) { return static_cast<double>(static_cast<C>(xp[i])); },
-          [&](int64_t i) { return static_cast<double>(static_cast<C>(wp[i])); }, acc.data());
-      NDArray& y = k.allocOutputUninit(0, x.dtype(), ys);
+          [&](int64_t i) { return static_cast<double>(static_cast<C>(wp[i])); }, acc);
       T* yp = y.data<T>();
       int64_t block = shapeNumel(win.out);
       for (int64_t i = 0; i < total; ++i) {

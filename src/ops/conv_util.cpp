@@ -139,25 +139,44 @@ ConvShape convShapeOf(const WindowAttrs& wa, const Shape& x, const Shape& w, int
   return s;
 }
 
-void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std::pair<int64_t, int64_t>>& taps) {
+namespace {
+// Floor and ceiling of a / b for b > 0 and any sign of a.
+int64_t floorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
+}  // namespace
+
+void tapsWithin(const Shape& kernel, const std::vector<int64_t>& base, const Shape& dilation, const Shape& extent,
+                std::vector<std::pair<int64_t, int64_t>>& taps) {
   taps.clear();
-  int64_t r = w.rank();
-  std::vector<int64_t> base(r);
-  for (int64_t d = 0; d < r; ++d) base[d] = o[d] * w.stride[d] - w.padBegin[d];
-  if (shapeNumel(w.kernel) == 0) return;
-  Odometer k(w.kernel);
-  int64_t kp = 0;
-  do {
-    int64_t off = 0;
-    bool inside = true;
-    for (int64_t d = 0; d < r && inside; ++d) {
-      int64_t pos = base[d] + k.idx[d] * w.dilation[d];
-      inside = pos >= 0 && pos < w.in[d];
-      off = off * w.in[d] + pos;
+  auto r = static_cast<int64_t>(kernel.size());
+  std::vector<int64_t> lo(r), hi(r);
+  for (int64_t d = 0; d < r; ++d) {
+    // base + k * dil in [0, extent - 1]  <=>  k in [ceil(-base / dil), floor((extent - 1 - base) / dil)]
+    lo[d] = std::max<int64_t>(0, ceilDiv(-base[d], dilation[d]));
+    hi[d] = std::min<int64_t>(kernel[d] - 1, floorDiv(extent[d] - 1 - base[d], dilation[d]));
+    if (lo[d] > hi[d]) return;
+  }
+  std::vector<int64_t> k = lo;
+  while (true) {
+    int64_t kOff = 0, pOff = 0;
+    for (int64_t d = 0; d < r; ++d) {
+      kOff = kOff * kernel[d] + k[d];
+      pOff = pOff * extent[d] + base[d] + k[d] * dilation[d];
     }
-    if (inside) taps.emplace_back(kp, off);
-    ++kp;
-  } while (k.next());
+    taps.emplace_back(kOff, pOff);
+    int64_t d = r - 1;
+    for (; d >= 0; --d) {
+      if (++k[d] <= hi[d]) break;
+      k[d] = lo[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std::pair<int64_t, int64_t>>& taps) {
+  std::vector<int64_t> base(w.rank());
+  for (int64_t d = 0; d < w.rank(); ++d) base[d] = o[d] * w.stride[d] - w.padBegin[d];
+  tapsWithin(w.kernel, base, w.dilation, w.in, taps);
 }
 
 }  // namespace graft::ops

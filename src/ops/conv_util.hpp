@@ -87,6 +87,12 @@ struct Odometer {
 /// within the input's spatial block.
 void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std::pair<int64_t, int64_t>>& taps);
 
+/// The taps k (0 <= k < kernel, per axis) with base + k * dilation inside [0, extent), as
+/// (row-major kernel offset, row-major offset within `extent`) pairs. Only taps that land inside
+/// are visited, so the cost is bounded by the extent, not by the kernel attribute.
+void tapsWithin(const Shape& kernel, const std::vector<int64_t>& base, const Shape& dilation, const Shape& extent,
+                std::vector<std::pair<int64_t, int64_t>>& taps);
+
 /// Shapes of a grouped convolution: X [N, C, in...], W [M, C/group, k...], Y [N, M, out...].
 struct ConvShape {
   int64_t batch = 0, inChannels = 0, outChannels = 0, group = 1;
@@ -144,23 +150,12 @@ void convTransposeDirect(const ConvShape& s, LoadX&& loadX, LoadW&& loadW, Acc* 
   int64_t cg = s.inChannels / s.group, mg = s.outChannels / s.group;
   if (inBlock == 0 || kBlock == 0 || s.batch == 0) return;
   std::vector<std::pair<int64_t, int64_t>> taps;  // (kernel offset, output offset)
+  std::vector<int64_t> base(r);
   Odometer i(w.in);
   int64_t ip = 0;
   do {
-    taps.clear();
-    Odometer k(w.kernel);
-    int64_t kp = 0;
-    do {
-      int64_t off = 0;
-      bool inside = true;
-      for (int64_t d = 0; d < r && inside; ++d) {
-        int64_t pos = i.idx[d] * w.stride[d] - w.padBegin[d] + k.idx[d] * w.dilation[d];
-        inside = pos >= 0 && pos < w.out[d];
-        off = off * w.out[d] + pos;
-      }
-      if (inside) taps.emplace_back(kp, off);
-      ++kp;
-    } while (k.next());
+    for (int64_t d = 0; d < r; ++d) base[d] = i.idx[d] * w.stride[d] - w.padBegin[d];
+    tapsWithin(w.kernel, base, w.dilation, w.out, taps);
     for (int64_t n = 0; n < s.batch; ++n)
       for (int64_t g = 0; g < s.group; ++g)
         for (int64_t c = 0; c < cg; ++c) {

@@ -215,21 +215,22 @@ KernelFn resizeKernel(CompileContext& c) {
                   what, 2 * r, roi.size());
       for (double v : roi) GRAFT_CHECK(std::isfinite(v), "{}: roi values must be finite", what);
     }
+    // Allocate first: the size limits apply before any per-axis table is built.
+    NDArray& y = k.allocOutput(0, x.dtype(), out);
+    if (y.numel() == 0) return;
     std::vector<std::vector<AxisTaps>> axes(r);
     for (int64_t d = 0; d < r; ++d)
       axes[d] = axisTaps(a, x.dim(d), out[d], scales[d],
                          hasSizes ? static_cast<double>(out[d]) : scales[d] * static_cast<double>(x.dim(d)),
                          roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
     std::vector<int64_t> xs = stridesOf(x.shape());
-    int64_t total = shapeNumel(out);
     uint32_t types = a.interp == Interp::Nearest ? kAll : kNumeric;
     dispatch<kAll>(x.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       GRAFT_CHECK((types >> static_cast<uint32_t>(x.dtype())) & 1u, "{}: {} interpolation needs numbers, got {}", what,
                   a.interp == Interp::Linear ? "linear" : "cubic", dtypeName(x.dtype()));
       const T* xp = x.data<T>();
-      T* yp = k.allocOutput(0, x.dtype(), out).data<T>();
-      if (total == 0) return;
+      T* yp = y.data<T>();
       std::vector<const AxisTaps*> cur(r);
       std::vector<size_t> ti(r);
       Odometer o(out);

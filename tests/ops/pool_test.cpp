@@ -82,6 +82,15 @@ TEST(MaxPool, WindowsOverPaddingOnly) {
   EXPECT_TRUE(allClose(c, arr<float>({1, 1, 3}, {2, 4, NAN})));
 }
 
+TEST(MaxPool, HugeKernelVisitsOnlyTapsInsideTheInput) {
+  // A 2^30 kernel over one element padded by 2^30 - 1: one output, one real tap.
+  int64_t k = int64_t{1} << 30;
+  auto a = attrs({{"kernel_shape", Ints{k}}, {"pads", Ints{k - 1, 0}}});
+  EXPECT_TRUE(allClose(run1("MaxPool", {arr<float>({1, 1, 1}, {3})}, a), arr<float>({1, 1, 1}, {3})));
+  a.set("count_include_pad", int64_t{1});
+  EXPECT_TRUE(allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {3})}, a), arr<float>({1, 1, 1}, {3.0f / k})));
+}
+
 TEST(MaxPool, ShapeAgreesWithOnnxInference) {
   auto x = randomArray(DataType::Float, {1, 2, 7, 8}, 3);
   std::vector<ir::Attributes> cases = {
