@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "op_test_util.hpp"
 #include "onnx/model_io.hpp"
+#include "op_test_util.hpp"
 #include "passes/pass.hpp"
 
 namespace graft::testing {
@@ -209,7 +209,8 @@ TEST(Resize, LegacyUpsampleKeepsAsymmetricCoordinates) {
   EXPECT_EQ(resize->attrString("coordinate_transformation_mode"), "asymmetric");
   EXPECT_EQ(resize->attrString("nearest_mode"), "floor");
   // What that means for linear upsampling of [1, 2] by 2: sources 0, 0.5, 1, 1.5.
-  EXPECT_TRUE(allClose(resizeBy(arr<float>({1, 2}, {1, 2}), {1, 2}, resize->attrs()), arr<float>({1, 4}, {1, 1.5f, 2, 2})));
+  EXPECT_TRUE(
+      allClose(resizeBy(arr<float>({1, 2}, {1, 2}), {1, 2}, resize->attrs()), arr<float>({1, 4}, {1, 1.5f, 2, 2})));
 }
 
 TEST(Resize, RejectsBadInputs) {
@@ -300,8 +301,10 @@ TEST(GridSample, BicubicMatchesKeysConvolution) {
       auto f = static_cast<int64_t>(std::floor(xs[k]));
       for (int64_t i = f - 1; i <= f + 2; ++i) {
         double w = keys(xs[k] - static_cast<double>(i), -0.75);
-        if (border) want += w * v[std::clamp<int64_t>(i, 0, 4)];
-        else if (i >= 0 && i < 5) want += w * v[i];
+        if (border)
+          want += w * v[std::clamp<int64_t>(i, 0, 4)];
+        else if (i >= 0 && i < 5)
+          want += w * v[i];
       }
       EXPECT_NEAR(y.data<double>()[k], want, 1e-9) << xs[k] << (border ? " border" : " zeros");
     }
