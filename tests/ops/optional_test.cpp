@@ -80,6 +80,19 @@ TEST(OptionalGetElement, ReturnsTheTensorOrSequence) {
   EXPECT_EQ(s.g.tensor("get").type().kind, ir::ValueKind::Sequence);
 }
 
+TEST(OptionalGetElement, KeepsKindsWhenElementTypesAreUnknown) {
+  // An optional of unknown element type still infers; an unknown tensor fed to Optional becomes
+  // an optional.
+  ir::Graph g("main");
+  ir::Tensor* x = addInput(g, "x", ir::ValueType::optional(ir::ValueKind::Sequence, TensorInfo{}));
+  ir::Tensor* y = addOp(g, "OptionalGetElement", {x}, {"y"})->output(0);
+  ir::Tensor* n = addOp(g, "SequenceLength", {y}, {"n"})->output(0);
+  g.setOutputs({y, n});
+  auto out = runGraph(g, {sv({arr<float>({1}, {1})})});
+  EXPECT_TRUE(allClose(out.at(1).tensor, scalar<int64_t>(1)));
+  EXPECT_EQ(g.tensor("y").type().kind, ir::ValueKind::Sequence);
+}
+
 TEST(OptionalGetElement, RejectsAnAbsentOptional) {
   ir::Graph g("main");
   ir::Tensor* x = addInput(g, "x", ir::ValueType::optional(ir::ValueKind::Tensor, TensorInfo(DT::Float, Shape{1})));

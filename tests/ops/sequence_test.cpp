@@ -14,7 +14,7 @@ struct OneNode {
   ir::Node* node = nullptr;
   OneNode(const std::string& type, std::vector<ir::ValueType> inTypes, int outputs = 1, ir::Attributes a = {}) {
     for (size_t i = 0; i < inTypes.size(); ++i)
-      ins.push_back(inTypes[i].known() ? addInput(g, "in" + std::to_string(i), inTypes[i]) : nullptr);
+      ins.push_back(inTypes[i].known() || !inTypes[i].isTensor() ? addInput(g, "in" + std::to_string(i), inTypes[i]) : nullptr);
     std::vector<std::string> outs;
     for (int i = 0; i < outputs; ++i) outs.push_back("out" + std::to_string(i));
     node = addOp(g, type, ins, outs, std::move(a));
@@ -64,6 +64,16 @@ TEST(SequenceAt, NegativePositionsCountFromTheEnd) {
   EXPECT_TRUE(allClose(t.run({sv(threeVectors()), tv(scalar<int64_t>(1))}).at(0).tensor, arr<float>({2}, {3, 4})));
   EXPECT_EQ(t.outType().kind, ir::ValueKind::Tensor);
   EXPECT_EQ(t.outType().info.dataType(), DT::Float);
+}
+
+TEST(SequenceAt, WorksWhenTheElementTypeIsNotKnownStatically) {
+  // The input is a sequence of unknown element type: inference must keep it a sequence.
+  OneNode t("SequenceAt", {ir::ValueType::sequence(TensorInfo{}), tensorType(DT::Int64, {})});
+  auto out = t.run({sv(threeVectors()), tv(scalar<int64_t>(0))});
+  EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2}, {1, 2})));
+  OneNode len("SequenceLength", {ir::ValueType::sequence(TensorInfo{})});
+  EXPECT_TRUE(allClose(len.run({sv(threeVectors())}).at(0).tensor, scalar<int64_t>(3)));
+  EXPECT_EQ(len.outType(), tensorType(DT::Int64, {}));
 }
 
 TEST(SequenceAt, RejectsPositionsOutOfRange) {
