@@ -1,5 +1,8 @@
 // Tests of src/ops/controlflow.cpp: If, Loop and Scan, with bodies that read outer-scope values.
+#include <onnx/onnx_pb.h>
+
 #include "graph_test_util.hpp"
+#include "onnx/model_io.hpp"
 
 namespace graft::testing {
 namespace {
@@ -351,6 +354,68 @@ TEST(Scan, RejectsScanInputsOfDifferentLengths) {
 TEST(Scan, RejectsAttributeListsOfTheWrongLength) {
   CumulativeScan t(attrs({{"scan_input_axes", std::vector<int64_t>{0, 0}}}));
   EXPECT_THROW(runGraph(t.g, {tv(arr<float>({2}, {0, 0})), tv(arr<float>({3, 2}, {1, 2, 3, 4, 5, 6}))}), Error);
+}
+
+// Opset-8 Scan has a batch axis in front; the importer rewrites it into Scan over the batch of
+// Scan over the sequence.
+TEST(Scan, Opset8ModelsKeepTheirBatchAxis) {
+  auto valueInfo = [](::onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(1);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  ::onnx::ModelProto m;
+  m.set_ir_version(3);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(8);
+  auto* g = m.mutable_graph();
+  g->set_name("scan8");
+  valueInfo(g->add_input(), "init", {2, 2});
+  valueInfo(g->add_input(), "x", {2, 3, 2});
+  valueInfo(g->add_output(), "y", {2, 2});
+  valueInfo(g->add_output(), "z", {2, 3, 2});
+  auto* n = g->add_node();
+  n->set_op_type("Scan");
+  for (const char* i : {"", "init", "x"}) n->add_input(i);
+  n->add_output("y");
+  n->add_output("z");
+  auto* a = n->add_attribute();
+  a->set_name("num_scan_inputs");
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(1);
+  a = n->add_attribute();
+  a->set_name("directions");
+  a->set_type(::onnx::AttributeProto::INTS);
+  a->add_ints(1);
+  a = n->add_attribute();
+  a->set_name("body");
+  a->set_type(::onnx::AttributeProto::GRAPH);
+  auto* body = a->mutable_g();
+  body->set_name("body");
+  valueInfo(body->add_input(), "s", {2});
+  valueInfo(body->add_input(), "xt", {2});
+  valueInfo(body->add_output(), "s_out", {2});
+  valueInfo(body->add_output(), "y_t", {2});
+  auto* add = body->add_node();
+  add->set_op_type("Add");
+  add->add_input("s");
+  add->add_input("xt");
+  add->add_output("s_out");
+  auto* id = body->add_node();
+  id->set_op_type("Identity");
+  id->add_input("s_out");
+  id->add_output("y_t");
+  std::string bytes;
+  ASSERT_TRUE(m.SerializeToString(&bytes));
+  onnxio::Model model = onnxio::loadModelBytes(bytes);
+  EXPECT_EQ(model.graph->tensor("x").info(), TensorInfo(DT::Float, Shape{2, 3, 2}));
+  auto out = runGraph(*model.graph, {tv(arr<float>({2, 2}, {0, 0, 10, 10})),
+                                     tv(arr<float>({2, 3, 2}, {1, 2, 3, 4, 5, 6, 1, 1, 2, 2, 3, 3}))});
+  // Each batch row scans its own sequence, last step first (directions = [1]).
+  EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2, 2}, {9, 12, 16, 16})));
+  EXPECT_TRUE(allClose(out.at(1).tensor, arr<float>({2, 3, 2}, {5, 6, 8, 10, 9, 12, 13, 13, 15, 15, 16, 16})));
 }
 
 }  // namespace
