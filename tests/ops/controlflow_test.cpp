@@ -71,6 +71,26 @@ TEST(If, BranchesMayReturnSequencesAndAbsentOptionals) {
   EXPECT_EQ(g.tensor("opt").type().kind, ir::ValueKind::Optional);
 }
 
+TEST(If, BranchesMayReturnOuterValuesAndConstantsDirectly) {
+  ir::Graph g("main");
+  ir::Tensor* c = addInput(g, "c", tensorType(DT::Bool, {}));
+  addInput(g, "x", tensorType(DT::Float, {2}));
+  auto thenG = subgraph(g, "then");
+  thenG->addOutput(outer(*thenG, "x"));
+  auto elseG = subgraph(g, "else");
+  elseG->addOutput(addConst(*elseG, "k", arr<float>({2}, {7, 7})));
+  ir::Node* n = addOp(g, "If", {c}, {"y"}, attrs({{"then_branch", thenG}, {"else_branch", elseG}}));
+  linkOuterReads(n);
+  g.addOutput(n->output(0));
+  std::unique_ptr<plan::Executable> exe;
+  auto y = runGraph(g, {tv(scalar<bool>(true)), tv(arr<float>({2}, {1, 2}))}, &exe);
+  EXPECT_TRUE(allClose(y.at(0).tensor, arr<float>({2}, {1, 2})));
+  for (int i = 0; i < 2; ++i) {  // the branch's constant survives repeated runs
+    y = exe->run({tv(scalar<bool>(false)), tv(arr<float>({2}, {1, 2}))});
+    EXPECT_TRUE(allClose(y.at(0).tensor, arr<float>({2}, {7, 7})));
+  }
+}
+
 TEST(If, RejectsBranchesWithTheWrongNumberOfOutputs) {
   ir::Graph g("main");
   ir::Tensor* c = addInput(g, "c", tensorType(DT::Bool, {}));
@@ -209,6 +229,23 @@ TEST(Loop, CarriedValuesMayChangeShapeAndBeSequences) {
   EXPECT_TRUE(allClose(seq[0], arr<float>({2}, {9, 0})));
   EXPECT_TRUE(allClose(seq[2], arr<float>({4}, {9, 0, 1, 2})));
   EXPECT_EQ(g.tensor("s_final").type().kind, ir::ValueKind::Sequence);
+}
+
+// A body that hands a loop-carried value straight back, and reads it as a scan output too.
+TEST(Loop, BodyMayPassValuesThrough) {
+  ir::Graph g("main");
+  ir::Tensor* m = addInput(g, "M", tensorType(DT::Int64, {}));
+  ir::Tensor* v0 = addInput(g, "v0", tensorType(DT::Int32, {2}));
+  auto body = subgraph(g, "body");
+  ir::Tensor* i = addInput(*body, "i", tensorType(DT::Int64, {}));
+  ir::Tensor* cin = addInput(*body, "cin", tensorType(DT::Bool, {}));
+  ir::Tensor* v = addInput(*body, "v", tensorType(DT::Int32, {2}));
+  body->setOutputs({cin, v, i});
+  ir::Node* n = addOp(g, "Loop", {m, nullptr, v0}, {"v_final", "iters"}, attrs({{"body", body}}));
+  g.setOutputs({n->output(0), n->output(1)});
+  auto out = runGraph(g, {tv(scalar<int64_t>(3)), tv(arr<int32_t>({2}, {4, 5}))});
+  EXPECT_TRUE(allClose(out.at(0).tensor, arr<int32_t>({2}, {4, 5})));
+  EXPECT_TRUE(allClose(out.at(1).tensor, arr<int64_t>({3}, {0, 1, 2})));
 }
 
 TEST(Loop, ScanOutputsOfDifferentShapesAreRejected) {
