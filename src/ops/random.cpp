@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ops/dtype_dispatch.hpp"
+#include "ops/grad.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -290,6 +291,26 @@ KernelFn dropoutKernel(CompileContext& c) {
   };
 }
 
+// Inference-mode Dropout is the identity. In training mode the gradient flows where the mask
+// kept the element, scaled like the output; that needs the node's mask output.
+void dropoutVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  const ir::Tensor* training = n.input(2);
+  bool neverTraining = !training || (training->kind() == ir::TensorKind::Constant && training->data() &&
+                                     training->data()->numel() == 1 && !training->data()->data<bool>()[0]);
+  ir::Tensor* dy = g.dy(0);
+  if (neverTraining) {
+    g.setDx(0, dy);
+    return;
+  }
+  GRAFT_CHECK(n.output(1), "{}: the gradient of Dropout in training mode needs the mask the forward pass drew; give the "
+              "node its second output (mask)", n.describe());
+  ir::Tensor* one = g.scalarLike(1.0, dy);
+  ir::Tensor* ratio = n.input(1) ? g.op("CastLike", {g.in(1), dy}) : g.scalarLike(0.5, dy);
+  ir::Tensor* kept = g.mul(dy, g.div(one, g.sub(one, ratio)));
+  g.setDx(0, g.where(g.in(2), g.where(g.out(1), kept, g.zerosLike(dy)), dy));
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(random) {
@@ -299,7 +320,7 @@ GRAFT_REGISTER_OPS(random) {
   r.add("RandomNormalLike").setReference(likeKernel(Dist::Normal)).nondeterministic().noGradient({0});
   r.add("Multinomial").setReference(multinomialKernel).nondeterministic().noGradient({0});
   r.add("Bernoulli").setReference(bernoulliKernel).nondeterministic().noGradient({0});
-  r.add("Dropout").setReference(dropoutKernel).nondeterministic().noGradient({1, 2});
+  r.add("Dropout").setReference(dropoutKernel).setVjp(dropoutVjp).nondeterministic().noGradient({1, 2});
 }
 
 }  // namespace graft::ops

@@ -146,6 +146,15 @@ TEST(Dropout, TrainingDropsWithTheSeededMaskAndScales) {
   EXPECT_TRUE(allClose(out.at(1), arr<bool>({2, 4}, keep)));
 }
 
+TEST(Dropout, GradientIsIdentityInInferenceAndMaskedInTraining) {
+  auto x = randomArray(DT::Double, {3, 4}, 1);
+  EXPECT_TRUE(gradCheck({"Dropout", {x}, {}, 1}, {0}));
+  EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3)}, {}, 2}, {0}));
+  // Seeded, so every evaluation of the forward pass draws the same mask.
+  EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(true)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
+  EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(false)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
+}
+
 TEST(Dropout, RejectsARatioOutsideZeroOneInTraining) {
   auto x = arr<float>({2}, {1, 2});
   EXPECT_THROW(runReference({"Dropout", {x, scalar<float>(1.0f), scalar<bool>(true)}, {}, 1}), Error);
