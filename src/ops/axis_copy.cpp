@@ -1,9 +1,8 @@
 #include "ops/axis_copy.hpp"
 
-#include <algorithm>
 #include <memory>
 
-#include "ops/dtype_dispatch.hpp"
+#include "ops/copy_util.hpp"
 #include "ops/shape_util.hpp"
 
 namespace graft::ops {
@@ -12,13 +11,8 @@ namespace {
 // dst[o * dstRow + dstAt + j] = src[o * srcRow + srcAt + j] for o < rows, j < len.
 void copyRows(NDArray& dst, int64_t dstRow, int64_t dstAt, const NDArray& src, int64_t srcRow, int64_t srcAt,
               int64_t rows, int64_t len) {
-  if (rows == 0 || len == 0) return;
-  dispatch<kAll>(src.dtype(), "copy", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* s = src.data<T>();
-    T* d = dst.data<T>();
-    for (int64_t o = 0; o < rows; ++o) std::copy(s + o * srcRow + srcAt, s + o * srcRow + srcAt + len, d + o * dstRow + dstAt);
-  });
+  if (len == 0) return;
+  for (int64_t o = 0; o < rows; ++o) copyElements(src, o * srcRow + srcAt, dst, o * dstRow + dstAt, len);
 }
 
 }  // namespace
@@ -80,9 +74,10 @@ NDArray stackAxis(const std::vector<NDArray>& parts, int64_t axis, bool reverse,
   for (size_t i = 1; i < parts.size(); ++i) {
     GRAFT_CHECK(parts[i].dtype() == first.dtype(), "{}: element {} is {}, but element 0 is {}", what, i,
                 dtypeName(parts[i].dtype()), dtypeName(first.dtype()));
-    GRAFT_CHECK(parts[i].shape() == first.shape(), "{}: element {} has shape {}, but element 0 has shape {}; stacked "
-                "elements must all have the same shape", what, i, shapeToString(parts[i].shape()),
-                shapeToString(first.shape()));
+    GRAFT_CHECK(parts[i].shape() == first.shape(),
+                "{}: element {} has shape {}, but element 0 has shape {}; stacked "
+                "elements must all have the same shape",
+                what, i, shapeToString(parts[i].shape()), shapeToString(first.shape()));
   }
   Shape os = first.shape();
   auto n = static_cast<int64_t>(parts.size());

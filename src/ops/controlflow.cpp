@@ -11,7 +11,8 @@ namespace graft::ops {
 namespace {
 
 bool conditionValue(const Value& v, const std::string& what, const char* name) {
-  GRAFT_CHECK(v.isTensor(), "{}: {} must be a bool tensor, got {}", what, name, v.isSequence() ? "a sequence" : "no value");
+  GRAFT_CHECK(v.isTensor(), "{}: {} must be a bool tensor, got {}", what, name,
+              v.isSequence() ? "a sequence" : "no value");
   const NDArray& t = v.tensor;
   GRAFT_CHECK(t.dtype() == DataType::Bool && t.numel() == 1, "{}: {} must be one bool value, got {} of shape {}", what,
               name, dtypeName(t.dtype()), shapeToString(t.shape()));
@@ -103,22 +104,31 @@ KernelFn loopKernel(CompileContext& c) {
   GRAFT_CHECK(n.numInputs() >= 2, "{}: Loop needs the inputs M and cond (either may be empty), got {} input(s)", what,
               n.numInputs());
   size_t nCarried = n.numInputs() - 2;
-  GRAFT_CHECK(body->numInputs() == 2 + nCarried, "{}: the body has {} input(s); expected {} (iteration number, condition "
-              "and {} loop-carried value(s))", what, body->numInputs(), 2 + nCarried, nCarried);
-  GRAFT_CHECK(body->numOutputs() >= 1 + nCarried, "{}: the body has {} output(s); expected at least {} (condition and {} "
-              "loop-carried value(s))", what, body->numOutputs(), 1 + nCarried, nCarried);
+  GRAFT_CHECK(body->numInputs() == 2 + nCarried,
+              "{}: the body has {} input(s); expected {} (iteration number, condition "
+              "and {} loop-carried value(s))",
+              what, body->numInputs(), 2 + nCarried, nCarried);
+  GRAFT_CHECK(body->numOutputs() >= 1 + nCarried,
+              "{}: the body has {} output(s); expected at least {} (condition and {} "
+              "loop-carried value(s))",
+              what, body->numOutputs(), 1 + nCarried, nCarried);
   size_t nScan = body->numOutputs() - 1 - nCarried;
-  GRAFT_CHECK(n.numOutputs() <= nCarried + nScan, "{}: the node has {} output(s), but the body gives {} loop-carried "
-              "value(s) and {} scan output(s)", what, n.numOutputs(), nCarried, nScan);
+  GRAFT_CHECK(n.numOutputs() <= nCarried + nScan,
+              "{}: the node has {} output(s), but the body gives {} loop-carried "
+              "value(s) and {} scan output(s)",
+              what, n.numOutputs(), nCarried, nScan);
   std::vector<std::optional<NDArray>> emptyScans(nScan);
-  for (size_t j = 0; j < nScan; ++j) emptyScans[j] = emptyStacked(n.output(nCarried + j), g.outputs()[1 + nCarried + j], 0);
+  for (size_t j = 0; j < nScan; ++j)
+    emptyScans[j] = emptyStacked(n.output(nCarried + j), g.outputs()[1 + nCarried + j], 0);
 
   return [=](KernelContext& k) {
     std::optional<int64_t> maxTrips;
     if (k.hasInput(0)) {
       const NDArray& m = k.input(0);
-      GRAFT_CHECK(m.dtype() == DataType::Int64 && m.numel() == 1, "{}: M (the trip count) must be one int64 value, got "
-                  "{} of shape {}", what, dtypeName(m.dtype()), shapeToString(m.shape()));
+      GRAFT_CHECK(m.dtype() == DataType::Int64 && m.numel() == 1,
+                  "{}: M (the trip count) must be one int64 value, got "
+                  "{} of shape {}",
+                  what, dtypeName(m.dtype()), shapeToString(m.shape()));
       maxTrips = m.data<int64_t>()[0];
     }
     // Without a cond input the loop starts as if it were true; the body's condition still ends it.
@@ -145,8 +155,10 @@ KernelFn loopKernel(CompileContext& c) {
     for (size_t j = 0; j < nScan; ++j) {
       if (!k.wantsOutput(nCarried + j)) continue;
       if (scans[j].empty()) {
-        GRAFT_CHECK(emptyScans[j], "{}: the loop ran no iterations, and the shape of scan output {} is not known; give "
-                    "the body's output a shape", what, j);
+        GRAFT_CHECK(emptyScans[j],
+                    "{}: the loop ran no iterations, and the shape of scan output {} is not known; give "
+                    "the body's output a shape",
+                    what, j);
         k.setOutput(nCarried + j, emptyScans[j]->clone());
       } else {
         k.setOutput(nCarried + j, stackAxis(scans[j], 0, false, fmt::format("{}: scan output {}", what, j)));
@@ -162,8 +174,8 @@ std::vector<int64_t> perScanAttr(const ir::Node& n, const char* name, size_t cou
   GRAFT_CHECK(v.size() == count, "{}: attribute '{}' has {} entries; expected {}", n.describe(), name, v.size(), count);
   if (direction)
     for (int64_t d : v)
-      GRAFT_CHECK(d == 0 || d == 1, "{}: attribute '{}' holds {}; directions are 0 (forward) or 1 (reverse)", n.describe(),
-                  name, d);
+      GRAFT_CHECK(d == 0 || d == 1, "{}: attribute '{}' holds {}; directions are 0 (forward) or 1 (reverse)",
+                  n.describe(), name, d);
   return v;
 }
 
@@ -173,14 +185,18 @@ KernelFn scanKernel(CompileContext& c) {
   const ir::Graph& g = *n.attrGraph("body");
   auto body = c.compileSubgraph(g);
   int64_t numScanInputs = n.attrInt("num_scan_inputs");
-  GRAFT_CHECK(numScanInputs >= 1 && static_cast<size_t>(numScanInputs) <= n.numInputs(), "{}: num_scan_inputs is {}, "
-              "but the node has {} input(s)", what, numScanInputs, n.numInputs());
+  GRAFT_CHECK(numScanInputs >= 1 && static_cast<size_t>(numScanInputs) <= n.numInputs(),
+              "{}: num_scan_inputs is {}, "
+              "but the node has {} input(s)",
+              what, numScanInputs, n.numInputs());
   auto nScanIn = static_cast<size_t>(numScanInputs);
   size_t nState = n.numInputs() - nScanIn;
-  GRAFT_CHECK(body->numInputs() == n.numInputs(), "{}: the body has {} input(s), but the node has {} ({} state and {} "
-              "scan input(s))", what, body->numInputs(), n.numInputs(), nState, nScanIn);
-  GRAFT_CHECK(body->numOutputs() >= nState, "{}: the body has {} output(s); expected at least the {} state value(s)", what,
-              body->numOutputs(), nState);
+  GRAFT_CHECK(body->numInputs() == n.numInputs(),
+              "{}: the body has {} input(s), but the node has {} ({} state and {} "
+              "scan input(s))",
+              what, body->numInputs(), n.numInputs(), nState, nScanIn);
+  GRAFT_CHECK(body->numOutputs() >= nState, "{}: the body has {} output(s); expected at least the {} state value(s)",
+              what, body->numOutputs(), nState);
   size_t nScanOut = body->numOutputs() - nState;
   GRAFT_CHECK(n.numOutputs() <= body->numOutputs(), "{}: the node has {} output(s), but the body has {}", what,
               n.numOutputs(), body->numOutputs());
@@ -189,7 +205,8 @@ KernelFn scanKernel(CompileContext& c) {
   std::vector<int64_t> outAxes = perScanAttr(n, "scan_output_axes", nScanOut, false);
   std::vector<int64_t> outDirs = perScanAttr(n, "scan_output_directions", nScanOut, true);
   std::vector<std::optional<NDArray>> emptyScans(nScanOut);
-  for (size_t j = 0; j < nScanOut; ++j) emptyScans[j] = emptyStacked(n.output(nState + j), g.outputs()[nState + j], outAxes[j]);
+  for (size_t j = 0; j < nScanOut; ++j)
+    emptyScans[j] = emptyStacked(n.output(nState + j), g.outputs()[nState + j], outAxes[j]);
 
   return [=](KernelContext& k) {
     std::vector<int64_t> axes(nScanIn);
@@ -201,8 +218,8 @@ KernelFn scanKernel(CompileContext& c) {
       GRAFT_CHECK(x.rank() >= 1, "{}: scan input {} is a scalar; it needs an axis to scan", what, j);
       axes[j] = normalizeAxis(inAxes[j], x.rank(), what + ": scan_input_axes");
       if (len < 0) len = x.dim(axes[j]);
-      GRAFT_CHECK(x.dim(axes[j]) == len, "{}: scan input {} has {} entries along axis {}, but scan input 0 has {}", what,
-                  j, x.dim(axes[j]), axes[j], len);
+      GRAFT_CHECK(x.dim(axes[j]) == len, "{}: scan input {} has {} entries along axis {}, but scan input 0 has {}",
+                  what, j, x.dim(axes[j]), axes[j], len);
     }
     std::vector<Value> state(nState);
     for (size_t i = 0; i < nState; ++i) state[i] = requireValue(k.inputValue(i), what, i);
@@ -225,8 +242,10 @@ KernelFn scanKernel(CompileContext& c) {
     for (size_t j = 0; j < nScanOut; ++j) {
       if (!k.wantsOutput(nState + j)) continue;
       if (scans[j].empty()) {
-        GRAFT_CHECK(emptyScans[j], "{}: the scan inputs are empty, and the shape of scan output {} is not known; give the "
-                    "body's output a shape", what, j);
+        GRAFT_CHECK(emptyScans[j],
+                    "{}: the scan inputs are empty, and the shape of scan output {} is not known; give the "
+                    "body's output a shape",
+                    what, j);
         k.setOutput(nState + j, emptyScans[j]->clone());
         continue;
       }

@@ -7,8 +7,10 @@ namespace {
 
 KernelFn optionalKernel(CompileContext& c) {
   const ir::Node& n = c.node();
-  GRAFT_CHECK(n.hasInput(0) || n.attrs().has("type"), "{}: an Optional without input needs the 'type' attribute (the "
-              "type of the element it would hold)", n.describe());
+  GRAFT_CHECK(n.hasInput(0) || n.attrs().has("type"),
+              "{}: an Optional without input needs the 'type' attribute (the "
+              "type of the element it would hold)",
+              n.describe());
   return [](KernelContext& k) {
     const Value& v = k.inputValue(0);
     k.setOutputValue(0, v.empty() ? Value::none() : v);
@@ -26,8 +28,10 @@ KernelFn optionalGetElementKernel(CompileContext& c) {
   std::string what = c.node().describe();
   return [what](KernelContext& k) {
     const Value& v = k.inputValue(0);
-    GRAFT_CHECK(!v.isNone() && !v.empty(), "{}: the optional input is empty; check OptionalHasElement before getting its "
-                "element", what);
+    GRAFT_CHECK(!v.isNone() && !v.empty(),
+                "{}: the optional input is empty; check OptionalHasElement before getting its "
+                "element",
+                what);
     k.setOutputValue(0, v);
   };
 }

@@ -114,14 +114,15 @@ T fromDouble(double v) {
 DataType floatDtypeAttr(const ir::Node& n, const char* name, DataType def) {
   auto dt = static_cast<DataType>(n.attrInt(name, static_cast<int64_t>(def)));
   GRAFT_CHECK(dt == DataType::Float || dt == DataType::Double || dt == DataType::Float16 || dt == DataType::BFloat16,
-              "{}: attribute '{}' must be a floating-point type (FLOAT, DOUBLE, FLOAT16, BFLOAT16), got {}", n.describe(),
-              name, dtypeName(dt));
+              "{}: attribute '{}' must be a floating-point type (FLOAT, DOUBLE, FLOAT16, BFLOAT16), got {}",
+              n.describe(), name, dtypeName(dt));
   return dt;
 }
 
 Shape shapeAttr(const ir::Node& n) {
   Shape s = n.attrInts("shape");
-  for (int64_t d : s) GRAFT_CHECK(d >= 0, "{}: attribute 'shape' {} has a negative dimension", n.describe(), shapeToString(s));
+  for (int64_t d : s)
+    GRAFT_CHECK(d >= 0, "{}: attribute 'shape' {} has a negative dimension", n.describe(), shapeToString(s));
   shapeNumel(s);  // rejects overflow now rather than at run time
   return s;
 }
@@ -164,8 +165,10 @@ KernelFactory likeKernel(Dist dist) {
     return [=](KernelContext& k) {
       const NDArray& x = k.input(0);
       DataType out = dt ? *dt : x.dtype();
-      GRAFT_CHECK(isFloatingPoint(out), "{}: the input is {}; without a 'dtype' attribute the output type must be a "
-                  "floating-point type", what, dtypeName(out));
+      GRAFT_CHECK(isFloatingPoint(out),
+                  "{}: the input is {}; without a 'dtype' attribute the output type must be a "
+                  "floating-point type",
+                  what, dtypeName(out));
       fillRandom(k.allocOutputUninit(0, out, x.shape()), dist, a, b, src->begin());
     };
   };
@@ -196,8 +199,10 @@ KernelFn bernoulliKernel(CompileContext& c) {
           double pi = static_cast<double>(static_cast<ComputeType<X>>(p[i]));
           GRAFT_CHECK(pi >= 0.0 && pi <= 1.0, "{}: probability {} at element {} is outside [0, 1]", what, pi, i);
           bool v = gen.bernoulli(pi);
-          if constexpr (std::is_same_v<Y, bool>) d[i] = v;
-          else d[i] = fromDouble<Y>(v ? 1.0 : 0.0);
+          if constexpr (std::is_same_v<Y, bool>)
+            d[i] = v;
+          else
+            d[i] = fromDouble<Y>(v ? 1.0 : 0.0);
         }
       });
     });
@@ -215,7 +220,8 @@ KernelFn multinomialKernel(CompileContext& c) {
   std::string what = n.describe();
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    GRAFT_CHECK(x.rank() == 2, "{}: input must be 2-D [batch_size, class_size], got shape {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() == 2, "{}: input must be 2-D [batch_size, class_size], got shape {}", what,
+                shapeToString(x.shape()));
     int64_t batch = x.dim(0), classes = x.dim(1);
     NDArray& y = k.allocOutputUninit(0, dt, {batch, samples});
     NumpyRandom& gen = src->begin();
@@ -242,8 +248,10 @@ KernelFn multinomialKernel(CompileContext& c) {
           int64_t j = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
           // Rounding can leave u == total: take the last class with weight.
           while (j >= classes || (j > 0 && cdf[j] == cdf[j - 1])) --j;
-          if (dt == DataType::Int32) y.data<int32_t>()[b * samples + s] = static_cast<int32_t>(j);
-          else y.data<int64_t>()[b * samples + s] = j;
+          if (dt == DataType::Int32)
+            y.data<int32_t>()[b * samples + s] = static_cast<int32_t>(j);
+          else
+            y.data<int64_t>()[b * samples + s] = j;
         }
       }
     });
@@ -285,7 +293,8 @@ KernelFn dropoutKernel(CompileContext& c) {
       auto scale = static_cast<C>(1.0 / (1.0 - ratio));
       const T* xs = x.data<T>();
       T* ys = y.data<T>();
-      for (int64_t i = 0; i < x.numel(); ++i) ys[i] = m[i] ? static_cast<T>(static_cast<C>(xs[i]) * scale) : static_cast<T>(C(0));
+      for (int64_t i = 0; i < x.numel(); ++i)
+        ys[i] = m[i] ? static_cast<T>(static_cast<C>(xs[i]) * scale) : static_cast<T>(C(0));
     });
     if (k.wantsOutput(1)) k.setOutput(1, mask);
   };
@@ -303,8 +312,10 @@ void dropoutVjp(GradBuilder& g) {
     g.setDx(0, dy);
     return;
   }
-  GRAFT_CHECK(n.output(1), "{}: the gradient of Dropout in training mode needs the mask the forward pass drew; give the "
-              "node its second output (mask)", n.describe());
+  GRAFT_CHECK(n.output(1),
+              "{}: the gradient of Dropout in training mode needs the mask the forward pass drew; give the "
+              "node its second output (mask)",
+              n.describe());
   ir::Tensor* one = g.scalarLike(1.0, dy);
   ir::Tensor* ratio = n.input(1) ? g.op("CastLike", {g.in(1), dy}) : g.scalarLike(0.5, dy);
   ir::Tensor* kept = g.mul(dy, g.div(one, g.sub(one, ratio)));

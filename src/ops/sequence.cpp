@@ -25,8 +25,8 @@ int64_t positionInput(const NDArray& p, int64_t n, bool inclusiveEnd, const std:
               shapeToString(p.shape()));
   int64_t pos = toInt64Vector(p)[0];
   int64_t hi = inclusiveEnd ? n : n - 1;
-  GRAFT_CHECK(pos >= -n && pos <= hi, "{}: position {} is out of range [{}, {}] for a sequence of {} tensor(s)", what, pos,
-              -n, hi, n);
+  GRAFT_CHECK(pos >= -n && pos <= hi, "{}: position {} is out of range [{}, {}] for a sequence of {} tensor(s)", what,
+              pos, -n, hi, n);
   return pos < 0 ? pos + n : pos;
 }
 
@@ -42,8 +42,10 @@ KernelFn sequenceConstructKernel(CompileContext& c) {
     Seq s;
     for (size_t i = 0; i < k.numInputs(); ++i) {
       const NDArray& x = k.input(i);
-      GRAFT_CHECK(s.empty() || x.dtype() == s[0].dtype(), "{}: input {} is {}, but input 0 is {}; a sequence holds one "
-                  "element type", what, i, dtypeName(x.dtype()), dtypeName(s[0].dtype()));
+      GRAFT_CHECK(s.empty() || x.dtype() == s[0].dtype(),
+                  "{}: input {} is {}, but input 0 is {}; a sequence holds one "
+                  "element type",
+                  what, i, dtypeName(x.dtype()), dtypeName(s[0].dtype()));
       s.push_back(x);
     }
     k.setOutputValue(0, Value::fromSequence(std::move(s)));
@@ -52,8 +54,10 @@ KernelFn sequenceConstructKernel(CompileContext& c) {
 
 KernelFn sequenceEmptyKernel(CompileContext& c) {
   int64_t code = c.node().attrInt("dtype", static_cast<int64_t>(DataType::Float));
-  GRAFT_CHECK(code >= 0 && code < 32 && ((kAll >> code) & 1u), "{}: attribute 'dtype' {} is not a supported tensor "
-              "element type", c.node().describe(), code);
+  GRAFT_CHECK(code >= 0 && code < 32 && ((kAll >> code) & 1u),
+              "{}: attribute 'dtype' {} is not a supported tensor "
+              "element type",
+              c.node().describe(), code);
   return [](KernelContext& k) { k.setOutputValue(0, Value::fromSequence({})); };
 }
 
@@ -138,8 +142,8 @@ KernelFn splitToSequenceKernel(CompileContext& c) {
                       shapeToString(v), dim, axis);
           sum += len;
         }
-        GRAFT_CHECK(sum == dim, "{}: 'split' lengths {} add up to {}, but axis {} has size {}", what, shapeToString(v), sum,
-                    axis, dim);
+        GRAFT_CHECK(sum == dim, "{}: 'split' lengths {} add up to {}, but axis {} has size {}", what, shapeToString(v),
+                    sum, axis, dim);
         lengths = std::move(v);
       }
     }
@@ -175,8 +179,10 @@ KernelFn sequenceMapKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();
   auto body = c.compileSubgraph(*n.attrGraph("body"));
-  GRAFT_CHECK(body->numInputs() == n.numInputs(), "{}: the body has {} input(s), but the node has {} (the sequence and "
-              "the additional inputs)", what, body->numInputs(), n.numInputs());
+  GRAFT_CHECK(body->numInputs() == n.numInputs(),
+              "{}: the body has {} input(s), but the node has {} (the sequence and "
+              "the additional inputs)",
+              what, body->numInputs(), n.numInputs());
   GRAFT_CHECK(body->numOutputs() == n.numOutputs(), "{}: the body has {} output(s), but the node has {}", what,
               body->numOutputs(), n.numOutputs());
   return [=](KernelContext& k) {
@@ -185,8 +191,10 @@ KernelFn sequenceMapKernel(CompileContext& c) {
     for (size_t j = 1; j < k.numInputs(); ++j) {
       const Value& v = k.inputValue(j);
       GRAFT_CHECK(v.isTensor() || v.isSequence(), "{}: additional input {} is absent", what, j);
-      GRAFT_CHECK(!v.isSequence() || v.sequence->size() == len, "{}: additional input {} is a sequence of {} tensor(s), "
-                  "but the input sequence has {}", what, j, v.isSequence() ? v.sequence->size() : 0, len);
+      GRAFT_CHECK(!v.isSequence() || v.sequence->size() == len,
+                  "{}: additional input {} is a sequence of {} tensor(s), "
+                  "but the input sequence has {}",
+                  what, j, v.isSequence() ? v.sequence->size() : 0, len);
     }
     std::vector<Seq> outs(k.numOutputs());
     for (auto& o : outs) o.reserve(len);

@@ -54,8 +54,7 @@ TEST(If, BranchesMayReturnSequencesAndAbsentOptionals) {
   thenG->addOutput(addOp(*thenG, "Optional", {outer(*thenG, "x")}, {"t_opt"})->output(0));
   auto elseG = subgraph(g, "else");
   elseG->addOutput(addOp(*elseG, "SequenceConstruct", {outer(*elseG, "x")}, {"e_seq"})->output(0));
-  elseG->addOutput(
-      addOp(*elseG, "Optional", {}, {"e_opt"}, attrs({{"type", tensorType(DT::Float, {2})}}))->output(0));
+  elseG->addOutput(addOp(*elseG, "Optional", {}, {"e_opt"}, attrs({{"type", tensorType(DT::Float, {2})}}))->output(0));
   ir::Node* n = addOp(g, "If", {c}, {"seq", "opt"}, attrs({{"then_branch", thenG}, {"else_branch", elseG}}));
   linkOuterReads(n);
   g.addOutput(n->output(0));
@@ -133,12 +132,14 @@ struct AccumulateLoop {
 TEST(Loop, CarriesValuesAndStacksScanOutputs) {
   AccumulateLoop t;
   std::unique_ptr<plan::Executable> exe;
-  auto out = runGraph(t.g, {tv(scalar<int64_t>(3)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})),
-                            tv(arr<float>({2}, {1, 2}))}, &exe);
+  auto out = runGraph(
+      t.g, {tv(scalar<int64_t>(3)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))},
+      &exe);
   EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2}, {3, 6})));
   EXPECT_TRUE(allClose(out.at(1).tensor, arr<float>({3, 2}, {1, 4, 2, 8, 3, 12})));
   // The compiled body is reused: run again with other values.
-  out = exe->run({tv(scalar<int64_t>(2)), tv(scalar<bool>(true)), tv(arr<float>({2}, {10, 10})), tv(arr<float>({2}, {1, 1}))});
+  out = exe->run(
+      {tv(scalar<int64_t>(2)), tv(scalar<bool>(true)), tv(arr<float>({2}, {10, 10})), tv(arr<float>({2}, {1, 1}))});
   EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2}, {12, 12})));
   EXPECT_TRUE(allClose(out.at(1).tensor, arr<float>({2, 2}, {11, 11, 12, 12})));
 }
@@ -146,19 +147,22 @@ TEST(Loop, CarriesValuesAndStacksScanOutputs) {
 TEST(Loop, ZeroTripsGiveTheInitialValuesAndEmptyScanOutputs) {
   AccumulateLoop t;
   std::unique_ptr<plan::Executable> exe;
-  auto out = runGraph(t.g, {tv(scalar<int64_t>(0)), tv(scalar<bool>(true)), tv(arr<float>({2}, {7, 8})),
-                            tv(arr<float>({2}, {1, 2}))}, &exe);
+  auto out = runGraph(
+      t.g, {tv(scalar<int64_t>(0)), tv(scalar<bool>(true)), tv(arr<float>({2}, {7, 8})), tv(arr<float>({2}, {1, 2}))},
+      &exe);
   EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2}, {7, 8})));
   EXPECT_EQ(out.at(1).tensor.shape(), (Shape{0, 2}));
   // A false initial condition also runs no iteration.
-  out = exe->run({tv(scalar<int64_t>(5)), tv(scalar<bool>(false)), tv(arr<float>({2}, {7, 8})), tv(arr<float>({2}, {1, 2}))});
+  out = exe->run(
+      {tv(scalar<int64_t>(5)), tv(scalar<bool>(false)), tv(arr<float>({2}, {7, 8})), tv(arr<float>({2}, {1, 2}))});
   EXPECT_TRUE(allClose(out.at(0).tensor, arr<float>({2}, {7, 8})));
 }
 
 TEST(Loop, ProfilingCountsBodyOpsOncePerIteration) {
   AccumulateLoop t;
   std::unique_ptr<plan::Executable> exe;
-  runGraph(t.g, {tv(scalar<int64_t>(1)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))},
+  runGraph(t.g,
+           {tv(scalar<int64_t>(1)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))},
            &exe);
   exe->setProfiling(true);
   exe->run({tv(scalar<int64_t>(4)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))});
@@ -174,7 +178,8 @@ TEST(Loop, ProfilingCountsBodyOpsOncePerIteration) {
 TEST(Loop, RejectsATripCountThatIsNotOneInt64) {
   AccumulateLoop t;
   std::unique_ptr<plan::Executable> exe;
-  runGraph(t.g, {tv(scalar<int64_t>(1)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))},
+  runGraph(t.g,
+           {tv(scalar<int64_t>(1)), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})), tv(arr<float>({2}, {1, 2}))},
            &exe);
   EXPECT_THROW(exe->run({tv(arr<int64_t>({2}, {1, 2})), tv(scalar<bool>(true)), tv(arr<float>({2}, {0, 0})),
                          tv(arr<float>({2}, {1, 2}))}),
@@ -290,16 +295,16 @@ TEST(Loop, NestedBodiesReadOuterValuesSeveralLevelsDeep) {
   ir::Tensor* v2 = addInput(*b2, "v2", tensorType(DT::Float, {2}));
   ir::Tensor* v2o = addOp(*b2, "Add", {v2, outer(*b2, "w")}, {"v2o"})->output(0);
   b2->setOutputs({addOp(*b2, "Identity", {c2}, {"c2o"})->output(0), v2o});
-  ir::Node* inner = addOp(*thenG, "Loop", {outer(*thenG, "M3"), nullptr, outer(*thenG, "z0")}, {"l2"},
-                          attrs({{"body", b2}}));
+  ir::Node* inner =
+      addOp(*thenG, "Loop", {outer(*thenG, "M3"), nullptr, outer(*thenG, "z0")}, {"l2"}, attrs({{"body", b2}}));
   linkOuterReads(inner);
   thenG->addOutput(inner->output(0));
 
   auto elseG = subgraph(*b1, "else");
   elseG->addOutput(addOp(*elseG, "Neg", {outer(*elseG, "w")}, {"neg_w"})->output(0));
 
-  ir::Node* branch = addOp(*b1, "If", {outer(*b1, "flag")}, {"if_out"},
-                           attrs({{"then_branch", thenG}, {"else_branch", elseG}}));
+  ir::Node* branch =
+      addOp(*b1, "If", {outer(*b1, "flag")}, {"if_out"}, attrs({{"then_branch", thenG}, {"else_branch", elseG}}));
   linkOuterReads(branch);
   ir::Tensor* a1o = addOp(*b1, "Add", {a1, branch->output(0)}, {"a1o"})->output(0);
   b1->setOutputs({addOp(*b1, "Identity", {c1}, {"c1o"})->output(0), a1o});

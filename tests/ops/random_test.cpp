@@ -28,12 +28,15 @@ std::unique_ptr<plan::Executable> compileOne(const OpCase& c) {
 
 TEST(RandomUniform, SeededValuesMatchNumpy) {
   // numpy.random.RandomState(5).rand(2, 3) * 4 - 2
-  auto y = run1("RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{2, 3}}, {"seed", 5.0f},
-                                            {"low", -2.0f}, {"high", 2.0f}}));
-  EXPECT_TRUE(allClose(y, arr<float>({2, 3}, {-1.1120273f, 1.4829292f, -1.1731234f, 1.6744437f, -0.046355247f, 0.44697547f})));
-  auto d = run1("RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{6}}, {"seed", 5.0f}, {"dtype", int64_t{11}}}));
-  EXPECT_TRUE(allClose(d, arr<double>({6}, {0.22199317108973948, 0.8707323061773764, 0.20671915533942642,
-                                             0.9186109079379216, 0.48841118879482914, 0.6117438629026457}),
+  auto y = run1("RandomUniform", {},
+                attrs({{"shape", std::vector<int64_t>{2, 3}}, {"seed", 5.0f}, {"low", -2.0f}, {"high", 2.0f}}));
+  EXPECT_TRUE(
+      allClose(y, arr<float>({2, 3}, {-1.1120273f, 1.4829292f, -1.1731234f, 1.6744437f, -0.046355247f, 0.44697547f})));
+  auto d =
+      run1("RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{6}}, {"seed", 5.0f}, {"dtype", int64_t{11}}}));
+  EXPECT_TRUE(allClose(d,
+                       arr<double>({6}, {0.22199317108973948, 0.8707323061773764, 0.20671915533942642,
+                                         0.9186109079379216, 0.48841118879482914, 0.6117438629026457}),
                        1e-15, 0));
 }
 
@@ -41,7 +44,8 @@ TEST(RandomUniform, SeededIsReproducibleUnseededIsNot) {
   auto seeded = compileOne({"RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{16}}, {"seed", 1.0f}})});
   auto a = seeded->run({}).at(0).tensor, b = seeded->run({}).at(0).tensor;
   EXPECT_TRUE(allClose(a, b, 0, 0));
-  auto unseeded = compileOne({"RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{16}}, {"low", 3.0f}, {"high", 4.0f}})});
+  auto unseeded =
+      compileOne({"RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{16}}, {"low", 3.0f}, {"high", 4.0f}})});
   auto c = unseeded->run({}).at(0).tensor, d = unseeded->run({}).at(0).tensor;
   EXPECT_FALSE(allClose(c, d, 0, 0));
   for (double v : toDoubles(c)) EXPECT_TRUE(v >= 3.0 && v < 4.0) << v;
@@ -57,9 +61,11 @@ TEST(RandomNormal, SeededValuesMatchNumpy) {
   // numpy.random.RandomState(7).randn(5)
   std::vector<double> z = {1.690525703800356, -0.4659373705408328, 0.0328201636785844, 0.40751628299650783,
                            -0.7889230286257386};
-  auto y = run1("RandomNormal", {}, attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"dtype", int64_t{11}}}));
+  auto y =
+      run1("RandomNormal", {}, attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"dtype", int64_t{11}}}));
   EXPECT_TRUE(allClose(y, arr<double>({5}, z), 1e-14, 0));
-  auto s = run1("RandomNormal", {}, attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"mean", 1.0f}, {"scale", 2.0f}}));
+  auto s = run1("RandomNormal", {},
+                attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"mean", 1.0f}, {"scale", 2.0f}}));
   std::vector<float> want;
   for (double v : z) want.push_back(static_cast<float>(1 + 2 * v));
   EXPECT_TRUE(allClose(s, arr<float>({5}, want)));
@@ -86,7 +92,8 @@ TEST(RandomUniformLike, TakesShapeAndTypeFromTheInput) {
 
 TEST(RandomNormalLike, SeededMatchesRandomNormal) {
   auto a = run1("RandomNormalLike", {NDArray(DT::Double, {5})}, attrs({{"seed", 7.0f}}));
-  auto b = run1("RandomNormal", {}, attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"dtype", int64_t{11}}}));
+  auto b =
+      run1("RandomNormal", {}, attrs({{"shape", std::vector<int64_t>{5}}, {"seed", 7.0f}, {"dtype", int64_t{11}}}));
   EXPECT_TRUE(allClose(a, b, 0, 0));
 }
 
@@ -151,8 +158,10 @@ TEST(Dropout, GradientIsIdentityInInferenceAndMaskedInTraining) {
   EXPECT_TRUE(gradCheck({"Dropout", {x}, {}, 1}, {0}));
   EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3)}, {}, 2}, {0}));
   // Seeded, so every evaluation of the forward pass draws the same mask.
-  EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(true)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
-  EXPECT_TRUE(gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(false)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
+  EXPECT_TRUE(
+      gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(true)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
+  EXPECT_TRUE(
+      gradCheck({"Dropout", {x, scalar<double>(0.3), scalar<bool>(false)}, attrs({{"seed", int64_t{4}}}), 2}, {0}));
 }
 
 TEST(Dropout, RejectsARatioOutsideZeroOneInTraining) {
@@ -169,7 +178,8 @@ TEST(Dropout, RandomOpsAreNondeterministicAndNeverFolded) {
     ASSERT_TRUE(def) << op;
     EXPECT_TRUE(def->traits.nondeterministic) << op;
   }
-  auto g = singleNodeGraph({"RandomUniformLike", {arr<float>({2}, {0, 0})}, attrs({{"seed", 1.0f}})}, /*constInputs=*/true);
+  auto g =
+      singleNodeGraph({"RandomUniformLike", {arr<float>({2}, {0, 0})}, attrs({{"seed", 1.0f}})}, /*constInputs=*/true);
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes", "fold-constants"}, ctx);
   EXPECT_EQ(g->numNodes(), 1u);

@@ -14,7 +14,8 @@ struct OneNode {
   ir::Node* node = nullptr;
   OneNode(const std::string& type, std::vector<ir::ValueType> inTypes, int outputs = 1, ir::Attributes a = {}) {
     for (size_t i = 0; i < inTypes.size(); ++i)
-      ins.push_back(inTypes[i].known() || !inTypes[i].isTensor() ? addInput(g, "in" + std::to_string(i), inTypes[i]) : nullptr);
+      ins.push_back(inTypes[i].known() || !inTypes[i].isTensor() ? addInput(g, "in" + std::to_string(i), inTypes[i])
+                                                                 : nullptr);
     std::vector<std::string> outs;
     for (int i = 0; i < outputs; ++i) outs.push_back("out" + std::to_string(i));
     node = addOp(g, type, ins, outs, std::move(a));
@@ -160,7 +161,8 @@ TEST(SplitToSequence, StringsAreCopied) {
 TEST(ConcatFromSequence, ConcatenatesOrStacks) {
   OneNode cat("ConcatFromSequence", {seqType(DT::Float)}, 1, attrs({{"axis", int64_t{0}}}));
   EXPECT_TRUE(allClose(cat.run({sv(threeVectors())}).at(0).tensor, arr<float>({6}, {1, 2, 3, 4, 5, 6})));
-  OneNode stack("ConcatFromSequence", {seqType(DT::Float)}, 1, attrs({{"axis", int64_t{-1}}, {"new_axis", int64_t{1}}}));
+  OneNode stack("ConcatFromSequence", {seqType(DT::Float)}, 1,
+                attrs({{"axis", int64_t{-1}}, {"new_axis", int64_t{1}}}));
   EXPECT_TRUE(allClose(stack.run({sv(threeVectors())}).at(0).tensor, arr<float>({2, 3}, {1, 3, 5, 2, 4, 6})));
   EXPECT_EQ(stack.outType().kind, ir::ValueKind::Tensor);
 }
@@ -208,8 +210,10 @@ TEST(SequenceMap, AppliesTheBodyToEachElementWithATensorInput) {
 TEST(SequenceMap, PairsElementsOfTwoSequencesAndReadsOuterValues) {
   MapGraph t(true, true);
   std::unique_ptr<plan::Executable> exe;
-  auto out = runGraph(t.g, {sv({arr<float>({1}, {1}), arr<float>({3}, {1, 2, 3})}),
-                            sv({arr<float>({1}, {5}), arr<float>({3}, {1, 1, 1})}), tv(scalar<float>(2))}, &exe);
+  auto out = runGraph(t.g,
+                      {sv({arr<float>({1}, {1}), arr<float>({3}, {1, 2, 3})}),
+                       sv({arr<float>({1}, {5}), arr<float>({3}, {1, 1, 1})}), tv(scalar<float>(2))},
+                      &exe);
   const auto& sums = seqOf(out.at(0));
   ASSERT_EQ(sums.size(), 2u);
   EXPECT_TRUE(allClose(sums[0], arr<float>({1}, {12})));
