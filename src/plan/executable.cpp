@@ -11,7 +11,7 @@ namespace {
 
 class SubgraphRunnerImpl : public ops::SubgraphRunner {
  public:
-  SubgraphRunnerImpl(std::unique_ptr<Executable> exe, std::vector<int> outerToImplicit)
+  SubgraphRunnerImpl(std::shared_ptr<Executable> exe, std::vector<int> outerToImplicit)
       : exe_(std::move(exe)), outerToImplicit_(std::move(outerToImplicit)), outer_(outerToImplicit_.size()) {}
   std::vector<ops::Value> run(std::vector<ops::Value> inputs, const ops::KernelContext& owner) override {
     for (size_t k = 0; k < outer_.size(); ++k) outer_[k] = &owner.implicitInput(outerToImplicit_[k]);
@@ -21,7 +21,7 @@ class SubgraphRunnerImpl : public ops::SubgraphRunner {
   size_t numOutputs() const override { return exe_->outputIds().size(); }
 
  private:
-  std::unique_ptr<Executable> exe_;
+  std::shared_ptr<Executable> exe_;
   std::vector<int> outerToImplicit_;
   std::vector<const ops::Value*> outer_;  // reused by every run: bodies run once per iteration
 };
@@ -29,7 +29,7 @@ class SubgraphRunnerImpl : public ops::SubgraphRunner {
 class PlanCompileContext : public ops::CompileContext {
  public:
   PlanCompileContext(const ir::Node& n, KernelProvider& provider, support::ThreadPool& pool,
-                     std::vector<Executable*>& children)
+                     std::vector<std::shared_ptr<Executable>>& children)
       : node_(n), provider_(provider), pool_(pool), children_(children) {}
   const ir::Node& node() const override { return node_; }
   const NDArray* constantInput(size_t i) const override {
@@ -37,7 +37,7 @@ class PlanCompileContext : public ops::CompileContext {
     return t && t->kind() == ir::TensorKind::Constant ? t->data() : nullptr;
   }
   std::shared_ptr<ops::SubgraphRunner> compileSubgraph(const ir::Graph& g) override {
-    auto exe = compile(g, provider_, pool_);
+    std::shared_ptr<Executable> exe = compile(g, provider_, pool_);
     std::vector<int> map;
     for (const std::string& id : exe->outerIds()) {
       const auto& imp = node_.implicitInputs();
@@ -45,7 +45,7 @@ class PlanCompileContext : public ops::CompileContext {
       GRAFT_ASSERT(it != imp.end(), "{}: subgraph reads '{}', which is not an implicit input", node_.describe(), id);
       map.push_back(static_cast<int>(it - imp.begin()));
     }
-    children_.push_back(exe.get());
+    children_.push_back(exe);
     return std::make_shared<SubgraphRunnerImpl>(std::move(exe), std::move(map));
   }
   support::ThreadPool& pool() override { return pool_; }
@@ -54,7 +54,7 @@ class PlanCompileContext : public ops::CompileContext {
   const ir::Node& node_;
   KernelProvider& provider_;
   support::ThreadPool& pool_;
-  std::vector<Executable*>& children_;
+  std::vector<std::shared_ptr<Executable>>& children_;
 };
 
 std::string withNode(const ir::Node* n, const std::string& msg) {
@@ -195,7 +195,7 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
 
 void Executable::setProfiling(bool on) {
   profiling_ = on;
-  for (Executable* c : children_) c->setProfiling(on);
+  for (const auto& c : children_) c->setProfiling(on);
 }
 
 void Executable::collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const {
@@ -205,7 +205,7 @@ void Executable::collectProfile(std::unordered_map<std::string, ProfileEntry>& i
     d.calls += e.calls;
     d.seconds += e.seconds;
   }
-  for (const Executable* c : children_) c->collectProfile(into);
+  for (const auto& c : children_) c->collectProfile(into);
 }
 
 std::vector<ProfileEntry> Executable::profile() const {

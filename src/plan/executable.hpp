@@ -65,8 +65,8 @@ class Executable {
   support::ThreadPool* pool_ = nullptr;
   bool profiling_ = false;
   std::unordered_map<std::string, ProfileEntry> profile_;
-  /// Executables of subgraphs compiled for this graph's nodes (owned by their kernels).
-  std::vector<Executable*> children_;
+  /// Executables of subgraphs compiled for this graph's nodes (shared with their kernels).
+  std::vector<std::shared_ptr<Executable>> children_;
   void collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const;
   bool running_ = false;
 };
