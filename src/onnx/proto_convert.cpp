@@ -194,7 +194,9 @@ ir::ValueType typeFromProto(const ::onnx::TypeProto& t, const std::string& what)
         const auto& se = e.sequence_type().elem_type();
         return VT::optional(ir::ValueKind::Sequence, se.has_tensor_type() ? tensorInfoFromTypeProto(se.tensor_type()) : TensorInfo{});
       }
-      GRAFT_THROW("{}: optional of this type is not supported", what);
+      // An optional whose element type is not known yet (still an optional).
+      if (e.value_case() == ::onnx::TypeProto::VALUE_NOT_SET) return VT::optional(ir::ValueKind::Tensor, TensorInfo{});
+      GRAFT_THROW("{}: optional of this type is not supported (only optionals of tensors and of sequences of tensors)", what);
     }
     case ::onnx::TypeProto::VALUE_NOT_SET:
       return VT::tensor(TensorInfo{});
@@ -225,15 +227,21 @@ void typeToProto(const ir::ValueType& t, ::onnx::TypeProto* out) {
     case ir::ValueKind::Tensor:
       tensorTypeToProto(t.info, out->mutable_tensor_type());
       break;
-    case ir::ValueKind::Sequence:
-      tensorTypeToProto(t.info, out->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type());
+    // A sequence or optional whose element type is unknown keeps its kind, with the element type
+    // left unset (an element type of UNDEFINED would make ONNX's inference reject it).
+    case ir::ValueKind::Sequence: {
+      auto* e = out->mutable_sequence_type()->mutable_elem_type();
+      if (t.known()) tensorTypeToProto(t.info, e->mutable_tensor_type());
       break;
+    }
     case ir::ValueKind::Optional: {
       auto* e = out->mutable_optional_type()->mutable_elem_type();
-      if (t.optionalOf == ir::ValueKind::Sequence)
-        tensorTypeToProto(t.info, e->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type());
-      else
+      if (t.optionalOf == ir::ValueKind::Sequence) {
+        auto* se = e->mutable_sequence_type()->mutable_elem_type();
+        if (t.known()) tensorTypeToProto(t.info, se->mutable_tensor_type());
+      } else if (t.known()) {
         tensorTypeToProto(t.info, e->mutable_tensor_type());
+      }
       break;
     }
   }

@@ -37,7 +37,8 @@ std::vector<ir::ValueType> inferWithOnnxSchema(const ir::Node& n, const std::vec
     }
     std::string name = "in" + std::to_string(i);
     np.add_input(name);
-    if (i < inputTypes.size() && inputTypes[i].known()) {
+    // Sequences and optionals go in even when their element type is unknown: their kind is known.
+    if (i < inputTypes.size() && (inputTypes[i].known() || !inputTypes[i].isTensor())) {
       typeStore.push_back(std::make_unique<::onnx::TypeProto>());
       typeToProto(inputTypes[i], typeStore.back().get());
       typesByName[name] = typeStore.back().get();
@@ -54,7 +55,7 @@ std::vector<ir::ValueType> inferWithOnnxSchema(const ir::Node& n, const std::vec
   // Outer-scope types for subgraph inference.
   std::unordered_map<std::string, ::onnx::TypeProto*> outerTypes;
   for (const ir::Tensor* t : n.implicitInputs()) {
-    if (!t->type().known()) continue;
+    if (!t->type().known() && t->type().isTensor()) continue;
     typeStore.push_back(std::make_unique<::onnx::TypeProto>());
     typeToProto(t->type(), typeStore.back().get());
     outerTypes[t->id()] = typeStore.back().get();

@@ -27,10 +27,12 @@ bool isConstant(const ir::Tensor* t, bool weightsAreConstant) {
 
 }  // namespace
 
+// A sequence or optional counts as inferred even when its element type is not: its kind is news
+// to a tensor of unknown type.
 ir::ValueType mergeType(const ir::ValueType& old, const ir::ValueType& inf) {
-  if (!inf.known()) return old;
+  if (!inf.known() && inf.isTensor()) return old;
   ir::ValueType out = inf;
-  if (old.kind == inf.kind) out.info = mergeInfo(old.info, inf.info);
+  if (old.kind == inf.kind && old.optionalOf == inf.optionalOf) out.info = mergeInfo(old.info, inf.info);
   return out;
 }
 

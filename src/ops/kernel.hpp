@@ -45,13 +45,16 @@ struct Value {
 
 class KernelContext;
 
-/// Runs a compiled subgraph (If/Loop/Scan bodies).
+/// Runs a compiled subgraph (If/Loop/Scan/SequenceMap bodies). The subgraph is compiled once, when
+/// the owning node is; run() may then be called any number of times (a Loop body once per
+/// iteration) and reuses the compiled plan and its slots.
 class SubgraphRunner {
  public:
   virtual ~SubgraphRunner() = default;
-  /// Binds the subgraph's formal inputs to `inputs` (in order) and its outer-scope reads to the
-  /// owning node's implicit inputs in `owner`; returns the subgraph's outputs in order.
-  virtual std::vector<Value> run(const std::vector<Value>& inputs, const KernelContext& owner) = 0;
+  /// Binds the subgraph's formal inputs to `inputs` (in order; moved in, so that values only the
+  /// body holds are released as soon as the body is done with them) and its outer-scope reads to
+  /// the owning node's implicit inputs in `owner`; returns the subgraph's outputs in order.
+  virtual std::vector<Value> run(std::vector<Value> inputs, const KernelContext& owner) = 0;
   virtual size_t numInputs() const = 0;
   virtual size_t numOutputs() const = 0;
 };

@@ -11,33 +11,33 @@ namespace {
 
 class SubgraphRunnerImpl : public ops::SubgraphRunner {
  public:
-  SubgraphRunnerImpl(std::unique_ptr<Executable> exe, std::vector<int> outerToImplicit)
-      : exe_(std::move(exe)), outerToImplicit_(std::move(outerToImplicit)) {}
-  std::vector<ops::Value> run(const std::vector<ops::Value>& inputs, const ops::KernelContext& owner) override {
-    std::vector<const ops::Value*> outer(outerToImplicit_.size());
-    for (size_t k = 0; k < outer.size(); ++k) outer[k] = &owner.implicitInput(outerToImplicit_[k]);
-    return exe_->run(inputs, outer);
+  SubgraphRunnerImpl(std::shared_ptr<Executable> exe, std::vector<int> outerToImplicit)
+      : exe_(std::move(exe)), outerToImplicit_(std::move(outerToImplicit)), outer_(outerToImplicit_.size()) {}
+  std::vector<ops::Value> run(std::vector<ops::Value> inputs, const ops::KernelContext& owner) override {
+    for (size_t k = 0; k < outer_.size(); ++k) outer_[k] = &owner.implicitInput(outerToImplicit_[k]);
+    return exe_->run(std::move(inputs), outer_);
   }
   size_t numInputs() const override { return exe_->inputIds().size(); }
   size_t numOutputs() const override { return exe_->outputIds().size(); }
-  Executable& executable() { return *exe_; }
 
  private:
-  std::unique_ptr<Executable> exe_;
+  std::shared_ptr<Executable> exe_;
   std::vector<int> outerToImplicit_;
+  std::vector<const ops::Value*> outer_;  // reused by every run: bodies run once per iteration
 };
 
 class PlanCompileContext : public ops::CompileContext {
  public:
-  PlanCompileContext(const ir::Node& n, KernelProvider& provider, support::ThreadPool& pool)
-      : node_(n), provider_(provider), pool_(pool) {}
+  PlanCompileContext(const ir::Node& n, KernelProvider& provider, support::ThreadPool& pool,
+                     std::vector<std::shared_ptr<Executable>>& children)
+      : node_(n), provider_(provider), pool_(pool), children_(children) {}
   const ir::Node& node() const override { return node_; }
   const NDArray* constantInput(size_t i) const override {
     const ir::Tensor* t = node_.input(i);
     return t && t->kind() == ir::TensorKind::Constant ? t->data() : nullptr;
   }
   std::shared_ptr<ops::SubgraphRunner> compileSubgraph(const ir::Graph& g) override {
-    auto exe = compile(g, provider_, pool_);
+    std::shared_ptr<Executable> exe = compile(g, provider_, pool_);
     std::vector<int> map;
     for (const std::string& id : exe->outerIds()) {
       const auto& imp = node_.implicitInputs();
@@ -45,6 +45,7 @@ class PlanCompileContext : public ops::CompileContext {
       GRAFT_ASSERT(it != imp.end(), "{}: subgraph reads '{}', which is not an implicit input", node_.describe(), id);
       map.push_back(static_cast<int>(it - imp.begin()));
     }
+    children_.push_back(exe);
     return std::make_shared<SubgraphRunnerImpl>(std::move(exe), std::move(map));
   }
   support::ThreadPool& pool() override { return pool_; }
@@ -53,6 +54,7 @@ class PlanCompileContext : public ops::CompileContext {
   const ir::Node& node_;
   KernelProvider& provider_;
   support::ThreadPool& pool_;
+  std::vector<std::shared_ptr<Executable>>& children_;
 };
 
 std::string withNode(const ir::Node* n, const std::string& msg) {
@@ -99,7 +101,7 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
     for (const ir::Tensor* t : n->inputs()) st.in.push_back(t ? slotOf(t) : -1);
     for (const ir::Tensor* t : n->outputs()) st.out.push_back(t ? slotOf(t) : -1);
     for (const ir::Tensor* t : n->implicitInputs()) st.implicit.push_back(slotOf(t));
-    PlanCompileContext cc(*n, provider, pool);
+    PlanCompileContext cc(*n, provider, pool, exe->children_);
     try {
       st.fn = provider.createKernel(cc);
     } catch (const InternalError&) {
@@ -191,9 +193,26 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
   return out;
 }
 
+void Executable::setProfiling(bool on) {
+  profiling_ = on;
+  for (const auto& c : children_) c->setProfiling(on);
+}
+
+void Executable::collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const {
+  for (const auto& [k, e] : profile_) {
+    ProfileEntry& d = into[k];
+    d.opType = e.opType;
+    d.calls += e.calls;
+    d.seconds += e.seconds;
+  }
+  for (const auto& c : children_) c->collectProfile(into);
+}
+
 std::vector<ProfileEntry> Executable::profile() const {
+  std::unordered_map<std::string, ProfileEntry> all;
+  collectProfile(all);
   std::vector<ProfileEntry> out;
-  for (const auto& [k, e] : profile_) out.push_back(e);
+  for (const auto& [k, e] : all) out.push_back(e);
   std::sort(out.begin(), out.end(), [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
   return out;
 }

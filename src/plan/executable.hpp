@@ -49,7 +49,8 @@ class Executable {
   /// The live value of a Variable or Constant tensor (weights IO reads and writes it), or nullptr.
   ops::Value* persistent(const std::string& id);
 
-  void setProfiling(bool on) { profiling_ = on; }
+  /// Turns timing on or off, for this graph and its subgraphs.
+  void setProfiling(bool on);
   /// Accumulated per-op-type times (slowest first), including nested subgraphs' ops.
   std::vector<ProfileEntry> profile() const;
 
@@ -64,6 +65,9 @@ class Executable {
   support::ThreadPool* pool_ = nullptr;
   bool profiling_ = false;
   std::unordered_map<std::string, ProfileEntry> profile_;
+  /// Executables of subgraphs compiled for this graph's nodes (shared with their kernels).
+  std::vector<std::shared_ptr<Executable>> children_;
+  void collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const;
   bool running_ = false;
 };
 
