@@ -87,6 +87,28 @@ KernelFn assignKernel(CompileContext& c) {
   };
 }
 
+// dy / (1 - ratio) where the mask kept the element, 0 elsewhere; outside training mode the mask
+// keeps everything and the scale is 1. `trainsWithoutMode`: whether a missing training_mode
+// input means training (ai.graft's Dropout) or not (ONNX's).
+VjpFn dropoutVjp(bool trainsWithoutMode) {
+  return [trainsWithoutMode](GradBuilder& g) {
+    if (!g.in(2) && !trainsWithoutMode) {
+      g.setDx(0, g.dy());
+      return;
+    }
+    GRAFT_CHECK(g.out(1), "{}: the gradient in training mode needs the mask output", g.node().describe());
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* one = g.scalarLike(1, x);
+    ir::Tensor* scale = g.in(1) ? g.op("Reciprocal", {g.sub(one, g.op("CastLike", {g.in(1), x}))}) : g.scalarLike(2, x);
+    if (g.in(2)) {
+      ir::Attributes toBool;
+      toBool.set("to", static_cast<int64_t>(DataType::Bool));
+      scale = g.where(g.op("Cast", {g.in(2)}, toBool), scale, one);
+    }
+    g.setDx(0, g.where(g.out(1), g.mul(g.dy(), scale), g.scalarLike(0, x)));
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(training_mode_ops) {
@@ -99,20 +121,10 @@ GRAFT_REGISTER_OPS(training_mode_ops) {
         mask.info.setDataType(DataType::Bool);
         return std::vector<ir::ValueType>{in.at(0), mask};
       })
-      .setVjp([](GradBuilder& g) {
-        // dy / (1 - ratio) where the mask kept the element, 0 elsewhere; outside training mode the
-        // mask keeps everything and the scale is 1.
-        GRAFT_CHECK(g.out(1), "{}: the gradient needs the mask output", g.node().describe());
-        ir::Tensor* x = g.in(0);
-        ir::Tensor* one = g.scalarLike(1, x);
-        ir::Tensor* scale = g.in(1) ? g.op("Reciprocal", {g.sub(one, g.op("CastLike", {g.in(1), x}))}) : g.scalarLike(2, x);
-        if (g.in(2)) scale = g.where(g.op("Cast", {g.in(2)}, [] {
-          ir::Attributes a;
-          a.set("to", static_cast<int64_t>(DataType::Bool));
-          return a;
-        }()), scale, one);
-        g.setDx(0, g.where(g.out(1), g.mul(g.dy(), scale), g.scalarLike(0, x)));
-      });
+      .setVjp(dropoutVjp(true));
+  // ONNX's Dropout (src/ops/random.cpp has its kernel): without a training_mode input it is the
+  // identity; TrainingSession replaces it by the op above.
+  r.add("Dropout").noGradient({1, 2}).setVjp(dropoutVjp(false));
   r.add("Assign", kGraftDomain)
       .setReference(assignKernel)
       .sideEffects()

@@ -1,7 +1,9 @@
-// Tests of src/ops/training_mode_ops.cpp: ai.graft Dropout (masks from a seed tensor) and Assign.
+// Tests of src/ops/training_mode_ops.cpp: ai.graft Dropout (masks from a seed tensor) and
+// Assign, and the gradient of ONNX's Dropout.
 #include <cmath>
 
 #include "op_test_util.hpp"
+#include "ops/registry.hpp"
 
 namespace graft::testing {
 namespace {
@@ -72,6 +74,27 @@ TEST(Graft_Dropout, Gradient) {
   NDArray g = vjpOf(c, {0}, {dy, NDArray{}}).at(0);
   for (int64_t i = 0; i < 20; ++i)
     EXPECT_EQ(g.data<double>()[i], mask.data<bool>()[i] ? dy.data<double>()[i] * 4.0 : 0.0) << i;
+}
+
+// ONNX's Dropout runs on its kernel from src/ops/random.cpp, when the build has it.
+bool haveOnnxDropout() {
+  const ops::OpDef* def = ops::Registry::instance().find("", "Dropout");
+  return def && def->reference;
+}
+
+TEST(Dropout, GradientOutsideTrainingModeIsTheIdentity) {
+  if (!haveOnnxDropout()) GTEST_SKIP() << "ONNX Dropout has no kernel in this build";
+  NDArray dy = randomArray(DataType::Double, {3, 2}, 2);
+  OpCase c{"Dropout", {randomArray(DataType::Double, {3, 2}, 1), arr<double>({}, {0.3})}};
+  EXPECT_TRUE(allClose(vjpOf(c, {0}, {dy}).at(0), dy, 0, 0));
+}
+
+TEST(Dropout, GradientInTrainingModeFollowsTheMask) {
+  if (!haveOnnxDropout()) GTEST_SKIP() << "ONNX Dropout has no kernel in this build";
+  // A seeded ONNX Dropout draws the same mask at every run, so finite differences apply.
+  OpCase c{"Dropout", {randomArray(DataType::Double, {4, 5}, 1), arr<double>({}, {0.4}), arr<bool>({}, {true})},
+           attrs({{"seed", int64_t{7}}}), 2};
+  EXPECT_TRUE(gradCheck(c, {0}));
 }
 
 TEST(Graft_Assign, WritesTheTargetInPlace) {
