@@ -103,6 +103,29 @@ TEST(TrainingModePass, BatchNormGetsBatchStatisticsAndInPlaceUpdates) {
   EXPECT_EQ(g->tensor("bn.weight").data()->data<float>()[0], 1.0f);
 }
 
+TEST(TrainingModePass, BatchNormExportedInTrainingModeGetsPyTorchSemantics) {
+  // torch.onnx.export(training=TRAINING) writes training_mode 1 and running outputs nobody reads.
+  auto g = std::make_unique<ir::Graph>("bn");
+  ir::Tensor* x = input(*g, "x", {4, 1});
+  ir::Attributes a;
+  a.set("momentum", 0.5f);
+  a.set("training_mode", int64_t{1});
+  ir::Node* bn = g->addNode("BatchNormalization", "",
+                            {x, g->addInitializer("s", floats({1}, {1})), g->addInitializer("b", floats({1}, {0})),
+                             g->addInitializer("m", floats({1}, {1})), g->addInitializer("v", floats({1}, {1}))},
+                            {"z", "unused_mean", "unused_var"}, a);
+  g->addOutput(bn->output(0));
+  PassContext ctx;
+  runPipeline(*g, {"infer-shapes", "training-mode"}, ctx);
+  EXPECT_EQ(nodesOfType(*g, "Assign").size(), 2u);
+  auto backend = backends::makeReferenceBackend();
+  support::ThreadPool pool(1);
+  auto exe = plan::compile(*g, *backend, pool);
+  exe->run({ops::Value::fromTensor(floats({4, 1}, {1, 2, 3, 6}))});  // mean 3, var 3.5, unbiased 14/3
+  EXPECT_NEAR(g->tensor("m").data()->data<float>()[0], 0.5 * 1 + 0.5 * 3, 1e-6);
+  EXPECT_NEAR(g->tensor("v").data()->data<float>()[0], 0.5 * 1 + 0.5 * 14.0 / 3, 1e-6);
+}
+
 TEST(TrainingModePass, BatchNormWhoseRunningOutputsTheModelUsesKeepsOnnxSemantics) {
   auto g = bnGraph(true);
   prepareTrainingMode(*g);
