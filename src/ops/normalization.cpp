@@ -332,7 +332,8 @@ KernelFn lrnGradKernel(CompileContext& c) {
       for (int64_t ch = 0; ch < C; ++ch)
         for (int64_t i = 0; i < inner; ++i) {
           double sq = 0;
-          for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j) sq += xs[at(b, j, i)] * xs[at(b, j, i)];
+          for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j)
+            sq += xs[at(b, j, i)] * xs[at(b, j, i)];
           int64_t o = at(b, ch, i);
           d[o] = bias + a * sq;
           t[o] = dy[o] * xs[o] * std::pow(d[o], -beta - 1);
@@ -479,7 +480,8 @@ void batchNormVjp(GradBuilder& g) {
   // Inference mode: an affine map per channel.
   ir::Tensor* mean = perChannel(g, castLike(g, g.in(3), x), rank);
   ir::Tensor* var = castLike(g, g.in(4), x);
-  ir::Tensor* inv = perChannel(g, g.op("Reciprocal", {g.op("Sqrt", {g.add(var, g.scalarLike(n.attrFloat("epsilon", 1e-5f), x))})}), rank);
+  ir::Tensor* inv = perChannel(
+      g, g.op("Reciprocal", {g.op("Sqrt", {g.add(var, g.scalarLike(n.attrFloat("epsilon", 1e-5f), x))})}), rank);
   if (g.wants(0)) g.setDx(0, g.mul(dy, g.mul(perChannel(g, castLike(g, scale, x), rank), inv)));
   bool keep = rank == 1;  // a 1-D X is one channel: the parameters are [1]
   if (g.wants(1)) g.setDx(1, castLike(g, sumOver(g, g.mul(dy, g.mul(g.sub(x, mean), inv)), axes, keep), scale));
@@ -548,7 +550,8 @@ void mvnVjp(GradBuilder& g) {
   ir::Tensor* dy = g.dy(0);
   ir::Tensor* first = g.div(g.sub(dy, meanOver(g, dy, axes)), d);
   ir::Tensor* zero = g.scalarLike(0, x);
-  ir::Tensor* k = g.where(g.op("Equal", {s, zero}), zero, g.div(meanOver(g, g.mul(dy, c), axes), g.mul(g.mul(d, d), s)));
+  ir::Tensor* k =
+      g.where(g.op("Equal", {s, zero}), zero, g.div(meanOver(g, g.mul(dy, c), axes), g.mul(g.mul(d, d), s)));
   g.setDx(0, g.sub(first, g.mul(k, c)));
 }
 

@@ -396,8 +396,8 @@ namespace {
 
 // How a Reduce* node chose its axes, in the form its gradient needs.
 struct ReduceSpec {
-  bool identity = false;      // noop_with_empty_axes with no axes: the output is the input
-  bool all = false;           // no axes (and not noop): every axis is reduced
+  bool identity = false;  // noop_with_empty_axes with no axes: the output is the input
+  bool all = false;       // no axes (and not noop): every axis is reduced
   bool keepdims = true;
   bool noop = false;
   ir::Tensor* axes = nullptr;  // 1-D INT64: a constant, or the node's own (computed) axes input

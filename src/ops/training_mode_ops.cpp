@@ -81,8 +81,8 @@ KernelFn assignKernel(CompileContext& c) {
     NDArray target = k.input(0);
     const NDArray& value = k.input(1);
     GRAFT_CHECK(target.dtype() == value.dtype() && target.shape() == value.shape(),
-                "{}: cannot assign {} {} to a tensor of {} {}", what, dtypeName(value.dtype()), shapeToString(value.shape()),
-                dtypeName(target.dtype()), shapeToString(target.shape()));
+                "{}: cannot assign {} {} to a tensor of {} {}", what, dtypeName(value.dtype()),
+                shapeToString(value.shape()), dtypeName(target.dtype()), shapeToString(target.shape()));
     if (target.rawData() != value.rawData()) target.copyFrom(value);
   };
 }

@@ -55,11 +55,14 @@ struct Builder {
   std::string base;
   ir::Tensor* op(const std::string& type, const std::vector<ir::Tensor*>& inputs, ir::Attributes a = {},
                  const std::string& domain = "") {
-    ir::Node* n = g.addNode(type, domain, inputs, {g.uniqueId(base + "/" + type)}, std::move(a), g.uniqueId(base + "/" + type));
+    ir::Node* n =
+        g.addNode(type, domain, inputs, {g.uniqueId(base + "/" + type)}, std::move(a), g.uniqueId(base + "/" + type));
     ops::inferNode(*n, false);
     return n->output(0);
   }
-  ir::Tensor* constant(NDArray v) { return g.addInitializer(g.uniqueId(base + "/const"), std::move(v), ir::TensorKind::Constant); }
+  ir::Tensor* constant(NDArray v) {
+    return g.addInitializer(g.uniqueId(base + "/const"), std::move(v), ir::TensorKind::Constant);
+  }
   // Writes value into target after every node that reads target now.
   void assign(ir::Tensor* target, ir::Tensor* value) {
     if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
@@ -84,8 +87,10 @@ void trainBatchNorm(ir::Graph& g, ir::Node& n) {
   ops::inferNode(n, false);
   ir::Tensor *x = n.input(0), *mean = n.input(3), *var = n.input(4);
   if (!ownVariable(mean, n) || !ownVariable(var, n)) {
-    GRAFT_LOG_WARN("{}: its running mean '{}' and variance '{}' are not weights that only it reads; it trains with batch "
-                   "statistics but cannot update them", what, mean ? mean->id() : "", var ? var->id() : "");
+    GRAFT_LOG_WARN(
+        "{}: its running mean '{}' and variance '{}' are not weights that only it reads; it trains with batch "
+        "statistics but cannot update them",
+        what, mean ? mean->id() : "", var ? var->id() : "");
     return;
   }
   DataType dt = mean->info().dataType();
@@ -118,9 +123,7 @@ uint64_t streamOf(const std::string& s) {
   return h;
 }
 
-bool isConstant(const ir::Tensor* t) {
-  return t->data() || (t->producer() && isOnnx(*t->producer(), "Constant"));
-}
+bool isConstant(const ir::Tensor* t) { return t->data() || (t->producer() && isOnnx(*t->producer(), "Constant")); }
 
 void trainDropout(ir::Graph& g, ir::Node* n, ir::Tensor* seed) {
   ir::Tensor* y = n->output(0);
@@ -135,7 +138,8 @@ void trainDropout(ir::Graph& g, ir::Node* n, ir::Tensor* seed) {
   g.removeNode(n);
   ir::Node* d = g.addNode("Dropout", ops::kGraftDomain, ins, {"", ""}, std::move(a), name);
   g.setOutput(d, 0, y);
-  if (!mask) mask = g.addTensor(g.uniqueId(y->id() + "/mask"), ir::ValueType::tensor(TensorInfo{}), ir::TensorKind::Activation);
+  if (!mask)
+    mask = g.addTensor(g.uniqueId(y->id() + "/mask"), ir::ValueType::tensor(TensorInfo{}), ir::TensorKind::Activation);
   g.setOutput(d, 1, mask);
   ops::inferNode(*d, false);
 }
@@ -180,8 +184,10 @@ void prepareTrainingMode(ir::Graph& source) {
       if (!t || ownVariable(t, *n) || t->isGraphOutput() || t->uses().size() != 1) continue;
       ir::Node* p = t->producer();
       const NDArray* value = nullptr;
-      if (p && isOnnx(*p, "Identity") && p->input(0) && p->input(0)->data() && p->numOutputs() == 1) value = p->input(0)->data();
-      else if (!p && t->kind() == ir::TensorKind::Constant) value = t->data();
+      if (p && isOnnx(*p, "Identity") && p->input(0) && p->input(0)->data() && p->numOutputs() == 1)
+        value = p->input(0)->data();
+      else if (!p && t->kind() == ir::TensorKind::Constant)
+        value = t->data();
       if (!value || !isFloatingPoint(value->dtype())) continue;
       NDArray own = value->clone();
       if (p) source.removeNode(p);
@@ -193,9 +199,10 @@ void prepareTrainingMode(ir::Graph& source) {
   if (!dropout) return;
   if (ir::Tensor* s = source.findTensor(kRandomSeedId)) {
     const NDArray* d = s->data();
-    GRAFT_CHECK(d && d->dtype() == DataType::Int64 && d->shape() == Shape{2},
-                "the model has a tensor '{}' that is not graft's dropout seed (INT64 [2] data), but graft reserves that name",
-                kRandomSeedId);
+    GRAFT_CHECK(
+        d && d->dtype() == DataType::Int64 && d->shape() == Shape{2},
+        "the model has a tensor '{}' that is not graft's dropout seed (INT64 [2] data), but graft reserves that name",
+        kRandomSeedId);
     s->setKind(ir::TensorKind::Variable);  // integer initializers import as constants
     return;
   }

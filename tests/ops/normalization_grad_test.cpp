@@ -38,7 +38,8 @@ TEST(BatchNormalization, GradientTrainingMode) {
 TEST(InstanceNormalization, Gradient) {
   for (Shape s : {Shape{2, 3, 4}, Shape{2, 3, 2, 2}, Shape{2, 3}}) {
     int64_t C = s[1];
-    OpCase c{"InstanceNormalization", {rnd(s, 1, -2, 2), rnd({C}, 2, 0.5, 1.5), rnd({C}, 3)}, attrs({{"epsilon", 1e-3f}})};
+    OpCase c{
+        "InstanceNormalization", {rnd(s, 1, -2, 2), rnd({C}, 2, 0.5, 1.5), rnd({C}, 3)}, attrs({{"epsilon", 1e-3f}})};
     EXPECT_TRUE(gradCheck(c, {0, 1, 2})) << shapeToString(s);
   }
 }
@@ -47,7 +48,8 @@ TEST(LayerNormalization, Gradient) {
   Shape xs{2, 3, 4};
   for (int64_t axis : {-1, 1, 0}) {
     Shape norm(xs.begin() + (axis < 0 ? axis + 3 : axis), xs.end());
-    OpCase c{"LayerNormalization", {rnd(xs, 1, -2, 2), rnd(norm, 2, 0.5, 1.5), rnd(norm, 3)},
+    OpCase c{"LayerNormalization",
+             {rnd(xs, 1, -2, 2), rnd(norm, 2, 0.5, 1.5), rnd(norm, 3)},
              attrs({{"axis", axis}, {"epsilon", 1e-3f}})};
     EXPECT_TRUE(gradCheck(c, {0, 1, 2})) << "axis=" << axis;
     // Mean and InvStdDev as outputs, in X's type: they are reused and their gradients count.
@@ -60,24 +62,27 @@ TEST(LayerNormalization, Gradient) {
   EXPECT_TRUE(gradCheck(b, {0, 1}));
   // Float statistics of a double X are recomputed in double.
   OpCase f{"LayerNormalization", {rnd(xs, 6, -2, 2), rnd({4}, 7, 0.5, 1.5)}, {}, 3};
-  EXPECT_TRUE(allClose(vjpOf(f, {0, 1}, {rnd(xs, 8)})[0], vjpOf({f.type, f.inputs, f.attrs, 1}, {0, 1}, {rnd(xs, 8)})[0],
-                       0, 0));
+  EXPECT_TRUE(allClose(vjpOf(f, {0, 1}, {rnd(xs, 8)})[0],
+                       vjpOf({f.type, f.inputs, f.attrs, 1}, {0, 1}, {rnd(xs, 8)})[0], 0, 0));
 }
 
 TEST(MeanVarianceNormalization, Gradient) {
   EXPECT_TRUE(gradCheck({"MeanVarianceNormalization", {rnd({2, 3, 2, 2}, 1, -2, 2)}}, {0}));
-  EXPECT_TRUE(gradCheck({"MeanVarianceNormalization", {rnd({2, 3, 4}, 2, -2, 2)}, attrs({{"axes", std::vector<int64_t>{1}}})},
-                        {0}));
+  EXPECT_TRUE(gradCheck(
+      {"MeanVarianceNormalization", {rnd({2, 3, 4}, 2, -2, 2)}, attrs({{"axes", std::vector<int64_t>{1}}})}, {0}));
   // A constant group: y = c / (s + 1e-9) is steep there, (dy - mean(dy)) / 1e-9, and the
   // variance term, 0/0, is 0 rather than NaN.
-  OpCase c{"MeanVarianceNormalization", {arr<double>({1, 2, 1, 2}, {3, 3, 1, 2})}, attrs({{"axes", std::vector<int64_t>{3}}})};
+  OpCase c{"MeanVarianceNormalization",
+           {arr<double>({1, 2, 1, 2}, {3, 3, 1, 2})},
+           attrs({{"axes", std::vector<int64_t>{3}}})};
   NDArray g = vjpOf(c, {0}, {arr<double>({1, 2, 1, 2}, {1, 2, 0, 0})}).at(0);
   EXPECT_TRUE(allClose(g, arr<double>({1, 2, 1, 2}, {-0.5e9, 0.5e9, 0, 0}), 1e-9));
 }
 
 TEST(LRN, Gradient) {
   for (int64_t size : {1, 2, 3, 5}) {
-    OpCase c{"LRN", {rnd({2, 5, 3}, 1, -2, 2)}, attrs({{"size", size}, {"alpha", 0.5f}, {"beta", 0.75f}, {"bias", 1.5f}})};
+    OpCase c{
+        "LRN", {rnd({2, 5, 3}, 1, -2, 2)}, attrs({{"size", size}, {"alpha", 0.5f}, {"beta", 0.75f}, {"bias", 1.5f}})};
     EXPECT_TRUE(gradCheck(c, {0})) << "size=" << size;
   }
 }
@@ -94,8 +99,10 @@ TEST(Graft_BatchNormalizationGrad, HandComputed) {
   NDArray x = arr<double>({3, 1}, {0, 1, 5}), dy = arr<double>({3, 1}, {1, 0, 0});
   double inv = std::sqrt(3.0 / 14.0);
   auto out = runReference(bnGrad({dy, x, arr<double>({1}, {1})}));
-  EXPECT_TRUE(allClose(out[0], arr<double>({3, 1}, {inv * (1 - 1.0 / 3 - 2.0 / 7), inv * (-1.0 / 3 - 1.0 / 7),
-                                                    inv * (-1.0 / 3 + 3.0 / 7)}), 1e-12, 1e-14));
+  EXPECT_TRUE(allClose(
+      out[0],
+      arr<double>({3, 1}, {inv * (1 - 1.0 / 3 - 2.0 / 7), inv * (-1.0 / 3 - 1.0 / 7), inv * (-1.0 / 3 + 3.0 / 7)}),
+      1e-12, 1e-14));
   EXPECT_TRUE(allClose(out[1], arr<double>({1}, {-2 * inv}), 1e-12, 1e-14));
   EXPECT_TRUE(allClose(out[2], arr<double>({1}, {1})));
 }
@@ -103,8 +110,10 @@ TEST(Graft_BatchNormalizationGrad, HandComputed) {
 TEST(Graft_BatchNormalizationGrad, GivenStatisticsEqualComputedOnes) {
   NDArray x = rnd({3, 2, 4}, 1), dy = rnd({3, 2, 4}, 2), scale = rnd({2}, 3, 0.5, 1.5);
   // The batch statistics, as a training-mode BatchNormalization with momentum 0 returns them.
-  auto stats = runReference({"BatchNormalization", {x, scale, rnd({2}, 4), rnd({2}, 5), rnd({2}, 6, 0.5, 1)},
-                             attrs({{"training_mode", int64_t{1}}, {"momentum", 0.0f}}), 3});
+  auto stats = runReference({"BatchNormalization",
+                             {x, scale, rnd({2}, 4), rnd({2}, 5), rnd({2}, 6, 0.5, 1)},
+                             attrs({{"training_mode", int64_t{1}}, {"momentum", 0.0f}}),
+                             3});
   auto a = runReference(bnGrad({dy, x, scale, stats[1], stats[2]}));
   auto b = runReference(bnGrad({dy, x, scale}));
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(allClose(a[i], b[i], 1e-12, 1e-14)) << "output " << i;
@@ -118,8 +127,11 @@ TEST(Graft_BatchNormalizationGrad, RejectsMismatchedShapes) {
 
 TEST(Graft_LRNGrad, HandComputed) {
   // size 1, alpha 1, beta 1, bias 1: y = x / (1 + x^2), dy/dx = (1 - x^2) / (1 + x^2)^2.
-  OpCase c{"LRNGrad", {arr<float>({1, 2, 1}, {1, 1}), arr<float>({1, 2, 1}, {1, 2})},
-           attrs({{"size", int64_t{1}}, {"alpha", 1.0f}, {"beta", 1.0f}, {"bias", 1.0f}}), 1, "ai.graft"};
+  OpCase c{"LRNGrad",
+           {arr<float>({1, 2, 1}, {1, 1}), arr<float>({1, 2, 1}, {1, 2})},
+           attrs({{"size", int64_t{1}}, {"alpha", 1.0f}, {"beta", 1.0f}, {"bias", 1.0f}}),
+           1,
+           "ai.graft"};
   EXPECT_TRUE(allClose(runReference(c).at(0), arr<float>({1, 2, 1}, {0, -3.0f / 25})));
   EXPECT_EQ(inferTypes(c).at(0).info.shape(), (Shape{1, 2, 1}));
   c.inputs[0] = arr<float>({1, 1, 2}, {1, 1});

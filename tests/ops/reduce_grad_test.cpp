@@ -9,8 +9,8 @@ NDArray rnd(Shape s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   return randomArray(DataType::Double, std::move(s), seed, lo, hi);
 }
 
-const char* const kReductions[] = {"ReduceSum", "ReduceMean",   "ReduceMax",       "ReduceMin",      "ReduceProd",
-                                   "ReduceL1",  "ReduceL2",     "ReduceLogSum",    "ReduceLogSumExp", "ReduceSumSquare"};
+const char* const kReductions[] = {"ReduceSum", "ReduceMean", "ReduceMax",    "ReduceMin",       "ReduceProd",
+                                   "ReduceL1",  "ReduceL2",   "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
 
 // Positive inputs keep LogSum's argument and L1's sign away from their singular points.
 NDArray inputFor(const std::string& op, Shape s, uint64_t seed) {
@@ -24,8 +24,10 @@ OpCase reduceCase(const std::string& op, NDArray x, std::optional<std::vector<in
   OpCase c{op, {std::move(x)}, attrs({{"keepdims", keepdims}})};
   if (noop) c.attrs.set("noop_with_empty_axes", noop);
   if (axes) {
-    if (op == "ReduceSum") c.inputs.push_back(arr<int64_t>({static_cast<int64_t>(axes->size())}, *axes));
-    else c.attrs.set("axes", *axes);
+    if (op == "ReduceSum")
+      c.inputs.push_back(arr<int64_t>({static_cast<int64_t>(axes->size())}, *axes));
+    else
+      c.attrs.set("axes", *axes);
   }
   return c;
 }
@@ -72,8 +74,10 @@ TEST(ReduceSum, GradientWithComputedAxes) {
   }
   // Empty axes fed at run time: everything is reduced, or nothing with noop_with_empty_axes.
   OpCase all{"ReduceSum", {x, arr<int64_t>({0}, {})}, attrs({{"keepdims", int64_t{0}}})};
-  EXPECT_TRUE(allClose(vjpOf(all, {0}, {scalar<double>(2.5)}, {1}).at(0), arr<double>({2, 3, 4}, std::vector<double>(24, 2.5))));
-  OpCase noop{"ReduceSum", {x, arr<int64_t>({0}, {})}, attrs({{"keepdims", int64_t{0}}, {"noop_with_empty_axes", int64_t{1}}})};
+  EXPECT_TRUE(allClose(vjpOf(all, {0}, {scalar<double>(2.5)}, {1}).at(0),
+                       arr<double>({2, 3, 4}, std::vector<double>(24, 2.5))));
+  OpCase noop{
+      "ReduceSum", {x, arr<int64_t>({0}, {})}, attrs({{"keepdims", int64_t{0}}, {"noop_with_empty_axes", int64_t{1}}})};
   NDArray dyFull = rnd({2, 3, 4}, 5);
   EXPECT_TRUE(allClose(vjpOf(noop, {0}, {dyFull}, {1}).at(0), dyFull, 0, 0));
 }
@@ -82,7 +86,8 @@ TEST(ReduceMax, GradientSplitsEvenlyBetweenTies) {
   // As torch.amax: each of the k elements equal to the maximum gets dy / k.
   NDArray x = arr<double>({2, 4}, {1, 3, 3, 2, 5, 5, 5, 0});
   OpCase c{"ReduceMax", {x}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}})};
-  EXPECT_TRUE(allClose(vjpOf(c, {0}, {arr<double>({2}, {1.0, 6.0})}).at(0), arr<double>({2, 4}, {0, 0.5, 0.5, 0, 2, 2, 2, 0})));
+  EXPECT_TRUE(
+      allClose(vjpOf(c, {0}, {arr<double>({2}, {1.0, 6.0})}).at(0), arr<double>({2, 4}, {0, 0.5, 0.5, 0, 2, 2, 2, 0})));
   OpCase m{"ReduceMin", {arr<double>({4}, {2, -1, 7, -1})}, attrs({{"keepdims", int64_t{1}}})};
   EXPECT_TRUE(allClose(vjpOf(m, {0}, {arr<double>({1}, {3.0})}).at(0), arr<double>({4}, {0, 1.5, 0, 1.5})));
 }
@@ -90,7 +95,8 @@ TEST(ReduceMax, GradientSplitsEvenlyBetweenTies) {
 TEST(ReduceProd, GradientAtZeros) {
   // One zero: the product of the others at the zero, 0 elsewhere; two zeros: 0 everywhere.
   OpCase one{"ReduceProd", {arr<double>({2, 3}, {2, 0, 3, 0, 4, 0})}, attrs({{"axes", std::vector<int64_t>{1}}})};
-  EXPECT_TRUE(allClose(vjpOf(one, {0}, {arr<double>({2, 1}, {2.0, 1.0})}).at(0), arr<double>({2, 3}, {0, 12, 0, 0, 0, 0})));
+  EXPECT_TRUE(
+      allClose(vjpOf(one, {0}, {arr<double>({2, 1}, {2.0, 1.0})}).at(0), arr<double>({2, 3}, {0, 12, 0, 0, 0, 0})));
   OpCase none{"ReduceProd", {arr<double>({3}, {2, -4, 0.5})}, attrs({{"keepdims", int64_t{0}}})};
   EXPECT_TRUE(allClose(vjpOf(none, {0}, {scalar<double>(1.0)}).at(0), arr<double>({3}, {-2, 1, -8})));
 }
@@ -114,7 +120,8 @@ TEST(CumSum, Gradient) {
   for (int64_t exclusive : {0, 1})
     for (int64_t reverse : {0, 1})
       for (int64_t axis : {0, -1}) {
-        OpCase c{"CumSum", {rnd({3, 4}, 7), arr<int64_t>({}, {axis})},
+        OpCase c{"CumSum",
+                 {rnd({3, 4}, 7), arr<int64_t>({}, {axis})},
                  attrs({{"exclusive", exclusive}, {"reverse", reverse}})};
         EXPECT_TRUE(gradCheck(c, {0})) << "exclusive=" << exclusive << " reverse=" << reverse << " axis=" << axis;
       }

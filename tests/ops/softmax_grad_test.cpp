@@ -39,8 +39,8 @@ std::vector<LossCase> lossCases() {
   return {
       {{4, 3}, arr<int64_t>({4}, {0, 2, 1, 2}), false, std::nullopt},
       {{4, 3}, arr<int64_t>({4}, {0, 2, 1, 2}), true, std::nullopt},
-      {{4, 3}, arr<int32_t>({4}, {0, 2, 1, 2}), true, int64_t{2}},       // ignore a real class
-      {{4, 3}, arr<int64_t>({4}, {-100, 2, 1, -100}), true, int64_t{-100}},  // PyTorch's default
+      {{4, 3}, arr<int32_t>({4}, {0, 2, 1, 2}), true, int64_t{2}},                            // ignore a real class
+      {{4, 3}, arr<int64_t>({4}, {-100, 2, 1, -100}), true, int64_t{-100}},                   // PyTorch's default
       {{2, 3, 2, 2}, arr<int64_t>({2, 2, 2}, {0, 1, 2, 0, 1, 1, 2, -1}), true, int64_t{-1}},  // spatial
   };
 }
@@ -82,13 +82,15 @@ TEST(SoftmaxCrossEntropyLoss, GradientIsSoftmaxMinusOneHotOverTheWeight) {
   OpCase c{"SoftmaxCrossEntropyLoss", {x, arr<int64_t>({2}, {2, 0})}, attrs({{"reduction", std::string("mean")}})};
   NDArray g = vjpOf(c, {0}, {scalar<double>(1.0)}).at(0);
   double e1 = std::exp(1.0), e2 = std::exp(2.0), e3 = std::exp(3.0), s = e1 + e2 + e3;
-  EXPECT_TRUE(allClose(g, arr<double>({2, 3}, {e1 / s / 2, e2 / s / 2, (e3 / s - 1) / 2, (1.0 / 3 - 1) / 2, 1.0 / 6, 1.0 / 6}),
-                       1e-12, 1e-14));
+  EXPECT_TRUE(
+      allClose(g, arr<double>({2, 3}, {e1 / s / 2, e2 / s / 2, (e3 / s - 1) / 2, (1.0 / 3 - 1) / 2, 1.0 / 6, 1.0 / 6}),
+               1e-12, 1e-14));
 }
 
 TEST(NegativeLogLikelihoodLoss, GradientOfAnAllIgnoredMeanIsZero) {
   // The loss is 0/0 = NaN, but the gradient stays 0 (PyTorch writes nothing for ignored targets).
-  OpCase c{"NegativeLogLikelihoodLoss", {rnd({2, 3}, 1), arr<int64_t>({2}, {-100, -100})},
+  OpCase c{"NegativeLogLikelihoodLoss",
+           {rnd({2, 3}, 1), arr<int64_t>({2}, {-100, -100})},
            attrs({{"reduction", std::string("mean")}, {"ignore_index", int64_t{-100}}})};
   EXPECT_TRUE(allClose(vjpOf(c, {0}, {scalar<double>(1.0)}).at(0), NDArray(DataType::Double, {2, 3}), 0, 0));
   // Weighted mean: -w[t] / sum(w[t]) at the targets.
@@ -97,7 +99,9 @@ TEST(NegativeLogLikelihoodLoss, GradientOfAnAllIgnoredMeanIsZero) {
 }
 
 TEST(SoftmaxCrossEntropyLoss, GradientInFloat) {
-  OpCase c{"SoftmaxCrossEntropyLoss", {arr<float>({1, 2}, {0, 0}), arr<int64_t>({1}, {1})}, attrs({{"reduction", std::string("sum")}})};
+  OpCase c{"SoftmaxCrossEntropyLoss",
+           {arr<float>({1, 2}, {0, 0}), arr<int64_t>({1}, {1})},
+           attrs({{"reduction", std::string("sum")}})};
   EXPECT_TRUE(allClose(vjpOf(c, {0}, {scalar<float>(1.0f)}).at(0), arr<float>({1, 2}, {0.5f, -0.5f})));
 }
 

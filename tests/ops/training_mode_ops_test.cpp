@@ -11,7 +11,10 @@ namespace {
 NDArray seedOf(int64_t seed, int64_t step) { return arr<int64_t>({2}, {seed, step}); }
 
 OpCase dropout(NDArray x, double ratio, NDArray seed, int64_t stream = 0, std::optional<bool> training = std::nullopt) {
-  OpCase c{"Dropout", {std::move(x), arr<double>({}, {ratio}), NDArray{}, std::move(seed)}, attrs({{"stream", stream}}), 2,
+  OpCase c{"Dropout",
+           {std::move(x), arr<double>({}, {ratio}), NDArray{}, std::move(seed)},
+           attrs({{"stream", stream}}),
+           2,
            "ai.graft"};
   if (training) c.inputs[2] = arr<bool>({}, {*training});
   return c;
@@ -92,8 +95,10 @@ TEST(Dropout, GradientOutsideTrainingModeIsTheIdentity) {
 TEST(Dropout, GradientInTrainingModeFollowsTheMask) {
   if (!haveOnnxDropout()) GTEST_SKIP() << "ONNX Dropout has no kernel in this build";
   // A seeded ONNX Dropout draws the same mask at every run, so finite differences apply.
-  OpCase c{"Dropout", {randomArray(DataType::Double, {4, 5}, 1), arr<double>({}, {0.4}), arr<bool>({}, {true})},
-           attrs({{"seed", int64_t{7}}}), 2};
+  OpCase c{"Dropout",
+           {randomArray(DataType::Double, {4, 5}, 1), arr<double>({}, {0.4}), arr<bool>({}, {true})},
+           attrs({{"seed", int64_t{7}}}),
+           2};
   EXPECT_TRUE(gradCheck(c, {0}));
 }
 

@@ -141,7 +141,8 @@ TEST(TrainingModePass, BatchNormWhoseRunningOutputsTheModelUsesKeepsOnnxSemantic
 std::unique_ptr<ir::Graph> dropoutGraph(ir::Tensor** modeInput = nullptr, bool constantFalse = false) {
   auto g = std::make_unique<ir::Graph>("dropout");
   ir::Tensor* x = input(*g, "x", {64});
-  ir::Tensor* ratio = g->addInitializer("ratio", NDArray::scalar<float>(DataType::Float, 0.5f), ir::TensorKind::Constant);
+  ir::Tensor* ratio =
+      g->addInitializer("ratio", NDArray::scalar<float>(DataType::Float, 0.5f), ir::TensorKind::Constant);
   std::vector<ir::Tensor*> ins{x, ratio};
   if (modeInput) ins.push_back(*modeInput = input(*g, "mode", {}, DataType::Bool));
   if (constantFalse) ins.push_back(g->addInitializer("mode", NDArray(DataType::Bool, {}), ir::TensorKind::Constant));

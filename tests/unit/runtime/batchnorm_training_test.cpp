@@ -50,7 +50,8 @@ std::string bnModel(bool withDropout = false) {
   ir::Graph g("bn");
   g.otherOpsets["ai.graft"] = 1;
   auto input = [&](const std::string& id, Shape s) {
-    ir::Tensor* t = g.addTensor(id, ir::ValueType::tensor(TensorInfo(DataType::Float, std::move(s))), ir::TensorKind::Input);
+    ir::Tensor* t =
+        g.addTensor(id, ir::ValueType::tensor(TensorInfo(DataType::Float, std::move(s))), ir::TensorKind::Input);
     g.addInput(t);
     return t;
   };
@@ -65,14 +66,16 @@ std::string bnModel(bool withDropout = false) {
   bn.set("epsilon", static_cast<float>(kEps));
   bn.set("momentum", kOnnxMomentum);
   // As an eval-mode export writes it: training_mode 0, one output.
-  ir::Node* norm = g.addNode("BatchNormalization", "",
-                             {h, g.addInitializer("bn.weight", fromVec(p.gamma, {kC})), g.addInitializer("bn.bias", fromVec(p.beta, {kC})),
-                              g.addInitializer("bn.running_mean", fromVec(p.mean, {kC})),
-                              g.addInitializer("bn.running_var", fromVec(p.var, {kC}))},
-                             {"z"}, bn, "bn");
+  ir::Node* norm = g.addNode(
+      "BatchNormalization", "",
+      {h, g.addInitializer("bn.weight", fromVec(p.gamma, {kC})), g.addInitializer("bn.bias", fromVec(p.beta, {kC})),
+       g.addInitializer("bn.running_mean", fromVec(p.mean, {kC})),
+       g.addInitializer("bn.running_var", fromVec(p.var, {kC}))},
+      {"z"}, bn, "bn");
   ir::Tensor* y = g.addNode("Relu", "", {norm->output(0)}, {"y"})->output(0);
   if (withDropout) {
-    ir::Tensor* ratio = g.addInitializer("ratio", NDArray::scalar<float>(DataType::Float, 0.25f), ir::TensorKind::Constant);
+    ir::Tensor* ratio =
+        g.addInitializer("ratio", NDArray::scalar<float>(DataType::Float, 0.25f), ir::TensorKind::Constant);
     y = g.addNode("Dropout", "", {y, ratio}, {"dropped"})->output(0);
   }
   ir::Attributes rm;
@@ -165,7 +168,8 @@ std::shared_ptr<DeviceInfo> cpu() { return DeviceManager::createDeviceManager().
 void runStep(Session& s, const Batch& b) {
   std::vector<float> x = b.x, t = b.t;
   auto anchors = s.initAnchorArrays();
-  StepIO io({{"x", NDArray::wrap(x.data(), DataType::Float, {kN, kL, kIn})}, {"t", NDArray::wrap(t.data(), DataType::Float, {kN, kC})}},
+  StepIO io({{"x", NDArray::wrap(x.data(), DataType::Float, {kN, kL, kIn})},
+             {"t", NDArray::wrap(t.data(), DataType::Float, {kN, kC})}},
             anchors);
   s.run(io);
 }
@@ -188,7 +192,8 @@ void expectNear(const WeightsIO& io, const TensorId& id, const std::vector<doubl
 
 TEST(TrainingSession, BatchNormTrainsWithBatchStatisticsAndUpdatesRunningStatisticsAsPyTorch) {
   const double lr = 0.1;
-  auto s = TrainingSession::createFromOnnxModel(bnModel(), DataFlow(1, {"loss"}), "loss", ConstSGD(static_cast<float>(lr)), cpu());
+  auto s = TrainingSession::createFromOnnxModel(bnModel(), DataFlow(1, {"loss"}), "loss",
+                                                ConstSGD(static_cast<float>(lr)), cpu());
   auto trained = s->trainedWeightIds();
   std::sort(trained.begin(), trained.end());
   EXPECT_EQ(trained, (std::vector<TensorId>{"W", "bn.bias", "bn.weight"}));  // not the running statistics
@@ -211,7 +216,8 @@ TEST(TrainingSession, BatchNormTrainsWithBatchStatisticsAndUpdatesRunningStatist
   Batch b = batchFor(9);
   std::vector<float> x = b.x, t = b.t;
   auto anchors = inf->initAnchorArrays();
-  StepIO sio({{"x", NDArray::wrap(x.data(), DataType::Float, {kN, kL, kIn})}, {"t", NDArray::wrap(t.data(), DataType::Float, {kN, kC})}},
+  StepIO sio({{"x", NDArray::wrap(x.data(), DataType::Float, {kN, kL, kIn})},
+              {"t", NDArray::wrap(t.data(), DataType::Float, {kN, kC})}},
              anchors);
   inf->run(sio);
   const NDArray& z = anchors.at("z");
@@ -231,7 +237,8 @@ TEST(TrainingSession, BatchNormGradientsCanBeAnchored) {
       ConstSGD(0.0f), cpu());
   Batch b = batchFor(0);
   auto anchors = s->initAnchorArrays();
-  StepIO io({{"x", NDArray::wrap(b.x.data(), DataType::Float, {kN, kL, kIn})}, {"t", NDArray::wrap(b.t.data(), DataType::Float, {kN, kC})}},
+  StepIO io({{"x", NDArray::wrap(b.x.data(), DataType::Float, {kN, kL, kIn})},
+             {"t", NDArray::wrap(b.t.data(), DataType::Float, {kN, kC})}},
             anchors);
   s->run(io);
   Reference before, after;
@@ -277,7 +284,8 @@ TEST(TrainingSession, BatchNormResumeFromCheckpointIsBitIdentical) {
 
 TEST(TrainingSession, BatchNormNeedsMoreThanOneValuePerChannel) {
   ir::Graph g("bn1");
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{1, 2})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{1, 2})), ir::TensorKind::Input);
   g.addInput(x);
   auto p = [&](const std::string& id, float v) { return g.addInitializer(id, fromVec({v, v}, {2})); };
   ir::Node* bn = g.addNode("BatchNormalization", "", {x, p("s", 1), p("b", 0), p("m", 0), p("v", 1)}, {"z"});
@@ -287,7 +295,8 @@ TEST(TrainingSession, BatchNormNeedsMoreThanOneValuePerChannel) {
   g.otherOpsets["ai.graphcore"] = 1;
   passes::PassContext ctx;
   passes::runPipeline(g, {"infer-shapes"}, ctx);
-  auto s = TrainingSession::createFromOnnxModel(onnxio::saveModelBytes(g), DataFlow(1, {"loss"}), "loss", ConstSGD(0.1f), cpu());
+  auto s = TrainingSession::createFromOnnxModel(onnxio::saveModelBytes(g), DataFlow(1, {"loss"}), "loss",
+                                                ConstSGD(0.1f), cpu());
   try {
     s->prepareDevice();
     FAIL() << "a batch of one must be rejected in training";
