@@ -245,6 +245,112 @@ KernelFn mvnKernel(CompileContext& c) {
   };
 }
 
+// ---- gradient ops --------------------------------------------------------------------------------
+
+// BatchNormalizationGrad(dY, X, scale[, mean, var]) -> dX, dScale, dB: the gradient of batch
+// normalization with batch statistics. A dedicated op rather than forward ops because the
+// statistics, the two channel sums and dX are each one pass over X, and fast libraries have a
+// primitive for it (oneDNN's batch-norm backward). Without mean and var it computes them.
+KernelFn batchNormGradKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  return [=](KernelContext& k) {
+    const NDArray& dyA = k.input(0);
+    const NDArray& x = k.input(1);
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    int64_t N = x.dim(0), C = x.rank() >= 2 ? x.dim(1) : 1;
+    int64_t inner = x.rank() >= 2 ? shapeProduct(x.shape(), 2, x.rank()) : 1;
+    auto scale = channelParam(k.input(2), C, what, "scale");
+    auto xs = readDoubles(x, what);
+    auto dy = readDoubles(dyA, what);
+    auto at = [&](int64_t b, int64_t ch, int64_t i) { return (b * C + ch) * inner + i; };
+    auto count = static_cast<double>(N * inner);
+    std::vector<double> mean(C, 0.0), var(C, 0.0);
+    if (k.hasInput(3) && k.hasInput(4)) {
+      mean = channelParam(k.input(3), C, what, "mean");
+      var = channelParam(k.input(4), C, what, "var");
+    } else if (count > 0) {
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double s = 0, sq = 0;
+        for (int64_t b = 0; b < N; ++b)
+          for (int64_t i = 0; i < inner; ++i) s += xs[at(b, ch, i)];
+        mean[ch] = s / count;
+        for (int64_t b = 0; b < N; ++b)
+          for (int64_t i = 0; i < inner; ++i) sq += (xs[at(b, ch, i)] - mean[ch]) * (xs[at(b, ch, i)] - mean[ch]);
+        var[ch] = sq / count;
+      }
+    }
+    std::vector<double> dx(xs.size()), dScale(C, 0.0), dB(C, 0.0);
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double inv = 1.0 / std::sqrt(var[ch] + eps);
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t i = 0; i < inner; ++i) {
+          int64_t o = at(b, ch, i);
+          dB[ch] += dy[o];
+          dScale[ch] += dy[o] * (xs[o] - mean[ch]) * inv;
+        }
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t i = 0; i < inner; ++i) {
+          int64_t o = at(b, ch, i);
+          double xhat = (xs[o] - mean[ch]) * inv;
+          dx[o] = scale[ch] * inv * (dy[o] - dB[ch] / count - xhat * dScale[ch] / count);
+        }
+    }
+    k.setOutput(0, fromDoubles(dx, x.dtype(), x.shape(), what));
+    if (k.wantsOutput(1)) k.setOutput(1, fromDoubles(dScale, k.input(2).dtype(), {C}, what));
+    if (k.wantsOutput(2)) k.setOutput(2, fromDoubles(dB, k.input(2).dtype(), {C}, what));
+  };
+}
+
+// LRNGrad(dY, X) -> dX with LRN's attributes. Each input channel reaches the outputs of the
+// channels whose window holds it; forward ops would need a padded prefix sum over channels for
+// that window, so one loop is both shorter and faster.
+KernelFn lrnGradKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double alpha = n.attrFloat("alpha", 1e-4f), beta = n.attrFloat("beta", 0.75f), bias = n.attrFloat("bias", 1.0f);
+  int64_t size = n.attrInt("size");
+  GRAFT_CHECK(size >= 1, "{}: size must be >= 1, got {}", what, size);
+  return [=](KernelContext& k) {
+    const NDArray& dyA = k.input(0);
+    const NDArray& x = k.input(1);
+    GRAFT_CHECK(x.rank() >= 2, "{}: X must have shape [N, C, ...], got {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    int64_t N = x.dim(0), C = x.dim(1), inner = shapeProduct(x.shape(), 2, x.rank());
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+    double a = alpha / static_cast<double>(size);
+    auto xs = readDoubles(x, what);
+    auto dy = readDoubles(dyA, what);
+    std::vector<double> d(xs.size()), t(xs.size()), dx(xs.size());
+    auto at = [&](int64_t b, int64_t ch, int64_t i) { return (b * C + ch) * inner + i; };
+    // d = bias + a * (window sum of x^2); t = dy * x * d^(-beta-1).
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t i = 0; i < inner; ++i) {
+          double sq = 0;
+          for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j)
+            sq += xs[at(b, j, i)] * xs[at(b, j, i)];
+          int64_t o = at(b, ch, i);
+          d[o] = bias + a * sq;
+          t[o] = dy[o] * xs[o] * std::pow(d[o], -beta - 1);
+        }
+    // Channel k is in the window of channels c in [k - hi, k + lo].
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t i = 0; i < inner; ++i) {
+          double s = 0;
+          for (int64_t j = std::max<int64_t>(0, ch - hi); j <= std::min(C - 1, ch + lo); ++j) s += t[at(b, j, i)];
+          int64_t o = at(b, ch, i);
+          dx[o] = dy[o] * std::pow(d[o], -beta) - 2.0 * beta * a * xs[o] * s;
+        }
+    k.setOutput(0, fromDoubles(dx, x.dtype(), x.shape(), what));
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(normalization) {
@@ -252,7 +358,219 @@ GRAFT_REGISTER_OPS(normalization) {
   r.add("InstanceNormalization").setReference(instanceNormKernel);
   r.add("LayerNormalization").setReference(layerNormKernel);
   r.add("LRN").setReference(lrnKernel);
-  r.add("MeanVarianceNormalization").setReference(mvnKernel);
+  // ONNX defines MeanVarianceNormalization by a function body, without an inference function of
+  // its own: the output has the input's type and shape.
+  r.add("MeanVarianceNormalization")
+      .setReference(mvnKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        return std::vector<ir::ValueType>{in.at(0)};
+      });
+  r.add("BatchNormalizationGrad", kGraftDomain)
+      .setReference(batchNormGradKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        ir::ValueType channel = in.at(2);  // dScale and dB: scale's type and shape
+        return std::vector<ir::ValueType>{in.at(1), channel, channel};
+      });
+  r.add("LRNGrad", kGraftDomain)
+      .setReference(lrnGradKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        return std::vector<ir::ValueType>{in.at(1)};
+      });
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+namespace {
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// Reductions over fixed axes, keeping them or not; over no axis they are the identity.
+ir::Tensor* sumOver(GradBuilder& g, ir::Tensor* t, const std::vector<int64_t>& axes, bool keep) {
+  if (axes.empty()) return t;
+  ir::Attributes a;
+  a.set("keepdims", int64_t{keep});
+  return g.op("ReduceSum", {t, g.int64s(axes)}, a);
+}
+ir::Tensor* meanOver(GradBuilder& g, ir::Tensor* t, const std::vector<int64_t>& axes) {
+  if (axes.empty()) return t;
+  ir::Attributes a;
+  a.set("keepdims", int64_t{1});
+  a.set("axes", axes);
+  return g.op("ReduceMean", {t}, a);
+}
+
+ir::Tensor* castLike(GradBuilder& g, ir::Tensor* t, ir::Tensor* like) {
+  if (t->info().dataType() == like->info().dataType()) return t;
+  return g.op("CastLike", {t, like});
+}
+
+// A [C] parameter shaped [C, 1, ...] to broadcast over X of the given rank ([N, C, ...]).
+ir::Tensor* perChannel(GradBuilder& g, ir::Tensor* p, int64_t rank) {
+  if (rank <= 2) return p;
+  return g.op("Unsqueeze", {p, g.int64s(range(1, rank - 1))});
+}
+
+// numel(b) / numel(a) in a's type: 1/count of the elements behind each statistic.
+ir::Tensor* sizeRatio(GradBuilder& g, ir::Tensor* b, ir::Tensor* a) {
+  if (a->info().isStatic() && b->info().isStatic()) {
+    int64_t na = a->info().nelms(), nb = b->info().nelms();
+    return g.scalarLike(na == 0 ? 0.0 : static_cast<double>(nb) / static_cast<double>(na), a);
+  }
+  return g.div(g.op("CastLike", {g.op("Size", {b}), a}), g.op("CastLike", {g.op("Size", {a}), a}));
+}
+
+int64_t rankOf(GradBuilder& g, ir::Tensor* x) {
+  GRAFT_CHECK(x->info().hasShape(), "{}: the gradient needs the rank of '{}', which is not known", g.node().describe(),
+              x->id());
+  return x->info().rank();
+}
+
+// dX of y = xhat * gamma + beta, xhat = (x - mean) * inv over `axes`, given gy = dy * gamma:
+// inv * (gy - mean(gy) - xhat * mean(gy * xhat)).
+ir::Tensor* normalizedGrad(GradBuilder& g, ir::Tensor* gy, ir::Tensor* xhat, ir::Tensor* inv,
+                           const std::vector<int64_t>& axes) {
+  ir::Tensor* centred = g.sub(gy, meanOver(g, gy, axes));
+  return g.mul(inv, g.sub(centred, g.mul(xhat, meanOver(g, g.mul(gy, xhat), axes))));
+}
+
+void batchNormVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ir::Tensor *x = g.in(0), *scale = g.in(1), *bias = g.in(2);
+  int64_t rank = rankOf(g, x);
+  std::vector<int64_t> axes = range(0, rank);
+  if (rank >= 2) axes.erase(axes.begin() + 1);  // every axis but the channels
+  ir::Tensor* dy = g.dy(0);
+  if (n.attrInt("training_mode", 0) != 0) {
+    float momentum = n.attrFloat("momentum", 0.9f);
+    std::vector<ir::Tensor*> ins{dy, x, scale};
+    // With momentum 0 the "running" outputs are the batch statistics (the training-mode pass
+    // asks for that): the gradient op reads them instead of computing them again.
+    if (momentum == 0.0f && g.out(1) && g.out(2)) {
+      ins.push_back(g.out(1));
+      ins.push_back(g.out(2));
+    }
+    ir::Attributes a;
+    a.set("epsilon", n.attrFloat("epsilon", 1e-5f));
+    auto d = g.opN("BatchNormalizationGrad", ins, 3, a, kGraftDomain);
+    ir::Tensor* dx = d[0];
+    // The running outputs are input * momentum + batch statistic * (1 - momentum); X reaches
+    // them through the batch mean (d/dx = 1/M) and the biased batch variance (2 (x - mean)/M).
+    if (g.hasDy(1) || g.hasDy(2)) {
+      ir::Tensor* k = g.mul(sizeRatio(g, scale, x), g.scalarLike(1.0 - static_cast<double>(momentum), x));
+      if (g.hasDy(1)) dx = g.add(dx, g.mul(perChannel(g, castLike(g, g.dy(1), x), rank), k));
+      if (g.hasDy(2)) {
+        ir::Tensor* centred = g.sub(x, meanOver(g, x, axes));
+        ir::Tensor* dv = perChannel(g, castLike(g, g.dy(2), x), rank);
+        dx = g.add(dx, g.mul(g.mul(dv, g.scale(k, 2.0)), centred));
+      }
+    }
+    g.setDx(0, dx);
+    g.setDx(1, d[1]);
+    g.setDx(2, castLike(g, d[2], bias));
+    return;
+  }
+  // Inference mode: an affine map per channel.
+  ir::Tensor* mean = perChannel(g, castLike(g, g.in(3), x), rank);
+  ir::Tensor* var = castLike(g, g.in(4), x);
+  ir::Tensor* inv = perChannel(
+      g, g.op("Reciprocal", {g.op("Sqrt", {g.add(var, g.scalarLike(n.attrFloat("epsilon", 1e-5f), x))})}), rank);
+  if (g.wants(0)) g.setDx(0, g.mul(dy, g.mul(perChannel(g, castLike(g, scale, x), rank), inv)));
+  bool keep = rank == 1;  // a 1-D X is one channel: the parameters are [1]
+  if (g.wants(1)) g.setDx(1, castLike(g, sumOver(g, g.mul(dy, g.mul(g.sub(x, mean), inv)), axes, keep), scale));
+  if (g.wants(2)) g.setDx(2, castLike(g, sumOver(g, dy, axes, keep), bias));
+}
+
+void instanceNormVjp(GradBuilder& g) {
+  ir::Tensor *x = g.in(0), *scale = g.in(1);
+  int64_t rank = rankOf(g, x);
+  std::vector<int64_t> axes = range(2, rank), channelAxes = range(0, rank);
+  channelAxes.erase(channelAxes.begin() + 1);
+  ir::Tensor* centred = g.sub(x, meanOver(g, x, axes));
+  ir::Tensor* var = meanOver(g, g.mul(centred, centred), axes);
+  ir::Tensor* eps = g.scalarLike(g.node().attrFloat("epsilon", 1e-5f), x);
+  ir::Tensor* inv = g.op("Reciprocal", {g.op("Sqrt", {g.add(var, eps)})});
+  ir::Tensor* xhat = g.mul(centred, inv);
+  ir::Tensor* dy = g.dy(0);
+  if (g.wants(1)) g.setDx(1, sumOver(g, g.mul(dy, xhat), channelAxes, false));
+  if (g.wants(2)) g.setDx(2, sumOver(g, dy, channelAxes, false));
+  if (g.wants(0)) g.setDx(0, normalizedGrad(g, g.mul(dy, perChannel(g, scale, rank)), xhat, inv, axes));
+}
+
+void layerNormVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ir::Tensor *x = g.in(0), *scale = g.in(1);
+  int64_t rank = rankOf(g, x);
+  int64_t axis = normalizeAxis(n.attrInt("axis", -1), rank, n.describe());
+  std::vector<int64_t> axes = range(axis, rank);
+  DataType dt = x->info().dataType();
+  ir::Tensor *mean = g.out(1), *inv = g.out(2);
+  // The saved statistics serve when they are in X's type (stash_type may be narrower).
+  if (!mean || !inv || mean->info().dataType() != dt || inv->info().dataType() != dt) {
+    mean = meanOver(g, x, axes);
+    ir::Tensor* c = g.sub(x, mean);
+    ir::Tensor* eps = g.scalarLike(n.attrFloat("epsilon", 1e-5f), x);
+    inv = g.op("Reciprocal", {g.op("Sqrt", {g.add(meanOver(g, g.mul(c, c), axes), eps)})});
+  }
+  ir::Tensor* centred = g.sub(x, mean);
+  ir::Tensor* xhat = g.mul(centred, inv);
+  ir::Tensor* dy = g.dy(0);
+  if (g.wants(1)) g.setDx(1, g.unbroadcast(g.mul(dy, xhat), scale));
+  if (g.in(2) && g.wants(2)) g.setDx(2, g.unbroadcast(dy, g.in(2)));
+  if (!g.wants(0)) return;
+  ir::Tensor* dx = normalizedGrad(g, g.mul(dy, scale), xhat, inv, axes);
+  // The Mean and InvStdDev outputs: d mean/dx = 1/K, d inv/dx = -inv^3 (x - mean)/K.
+  if (g.hasDy(1) || g.hasDy(2)) {
+    ir::Tensor* invK = sizeRatio(g, mean, x);
+    if (g.hasDy(1)) dx = g.add(dx, g.mul(castLike(g, g.dy(1), x), invK));
+    if (g.hasDy(2)) {
+      ir::Tensor* inv3 = g.mul(inv, g.mul(inv, inv));
+      dx = g.sub(dx, g.mul(g.mul(castLike(g, g.dy(2), x), inv3), g.mul(centred, invK)));
+    }
+  }
+  g.setDx(0, dx);
+}
+
+void mvnVjp(GradBuilder& g) {
+  // y = c / (s + 1e-9) with c = x - mean(x), s = sqrt(mean(c^2)):
+  // dx = (dy - mean(dy)) / d - mean(dy c) c / (d^2 s), d = s + 1e-9; the second term is 0 where
+  // s is (then c is 0 too).
+  ir::Tensor* x = g.in(0);
+  std::vector<int64_t> axes = g.node().attrInts("axes", {0, 2, 3});
+  ir::Tensor* c = g.sub(x, meanOver(g, x, axes));
+  ir::Tensor* s = g.op("Sqrt", {meanOver(g, g.mul(c, c), axes)});
+  ir::Tensor* d = g.add(s, g.scalarLike(1e-9, x));
+  ir::Tensor* dy = g.dy(0);
+  ir::Tensor* first = g.div(g.sub(dy, meanOver(g, dy, axes)), d);
+  ir::Tensor* zero = g.scalarLike(0, x);
+  ir::Tensor* k =
+      g.where(g.op("Equal", {s, zero}), zero, g.div(meanOver(g, g.mul(dy, c), axes), g.mul(g.mul(d, d), s)));
+  g.setDx(0, g.sub(first, g.mul(k, c)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(normalization_vjp) {
+  r.add("BatchNormalization").setVjp(batchNormVjp);
+  r.add("InstanceNormalization").setVjp(instanceNormVjp);
+  r.add("LayerNormalization").setVjp(layerNormVjp);
+  r.add("MeanVarianceNormalization").setVjp(mvnVjp);
+  r.add("LRN").setVjp([](GradBuilder& g) {
+    ir::Attributes a;
+    const ir::Node& n = g.node();
+    a.set("alpha", n.attrFloat("alpha", 1e-4f));
+    a.set("beta", n.attrFloat("beta", 0.75f));
+    a.set("bias", n.attrFloat("bias", 1.0f));
+    a.set("size", n.attrInt("size"));
+    g.setDx(0, g.op("LRNGrad", {g.dy(), g.in(0)}, a, kGraftDomain));
+  });
 }
 
 }  // namespace graft::ops

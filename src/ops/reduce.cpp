@@ -387,3 +387,170 @@ GRAFT_REGISTER_OPS(reduce) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+namespace {
+
+// How a Reduce* node chose its axes, in the form its gradient needs.
+struct ReduceSpec {
+  bool identity = false;  // noop_with_empty_axes with no axes: the output is the input
+  bool all = false;       // no axes (and not noop): every axis is reduced
+  bool keepdims = true;
+  bool noop = false;
+  ir::Tensor* axes = nullptr;  // 1-D INT64: a constant, or the node's own (computed) axes input
+};
+
+ReduceSpec reduceSpec(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ReduceSpec s;
+  s.keepdims = n.attrInt("keepdims", 1) != 0;
+  s.noop = n.attrInt("noop_with_empty_axes", 0) != 0;
+  std::vector<int64_t> axes;
+  if (ir::Tensor* a = g.in(1)) {
+    if (!a->data()) {
+      // Computed axes: the gradient reads the same tensor, and the reductions it adds get the
+      // node's noop_with_empty_axes, so that an empty axes list means what it meant forward.
+      s.axes = a;
+      return s;
+    }
+    axes = toInt64Vector(*a->data());
+  } else if (n.attrs().has("axes")) {
+    axes = n.attrInts("axes");
+  }
+  if (axes.empty()) {
+    s.identity = s.noop;
+    s.all = !s.noop;
+    return s;
+  }
+  s.axes = g.int64s(axes);
+  return s;
+}
+
+// t (shaped like the node's output) with the reduced axes back as 1s: broadcastable to the input.
+ir::Tensor* keepShape(GradBuilder& g, const ReduceSpec& s, ir::Tensor* t) {
+  if (s.keepdims || s.all) return t;  // keepdims shape, or a scalar
+  return g.op("Unsqueeze", {t, s.axes});
+}
+
+// ReduceSum of t over the node's axes, keeping them.
+ir::Tensor* sumKeep(GradBuilder& g, const ReduceSpec& s, ir::Tensor* t) {
+  ir::Attributes a;
+  a.set("keepdims", int64_t{1});
+  a.set("noop_with_empty_axes", int64_t{s.noop && !s.all});
+  std::vector<ir::Tensor*> in{t};
+  if (s.axes) in.push_back(s.axes);
+  return g.op("ReduceSum", in, a);
+}
+
+// The same reduction as the node (same op and axes) of t, keeping the reduced axes.
+ir::Tensor* sameReductionKeep(GradBuilder& g, ir::Tensor* t) {
+  ir::Attributes a = g.node().attrs();
+  a.set("keepdims", int64_t{1});
+  std::vector<ir::Tensor*> in{t};
+  if (g.in(1)) in.push_back(g.in(1));
+  return g.op(g.node().type(), in, a);
+}
+
+ir::Tensor* expandLike(GradBuilder& g, ir::Tensor* t, ir::Tensor* like) {
+  if (t->info().isStatic() && like->info().isStatic() && t->info().shape() == like->info().shape()) return t;
+  return g.op("Expand", {t, g.op("Shape", {like})});
+}
+
+// numel(b) / numel(a) in a's type (0 when a is empty): the 1/count of a mean.
+ir::Tensor* sizeRatio(GradBuilder& g, ir::Tensor* b, ir::Tensor* a) {
+  if (a->info().isStatic() && b->info().isStatic()) {
+    int64_t na = a->info().nelms(), nb = b->info().nelms();
+    return g.scalarLike(na == 0 ? 0.0 : static_cast<double>(nb) / static_cast<double>(na), a);
+  }
+  return g.div(g.op("CastLike", {g.op("Size", {b}), a}), g.op("CastLike", {g.op("Size", {a}), a}));
+}
+
+using ReduceVjp = std::function<ir::Tensor*(GradBuilder&, const ReduceSpec&, ir::Tensor* dyK)>;
+
+// Wraps a reduction's gradient: the identity case, and dy with the reduced axes kept.
+VjpFn reduceVjp(ReduceVjp f) {
+  return [f](GradBuilder& g) {
+    ReduceSpec s = reduceSpec(g);
+    if (s.identity) {
+      g.setDx(0, g.dy());
+      return;
+    }
+    g.setDx(0, f(g, s, keepShape(g, s, g.dy())));
+  };
+}
+
+ir::Tensor* maxMinGrad(GradBuilder& g, const ReduceSpec& s, ir::Tensor* dyK) {
+  // As PyTorch's amax/amin: the gradient is shared evenly between the elements equal to the
+  // extreme (ties included), so that the gradient's sum is dy whatever the ties.
+  ir::Tensor* x = g.in(0);
+  ir::Tensor* mask = g.op("Equal", {x, keepShape(g, s, g.out(0))});
+  ir::Tensor* count = sumKeep(g, s, g.op("CastLike", {mask, x}));
+  return g.where(mask, g.div(dyK, count), g.scalarLike(0, x));
+}
+
+ir::Tensor* prodGrad(GradBuilder& g, const ReduceSpec& s, ir::Tensor* dyK) {
+  // d prod / d x_i is the product of the other elements. Dividing the product by x_i fails at
+  // zeros, so count them: none, prod/x_i everywhere; one, the product of the non-zeros at the
+  // zero and 0 elsewhere; more, 0 everywhere (PyTorch's result).
+  ir::Tensor* x = g.in(0);
+  ir::Tensor* zero = g.scalarLike(0, x);
+  ir::Tensor* isZero = g.op("Equal", {x, zero});
+  ir::Tensor* x1 = g.where(isZero, g.scalarLike(1, x), x);
+  ir::Tensor* prodNonZero = sameReductionKeep(g, x1);
+  ir::Tensor* zeros = sumKeep(g, s, g.op("CastLike", {isZero, x}));
+  ir::Tensor* atNonZero = g.where(g.op("Equal", {zeros, zero}), g.div(prodNonZero, x1), zero);
+  ir::Tensor* atZero = g.where(g.op("Equal", {zeros, g.scalarLike(1, x)}), prodNonZero, zero);
+  return g.mul(g.where(isZero, atZero, atNonZero), dyK);
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(reduce_vjp) {
+  r.add("ReduceSum").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec&, ir::Tensor* dyK) {
+    return expandLike(g, dyK, g.in(0));
+  }));
+  r.add("ReduceMean").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec&, ir::Tensor* dyK) {
+    return g.mul(expandLike(g, dyK, g.in(0)), sizeRatio(g, g.out(0), g.in(0)));
+  }));
+  r.add("ReduceSumSquare").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec&, ir::Tensor* dyK) {
+    return g.mul(g.scale(g.in(0), 2.0), dyK);
+  }));
+  r.add("ReduceL1").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec&, ir::Tensor* dyK) {
+    return g.mul(g.op("Sign", {g.in(0)}), dyK);
+  }));
+  r.add("ReduceL2").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec& s, ir::Tensor* dyK) {
+    // x / |x|, and 0 where the norm is 0 (as PyTorch's norm backward).
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* yK = keepShape(g, s, g.out(0));
+    ir::Tensor* zero = g.scalarLike(0, x);
+    return g.mul(g.where(g.op("Equal", {yK, zero}), zero, g.div(x, yK)), dyK);
+  }));
+  r.add("ReduceLogSum").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec& s, ir::Tensor* dyK) {
+    return expandLike(g, g.div(dyK, sumKeep(g, s, g.in(0))), g.in(0));
+  }));
+  r.add("ReduceLogSumExp").setVjp(reduceVjp([](GradBuilder& g, const ReduceSpec& s, ir::Tensor* dyK) {
+    ir::Tensor* x = g.in(0);
+    return g.mul(g.op("Exp", {g.sub(x, keepShape(g, s, g.out(0)))}), dyK);
+  }));
+  r.add("ReduceMax").setVjp(reduceVjp(maxMinGrad));
+  r.add("ReduceMin").setVjp(reduceVjp(maxMinGrad));
+  r.add("ReduceProd").setVjp(reduceVjp(prodGrad));
+  r.add("CumSum").setVjp([](GradBuilder& g) {
+    // Each input element reaches the outputs on its side of the scan: scan dy the other way.
+    ir::Attributes a;
+    a.set("exclusive", g.node().attrInt("exclusive", 0));
+    a.set("reverse", int64_t{g.node().attrInt("reverse", 0) == 0});
+    g.setDx(0, g.op("CumSum", {g.dy(), g.in(1)}, a));
+  });
+  r.add("TopK").setVjp([](GradBuilder& g) {
+    // The values' gradient goes back to the positions they were taken from.
+    ir::Attributes a;
+    a.set("axis", g.node().attrInt("axis", -1));
+    g.setDx(0, g.op("ScatterElements", {g.zerosLike(g.in(0)), g.out(1), g.dy(0)}, a));
+  });
+}
+
+}  // namespace graft::ops

@@ -179,3 +179,91 @@ GRAFT_REGISTER_OPS(softmax) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+namespace {
+
+ir::Tensor* sumAlong(GradBuilder& g, ir::Tensor* t, int64_t axis) {
+  ir::Attributes a;
+  a.set("keepdims", int64_t{1});
+  return g.op("ReduceSum", {t, g.int64s({axis})}, a);
+}
+
+// The gradient with respect to the log-probabilities ([N, C, d...], like `logp`) of the NLL loss
+// of node g (targets [N, d...] as input 1, optional class weights as input 2): -w[t] * dL/dloss
+// at each target class, 0 elsewhere. Ignored targets get 0 even where a Mean over no element
+// divided by 0, as in PyTorch.
+ir::Tensor* nllGradOfLogProb(GradBuilder& g, ir::Tensor* logp) {
+  const ir::Node& n = g.node();
+  std::string what = n.describe();
+  Reduction red = parseReduction(n, what);
+  ir::Tensor* target = g.in(1);
+  ir::Tensor* zero = g.scalarLike(0, logp);
+  ir::Tensor* valid = nullptr;
+  ir::Tensor* safeTarget = target;
+  if (n.attrs().has("ignore_index")) {
+    NDArray ignore(target->info().dataType(), {});
+    dispatch<kInts>(ignore.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      *ignore.data<T>() = static_cast<T>(n.attrInt("ignore_index"));
+    });
+    valid = g.op("Not", {g.op("Equal", {target, g.constant(std::move(ignore))})});
+    // An ignored target may be any number (-100): it indexes class 0 instead, masked below.
+    safeTarget = g.where(valid, target, g.zerosLike(target));
+  }
+  ir::Tensor* w = g.in(2) ? g.op("CastLike", {g.op("Gather", {g.in(2), safeTarget}), logp})
+                          : g.add(g.op("CastLike", {g.zerosLike(target), logp}), g.scalarLike(1, logp));
+  if (valid) w = g.where(valid, w, zero);
+  ir::Tensor* dl = g.dy(0);  // [N, d...] for none, a scalar otherwise
+  if (red == Reduction::Mean) {
+    ir::Attributes a;
+    a.set("keepdims", int64_t{0});
+    dl = g.div(dl, g.op("ReduceSum", {w}, a));
+  }
+  ir::Tensor* coef = g.neg(g.mul(w, dl));
+  if (valid) coef = g.where(valid, coef, zero);
+  NDArray offOn(DataType::Bool, {2});
+  offOn.data<bool>()[1] = true;
+  ir::Attributes a;
+  a.set("axis", int64_t{1});
+  ir::Tensor* depth = g.op("Gather", {g.op("Shape", {logp}), g.int64s({1})});
+  ir::Tensor* isTarget = g.op("OneHot", {safeTarget, depth, g.constant(std::move(offOn))}, a);
+  return g.where(isTarget, g.op("Unsqueeze", {coef, g.int64s({1})}), zero);
+}
+
+// Softmax's gradient as a function of log-probabilities: d - softmax * sum(d) along the axis.
+ir::Tensor* logSoftmaxGrad(GradBuilder& g, ir::Tensor* dlogp, ir::Tensor* logp, int64_t axis) {
+  return g.sub(dlogp, g.mul(g.op("Exp", {logp}), sumAlong(g, dlogp, axis)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(softmax_vjp) {
+  r.add("Softmax").setVjp([](GradBuilder& g) {
+    ir::Tensor* y = g.out(0);
+    int64_t axis = g.node().attrInt("axis", -1);
+    g.setDx(0, g.mul(y, g.sub(g.dy(), sumAlong(g, g.mul(g.dy(), y), axis))));
+  });
+  r.add("LogSoftmax").setVjp([](GradBuilder& g) {
+    g.setDx(0, logSoftmaxGrad(g, g.dy(), g.out(0), g.node().attrInt("axis", -1)));
+  });
+  // Piecewise constant: zero gradient almost everywhere.
+  r.add("Hardmax").setVjp([](GradBuilder& g) { g.setDx(0, g.zerosLike(g.in(0))); });
+  r.add("NegativeLogLikelihoodLoss").setVjp([](GradBuilder& g) { g.setDx(0, nllGradOfLogProb(g, g.in(0))); });
+  r.add("SoftmaxCrossEntropyLoss").setVjp([](GradBuilder& g) {
+    ir::Tensor* logp = g.out(1);
+    if (!logp) {
+      ir::Attributes a;
+      a.set("axis", int64_t{1});
+      logp = g.op("LogSoftmax", {g.in(0)}, a);
+    }
+    ir::Tensor* dlogp = nllGradOfLogProb(g, logp);
+    if (g.hasDy(1)) dlogp = g.add(dlogp, g.dy(1));
+    g.setDx(0, logSoftmaxGrad(g, dlogp, logp, 1));
+  });
+}
+
+}  // namespace graft::ops

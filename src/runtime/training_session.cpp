@@ -7,6 +7,7 @@
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "optim/optimizer_graph.hpp"
+#include "passes/training_mode.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
 #include "support/logging.hpp"
@@ -43,7 +44,8 @@ struct TrainingImpl : Session::Impl {
     return ids;
   }
 
-  // The trained weights: floating-point Variables the loss depends on (not optimizer state).
+  // The trained weights: floating-point Variables the loss depends on through differentiable
+  // inputs (not optimizer state, not running statistics).
   void findWeights() {
     const ir::Graph& g = *model.graph;
     ir::Tensor* l = g.findTensor(loss);
@@ -55,8 +57,12 @@ struct TrainingImpl : Session::Impl {
       stack.pop_back();
       if (!seen.insert(t).second) continue;
       if (const ir::Node* n = t->producer()) {
-        for (const ir::Tensor* i : n->inputs())
-          if (i) stack.push_back(i);
+        const ops::OpDef* def = ops::Registry::instance().find(*n);
+        for (size_t k = 0; k < n->numInputs(); ++k) {
+          bool nonDiff = def && std::find(def->nonDifferentiableInputs.begin(), def->nonDifferentiableInputs.end(),
+                                          static_cast<int>(k)) != def->nonDifferentiableInputs.end();
+          if (n->input(k) && !nonDiff) stack.push_back(n->input(k));
+        }
         for (const ir::Tensor* i : n->implicitInputs()) stack.push_back(i);
       }
     }
@@ -70,7 +76,8 @@ struct TrainingImpl : Session::Impl {
 
   void transform(ir::Graph& g, Plan& p) override {
     passes::PassContext ctx;
-    passes::runPipeline(g, {"infer-shapes"}, ctx);
+    // Batch statistics and dropout, before the backward pass is grown from them.
+    passes::runPipeline(g, {"infer-shapes", "training-mode"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
     GRAFT_CHECK(li.hasShape() && (!li.isStatic() || li.nelms() == 1),
@@ -171,6 +178,7 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
   DataFlow noAnchors(dataFlow.batchesPerStep(), AnchorReturnTypeMap{{loss, AnchorReturnType("Final")}});
   impl->init(model, noAnchors, std::move(deviceInfo), inputShapeInfo, userOptions);
   impl->dataFlow = dataFlow;
+  passes::prepareTrainingMode(*impl->model.graph);
   impl->findWeights();
   for (const auto& id : dataFlow.anchors()) impl->checkAnchor(id);
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights, impl->accumulationFactor() > 1);

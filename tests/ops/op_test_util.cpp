@@ -232,6 +232,57 @@ std::vector<NDArray> runGraph(ir::Graph& g, const std::vector<NDArray>& inputs) 
   return ::testing::AssertionSuccess();
 }
 
+std::vector<NDArray> vjpOf(const OpCase& c, const std::vector<int>& wrt, const std::vector<NDArray>& dys,
+                           const std::vector<int>& fed) {
+  std::vector<bool> constant(c.inputs.size(), true);
+  for (int i : wrt) constant.at(i) = false;
+  for (int i : fed) constant.at(i) = false;
+  auto g = singleNodeGraph(c, constant);
+  g->otherOpsets["ai.graphcore"] = 1;
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  ir::Node* node = g->nodes()[0];
+  std::vector<ir::Tensor*> terms;
+  for (size_t i = 0; i < dys.size() && i < node->numOutputs(); ++i) {
+    if (!dys[i].valid() || !node->output(i)) continue;
+    ir::Tensor* w = g->addInitializer(g->uniqueId("dy"), dys[i], ir::TensorKind::Constant);
+    ir::Node* mul = g->addNode("Mul", "", {node->output(i), w}, {g->uniqueId("weighted")});
+    ops::inferNode(*mul, false);
+    ir::Attributes a;
+    a.set("reduction", std::string("Sum"));
+    ir::Node* l = g->addNode("IdentityLoss", "ai.graphcore", {mul->output(0)}, {g->uniqueId("term")}, a);
+    ops::inferNode(*l, false);
+    terms.push_back(l->output(0));
+  }
+  if (terms.empty()) throw Error("vjpOf: no output is weighted");
+  ir::Tensor* loss = terms[0];
+  if (terms.size() > 1) {
+    ir::Node* s = g->addNode("Sum", "", terms, {"loss"});
+    ops::inferNode(*s, false);
+    loss = s->output(0);
+  }
+  NDArray one(loss->info().dataType(), {});
+  ops::dispatch<ops::kFloats>(one.dtype(), "vjpOf", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    one.data<T>()[0] = static_cast<T>(ops::ComputeType<T>(1));
+  });
+  ir::Tensor* seed = g->addInitializer("seed", one, ir::TensorKind::Constant);
+  std::vector<ir::Tensor*> wrtTensors;
+  for (int i : wrt) wrtTensors.push_back(node->input(i));
+  auto grads = autodiff::differentiate(*g, loss, wrtTensors, seed);
+  std::vector<ir::Tensor*> outs;
+  for (ir::Tensor* t : wrtTensors) {
+    if (!grads.at(t)) throw Error("vjpOf: no gradient reached input '" + t->id() + "'");
+    outs.push_back(grads.at(t));
+  }
+  g->setOutputs(outs);
+  passes::runPipeline(*g, {"infer-shapes", "dce"}, ctx);
+  std::vector<NDArray> fedArrays;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (!constant[i] && c.inputs[i].valid()) fedArrays.push_back(c.inputs[i]);
+  return runGraph(*g, fedArrays);
+}
+
 ir::Attributes attrs(std::initializer_list<std::pair<std::string, ir::AttrValue>> list) {
   ir::Attributes a;
   for (const auto& [k, v] : list) a.set(k, v);

@@ -66,6 +66,13 @@ std::vector<double> toDoubles(const NDArray& a);
 ::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7,
                                      double eps = 1e-6);
 
+/// The analytic gradients (VJPs) of loss = sum_i sum(out_i * dys[i]) with respect to the inputs
+/// in `wrt`, in order (an invalid dys[i] leaves output i out of the loss). Inputs in `wrt` and
+/// `fed` are graph inputs fed at run time (so the VJP cannot read their values), the others
+/// constants.
+std::vector<NDArray> vjpOf(const OpCase& c, const std::vector<int>& wrt, const std::vector<NDArray>& dys,
+                           const std::vector<int>& fed = {});
+
 /// Attribute helpers.
 ir::Attributes attrs(std::initializer_list<std::pair<std::string, ir::AttrValue>> list);
 
