@@ -5,6 +5,7 @@
 #include <map>
 #include <type_traits>
 
+#include "onnx/schema_infer.hpp"
 #include "ops/copy_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
@@ -260,10 +261,26 @@ KernelFn detKernel(CompileContext& c) {
   };
 }
 
+// ONNX's inference of Einsum gives the output's rank but not its dimensions; with static inputs
+// the plan has them (so shapes downstream, and the backward graph's, stay static).
+std::vector<ir::ValueType> einsumInfer(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                       const std::vector<const NDArray*>& consts) {
+  std::vector<ir::ValueType> out = onnxio::inferWithOnnxSchema(n, in, consts);
+  std::vector<Shape> shapes;
+  for (const ir::ValueType& t : in) {
+    if (!t.isTensor() || !t.info.isStatic()) return out;
+    shapes.push_back(t.info.shape());
+  }
+  std::string what = n.describe();
+  EinsumPlan p = planEinsum(parseEquation(n.attrString("equation"), what), shapes, what);
+  if (!out.empty() && out[0].isTensor()) out[0] = ir::ValueType::tensor(TensorInfo(out[0].info.dataType(), p.outShape));
+  return out;
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(einsum) {
-  r.add("Einsum").setReference(einsumKernel);
+  r.add("Einsum").setReference(einsumKernel).setInfer(einsumInfer);
   r.add("Det").setReference(detKernel);
 }
 

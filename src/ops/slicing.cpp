@@ -450,13 +450,13 @@ void padVjp(GradBuilder& g) {
     }
     return;
   }
-  PadMode mode = modeName == "reflect" ? PadMode::Reflect : modeName == "edge" ? PadMode::Edge : PadMode::Wrap;
   GRAFT_CHECK(modeName == "reflect" || modeName == "edge" || modeName == "wrap",
               "{}: mode must be constant, reflect or edge, got '{}'", n.describe(), modeName);
   if (value && g.wants(2)) g.setDx(2, g.zerosLike(value));
   if (!g.wants(0)) return;
-  // Several outputs read one input element: each axis' position map is scatter-added back. The
-  // maps need constant pads and the static sizes of the padded axes.
+  // Several outputs read one input element: each padded axis' position map (output position ->
+  // input position, as padAxisMap computes it) is built with integer ops from the axis' size,
+  // which may be known only at run time, and the gradient is scatter-added back through it.
   int64_t r = rankOf(g, x);
   auto pv = constantInts(pads);
   GRAFT_CHECK(pv, "{}: the gradient of Pad in {} mode needs constant pads; '{}' is computed", n.describe(), modeName,
@@ -472,15 +472,32 @@ void padVjp(GradBuilder& g) {
   }
   GRAFT_CHECK(pv->size() == 2 * axes.size(), "{}: pads has {} entries, expected {} (2 x {} axes)", n.describe(),
               pv->size(), 2 * axes.size(), axes.size());
+  auto c = [&](int64_t v) { return scalarInt64(g, v); };
   ir::Tensor* dx = dy;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t d = axes[i], before = (*pv)[i], after = (*pv)[axes.size() + i];
     if (before == 0 && after == 0) continue;
-    const Dim& dim = x->info().dims()[d];
-    GRAFT_CHECK(dim.known(), "{}: the gradient of Pad in {} mode needs the size of axis {} of '{}'", n.describe(),
-                modeName, d, x->id());
-    std::vector<int64_t> map = padAxisMap(dim.value, before, after, mode, d, n.describe());
-    dx = scatterAddAlongAxis(g, dx, g.int64s(map), d, g.int64s({dim.value}));
+    int64_t pb = std::max<int64_t>(before, 0), pe = std::max<int64_t>(after, 0);
+    ir::Tensor* dim = dimOf(g, x, d);
+    ir::Tensor* size =
+        g.add(reshapeTo(g, dim, g.int64s({})), c(std::min<int64_t>(before, 0) + std::min<int64_t>(after, 0)));
+    ir::Tensor* pos = g.sub(g.op("Range", {c(0), g.add(size, c(pb + pe)), c(1)}), c(pb));
+    ir::Tensor* last = g.sub(size, c(1));
+    if (modeName == "edge") {
+      pos = g.op("Max", {g.op("Min", {pos, last}), c(0)});
+    } else if (modeName == "wrap") {
+      ir::Tensor* m = g.op("Max", {size, c(1)});
+      pos = g.op("Mod", {pos, m});  // Python's sign rule: already in [0, m)
+    } else {
+      // numpy's reflect, repeated for wide pads; a size-1 axis maps everything to 0.
+      ir::Tensor* period = g.op("Max", {g.add(last, last), c(1)});
+      pos = g.op("Mod", {pos, period});
+      pos = g.where(g.op("GreaterOrEqual", {pos, size}), g.sub(period, pos), pos);
+    }
+    if (before < 0) pos = g.add(pos, c(-before));
+    // ONNX's inference may lose the rank of these 1-D vectors of unknown length.
+    if (!pos->info().hasShape()) pos = g.op("Reshape", {pos, g.int64s({-1})});
+    dx = scatterAddAlongAxis(g, dx, pos, d, dim);
   }
   g.setDx(0, dx);
 }

@@ -100,7 +100,9 @@ TEST(Pad, GradientReflectAndEdge) {
         {"Pad", {x, ints({4}, {1, 1, 1, 1}), arr<double>({}, {2.0})}, attrs({{"mode", std::string(mode)}})}, {0, 2}))
         << mode;
   }
-  // Pads wider than the axis reflect repeatedly.
+  // Size-1 axes, and pads wider than the axis, which reflect repeatedly.
+  EXPECT_TRUE(
+      gradCheck({"Pad", {rnd({1, 3}, 3), ints({4}, {2, 1, 1, 0})}, attrs({{"mode", std::string("reflect")}})}, {0}));
   EXPECT_TRUE(
       gradCheck({"Pad", {rnd({2, 3}, 3), ints({4}, {0, 5, 0, 4})}, attrs({{"mode", std::string("reflect")}})}, {0}));
 }
