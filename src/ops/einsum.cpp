@@ -5,6 +5,7 @@
 #include <map>
 #include <type_traits>
 
+#include "onnx/schema_infer.hpp"
 #include "ops/copy_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
@@ -260,11 +261,144 @@ KernelFn detKernel(CompileContext& c) {
   };
 }
 
+// ONNX's inference of Einsum gives the output's rank but not its dimensions; with static inputs
+// the plan has them (so shapes downstream, and the backward graph's, stay static).
+std::vector<ir::ValueType> einsumInfer(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                       const std::vector<const NDArray*>& consts) {
+  std::vector<ir::ValueType> out = onnxio::inferWithOnnxSchema(n, in, consts);
+  std::vector<Shape> shapes;
+  for (const ir::ValueType& t : in) {
+    if (!t.isTensor() || !t.info.isStatic()) return out;
+    shapes.push_back(t.info.shape());
+  }
+  std::string what = n.describe();
+  EinsumPlan p = planEinsum(parseEquation(n.attrString("equation"), what), shapes, what);
+  if (!out.empty() && out[0].isTensor()) out[0] = ir::ValueType::tensor(TensorInfo(out[0].info.dataType(), p.outShape));
+  return out;
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(einsum) {
-  r.add("Einsum").setReference(einsumKernel);
+  r.add("Einsum").setReference(einsumKernel).setInfer(einsumInfer);
   r.add("Det").setReference(detKernel);
 }
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+// The equation with every "..." spelled out in letters the equation does not use, and the
+// output made explicit (numpy's implicit order), so that terms can be rearranged freely.
+struct LetterEquation {
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+LetterEquation spellOut(GradBuilder& g, const Equation& eq) {
+  const std::string what = g.node().describe();
+  GRAFT_CHECK(eq.inputs.size() == g.node().numInputs(), "{}: the equation has {} operands but the node has {} inputs",
+              what, eq.inputs.size(), g.node().numInputs());
+  std::vector<bool> used(128, false);
+  auto markUsed = [&](const Term& t) {
+    for (int l : t)
+      if (l != kEllipsisMark) used[static_cast<size_t>(l)] = true;
+  };
+  for (const Term& t : eq.inputs) markUsed(t);
+  markUsed(eq.output);
+  std::vector<int64_t> ell(eq.inputs.size(), 0);
+  int64_t ellRank = 0;
+  for (size_t i = 0; i < eq.inputs.size(); ++i) {
+    const Term& t = eq.inputs[i];
+    auto letters = static_cast<int64_t>(std::count_if(t.begin(), t.end(), [](int l) { return l != kEllipsisMark; }));
+    bool hasEll = letters != static_cast<int64_t>(t.size());
+    int64_t r = gradutil::rankOf(g, g.in(i));
+    GRAFT_CHECK(hasEll ? r >= letters : r == letters, "{}: operand {} has rank {} but its term names {} axes{}", what,
+                i, r, letters, hasEll ? " plus an ellipsis" : "");
+    ell[i] = r - letters;
+    ellRank = std::max(ellRank, ell[i]);
+  }
+  std::string spare;
+  for (char ch : std::string("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    if (!used[static_cast<size_t>(ch)] && static_cast<int64_t>(spare.size()) < ellRank) spare.push_back(ch);
+  GRAFT_CHECK(static_cast<int64_t>(spare.size()) == ellRank,
+              "{}: the gradient of Einsum needs {} unused letters for the ellipsis, only {} are free", what, ellRank,
+              spare.size());
+  auto spell = [&](const Term& t, int64_t e) {
+    std::string s;
+    for (int l : t) {
+      if (l == kEllipsisMark)
+        s += spare.substr(static_cast<size_t>(ellRank - e));
+      else
+        s.push_back(static_cast<char>(l));
+    }
+    return s;
+  };
+  LetterEquation le;
+  for (size_t i = 0; i < eq.inputs.size(); ++i) le.inputs.push_back(spell(eq.inputs[i], ell[i]));
+  if (eq.explicitOutput) {
+    le.output = spell(eq.output, ellRank);
+  } else {
+    le.output = spare;
+    std::map<int, int> uses;
+    for (const Term& t : eq.inputs)
+      for (int l : t)
+        if (l != kEllipsisMark) ++uses[l];
+    for (const auto& [l, n] : uses)
+      if (n == 1) le.output.push_back(static_cast<char>(l));
+  }
+  return le;
+}
+
+// d/dx_i of an Einsum is another Einsum: dy contracted with the other operands onto x_i's labels.
+// Labels that only x_i has were summed away, so they come back by broadcasting; size-1 axes that
+// broadcast in the forward pass are summed back. A label repeated within x_i's term (a diagonal)
+// would need a write to the diagonal, which no forward op expresses: it is rejected.
+void einsumVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  LetterEquation le = spellOut(g, parseEquation(n.attrString("equation"), n.describe()));
+  for (size_t i = 0; i < le.inputs.size(); ++i) {
+    if (!g.wants(i)) continue;
+    const std::string& term = le.inputs[i];
+    for (char ch : term)
+      GRAFT_CHECK(std::count(term.begin(), term.end(), ch) == 1,
+                  "{}: cannot differentiate Einsum with respect to operand {}: label '{}' repeats in its term '{}' "
+                  "(a diagonal)",
+                  n.describe(), i, ch, term);
+    std::string eq = le.output, elsewhere = le.output;
+    std::vector<ir::Tensor*> operands{g.dy()};
+    for (size_t j = 0; j < le.inputs.size(); ++j) {
+      if (j == i) continue;
+      eq += "," + le.inputs[j];
+      elsewhere += le.inputs[j];
+      operands.push_back(g.in(j));
+    }
+    std::string kept;
+    std::vector<int64_t> dropped;
+    for (size_t k = 0; k < term.size(); ++k) {
+      if (elsewhere.find(term[k]) != std::string::npos)
+        kept.push_back(term[k]);
+      else
+        dropped.push_back(static_cast<int64_t>(k));
+    }
+    ir::Attributes a;
+    a.set("equation", eq + "->" + kept);
+    ir::Tensor* x = g.in(i);
+    ir::Tensor* dx = g.op("Einsum", operands, a);
+    if (!dropped.empty()) dx = g.op("Unsqueeze", {dx, g.int64s(dropped)});
+    bool same = dx->info().isStatic() && x->info().isStatic() && dx->info().shape() == x->info().shape();
+    if (!same) dx = g.unbroadcast(g.op("Expand", {dx, gradutil::shapeOf(g, x)}), x);
+    g.setDx(i, dx);
+  }
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(einsum_vjp) { r.add("Einsum").setVjp(einsumVjp); }
 
 }  // namespace graft::ops

@@ -154,7 +154,7 @@ KernelFn oneHotKernel(CompileContext& c) {
 
 GRAFT_REGISTER_OPS(generate) {
   r.add("ConstantOfShape").setReference(constantOfShapeKernel).noGradient({0});
-  r.add("Range").setReference(rangeKernel).noGradient({0, 1, 2});
+  r.add("Range").setReference(rangeKernel).noGradient({1});
   r.add("EyeLike").setReference(eyeLikeKernel).noGradient({0});
   r.add("OneHot").setReference(oneHotKernel).noGradient({0, 1});
   r.add("Shrink")
@@ -168,6 +168,63 @@ GRAFT_REGISTER_OPS(generate) {
         };
       }))
       .elementwise();
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+using namespace gradutil;
+
+// y[i] = start + i * delta: start gets the sum of dy, delta the sum of i * dy. The length of y
+// is piecewise constant in the inputs, so limit gets no gradient.
+void rangeVjp(GradBuilder& g) {
+  ir::Tensor* dy = g.dy();
+  if (g.wants(0)) g.setDx(0, g.unbroadcast(dy, g.in(0)));
+  if (g.wants(2)) {
+    ir::Tensor* count = reshapeTo(g, shapeOf(g, g.out(0)), g.int64s({}));
+    ir::Tensor* i = g.op("CastLike", {g.op("Range", {scalarInt64(g, 0), count, scalarInt64(g, 1)}), dy});
+    g.setDx(2, g.unbroadcast(g.mul(dy, i), g.in(2)));
+  }
+}
+
+// values = [off, on]: each gets the sum of dy where the output holds it.
+void oneHotVjp(GradBuilder& g) {
+  ir::Tensor *dy = g.dy(), *values = g.in(2);
+  ir::Attributes a;
+  a.set("axis", g.node().attrInt("axis", -1));
+  ir::Tensor* mask = g.op("OneHot", {g.in(0), g.in(1), g.op("CastLike", {g.int64s({0, 1}), dy})}, a);
+  ir::Tensor* scalar = g.scalarLike(0, dy);
+  ir::Tensor* on = g.unbroadcast(g.mul(dy, mask), scalar);
+  ir::Tensor* off = g.sub(g.unbroadcast(dy, scalar), on);
+  ir::Tensor* one = g.int64s({1});
+  ir::Attributes c;
+  c.set("axis", int64_t{0});
+  g.setDx(2, reshapeLike(g, g.op("Concat", {reshapeTo(g, off, one), reshapeTo(g, on, one)}, c), values));
+}
+
+void shrinkVjp(GradBuilder& g) {
+  ir::Tensor* x = g.in(0);
+  double lambd = g.node().attrFloat("lambd", 0.5f);
+  ir::Tensor* outside =
+      g.op("Or", {g.op("Less", {x, g.scalarLike(-lambd, x)}), g.op("Greater", {x, g.scalarLike(lambd, x)})});
+  g.setDx(0, g.where(outside, g.dy(), g.scalarLike(0, x)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(generate_vjp) {
+  r.add("Range").setVjp(rangeVjp);
+  r.add("OneHot").setVjp(oneHotVjp);
+  r.add("Shrink").setVjp(shrinkVjp);
+  // The output depends only on the input's shape: nothing flows back, but a loss may still
+  // depend on it without that being an error.
+  r.add("EyeLike").setVjp([](GradBuilder&) {});
 }
 
 }  // namespace graft::ops

@@ -271,3 +271,91 @@ GRAFT_REGISTER_OPS(indexing) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+using namespace gradutil;
+
+// The gradient of a scatter with reduction "none" reaches an update only where that update is
+// the one left in the output: with repeated indices the kernel keeps the last write. Scattering
+// each update's position (0, 1, ...) through the same op and reading it back finds the winners,
+// so the gradient stays exact for any index pattern. Returns a BOOL mask shaped like the updates.
+ir::Tensor* scatterWinners(GradBuilder& g, const std::string& gatherOp, const ir::Attributes& attrs) {
+  ir::Tensor *data = g.in(0), *ind = g.in(1), *upd = g.in(2);
+  ir::Tensor* count = upd->info().isStatic() ? scalarInt64(g, upd->info().nelms()) : g.op("Size", {upd});
+  ir::Tensor* ids = reshapeTo(g, g.op("Range", {scalarInt64(g, 0), count, scalarInt64(g, 1)}), shapeOf(g, upd));
+  ir::Tensor* none = g.op("Expand", {scalarInt64(g, -1), shapeOf(g, data)});
+  ir::Tensor* owner = g.op(g.node().type(), {none, ind, ids}, attrs);
+  return g.op("Equal", {g.op(gatherOp, {owner, ind}, attrs), ids});
+}
+
+// Scatters: data's gradient is dy except where an update overwrote it (reduction none); the
+// updates' gradient is dy read back at their positions.
+void scatterVjp(GradBuilder& g, const std::string& gatherOp) {
+  const ir::Node& n = g.node();
+  std::string red = n.attrString("reduction", "none");
+  GRAFT_CHECK(red == "none" || red == "add", "{}: the gradient of {} is defined for reduction none and add, not '{}'",
+              n.describe(), n.type(), red);
+  ir::Attributes plain;  // the scatter's axis (ScatterElements), without the reduction
+  if (n.attrs().has("axis")) plain.set("axis", n.attrInt("axis"));
+  ir::Tensor *ind = g.in(1), *upd = g.in(2), *dy = g.dy();
+  if (g.wants(0)) g.setDx(0, red == "add" ? dy : g.op(n.type(), {dy, ind, g.zerosLike(upd)}, plain));
+  if (g.wants(2)) {
+    ir::Tensor* du = g.op(gatherOp, {dy, ind}, plain);
+    if (red == "none") du = g.where(scatterWinners(g, gatherOp, plain), du, g.scalarLike(0, du));
+    g.setDx(2, du);
+  }
+}
+
+void gatherNdVjp(GradBuilder& g) {
+  ir::Tensor *data = g.in(0), *ind = toInt64(g, g.in(1));
+  int64_t b = g.node().attrInt("batch_dims", 0);
+  int64_t q = rankOf(g, ind);
+  GRAFT_CHECK(b >= 0 && b < q, "{}: batch_dims {} is out of range for indices of rank {}", g.node().describe(), b, q);
+  if (b > 0) {
+    // ScatterND has no batch_dims: prepend each batch coordinate to the index rows instead.
+    ir::Tensor* rowsShape = concatInts(g, {shapeOf(g, ind, 0, q - 1), g.int64s({1})});
+    std::vector<ir::Tensor*> cols;
+    for (int64_t j = 0; j < b; ++j) {
+      ir::Tensor* size = dimOf(g, ind, j);
+      ir::Tensor* iota = g.op("Range", {scalarInt64(g, 0), reshapeTo(g, size, g.int64s({})), scalarInt64(g, 1)});
+      std::vector<ir::Tensor*> shape;
+      for (int64_t d = 0; d < q; ++d) shape.push_back(d == j ? size : g.int64s({1}));
+      cols.push_back(g.op("Expand", {reshapeTo(g, iota, concatInts(g, shape)), rowsShape}));
+    }
+    cols.push_back(ind);
+    ir::Attributes a;
+    a.set("axis", int64_t{-1});
+    ind = g.op("Concat", cols, a);
+  }
+  ir::Attributes a;
+  a.set("reduction", std::string("add"));
+  g.setDx(0, g.op("ScatterND", {g.zerosLike(data), ind, g.dy()}, a));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(indexing_vjp) {
+  // Embedding lookups: the adjoint scatter-adds, so repeated indices accumulate.
+  r.add("Gather").setVjp([](GradBuilder& g) {
+    ir::Tensor* data = g.in(0);
+    int64_t axis = normAxis(g, g.node().attrInt("axis", 0), rankOf(g, data));
+    g.setDx(0, scatterAddAlongAxis(g, g.dy(), g.in(1), axis, dimOf(g, data, axis)));
+  });
+  r.add("GatherElements").setVjp([](GradBuilder& g) {
+    ir::Attributes a;
+    a.set("axis", g.node().attrInt("axis", 0));
+    a.set("reduction", std::string("add"));
+    g.setDx(0, g.op("ScatterElements", {g.zerosLike(g.in(0)), g.in(1), g.dy()}, a));
+  });
+  r.add("GatherND").setVjp(gatherNdVjp);
+  r.add("ScatterElements").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherElements"); });
+  r.add("ScatterND").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherND"); });
+}
+
+}  // namespace graft::ops

@@ -186,3 +186,40 @@ GRAFT_REGISTER_OPS(select) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+using namespace gradutil;
+
+// Compress picks the distinct positions where the condition holds: gathering the gradient by
+// their inverse puts each slice back and zeros the rest (see inversePositions).
+void compressVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ir::Tensor* x = g.in(0);
+  bool hasAxis = n.attrs().has("axis");
+  int64_t axis = hasAxis ? normAxis(g, n.attrInt("axis"), rankOf(g, x)) : 0;
+  ir::Tensor* dim;
+  if (hasAxis)
+    dim = dimOf(g, x, axis);
+  else if (x->info().isStatic())
+    dim = g.int64s({x->info().nelms()});
+  else
+    dim = reshapeTo(g, g.op("Size", {x}), g.int64s({1}));
+  // NonZero of the 1-D condition is [1, count].
+  ir::Tensor* picked = g.op("Squeeze", {g.op("NonZero", {g.in(1)}), g.int64s({0})});
+  ir::Attributes a;
+  a.set("axis", axis);
+  ir::Tensor* dx = g.op("Gather", {padEndOnAxes(g, g.dy(), {axis}), inversePositions(g, picked, dim)}, a);
+  g.setDx(0, hasAxis ? dx : reshapeLike(g, dx, x));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(select_vjp) { r.add("Compress").setVjp(compressVjp); }
+
+}  // namespace graft::ops

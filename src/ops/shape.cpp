@@ -295,6 +295,7 @@ GRAFT_REGISTER_OPS(shape) {
 
 // ---- gradients ----------------------------------------------------------------------------------
 #include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
 
 namespace graft::ops {
 
@@ -321,6 +322,18 @@ GRAFT_REGISTER_OPS(shape_vjp) {
   };
   r.add("Cast").setVjp(castBack);
   r.add("CastLike").setVjp(castBack);
+  // One Split of dy by the inputs' sizes along the axis.
+  r.add("Concat").setVjp([](GradBuilder& g) {
+    const ir::Node& n = g.node();
+    int64_t axis = gradutil::normAxis(g, n.attrInt("axis"), gradutil::rankOf(g, g.in(0)));
+    std::vector<ir::Tensor*> sizes;
+    for (size_t i = 0; i < n.numInputs(); ++i) sizes.push_back(gradutil::dimOf(g, g.in(i), axis));
+    ir::Attributes a;
+    a.set("axis", axis);
+    std::vector<ir::Tensor*> parts = g.opN("Split", {g.dy(), gradutil::concatInts(g, sizes)}, n.numInputs(), a);
+    for (size_t i = 0; i < n.numInputs(); ++i)
+      if (g.wants(i)) g.setDx(i, parts[i]);
+  });
 }
 
 }  // namespace graft::ops

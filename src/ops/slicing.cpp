@@ -339,9 +339,197 @@ GRAFT_REGISTER_OPS(slicing) {
   r.add("Split").setReference(splitKernel).noGradient({1});
   r.add("Expand").setReference(expandKernel).noGradient({1});
   r.add("Tile").setReference(tileKernel).noGradient({1});
-  r.add("Pad").setReference(padKernel).noGradient({1, 2, 3});
+  r.add("Pad").setReference(padKernel).noGradient({1, 3});
   r.add("ReverseSequence").setReference(reverseSequenceKernel).noGradient({1});
   r.add("Trilu").setReference(triluKernel).noGradient({1});
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+using namespace gradutil;
+
+// Element i of a 1-D index input as a 1-element INT64 tensor.
+ir::Tensor* component(GradBuilder& g, ir::Tensor* t, int64_t i) {
+  if (auto v = constantInts(t)) return g.int64s({v->at(static_cast<size_t>(i))});
+  return toInt64(g, g.op("Slice", {t, g.int64s({i}), g.int64s({i + 1})}));
+}
+
+// The slice picks distinct positions along each sliced axis: slicing a Range with the node's own
+// starts/ends/steps lists them (so clamping, negative indices and steps follow the kernel), and
+// gathering the gradient by the inverse positions puts every element back, zeros elsewhere.
+void sliceVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ir::Tensor* x = g.in(0);
+  int64_t r = rankOf(g, x);
+  ir::Tensor *starts = g.in(1), *ends = g.in(2);
+  ir::Tensor* axesT = n.numInputs() > 3 ? n.input(3) : nullptr;
+  ir::Tensor* stepsT = n.numInputs() > 4 ? n.input(4) : nullptr;
+  std::vector<int64_t> axes;
+  if (axesT) {
+    auto v = constantInts(axesT);
+    GRAFT_CHECK(v, "{}: the gradient of Slice needs constant axes; '{}' is computed", n.describe(), axesT->id());
+    axes = *v;
+  } else {
+    GRAFT_CHECK(starts->info().isStatic() && starts->info().rank() == 1,
+                "{}: the gradient of Slice needs the length of starts '{}'", n.describe(), starts->id());
+    axes.resize(static_cast<size_t>(starts->info().shape()[0]));
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (int64_t& a : axes) a = normAxis(g, a, r);
+  ir::Tensor* dx = padEndOnAxes(g, g.dy(), axes);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    auto k = static_cast<int64_t>(i);
+    ir::Tensor* dim = dimOf(g, x, axes[i]);
+    ir::Tensor* all = g.op("Range", {scalarInt64(g, 0), reshapeTo(g, dim, g.int64s({})), scalarInt64(g, 1)});
+    std::vector<ir::Tensor*> in{all, component(g, starts, k), component(g, ends, k), g.int64s({0})};
+    if (stepsT) in.push_back(component(g, stepsT, k));
+    ir::Tensor* picked = g.op("Slice", in);
+    ir::Attributes a;
+    a.set("axis", axes[i]);
+    dx = g.op("Gather", {dx, inversePositions(g, picked, dim)}, a);
+  }
+  g.setDx(0, dx);
+}
+
+void tileVjp(GradBuilder& g) {
+  ir::Tensor* x = g.in(0);
+  int64_t r = rankOf(g, x);
+  if (r == 0) return g.setDx(0, g.dy());
+  // View dy as [r0, d0, r1, d1, ...]; the tiles then broadcast x viewed as [1, d0, 1, d1, ...].
+  ir::Tensor* reps = toInt64(g, g.in(1));
+  ir::Tensor* pairs;
+  auto rv = constantInts(reps);
+  if (rv && x->info().isStatic()) {
+    std::vector<int64_t> v;
+    for (int64_t d = 0; d < r; ++d) v.insert(v.end(), {(*rv)[d], x->info().shape()[d]});
+    pairs = g.int64s(v);
+  } else {
+    ir::Tensor* one = g.int64s({1});
+    ir::Attributes a;
+    a.set("axis", int64_t{1});
+    ir::Tensor* cols = g.op("Concat", {g.op("Unsqueeze", {reps, one}), g.op("Unsqueeze", {shapeOf(g, x), one})}, a);
+    pairs = reshapeTo(g, cols, g.int64s({2 * r}));
+  }
+  std::vector<int64_t> tileAxes;
+  for (int64_t d = 0; d < r; ++d) tileAxes.push_back(2 * d);
+  ir::Tensor* like = g.op("Unsqueeze", {x, g.int64s(tileAxes)});
+  g.setDx(0, reshapeLike(g, g.unbroadcast(reshapeTo(g, g.dy(), pairs), like), x));
+}
+
+void padVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  std::string modeName = n.attrString("mode", "constant");
+  ir::Tensor *x = g.in(0), *pads = g.in(1), *dy = g.dy();
+  ir::Tensor* value = n.numInputs() > 2 ? n.input(2) : nullptr;
+  ir::Tensor* axesT = n.numInputs() > 3 ? n.input(3) : nullptr;
+  if (modeName == "constant") {
+    // The adjoint of padding is cropping by the same amounts (and padding what was cropped).
+    auto pv = constantInts(pads);
+    ir::Tensor* neg;
+    if (pv) {
+      for (int64_t& p : *pv) p = -p;
+      neg = g.int64s(*pv);
+    } else {
+      neg = g.neg(pads);
+    }
+    std::vector<ir::Tensor*> in{dy, neg};
+    if (axesT) in.insert(in.end(), {nullptr, axesT});
+    ir::Tensor* dx = g.op("Pad", in);
+    if (g.wants(0)) g.setDx(0, dx);
+    if (value && g.wants(2)) {
+      // Every output element not read from x is the constant: its gradient sums dy there.
+      bool one = value->info().isStatic() && value->info().nelms() == 1;
+      g.setDx(2, one ? g.sub(g.unbroadcast(dy, value), g.unbroadcast(dx, value)) : g.zerosLike(value));
+    }
+    return;
+  }
+  GRAFT_CHECK(modeName == "reflect" || modeName == "edge" || modeName == "wrap",
+              "{}: mode must be constant, reflect or edge, got '{}'", n.describe(), modeName);
+  if (value && g.wants(2)) g.setDx(2, g.zerosLike(value));
+  if (!g.wants(0)) return;
+  // Several outputs read one input element: each padded axis' position map (output position ->
+  // input position, as padAxisMap computes it) is built with integer ops from the axis' size,
+  // which may be known only at run time, and the gradient is scatter-added back through it.
+  int64_t r = rankOf(g, x);
+  auto pv = constantInts(pads);
+  GRAFT_CHECK(pv, "{}: the gradient of Pad in {} mode needs constant pads; '{}' is computed", n.describe(), modeName,
+              pads->id());
+  std::vector<int64_t> axes(static_cast<size_t>(r));
+  std::iota(axes.begin(), axes.end(), 0);
+  if (axesT) {
+    auto av = constantInts(axesT);
+    GRAFT_CHECK(av, "{}: the gradient of Pad in {} mode needs constant axes; '{}' is computed", n.describe(), modeName,
+                axesT->id());
+    axes = *av;
+    for (int64_t& a : axes) a = normAxis(g, a, r);
+  }
+  GRAFT_CHECK(pv->size() == 2 * axes.size(), "{}: pads has {} entries, expected {} (2 x {} axes)", n.describe(),
+              pv->size(), 2 * axes.size(), axes.size());
+  auto c = [&](int64_t v) { return scalarInt64(g, v); };
+  ir::Tensor* dx = dy;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t d = axes[i], before = (*pv)[i], after = (*pv)[axes.size() + i];
+    if (before == 0 && after == 0) continue;
+    int64_t pb = std::max<int64_t>(before, 0), pe = std::max<int64_t>(after, 0);
+    ir::Tensor* dim = dimOf(g, x, d);
+    ir::Tensor* size =
+        g.add(reshapeTo(g, dim, g.int64s({})), c(std::min<int64_t>(before, 0) + std::min<int64_t>(after, 0)));
+    ir::Tensor* pos = g.sub(g.op("Range", {c(0), g.add(size, c(pb + pe)), c(1)}), c(pb));
+    ir::Tensor* last = g.sub(size, c(1));
+    if (modeName == "edge") {
+      pos = g.op("Max", {g.op("Min", {pos, last}), c(0)});
+    } else if (modeName == "wrap") {
+      ir::Tensor* m = g.op("Max", {size, c(1)});
+      pos = g.op("Mod", {pos, m});  // Python's sign rule: already in [0, m)
+    } else {
+      // numpy's reflect, repeated for wide pads; a size-1 axis maps everything to 0.
+      ir::Tensor* period = g.op("Max", {g.add(last, last), c(1)});
+      pos = g.op("Mod", {pos, period});
+      pos = g.where(g.op("GreaterOrEqual", {pos, size}), g.sub(period, pos), pos);
+    }
+    if (before < 0) pos = g.add(pos, c(-before));
+    // ONNX's inference may lose the rank of these 1-D vectors of unknown length.
+    if (!pos->info().hasShape()) pos = g.op("Reshape", {pos, g.int64s({-1})});
+    dx = scatterAddAlongAxis(g, dx, pos, d, dim);
+  }
+  g.setDx(0, dx);
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(slicing_vjp) {
+  r.add("Slice").setVjp(sliceVjp);
+  r.add("Split").setVjp([](GradBuilder& g) {
+    std::vector<ir::Tensor*> dys;
+    for (size_t i = 0; i < g.node().numOutputs(); ++i) dys.push_back(g.dy(i));
+    ir::Attributes a;
+    a.set("axis", g.node().attrInt("axis", 0));
+    g.setDx(0, g.op("Concat", dys, a));
+  });
+  r.add("Expand").setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
+  r.add("Tile").setVjp(tileVjp);
+  r.add("Pad").setVjp(padVjp);
+  // Reversing the first len steps of each sequence, and masking a triangle, are self-adjoint.
+  r.add("ReverseSequence").setVjp([](GradBuilder& g) {
+    ir::Attributes a;
+    a.set("batch_axis", g.node().attrInt("batch_axis", 1));
+    a.set("time_axis", g.node().attrInt("time_axis", 0));
+    g.setDx(0, g.op("ReverseSequence", {g.dy(), g.in(1)}, a));
+  });
+  r.add("Trilu").setVjp([](GradBuilder& g) {
+    ir::Attributes a;
+    a.set("upper", g.node().attrInt("upper", 1));
+    std::vector<ir::Tensor*> in{g.dy()};
+    if (g.node().numInputs() > 1 && g.in(1)) in.push_back(g.in(1));
+    g.setDx(0, g.op("Trilu", in, a));
+  });
 }
 
 }  // namespace graft::ops

@@ -84,6 +84,17 @@ TEST(Einsum, BadEquationsThrow) {
 
 // ---- Det ----------------------------------------------------------------------------------------
 
+TEST(Einsum, InfersStaticOutputShapes) {
+  // ONNX's own inference gives only the rank.
+  auto t = inferTypes(
+      {"Einsum", {iota<float>({2, 3}), iota<float>({3, 4})}, attrs({{"equation", std::string("ij,jk->ki")}})});
+  EXPECT_EQ(t.at(0).info.shape(), (Shape{4, 2}));
+  t = inferTypes(
+      {"Einsum", {iota<float>({2, 1, 3}), iota<float>({1, 3, 5})}, attrs({{"equation", std::string("...ij,...jk")}})});
+  EXPECT_EQ(t.at(0).info.shape(), (Shape{2, 1, 5}));
+  EXPECT_EQ(t.at(0).info.dataType(), DataType::Float);
+}
+
 TEST(Det, SmallMatrices) {
   EXPECT_TRUE(allClose(run1("Det", {arr<float>({2, 2}, {1, 2, 3, 4})}), scalar<float>(-2)));
   EXPECT_TRUE(allClose(run1("Det", {arr<double>({3, 3}, {2, -3, 1, 2, 0, -1, 1, 4, 5})}), scalar<double>(49)));

@@ -132,16 +132,24 @@ struct GradGraph {
   ir::Tensor* loss = nullptr;
 };
 
-GradGraph buildLossGraph(const OpCase& c, const std::vector<int>& wrt) {
+GradGraph buildLossGraph(const OpCase& c, const std::vector<bool>& constant) {
   GradGraph gg;
-  std::vector<bool> constant(c.inputs.size(), true);
-  for (int i : wrt) constant[i] = false;
   gg.g = singleNodeGraph(c, constant);
   ir::Graph& g = *gg.g;
   g.otherOpsets["ai.graphcore"] = 1;
   passes::PassContext ctx;
   passes::runPipeline(g, {"infer-shapes"}, ctx);
   ir::Node* node = g.nodes()[0];
+  // Outputs whose shapes depend on inputs fed at run time: take them from a reference run.
+  bool allStatic = true;
+  for (ir::Tensor* out : node->outputs())
+    if (out && out->type().isTensor() && !out->info().isStatic()) allStatic = false;
+  if (!allStatic) {
+    std::vector<NDArray> ref = runReference(c);
+    for (size_t i = 0; i < node->numOutputs(); ++i)
+      if (ir::Tensor* out = node->output(i); out && i < ref.size() && ref[i].valid())
+        out->setType(ir::ValueType::tensor(TensorInfo(ref[i].dtype(), ref[i].shape())));
+  }
   std::vector<ir::Tensor*> terms;
   uint64_t seed = 1000;
   for (ir::Tensor* out : node->outputs()) {
@@ -182,14 +190,26 @@ std::vector<NDArray> runGraph(ir::Graph& g, const std::vector<NDArray>& inputs) 
 
 }  // namespace
 
-::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol, double atol, double eps) {
+namespace {
+
+::testing::AssertionResult gradCheckImpl(const OpCase& c, const std::vector<int>& wrt, double rtol, double atol,
+                                         double eps, bool allInputsFed) {
   for (int i : wrt)
     if (c.inputs.at(i).dtype() != DataType::Double)
       return ::testing::AssertionFailure() << "gradCheck: input " << i << " must be DOUBLE";
+  std::vector<bool> constant(c.inputs.size(), !allInputsFed);
+  for (int i : wrt) constant[i] = false;
+  // Graph inputs in the order singleNodeGraph declares them; slot[k]: the fed position of wrt[k].
+  std::vector<NDArray> fed;
+  std::vector<size_t> slot(wrt.size());
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (constant[i] || !c.inputs[i].valid()) continue;
+    for (size_t k = 0; k < wrt.size(); ++k)
+      if (wrt[k] == static_cast<int>(i)) slot[k] = fed.size();
+    fed.push_back(c.inputs[i]);
+  }
   // Analytic gradients.
-  GradGraph gg = buildLossGraph(c, wrt);
-  std::vector<NDArray> wrtInputs;
-  for (int i : wrt) wrtInputs.push_back(c.inputs[i]);
+  GradGraph gg = buildLossGraph(c, constant);
   ir::Graph& g = *gg.g;
   std::vector<ir::Tensor*> wrtTensors;
   for (int i : wrt) wrtTensors.push_back(g.nodes()[0]->input(i));
@@ -205,22 +225,22 @@ std::vector<NDArray> runGraph(ir::Graph& g, const std::vector<NDArray>& inputs) 
   g.setOutputs(outs);
   passes::PassContext ctx;
   passes::runPipeline(g, {"infer-shapes", "dce"}, ctx);
-  std::vector<NDArray> analytic = runGraph(g, wrtInputs);
+  std::vector<NDArray> analytic = runGraph(g, fed);
 
   // Numeric gradients from a forward-only loss graph.
-  GradGraph fg = buildLossGraph(c, wrt);
+  GradGraph fg = buildLossGraph(c, constant);
   fg.g->setOutputs({fg.loss});
   auto lossAt = [&](const std::vector<NDArray>& in) { return runGraph(*fg.g, in)[0].data<double>()[0]; };
   for (size_t k = 0; k < wrt.size(); ++k) {
-    NDArray base = wrtInputs[k];
+    NDArray base = fed[slot[k]];
     for (int64_t e = 0; e < base.numel(); ++e) {
-      std::vector<NDArray> in = wrtInputs;
+      std::vector<NDArray> in = fed;
       NDArray plus = base.clone(), minus = base.clone();
       plus.data<double>()[e] += eps;
       minus.data<double>()[e] -= eps;
-      in[k] = plus;
+      in[slot[k]] = plus;
       double lp = lossAt(in);
-      in[k] = minus;
+      in[slot[k]] = minus;
       double lm = lossAt(in);
       double numeric = (lp - lm) / (2 * eps);
       double got = toDoubles(analytic[k])[e];
@@ -230,6 +250,18 @@ std::vector<NDArray> runGraph(ir::Graph& g, const std::vector<NDArray>& inputs) 
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+
+::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol, double atol,
+                                     double eps) {
+  return gradCheckImpl(c, wrt, rtol, atol, eps, false);
+}
+
+::testing::AssertionResult gradCheckFed(const OpCase& c, const std::vector<int>& wrt, double rtol, double atol,
+                                        double eps) {
+  return gradCheckImpl(c, wrt, rtol, atol, eps, true);
 }
 
 std::vector<NDArray> vjpOf(const OpCase& c, const std::vector<int>& wrt, const std::vector<NDArray>& dys,

@@ -65,6 +65,10 @@ std::vector<double> toDoubles(const NDArray& a);
 /// within atol + rtol * |numeric|.
 ::testing::AssertionResult gradCheck(const OpCase& c, const std::vector<int>& wrt, double rtol = 1e-5, double atol = 1e-7,
                                      double eps = 1e-6);
+/// gradCheck with every input (indices, shapes, pads...) fed at run time instead of constant, so
+/// that VJPs also take their paths for computed (non-constant) inputs.
+::testing::AssertionResult gradCheckFed(const OpCase& c, const std::vector<int>& wrt, double rtol = 1e-5,
+                                        double atol = 1e-7, double eps = 1e-6);
 
 /// The analytic gradients (VJPs) of loss = sum_i sum(out_i * dys[i]) with respect to the inputs
 /// in `wrt`, in order (an invalid dys[i] leaves output i out of the loss). Inputs in `wrt` and
