@@ -25,6 +25,9 @@ struct TrainingImpl : Session::Impl {
   }
 
   void checkAnchor(const TensorId& id) const override {
+    GRAFT_CHECK(id != loss || model.graph->findTensor(id),
+                "the loss '{}' is not a tensor of the model: name the output of a loss op (for example what "
+                "builder.aiGraphcore.nllloss returned)", loss);
     std::string prefix = autodiff::kGradientPrefix;
     if (id.rfind(prefix, 0) == 0) {
       std::string w = id.substr(prefix.size());

@@ -1,6 +1,6 @@
 """Training an MLP exported from PyTorch: graft's TrainingSession against torch.optim, step by step.
 
-The model (Gemm, Relu, Tanh, Gemm, Relu, Gemm, with fixed random weights) is exported with
+The model (Gemm, Tanh, Gemm, Relu, Gemm with fixed random weights; training_util.make_torch_mlp) is exported with
 torch.onnx.export(opset_version=17, dynamo=False); graft's Builder loads it and adds the loss:
 log-softmax + aiGraphcore.nllloss(inputIsLogProbability=True, Mean), which is
 torch.nn.functional.cross_entropy. Both sides train the same batches in float32; the loss of every
@@ -11,75 +11,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-F = torch.nn.functional
 
 import graft  # noqa: E402
-from training_util import compare, export, log_softmax, read_weights, state_dict_numpy, train_graft  # noqa: E402
-
-N, IN, HID, C = 8, 10, 16, 4
-STEPS = 8
-# How the graft model computes log-probabilities (training_util.log_softmax): "composed" from Exp,
-# MatMul, Log and Sub while LogSoftmax has no gradient on main; test_training_mlp.py trains the
-# ai.onnx LogSoftmax / Softmax / SoftmaxCrossEntropyLoss heads.
-LOG_SOFTMAX = "composed"
-
-
-def make_torch_mlp(dtype=torch.float32):
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(IN, HID), torch.nn.Tanh(), torch.nn.Linear(HID, HID), torch.nn.ReLU(),
-                            torch.nn.Linear(HID, C))
-    return m.to(dtype)
-
-
-def graft_model(torch_model, rows=N, dtype=torch.float32, how=None):
-    """ONNX of the exported MLP plus a label input and the loss; returns (model bytes, loss id)."""
-    onnx_model = export(torch_model, [torch.zeros(rows, IN, dtype=dtype)], ["x"], ["logits"])
-    b = graft.Builder(onnx_model)
-    label = b.addInputTensor("INT64", [rows], "label")
-    lp = log_softmax(b, "logits", C, how or LOG_SOFTMAX)
-    loss = b.aiGraphcore.nllloss([lp, label], graft.ReductionType.Mean, inputIsLogProbability=True)
-    return b.getModelProto(), loss
-
-
-def batch(step, rows=N, np_dtype=np.float32):
-    rng = np.random.default_rng(1000 + step)
-    return rng.standard_normal((rows, IN)).astype(np_dtype), rng.integers(0, C, rows).astype(np.int64)
-
-
-def train_torch(model, opt, steps, micro_batches=1, mean_accumulation=False, clip=None, before_step=None,
-                rows=N, np_dtype=np.float32):
-    """``steps`` optimizer steps, each over ``micro_batches`` consecutive batches whose gradients add
-    up (divided by their number when mean_accumulation); returns the loss of every micro-batch."""
-    losses, k = [], 0
-    for step in range(steps):
-        if before_step is not None:
-            before_step(opt, step)
-        opt.zero_grad()
-        for _ in range(micro_batches):
-            x, y = batch(k, rows, np_dtype)
-            k += 1
-            loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
-            (loss / micro_batches if mean_accumulation else loss).backward()
-            losses.append(loss.item())
-        if clip is not None:
-            params, max_norm = clip(model)
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
-        opt.step()
-    return losses
-
-
-def feeds_for(micro_batches=1, batches_per_step=1, rows=N, np_dtype=np.float32):
-    """Inputs of a graft step: [batchesPerStep, accumulationFactor, rows, ...], the leading
-    dimensions only when > 1, filled with the same consecutive batches torch sees."""
-    per_step = micro_batches * batches_per_step
-
-    def feeds(step):
-        xs, ys = zip(*(batch(step * per_step + i, rows, np_dtype) for i in range(per_step)))
-        lead = [d for d in (batches_per_step, micro_batches) if d > 1]
-        return {"x": np.stack(xs).reshape(lead + [rows, IN]), "label": np.stack(ys).reshape(lead + [rows])}
-
-    return feeds
-
+from training_util import (STEPS, compare, feeds_for, graft_model, make_torch_mlp, read_weights,  # noqa: E402
+                           state_dict_numpy, train_graft, train_torch)
 
 def run_case(name, graft_opt, torch_opt, atol, rtol=0.0, steps=STEPS, options=None, micro_batches=1,
              mean_accumulation=False, clip=None, batches_per_step=1, on_step=None, before_step=None,
@@ -91,8 +26,8 @@ def run_case(name, graft_opt, torch_opt, atol, rtol=0.0, steps=STEPS, options=No
     session, g_losses, _ = train_graft(model, loss, graft_opt, feeds_for(micro_batches, batches_per_step),
                                        graft_steps, options=options, batches_per_step=batches_per_step,
                                        on_step=on_step)
-    t_losses = train_torch(tm, torch_opt(tm if torch_opt_takes_model else tm.parameters()), steps, micro_batches, mean_accumulation, clip,
-                           before_step)
+    t_opt = torch_opt(tm if torch_opt_takes_model else tm.parameters())
+    t_losses = train_torch(tm, t_opt, steps, micro_batches, mean_accumulation, clip, before_step)
     g_weights = read_weights(session, init)
     t_weights = state_dict_numpy(tm)
     assert max(np.max(np.abs(t_weights[k] - init[k])) for k in init) > 1e-2, "the weights hardly moved"
@@ -308,6 +243,6 @@ def test_float64_training_matches_torch_to_rounding():
                      weight_decay_mode=graft.WeightDecayMode.L2Regularization)
     session, g_losses, _ = train_graft(model, loss, opt, feeds_for(np_dtype=np.float64), STEPS)
     betas = (float(np.float32(0.9)), float(np.float32(0.999)))  # graft's defaults, as float32
-    t_losses = train_torch(tm, torch.optim.Adam(tm.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd), STEPS,
-                           np_dtype=np.float64)
+    t_opt = torch.optim.Adam(tm.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    t_losses = train_torch(tm, t_opt, STEPS, np_dtype=np.float64)
     compare("float64_adam_l2", g_losses, t_losses, read_weights(session, init), state_dict_numpy(tm), 1e-12)

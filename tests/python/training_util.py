@@ -9,20 +9,11 @@ import io
 import warnings
 
 import numpy as np
+import torch
 
 import graft
 
-torch = None  # imported lazily so that collecting the module needs no torch
-
-
-def _torch():
-    global torch
-    if torch is None:
-        import torch as t
-
-        torch = t
-    return torch
-
+F = torch.nn.functional
 
 #: test name -> (largest absolute deviation of the losses, of the weights, tolerance used)
 DEVIATIONS = {}
@@ -30,12 +21,11 @@ DEVIATIONS = {}
 
 def export(model, example, input_names, output_names, training=False, **kwargs):
     """ONNX bytes of a PyTorch model (opset 17, the TorchScript exporter, weights as initializers)."""
-    t = _torch()
     f = io.BytesIO()
-    mode = t.onnx.TrainingMode.TRAINING if training else t.onnx.TrainingMode.EVAL
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t.onnx.export(model, tuple(example), f, opset_version=17, dynamo=False, input_names=input_names,
+        torch.onnx.export(model, tuple(example), f, opset_version=17, dynamo=False, input_names=input_names,
                       output_names=output_names, do_constant_folding=False, training=mode, **kwargs)
     return f.getvalue()
 
@@ -106,3 +96,72 @@ def train_graft(model, loss, optimizer, feeds, steps, options=None, batches_per_
         for a in extra_anchors:
             extras[a].append(out[a].copy())
     return session, losses, extras
+
+
+# ---- the MLP classifier the optimizer and session tests train --------------------------------------
+
+N, IN, HID, C = 8, 10, 16, 4
+STEPS = 8
+# How the MLP's graft model computes log-probabilities (log_softmax above): "composed" from Exp,
+# MatMul, Log and Sub while LogSoftmax has no gradient on main; test_training_mlp.py trains the
+# ai.onnx LogSoftmax / Softmax / SoftmaxCrossEntropyLoss heads.
+LOG_SOFTMAX = "composed"
+
+
+def make_torch_mlp(dtype=torch.float32):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(IN, HID), torch.nn.Tanh(), torch.nn.Linear(HID, HID), torch.nn.ReLU(),
+                            torch.nn.Linear(HID, C))
+    return m.to(dtype)
+
+
+def graft_model(torch_model, rows=N, dtype=torch.float32, how=None):
+    """ONNX of the exported MLP plus a label input and the loss; returns (model bytes, loss id)."""
+    onnx_model = export(torch_model, [torch.zeros(rows, IN, dtype=dtype)], ["x"], ["logits"])
+    b = graft.Builder(onnx_model)
+    label = b.addInputTensor("INT64", [rows], "label")
+    lp = log_softmax(b, "logits", C, how or LOG_SOFTMAX)
+    loss = b.aiGraphcore.nllloss([lp, label], graft.ReductionType.Mean, inputIsLogProbability=True)
+    return b.getModelProto(), loss
+
+
+def batch(step, rows=N, np_dtype=np.float32):
+    rng = np.random.default_rng(1000 + step)
+    return rng.standard_normal((rows, IN)).astype(np_dtype), rng.integers(0, C, rows).astype(np.int64)
+
+
+def train_torch(model, opt, steps, micro_batches=1, mean_accumulation=False, clip=None, before_step=None,
+                rows=N, np_dtype=np.float32):
+    """``steps`` optimizer steps, each over ``micro_batches`` consecutive batches whose gradients add
+    up (divided by their number when mean_accumulation); returns the loss of every micro-batch."""
+    losses, k = [], 0
+    for step in range(steps):
+        if before_step is not None:
+            before_step(opt, step)
+        opt.zero_grad()
+        for _ in range(micro_batches):
+            x, y = batch(k, rows, np_dtype)
+            k += 1
+            loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+            (loss / micro_batches if mean_accumulation else loss).backward()
+            losses.append(loss.item())
+        if clip is not None:
+            params, max_norm = clip(model)
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        opt.step()
+    return losses
+
+
+def feeds_for(micro_batches=1, batches_per_step=1, rows=N, np_dtype=np.float32):
+    """Inputs of a graft step: [batchesPerStep, accumulationFactor, rows, ...], the leading
+    dimensions only when > 1, filled with the same consecutive batches torch sees."""
+    per_step = micro_batches * batches_per_step
+
+    def feeds(step):
+        xs, ys = zip(*(batch(step * per_step + i, rows, np_dtype) for i in range(per_step)))
+        lead = [d for d in (batches_per_step, micro_batches) if d > 1]
+        return {"x": np.stack(xs).reshape(lead + [rows, IN]), "label": np.stack(ys).reshape(lead + [rows])}
+
+    return feeds
+
+
