@@ -155,6 +155,14 @@ struct TrainingImpl : Session::Impl {
 
 TrainingImpl& trainingImpl(Session::Impl& impl) { return static_cast<TrainingImpl&>(impl); }
 
+// A per-weight value for a tensor that is not trained would silently do nothing (a typo).
+void checkSpecifics(const Optimizer& opt, const std::vector<TensorId>& weights) {
+  for (const auto& [w, values] : opt.specifics())
+    GRAFT_CHECK(std::find(weights.begin(), weights.end(), w) != weights.end(),
+                "{}: insertSpecific names '{}', which is not a trained weight (trained: {})", opt.str(), w,
+                fmt::join(weights, ", "));
+}
+
 }  // namespace
 
 std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
@@ -176,12 +184,14 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
   impl->dataFlow = dataFlow;
   impl->findWeights();
   for (const auto& id : dataFlow.anchors()) impl->checkAnchor(id);
+  checkSpecifics(*impl->optimizer, impl->weights);
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights, impl->accumulationFactor() > 1);
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));
 }
 
 void TrainingSession::updateOptimizerFromHost(const Optimizer& optimizer) {
   auto& t = trainingImpl(*impl_);
+  checkSpecifics(optimizer, t.weights);
   optim::writeHyperParameters(*t.optimizer, optimizer, *t.model.graph, t.weights);
   t.optimizer = optimizer.clone();
 }

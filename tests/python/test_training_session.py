@@ -317,6 +317,10 @@ def test_session_errors(tmp_path):
         make(dataFlow=graft.DataFlow(1, [loss, "Gradient___x"]))
     with pytest.raises(graft.Error, match="ClipNormSettings names 'nope'"):
         make(optimizer=graft.SGD({}, clip_norm_settings=[graft.ClipNormSettings.clipWeights(["nope"], 1.0)]))
+    typo = graft.SGD({})
+    typo.insertSpecific("0.weigth", {"learningRate": (0.2, True)})
+    with pytest.raises(graft.Error, match="insertSpecific names '0.weigth', which is not a trained weight"):
+        make(optimizer=typo)
     opts = graft.SessionOptions()
     opts.accumulationFactor = 2
     with pytest.raises(graft.Error, match="enableGradientAccumulation is off"):
