@@ -45,7 +45,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     tr = terminalreporter
     tr.section("largest deviation from PyTorch per training test")
-    tr.write_line(f"{'test':<44}{'loss':>12}{'weights':>12}{'atol':>10}")
+    tr.write_line(f"{'test':<44}{'loss':>10}{'weights':>10}  tolerance")
     for name, (dl, dw, atol, rtol) in sorted(mod.DEVIATIONS.items()):
-        tol = f"{atol:.0e}" + (f"+{rtol:.0e}r" if rtol else "")
-        tr.write_line(f"{name:<44}{dl:>12.2e}{dw:>12.2e}{tol:>10}")
+        tol = f"{atol:.0e}" + (f" + {rtol:.0e} * |torch|" if rtol else "")
+        tr.write_line(f"{name:<44}{dl:>10.2e}{dw:>10.2e}  {tol}")

@@ -47,22 +47,22 @@ def build_mlp(tm, target_dtype="INT32", target_shape=(N,), opset=10):
     return b, logits, target
 
 
-def data(step, kind):
+def data(step, kind, label_dtype=np.int32):
     rng = np.random.default_rng(500 + step)
     x = rng.standard_normal((N, IN)).astype(np.float32)
     if kind == "class":
-        return x, rng.integers(0, OUT, N).astype(np.int32)
+        return x, rng.integers(0, OUT, N).astype(label_dtype)
     return x, rng.standard_normal((N, OUT)).astype(np.float32)
 
 
-def train_both(name, model, loss, torch_loss, kind, graft_opt=None, torch_opt=None):
+def train_both(name, model, loss, torch_loss, kind, graft_opt=None, torch_opt=None, label_dtype=np.int32):
     tm = TorchMLP()
     init = state_dict_numpy(tm)
     graft_opt = graft_opt or graft.SGD({"defaultLearningRate": (0.1, True), "defaultMomentum": (0.9, True)})
     torch_opt = (torch_opt or (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)))(tm.parameters())
 
     def feeds(step):
-        x, t = data(step, kind)
+        x, t = data(step, kind, label_dtype)
         return {"x": x, "target": t}
 
     session, g_losses, _ = train_graft(model, loss, graft_opt, feeds, STEPS)
@@ -106,9 +106,9 @@ def test_logsoftmax_and_nllloss_with_ignore_index():
 def test_onnx_softmax_cross_entropy_loss(reduction):
     tm = TorchMLP()
     b, logits, target = build_mlp(tm, "INT64", opset=13)
-    loss = b.aiOnnx.softmaxcrossentropyloss([logits, target], reduction=reduction)
+    loss = b.aiOnnx.softmaxcrossentropyloss([logits, target], 1, reduction=reduction)[0]
     train_both(f"builder_mlp_onnx_sce_{reduction}", b.getModelProto(), loss,
-               lambda y, t: F.cross_entropy(y, t, reduction=reduction), "class")
+               lambda y, t: F.cross_entropy(y, t, reduction=reduction), "class", label_dtype=np.int64)
 
 
 def test_onnx_negative_log_likelihood_loss():
@@ -117,7 +117,7 @@ def test_onnx_negative_log_likelihood_loss():
     lp = b.aiOnnx.logsoftmax([logits], axis=1)
     loss = b.aiOnnx.negativeloglikelihoodloss([lp, target], ignore_index=1)
     train_both("builder_mlp_onnx_nll", b.getModelProto(), loss, lambda y, t: F.cross_entropy(y, t, ignore_index=1),
-               "class")
+               "class", label_dtype=np.int64)
 
 
 def test_exported_mlp_with_logsoftmax_head():
