@@ -25,7 +25,13 @@ from . import _graft
 from ._graft import (  # noqa: F401  (re-exported)
     AnchorReturnType,
     AnchorReturnTypeId,
+    Adam,
+    AdamMode,
+    Adaptive,
+    AdaptiveMode,
     AttributeKind,
+    ClipNormSettings,
+    ConstSGD,
     DataFlow,
     DataType,
     DeviceInfo,
@@ -35,20 +41,26 @@ from ._graft import (  # noqa: F401  (re-exported)
     InputShapeInfo,
     IStepIO,
     OpSignature,
+    Optimizer,
+    OptimizerValue,
+    OptimizerValueMap,
     PatternsLevel,
     PyStepIO,
     PyStepIOCallback,
     PyWeightsIO,
     RecomputationType,
     ReductionType,
+    SGD,
+    SGDAccumulatorAndMomentum,
     VirtualGraphMode,
+    WeightDecayMode,
     builderOpSignatures,
     findOpSignature,
 )
 from .builder import AI_ONNX_OPSETS, Builder, defaultAiGraphcoreOpset, defaultAiOnnxOpset  # noqa: F401
 from .options import POPART_IGNORED_OPTIONS, SessionOptions  # noqa: F401
 from .patterns import Patterns  # noqa: F401
-from .session import InferenceSession  # noqa: F401
+from .session import InferenceSession, TrainingSession  # noqa: F401
 
 __version__ = "0.1.0"
 Error.__module__ = "graft"
@@ -196,5 +208,5 @@ def reservedLossScalingPrefix():
 
 
 def __getattr__(name):
-    raise AttributeError(f"module 'graft' has no attribute '{name}': graft implements PopART's inference API "
-                         "(see docs/python-api.md for what is supported)")
+    raise AttributeError(f"module 'graft' has no attribute '{name}': graft implements PopART's inference and "
+                         "training API (see docs/python-api.md for what is supported)")

@@ -5,7 +5,7 @@ import os
 import numpy as np
 
 from . import _graft
-from .opsets import debug_name, opset_class
+from .opsets import AiGraftOpset1, debug_name, opset_class
 
 #: The ai.onnx opset ``builder.aiOnnx`` uses when nothing chose one (PopART's default).
 defaultAiOnnxOpset = 10
@@ -58,6 +58,8 @@ class Builder:
             raise _graft.Error(f"ai.graphcore has only opset 1, got {opsets['ai.graphcore']}")
         self.aiGraphcore = opset_class("ai.graphcore", 1)(self, 1)
         self.aiGraphcoreOpset1 = self.aiGraphcore
+        #: graft's own ops (domain ai.graft): ``mseloss``.
+        self.aiGraft = AiGraftOpset1(self, 1)
 
     # ---- opsets -------------------------------------------------------------------------------
 

@@ -247,7 +247,8 @@ class _Opset:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        domain = "ai.onnx" if type(self).__name__.startswith("AiOnnx") else "ai.graphcore"
+        cls = type(self).__name__
+        domain = "ai.onnx" if cls.startswith("AiOnnx") else "ai.graft" if cls.startswith("AiGraft") else "ai.graphcore"
         raise AttributeError(
             f"graft's Builder has no {domain} op '{name}' at opset {self.version}: graft has no kernel for it, or ONNX "
             f"defines it only in other opsets (ops available: {', '.join(self.ops())})")
@@ -315,3 +316,35 @@ def _graphcore_methods():
                                          debug_name(debugContext, debugPrefix))[0]
 
     return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss}
+
+
+# ---- ai.graft: graft's own ops for Builder programs ----------------------------------------------
+
+
+class AiGraftOpset1(_Opset):
+    """``builder.aiGraft``: graft's own ops (domain ai.graft, opset 1) that PopART's opsets lack.
+
+    PopART has no mean-squared-error loss op (its programs build one from ai.onnx ops and
+    ``aiGraphcore.identityloss``); graft has one, ``mseloss``.
+    """
+
+    def mseloss(self, args, reduction=None, debugContext="", debugPrefix=None):
+        """Mean squared error ``(args[0] - args[1])^2`` reduced by ``reduction`` (a ReductionType
+        or "Mean"/"Sum"/"None"; Mean by default, as torch.nn.MSELoss). Prediction and target must
+        have the same type and shape."""
+        inputs = [_tensor_id(t, "MseLoss") for t in ([args] if isinstance(args, str) else list(args))]
+        if len(inputs) != 2:
+            raise _graft.Error(f"mseloss takes 2 inputs (prediction, target), got {len(inputs)}")
+        impl = self._builder._impl
+        for i in inputs:
+            if not impl.hasTensor(i):
+                raise _graft.Error(f"MseLoss op: unknown tensor '{i}'")
+        infos = [impl.getTensorInfo(i) for i in inputs]
+        if infos[0].data_type() != infos[1].data_type():
+            raise _graft.Error(f"MseLoss op: prediction '{inputs[0]}' is {infos[0].data_type()} but target "
+                               f"'{inputs[1]}' is {infos[1].data_type()}; they must have the same type")
+        if infos[0].hasShape() and infos[1].hasShape() and infos[0].dims() != infos[1].dims():
+            raise _graft.Error(f"MseLoss op: prediction '{inputs[0]}' has shape {infos[0].dims()} but target "
+                               f"'{inputs[1]}' has shape {infos[1].dims()}; they must be equal")
+        return impl.addOp("MseLoss", "ai.graft", 1, inputs, {"reduction": _reduction(reduction)}, 1,
+                          debug_name(debugContext, debugPrefix))[0]

@@ -1,4 +1,4 @@
-"""Sessions: PopART's InferenceSession (a TrainingSession slots in beside it, on _SessionBase)."""
+"""Sessions: PopART's InferenceSession and TrainingSession (both on _SessionBase)."""
 import os
 
 import numpy as np
@@ -79,6 +79,19 @@ class _SessionBase:
         return "\n".join(lines)
 
 
+def _session_arguments(dataFlow, deviceInfo, inputShapeInfo, userOptions):
+    """Checks the arguments every session kind takes; fills PopART's defaults."""
+    _check_type(dataFlow, _graft.DataFlow, "dataFlow")
+    _check_type(deviceInfo, _graft.DeviceInfo, "deviceInfo")
+    if inputShapeInfo is None:
+        inputShapeInfo = _graft.InputShapeInfo()
+    _check_type(inputShapeInfo, _graft.InputShapeInfo, "inputShapeInfo")
+    if userOptions is None:
+        userOptions = SessionOptions()
+    _check_type(userOptions, _graft._SessionOptionsCore, "userOptions")
+    return inputShapeInfo, userOptions
+
+
 class InferenceSession(_SessionBase, _graft._InferenceSessionCore):
     """Runs an ONNX model for inference (PopART's InferenceSession).
 
@@ -94,15 +107,46 @@ class InferenceSession(_SessionBase, _graft._InferenceSessionCore):
 
     def __init__(self, fnModel, dataFlow, deviceInfo, inputShapeInfo=None, patterns=None, userOptions=None,
                  name="inference"):
-        _check_type(dataFlow, _graft.DataFlow, "dataFlow")
-        _check_type(deviceInfo, _graft.DeviceInfo, "deviceInfo")
-        if inputShapeInfo is None:
-            inputShapeInfo = _graft.InputShapeInfo()
-        _check_type(inputShapeInfo, _graft.InputShapeInfo, "inputShapeInfo")
-        if userOptions is None:
-            userOptions = SessionOptions()
-        _check_type(userOptions, _graft._SessionOptionsCore, "userOptions")
+        inputShapeInfo, userOptions = _session_arguments(dataFlow, deviceInfo, inputShapeInfo, userOptions)
         super().__init__(_model_argument(fnModel), dataFlow, deviceInfo, inputShapeInfo, userOptions,
                          _patterns_core(patterns))
         self._options = userOptions
         self.name = name
+
+
+class TrainingSession(_SessionBase, _graft._TrainingSessionCore):
+    """Trains an ONNX model (PopART's TrainingSession): each ``run`` does the forward pass, the
+    backward pass and the optimizer update, compiled together into one step.
+
+    Arguments:
+        fnModel: the model: ONNX bytes (``builder.getModelProto()``), a path, or an onnx.ModelProto.
+            A checkpoint written by ``modelToHost`` resumes with its optimizer state.
+        dataFlow: batches per step and the anchors (any tensor, or ``"Gradient___<weight>"``).
+        loss: the id of the scalar loss tensor (e.g. from ``builder.aiGraphcore.nllloss``).
+        optimizer: a ``graft.SGD``, ``ConstSGD``, ``Adam`` or ``Adaptive``.
+        deviceInfo: from ``graft.DeviceManager()``.
+        inputShapeInfo: shapes for inputs whose dimensions the model leaves symbolic.
+        patterns: accepted for PopART compatibility (graft's passes replace PopART's patterns).
+        userOptions: a SessionOptions (``enableGradientAccumulation``, ``accumulationFactor``, ...).
+        name: the session's name.
+
+    Every floating-point initializer the loss depends on is trained (``trainedWeightIds()``).
+    """
+
+    def __init__(self, fnModel, dataFlow, loss, optimizer, deviceInfo, inputShapeInfo=None, patterns=None,
+                 userOptions=None, name="training"):
+        inputShapeInfo, userOptions = _session_arguments(dataFlow, deviceInfo, inputShapeInfo, userOptions)
+        if not isinstance(loss, str):
+            raise _graft.Error(f"loss must be the id (str) of the loss tensor, got {type(loss).__name__}")
+        _check_type(optimizer, _graft.Optimizer, "optimizer")
+        super().__init__(_model_argument(fnModel), dataFlow, loss, optimizer, deviceInfo, inputShapeInfo, userOptions,
+                         _patterns_core(patterns))
+        self._options = userOptions
+        self.name = name
+
+    def updateOptimizerFromHost(self, optimizer):
+        """Uses ``optimizer``'s values of the non-constant hyper-parameters from the next run on,
+        without recompiling. It must be the same kind of optimizer (and mode) as the session's, with
+        the same constant values."""
+        _check_type(optimizer, _graft.Optimizer, "optimizer")
+        super().updateOptimizerFromHost(optimizer)

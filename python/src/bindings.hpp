@@ -12,5 +12,7 @@ void bindCore(pyb::module_& m);
 void bindBuilder(pyb::module_& m);
 /// Sessions and step IO.
 void bindSession(pyb::module_& m);
+/// Optimizers, OptimizerValue, ClipNormSettings and the training session core.
+void bindTraining(pyb::module_& m);
 
 }  // namespace graft::py

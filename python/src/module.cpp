@@ -12,4 +12,5 @@ PYBIND11_MODULE(_graft, m) {
   graft::py::bindCore(m);
   graft::py::bindBuilder(m);
   graft::py::bindSession(m);
+  graft::py::bindTraining(m);
 }

@@ -35,11 +35,13 @@ std::vector<std::string> stateKinds(const Optimizer& opt, const std::string& w) 
   return kinds;
 }
 
-ir::Tensor* ensureTensor(ir::Graph& g, const std::string& id, const NDArray& init, ir::TensorKind kind) {
+// `resume`: a tensor the model already holds keeps its value (optimizer state of a checkpoint);
+// otherwise it takes `init` (hyper-parameters follow the session's optimizer, not the checkpoint's).
+ir::Tensor* ensureTensor(ir::Graph& g, const std::string& id, const NDArray& init, ir::TensorKind kind, bool resume) {
   if (ir::Tensor* t = g.findTensor(id)) {
     const NDArray* d = t->data();
     if (d && d->dtype() == init.dtype() && d->shape() == init.shape()) {
-      if (kind == ir::TensorKind::Constant) t->setData(init);  // constants follow the optimizer
+      if (!resume) t->setData(init);
       t->setKind(kind);
       return t;
     }
@@ -68,23 +70,24 @@ bool isOptimizerTensor(const std::string& id) {
 
 void createState(const Optimizer& opt, ir::Graph& source, const std::vector<std::string>& weights, bool accumulate) {
   const OptimizerValue& ls = opt.lossScaling();
-  ensureTensor(source, kLossScalingId, floatScalar(ls.val()), ls.isConst() ? ir::TensorKind::Constant : ir::TensorKind::Variable);
+  ensureTensor(source, kLossScalingId, floatScalar(ls.val()), ls.isConst() ? ir::TensorKind::Constant : ir::TensorKind::Variable,
+               false);
   for (const std::string& w : weights) {
     const ir::Tensor& wt = source.tensor(w);
     const NDArray& wd = *wt.data();
     for (const std::string& kind : stateKinds(opt, w)) {
       NDArray init = kind == "Step" ? NDArray(DataType::Float, {}) : NDArray(wd.dtype(), wd.shape());
-      ensureTensor(source, stateId(kind, w), init, ir::TensorKind::Variable);
+      ensureTensor(source, stateId(kind, w), init, ir::TensorKind::Variable, true);
     }
     if (accumulate) {
       // The accumulator restarts at zero whatever a checkpoint holds: checkpoints are taken
       // between steps, when it is zero.
-      ir::Tensor* acc = ensureTensor(source, stateId("Accum", w), NDArray(wd.dtype(), wd.shape()), ir::TensorKind::Variable);
-      (void)acc;
+      ensureTensor(source, stateId("Accum", w), NDArray(wd.dtype(), wd.shape()), ir::TensorKind::Variable, false);
     }
     for (const std::string& hp : opt.hyperParameterNames()) {
       OptimizerValue v = opt.get(hp, w);
-      ensureTensor(source, stateId(hp, w), floatScalar(v.val()), v.isConst() ? ir::TensorKind::Constant : ir::TensorKind::Variable);
+      ensureTensor(source, stateId(hp, w), floatScalar(v.val()), v.isConst() ? ir::TensorKind::Constant : ir::TensorKind::Variable,
+                   false);
     }
   }
 }

@@ -22,7 +22,8 @@ inline constexpr const char* kLossScalingId = "lossScaling___";
 
 /// Adds to `source` the optimizer's persistent state and hyper-parameter tensors for `weights`
 /// (Variables for state and non-constant hyper-parameters, Constants otherwise). State tensors
-/// already present with the right shape and type (a checkpoint) keep their values.
+/// already present with the right shape and type (a checkpoint) keep their values; hyper-parameters
+/// and gradient accumulators always take the values of `opt` (and zero).
 void createState(const Optimizer& opt, ir::Graph& source, const std::vector<std::string>& weights, bool accumulate);
 
 /// Adds the optimizer step for (weight, gradient) pairs to `g`, a graph holding the tensors

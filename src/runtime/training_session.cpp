@@ -26,6 +26,9 @@ struct TrainingImpl : Session::Impl {
   }
 
   void checkAnchor(const TensorId& id) const override {
+    GRAFT_CHECK(id != loss || model.graph->findTensor(id),
+                "the loss '{}' is not a tensor of the model: name the output of a loss op (for example what "
+                "builder.aiGraphcore.nllloss returned)", loss);
     std::string prefix = autodiff::kGradientPrefix;
     if (id.rfind(prefix, 0) == 0) {
       std::string w = id.substr(prefix.size());
@@ -159,6 +162,14 @@ struct TrainingImpl : Session::Impl {
 
 TrainingImpl& trainingImpl(Session::Impl& impl) { return static_cast<TrainingImpl&>(impl); }
 
+// A per-weight value for a tensor that is not trained would silently do nothing (a typo).
+void checkSpecifics(const Optimizer& opt, const std::vector<TensorId>& weights) {
+  for (const auto& [w, values] : opt.specifics())
+    GRAFT_CHECK(std::find(weights.begin(), weights.end(), w) != weights.end(),
+                "{}: insertSpecific names '{}', which is not a trained weight (trained: {})", opt.str(), w,
+                fmt::join(weights, ", "));
+}
+
 }  // namespace
 
 std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
@@ -181,12 +192,14 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
   passes::prepareTrainingMode(*impl->model.graph);
   impl->findWeights();
   for (const auto& id : dataFlow.anchors()) impl->checkAnchor(id);
+  checkSpecifics(*impl->optimizer, impl->weights);
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights, impl->accumulationFactor() > 1);
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));
 }
 
 void TrainingSession::updateOptimizerFromHost(const Optimizer& optimizer) {
   auto& t = trainingImpl(*impl_);
+  checkSpecifics(optimizer, t.weights);
   optim::writeHyperParameters(*t.optimizer, optimizer, *t.model.graph, t.weights);
   t.optimizer = optimizer.clone();
 }

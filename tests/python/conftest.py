@@ -36,3 +36,16 @@ def run_model(model, inputs, anchors, batches_per_step=1, art="All", device=None
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The largest deviations from PyTorch seen by the training tests (tests/python/training_util.py)."""
+    mod = sys.modules.get("training_util")
+    if mod is None or not mod.DEVIATIONS:
+        return
+    tr = terminalreporter
+    tr.section("largest deviation from PyTorch per training test")
+    tr.write_line(f"{'test':<44}{'loss':>10}{'weights':>10}  tolerance")
+    for name, (dl, dw, atol, rtol) in sorted(mod.DEVIATIONS.items()):
+        tol = f"{atol:.0e}" + (f" + {rtol:.0e} * |torch|" if rtol else "")
+        tr.write_line(f"{name:<44}{dl:>10.2e}{dw:>10.2e}  {tol}")

@@ -99,7 +99,7 @@ def test_module_names():
     graft.getLogger().setLevel("WARN")
     with pytest.raises(graft.Error, match="unknown log level"):
         graft.getLogger().setLevel("LOUD")
-    with pytest.raises(AttributeError, match="graft implements PopART's inference API"):
+    with pytest.raises(AttributeError, match="graft implements PopART's inference and training API"):
         graft.NoSuchThing
     info = graft.TensorInfo("FLOAT16", [1, 2])
     assert info.data_type() == "FLOAT16" and info.data_type_lcase() == "float16" and info.nelms() == 2

@@ -241,6 +241,26 @@ TEST(TrainingSession, ResumeFromCheckpointIsBitIdentical) {
   EXPECT_EQ(b.weight("Step___W").data<float>()[0], 4.0f);
 }
 
+TEST(TrainingSession, ResumedSessionUsesItsOwnOptimizerValues) {
+  // The checkpoint holds learningRate___W = 0.05 (non-constant); a session created from it with
+  // learning rate 0 must not move the weights.
+  SGD opt({{"defaultLearningRate", {0.05f, false}}, {"lossScaling", {4.0f, false}}});
+  auto first = TrainingSession::createFromOnnxModel(linearModel("Mean"), DataFlow(1, {"loss"}), "loss", opt, cpu());
+  runStep(*first, batchFor(0), {kN, kIn}, {kN, kOut});
+  std::string path = (std::filesystem::temp_directory_path() / "graft_checkpoint_lr_test.onnx").string();
+  first->modelToHost(path);
+  SGD frozen({{"defaultLearningRate", {0.0f, false}}, {"lossScaling", {2.0f, false}}});
+  auto resumed = TrainingSession::createFromOnnxModel(path, DataFlow(1, {"loss"}), "loss", frozen, cpu());
+  std::filesystem::remove(path);
+  WeightsIO before, after;
+  for (auto* io : {&before, &after}) io->insert("W", NDArray(DataType::Float, {kIn, kOut}));
+  resumed->prepareDevice();
+  resumed->readWeights(before);
+  runStep(*resumed, batchFor(1), {kN, kIn}, {kN, kOut});
+  resumed->readWeights(after);
+  EXPECT_EQ(0, std::memcmp(before.weight("W").rawData(), after.weight("W").rawData(), before.weight("W").nbytes()));
+}
+
 TEST(TrainingSession, GradientsCanBeAnchored) {
   auto s = TrainingSession::createFromOnnxModel(linearModel("Mean"), DataFlow(1, std::vector<TensorId>{"loss", "Gradient___b"}), "loss",
                                                 ConstSGD(0.0f), cpu());

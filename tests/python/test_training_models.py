@@ -1,0 +1,148 @@
+"""Models exported from PyTorch with fixed random weights, trained in graft and in PyTorch on the
+same batches: a small CNN with BatchNormalization (trained in training mode, with running
+statistics), an LSTM and a GRU sequence classifier, and a transformer encoder layer. For each:
+SGD with momentum and weight decay, Adam, AdamW, and SGD with gradient accumulation. The loss of
+every step, the final weights (and the BatchNorm running statistics) must match within the stated
+tolerance; the largest deviations are printed at the end of the run.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import graft  # noqa: E402
+from training_util import compare, export, log_softmax, read_weights, state_dict_numpy, train_graft  # noqa: E402
+
+STEPS = 5
+CLASSES = 3
+ATOL = 2e-6
+RTOL = 1e-5
+
+
+# ---- models --------------------------------------------------------------------------------------
+
+
+def make_cnn():
+    torch.manual_seed(11)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+        torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(6, CLASSES))
+
+
+class SequenceClassifier(torch.nn.Module):
+    """An LSTM or GRU over [batch, time, features]; the last step's output goes through a Linear."""
+
+    def __init__(self, cell):
+        super().__init__()
+        torch.manual_seed(12)
+        self.rnn = cell(5, 7, batch_first=True)
+        self.fc = torch.nn.Linear(7, CLASSES)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.fc(out[:, -1])
+
+
+class Encoder(torch.nn.Module):
+    """torch.nn.TransformerEncoderLayer (2 heads, post-norm, ReLU feed-forward, no dropout) and a
+    Linear head on the mean over time."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.enc = torch.nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0,
+                                                    batch_first=True)
+        self.fc = torch.nn.Linear(8, CLASSES)
+        # The exporter merges initializers with equal values (LayerNorm's ones and zeros, the
+        # attention's zero biases) into one: perturb them so that every parameter stays its own.
+        with torch.no_grad():
+            for p in self.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+
+    def forward(self, x):
+        # is_causal passed explicitly: the TorchScript exporter cannot trace its default.
+        return self.fc(self.enc(x, src_mask=None, is_causal=False).mean(dim=1))
+
+
+MODELS = {
+    # name: (factory, input shape, export in training mode)
+    "cnn_batchnorm": (make_cnn, (4, 1, 8, 8), True),
+    "lstm": (lambda: SequenceClassifier(torch.nn.LSTM), (3, 4, 5), False),
+    "gru": (lambda: SequenceClassifier(torch.nn.GRU), (3, 4, 5), False),
+    "transformer_encoder": (Encoder, (2, 5, 8), False),
+}
+
+OPTIMIZERS = {
+    # name: (graft optimizer, torch optimizer, accumulation factor)
+    "sgd": (lambda: graft.SGD({"defaultLearningRate": (0.05, True), "defaultMomentum": (0.9, True),
+                               "defaultWeightDecay": (0.01, True)}),
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01), 1),
+    "adam": (lambda: graft.Adam({"defaultLearningRate": (0.01, True), "defaultEps": (1e-8, True),
+                                 "defaultWeightDecay": (0.01, True)},
+                                weight_decay_mode=graft.WeightDecayMode.L2Regularization),
+             lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-8, weight_decay=0.01), 1),
+    "adamw": (lambda: graft.Adam({"defaultLearningRate": (0.01, True), "defaultEps": (1e-8, True),
+                                  "defaultWeightDecay": (0.01, True)}, weight_decay_mode=graft.WeightDecayMode.Decay),
+              lambda p: torch.optim.AdamW(p, lr=0.01, eps=1e-8, weight_decay=0.01), 1),
+    "sgd_accumulation2": (lambda: graft.SGD({"defaultLearningRate": (0.05, True), "defaultMomentum": (0.9, True)}),
+                          lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), 2),
+}
+
+
+def batch(step, shape):
+    rng = np.random.default_rng(3000 + step)
+    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, CLASSES, shape[0]).astype(np.int64)
+
+
+def graft_model(net, shape, training):
+    onnx_model = export(net, [torch.zeros(shape)], ["x"], ["logits"], training=training)
+    b = graft.Builder(onnx_model)
+    label = b.addInputTensor("INT64", [shape[0]], "label")
+    lp = log_softmax(b, "logits", CLASSES, "onnx")
+    loss = b.aiGraphcore.nllloss([lp, label], graft.ReductionType.Mean, inputIsLogProbability=True)
+    return b.getModelProto(), loss
+
+
+@pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_model_training_matches_torch(model_name, opt_name):
+    factory, shape, training = MODELS[model_name]
+    graft_opt, torch_opt, accumulation = OPTIMIZERS[opt_name]
+    net = factory()
+    net.train(training)
+    model, loss = graft_model(net, shape, training)
+    net.train()  # dropout is 0 and BatchNorm trains: torch trains as the exported graph does
+    init = state_dict_numpy(net)
+
+    options = None
+    if accumulation > 1:
+        options = graft.SessionOptions()
+        options.enableGradientAccumulation = True
+        options.accumulationFactor = accumulation
+
+    def feeds(step):
+        xs, ys = zip(*(batch(step * accumulation + i, shape) for i in range(accumulation)))
+        if accumulation == 1:
+            return {"x": xs[0], "label": ys[0]}
+        return {"x": np.stack(xs), "label": np.stack(ys)}
+
+    session, g_losses, _ = train_graft(model, loss, graft_opt(), feeds, STEPS, options=options)
+
+    t_opt = torch_opt(net.parameters())
+    t_losses, k = [], 0
+    for _ in range(STEPS):
+        t_opt.zero_grad()
+        for _ in range(accumulation):
+            x, y = batch(k, shape)
+            k += 1
+            lt = F.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y))
+            lt.backward()  # Sum accumulation (PopART's default)
+            t_losses.append(lt.item())
+        t_opt.step()
+
+    # Weights and BatchNorm running statistics (num_batches_tracked has no ONNX counterpart).
+    expected = {k: v for k, v in state_dict_numpy(net).items() if not k.endswith("num_batches_tracked")}
+    assert max(np.max(np.abs(expected[k] - init[k])) for k in expected) > 1e-3, "the weights hardly moved"
+    compare(f"{model_name}_{opt_name}", g_losses, t_losses, read_weights(session, expected), expected, ATOL, RTOL)
