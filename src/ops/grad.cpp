@@ -79,6 +79,13 @@ ir::Tensor* GradBuilder::zerosLike(ir::Tensor* like) { return op("ZerosLike", {l
 
 ir::Tensor* GradBuilder::reshapeLike(ir::Tensor* g, ir::Tensor* like) {
   if (g->info().isStatic() && like->info().isStatic() && g->info().shape() == like->info().shape()) return g;
+  // A constant target shape keeps the result's shape known to the VJPs that follow (a Shape
+  // node is only folded later); allowzero because `like` may have zero-sized dimensions.
+  if (like->info().isStatic()) {
+    ir::Attributes a;
+    a.set("allowzero", int64_t{1});
+    return op("Reshape", {g, int64s(like->info().shape())}, a);
+  }
   return op("Reshape", {g, op("Shape", {like})});
 }
 

@@ -105,7 +105,7 @@ STEPS = 8
 # How the MLP's graft model computes log-probabilities (log_softmax above): "composed" from Exp,
 # MatMul, Log and Sub while LogSoftmax has no gradient on main; test_training_mlp.py trains the
 # ai.onnx LogSoftmax / Softmax / SoftmaxCrossEntropyLoss heads.
-LOG_SOFTMAX = "composed"
+LOG_SOFTMAX = "onnx"
 
 
 def make_torch_mlp(dtype=torch.float32):
