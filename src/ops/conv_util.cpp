@@ -94,10 +94,10 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
     int64_t span = in[d] + w.padBegin[d] + w.padEnd[d] - keff;
     GRAFT_CHECK(span >= 0, "{}: the window (kernel {} with dilation {}, extent {}) is larger than the padded input ({} + {} + {}) on spatial axis {}",
                 what, kernel[d], w.dilation[d], keff, in[d], w.padBegin[d], w.padEnd[d], d);
-    int64_t out = (a.ceilMode ? (span + s - 1) / s : span / s) + 1;
-    // A window that would start in the end padding covers no input element.
-    if (a.ceilMode && (out - 1) * s >= in[d] + w.padBegin[d]) --out;
-    w.out[d] = out;
+    // As ONNX 1.12's shape inference (opset 17): with ceil_mode the last window may start in the
+    // end padding (later ONNX and PyTorch drop such a window; graft keeps its shapes equal to the
+    // inferred ones).
+    w.out[d] = (a.ceilMode ? (span + s - 1) / s : span / s) + 1;
   }
   return w;
 }

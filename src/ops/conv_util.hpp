@@ -46,9 +46,9 @@ struct Window {
 
 /// Resolves a forward (Conv/pool) window over spatial extent `in` with the given kernel (from
 /// the weights or kernel_shape): applies auto_pad, computes the output extent
-/// floor((in + pads - ((k - 1) * d + 1)) / s) + 1 (ceil with ceil_mode; a last window that would
-/// start in the end padding is dropped, as PyTorch and later ONNX do). Throws when sizes disagree
-/// or the window does not fit.
+/// floor((in + pads - ((k - 1) * d + 1)) / s) + 1 (ceil with ceil_mode, where a last window may
+/// then cover padding only, as in ONNX 1.12's shape inference). Throws when sizes disagree or the
+/// window does not fit.
 Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel);
 
 /// The spatial extents (dims 2...) of an [N, C, spatial...] shape.

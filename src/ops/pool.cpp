@@ -24,6 +24,12 @@ T fromDouble(double v) {
   return static_cast<T>(static_cast<ComputeType<T>>(v));
 }
 
+template <class T>
+T emptyMax() {
+  if constexpr (std::is_integral_v<T>) return std::numeric_limits<T>::lowest();
+  else return fromDouble<T>(std::numeric_limits<double>::quiet_NaN());
+}
+
 /// Checks X of a windowed pool and resolves its window from kernel_shape.
 Window poolWindow(const WindowAttrs& wa, const NDArray& x) {
   GRAFT_CHECK(x.rank() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", wa.what,
@@ -48,10 +54,10 @@ int64_t planesOf(const NDArray& x, const std::string& what) {
 }
 
 /// Calls f(plane, output offset, taps) for every output position of every [n, c] plane, where
-/// taps are the (kernel offset, input offset) pairs of the window inside the input. Throws when a
-/// window covers padding only and `needInput` is set (no value to take a max or mean of).
+/// taps are the (kernel offset, input offset) pairs of the window inside the input (none for a
+/// window over padding only, which ceil_mode or large pads can produce).
 template <class F>
-void forEachWindow(const Window& w, int64_t planes, bool needInput, const std::string& what, F&& f) {
+void forEachWindow(const Window& w, int64_t planes, F&& f) {
   int64_t outBlock = shapeNumel(w.out);
   if (outBlock == 0 || planes == 0) return;
   std::vector<std::pair<int64_t, int64_t>> taps;
@@ -59,8 +65,6 @@ void forEachWindow(const Window& w, int64_t planes, bool needInput, const std::s
   int64_t op = 0;
   do {
     windowTaps(w, o.idx, taps);
-    GRAFT_CHECK(!needInput || !taps.empty(), "{}: the window at output position {} covers padding only", what,
-                shapeToString(o.idx));
     for (int64_t p = 0; p < planes; ++p) f(p, op, taps);
     ++op;
   } while (o.next());
@@ -97,8 +101,15 @@ KernelFn maxPoolKernel(CompileContext& c) {
       const T* xp = x.data<T>();
       T* yp = k.allocOutputUninit(0, x.dtype(), ys).data<T>();
       int64_t* ip = wantIdx ? k.allocOutputUninit(1, DataType::Int64, ys).data<int64_t>() : nullptr;
-      forEachWindow(w, planes, true, wa.what, [&](int64_t p, int64_t op, const auto& taps) {
+      forEachWindow(w, planes, [&](int64_t p, int64_t op, const auto& taps) {
         const T* plane = xp + p * inBlock;
+        if (taps.empty()) {
+          // No input element: NaN as ONNX's reference gives (the lowest value for integers), and
+          // an index that MaxUnpool rejects.
+          yp[p * outBlock + op] = emptyMax<T>();
+          if (ip) ip[p * outBlock + op] = -1;
+          return;
+        }
         int64_t best = taps.front().second;
         double bv = toDouble(plane[best]);
         for (const auto& t : taps) {
@@ -150,12 +161,14 @@ KernelFn averagePoolKernel(CompileContext& c) {
       using T = typename decltype(tag)::type;
       const T* xp = x.data<T>();
       T* yp = k.allocOutputUninit(0, x.dtype(), ys).data<T>();
-      forEachWindow(w, planes, !includePad, wa.what, [&](int64_t p, int64_t op, const auto& taps) {
+      forEachWindow(w, planes, [&](int64_t p, int64_t op, const auto& taps) {
         const T* plane = xp + p * inBlock;
         double sum = 0;
         for (const auto& t : taps) sum += toDouble(plane[t.second]);
         double cnt = includePad ? padCount[op] : static_cast<double>(taps.size());
-        yp[p * outBlock + op] = fromDouble<T>(sum / cnt);
+        // A window without input elements (or, counting pads, beyond the padding) has no mean: NaN,
+        // as ONNX's reference gives.
+        yp[p * outBlock + op] = fromDouble<T>(cnt > 0 ? sum / cnt : std::numeric_limits<double>::quiet_NaN());
       });
     });
   };
@@ -194,7 +207,7 @@ KernelFn lpPoolKernel(CompileContext& c) {
       const T* xp = x.data<T>();
       T* yp = k.allocOutputUninit(0, x.dtype(), ys).data<T>();
       // Padding contributes zeros, so a window over padding only is 0.
-      forEachWindow(w, planes, false, wa.what, [&](int64_t pl, int64_t op, const auto& taps) {
+      forEachWindow(w, planes, [&](int64_t pl, int64_t op, const auto& taps) {
         const T* plane = xp + pl * inBlock;
         double sum = 0;
         for (const auto& t : taps) sum += lpTerm(toDouble(plane[t.second]), p);
