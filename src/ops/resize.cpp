@@ -138,6 +138,14 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
   return res;
 }
 
+/// An interpolated value as element type T: integers round to nearest (ties to even) and
+/// saturate, rather than truncate, so that resizing a constant integer image keeps it constant.
+template <class T>
+T fromInterpolated(double v) {
+  if constexpr (std::is_integral_v<T>) return convertElement<T>(std::nearbyint(v));
+  else return convertElement<T>(v);
+}
+
 std::vector<double> floatValues(const NDArray& a, const std::string& what, const char* name) {
   std::vector<double> v(static_cast<size_t>(a.numel()));
   dispatch<kFloats>(a.dtype(), fmt::format("{} input '{}'", what, name), [&](auto tag) {
@@ -249,7 +257,7 @@ KernelFn resizeKernel(CompileContext& c) {
               if (d < 0) break;
             }
           }
-          yp[yi] = convertElement<T>(acc);
+          yp[yi] = fromInterpolated<T>(acc);
         }
         ++yi;
       } while (o.next());
@@ -358,7 +366,7 @@ KernelFn gridSampleKernel(CompileContext& c) {
                 for (const auto& [yi, wy] : taps[1])
                   for (const auto& [xi, wx] : taps[0])
                     if (yi >= 0 && xi >= 0) acc += wy * wx * static_cast<double>(static_cast<ComputeType<T>>(plane[yi * W + xi]));
-              yp[((nb * C + ch) * OH + oh) * OW + ow] = convertElement<T>(acc);
+              yp[((nb * C + ch) * OH + oh) * OW + ow] = fromInterpolated<T>(acc);
             }
           }
     });
