@@ -9,34 +9,6 @@
 namespace graft::ops {
 namespace {
 
-/// Validates X, W (and B) of a Conv/ConvTranspose against each other and `group`.
-void checkConvInputs(const NDArray& x, const NDArray& w, int64_t group, bool transpose, const std::string& what) {
-  GRAFT_CHECK(x.rank() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", what,
-              shapeToString(x.shape()));
-  GRAFT_CHECK(w.rank() == x.rank(), "{}: weights W must have the rank of X ({}), got shape {}", what, x.rank(),
-              shapeToString(w.shape()));
-  GRAFT_CHECK(w.dtype() == x.dtype(), "{}: W has data type {}, X has {}", what, dtypeName(w.dtype()),
-              dtypeName(x.dtype()));
-  int64_t c = x.dim(1);
-  if (!transpose) {
-    GRAFT_CHECK(w.dim(1) * group == c, "{}: W of shape {} expects {} input channels ({} per group x group {}), X has {}",
-                what, shapeToString(w.shape()), w.dim(1) * group, w.dim(1), group, c);
-    GRAFT_CHECK(w.dim(0) % group == 0, "{}: the {} output channels of W do not divide into group {}", what, w.dim(0),
-                group);
-  } else {
-    GRAFT_CHECK(w.dim(0) == c, "{}: W of shape {} expects {} input channels, X has {}", what, shapeToString(w.shape()),
-                w.dim(0), c);
-    GRAFT_CHECK(c % group == 0, "{}: the {} input channels do not divide into group {}", what, c, group);
-  }
-}
-
-Shape kernelOf(const WindowAttrs& wa, const NDArray& w, const std::string& what) {
-  Shape k = spatialDims(w.shape());
-  GRAFT_CHECK(wa.kernel.empty() || wa.kernel == k, "{}: kernel_shape {} does not match the weights' spatial shape {}",
-              what, shapeToString(wa.kernel), shapeToString(k));
-  return k;
-}
-
 NDArray checkedBias(const KernelContext& k, int64_t channels, DataType dt, const std::string& what) {
   if (!k.hasInput(2)) return {};
   const NDArray& b = k.input(2);
@@ -55,13 +27,9 @@ KernelFn convKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& w = k.input(1);
-    checkConvInputs(x, w, group, false, what);
-    ConvShape s;
-    s.batch = x.dim(0);
-    s.inChannels = x.dim(1);
-    s.outChannels = w.dim(0);
-    s.group = group;
-    s.win = resolveWindow(wa, spatialDims(x.shape()), kernelOf(wa, w, what));
+    GRAFT_CHECK(w.dtype() == x.dtype(), "{}: W has data type {}, X has {}", what, dtypeName(w.dtype()),
+                dtypeName(x.dtype()));
+    ConvShape s = convShapeOf(wa, x.shape(), w.shape(), group);
     NDArray b = checkedBias(k, s.outChannels, x.dtype(), what);
     Shape ys = {s.batch, s.outChannels};
     ys.insert(ys.end(), s.win.out.begin(), s.win.out.end());
@@ -97,14 +65,15 @@ KernelFn convTransposeKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& w = k.input(1);
-    checkConvInputs(x, w, group, true, what);
+    GRAFT_CHECK(w.dtype() == x.dtype(), "{}: W has data type {}, X has {}", what, dtypeName(w.dtype()),
+                dtypeName(x.dtype()));
+    checkConvShapes(wa, x.shape(), w.shape(), group, /*transposed=*/true);
     ConvShape s;
     s.batch = x.dim(0);
     s.inChannels = x.dim(1);
-    s.outChannels = w.dim(1) * group;
+    s.outChannels = w.dim(1) * group;  // checked above
     s.group = group;
-    // The forward window of the adjoint convolution gives strides, dilations and explicit pads.
-    Shape in = spatialDims(x.shape()), kernel = kernelOf(wa, w, what);
+    Shape in = spatialDims(x.shape()), kernel = spatialDims(w.shape());
     int64_t r = static_cast<int64_t>(in.size());
     GRAFT_CHECK(outputPadding.empty() || static_cast<int64_t>(outputPadding.size()) == r,
                 "{}: output_padding must have {} values, got {}", what, r, outputPadding.size());

@@ -102,6 +102,39 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
   return w;
 }
 
+void checkConvShapes(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group, bool transposed) {
+  const std::string& what = wa.what;
+  GRAFT_CHECK(x.size() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", what, shapeToString(x));
+  GRAFT_CHECK(w.size() == x.size(), "{}: weights W must have the rank of X ({}), got shape {}", what, x.size(),
+              shapeToString(w));
+  GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
+  int64_t c = x[1];
+  GRAFT_CHECK(c % group == 0, "{}: the {} input channels do not divide into group {}", what, c, group);
+  if (!transposed) {
+    GRAFT_CHECK(w[1] == c / group, "{}: W of shape {} expects {} input channels per group, X has {} in {} group(s)", what,
+                shapeToString(w), w[1], c, group);
+    GRAFT_CHECK(w[0] % group == 0, "{}: the {} output channels of W do not divide into group {}", what, w[0], group);
+  } else {
+    GRAFT_CHECK(w[0] == c, "{}: W of shape {} expects {} input channels, X has {}", what, shapeToString(w), w[0], c);
+    int64_t m = 0;
+    GRAFT_CHECK(!__builtin_mul_overflow(w[1], group, &m), "{}: output channels {} x group {} overflow", what, w[1], group);
+  }
+  Shape k = spatialDims(w);
+  GRAFT_CHECK(wa.kernel.empty() || wa.kernel == k, "{}: kernel_shape {} does not match the weights' spatial shape {}",
+              what, shapeToString(wa.kernel), shapeToString(k));
+}
+
+ConvShape convShapeOf(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group) {
+  checkConvShapes(wa, x, w, group, /*transposed=*/false);
+  ConvShape s;
+  s.batch = x[0];
+  s.inChannels = x[1];
+  s.outChannels = w[0];
+  s.group = group;
+  s.win = resolveWindow(wa, spatialDims(x), spatialDims(w));
+  return s;
+}
+
 void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std::pair<int64_t, int64_t>>& taps) {
   taps.clear();
   int64_t r = w.rank();

@@ -79,6 +79,14 @@ struct ConvShape {
   Window win;
 };
 
+/// Checks X [N, C, in...] and W (Conv: [M, C/group, k...]; transposed: [C, M/group, k...])
+/// against each other, kernel_shape and group. Throws graft::Error naming the node.
+void checkConvShapes(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group, bool transposed);
+
+/// The shapes and resolved window of a (forward) Conv of X by W: checkConvShapes, then the window
+/// from W's spatial extent. Integer and quantized convolutions start here too.
+ConvShape convShapeOf(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group);
+
 /// Direct grouped N-D convolution.
 ///   acc = sum over taps and input channels of loadX(flat x index) * loadW(flat w index)
 ///   store(flat y index, output channel, acc)

@@ -4,6 +4,7 @@
 
 #include "op_test_util.hpp"
 #include "ops/cast_util.hpp"
+#include "ops/conv_util.hpp"
 
 namespace graft::testing {
 namespace {
@@ -163,6 +164,24 @@ TEST(Conv, RejectsBadInputs) {
   EXPECT_THROW(run1("Conv", {arr<float>({2, 4}, std::vector<float>(8, 1)), w}), Error);       // rank 2
   EXPECT_THROW(run1("Conv", {x, arr<double>({1, 2, 3}, std::vector<double>(6, 1))}), Error);  // dtype mix
   EXPECT_THROW(run1("Conv", {arr<int32_t>({1, 1, 3}, {1, 2, 3}), arr<int32_t>({1, 1, 1}, {1})}), Error);
+}
+
+TEST(Conv, CoreAccumulatesIntegersForQuantizedVariants) {
+  // ConvInteger-style use of the shared core: uint8 x with a zero point, int8 w, int32 sums.
+  std::vector<uint8_t> x = {5, 2, 7, 255};
+  std::vector<int8_t> w = {1, -2};
+  int32_t xzp = 2;
+  ops::WindowAttrs wa;
+  wa.what = "test";
+  ops::ConvShape s = ops::convShapeOf(wa, {1, 1, 4}, {1, 1, 2}, 1);
+  std::vector<int32_t> y(3, 0);
+  ops::convDirect<int32_t>(
+      s, [&](int64_t i) { return static_cast<int32_t>(x[i]) - xzp; }, [&](int64_t i) { return static_cast<int32_t>(w[i]); },
+      [&](int64_t i, int64_t oc, int32_t acc) {
+        EXPECT_EQ(oc, 0);
+        y[i] = acc;
+      });
+  EXPECT_EQ(y, (std::vector<int32_t>{3, -10, 5 - 2 * 253}));
 }
 
 // ---- ConvTranspose ----------------------------------------------------------------------------
