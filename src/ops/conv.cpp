@@ -60,8 +60,10 @@ KernelFn convTransposeKernel(CompileContext& c) {
   std::vector<int64_t> outputShape = n.attrInts("output_shape", {});
   std::string what = wa.what;
   GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
-  for (int64_t p : outputPadding) GRAFT_CHECK(p >= 0, "{}: output_padding must be >= 0, got {}", what, shapeToString(outputPadding));
-  for (int64_t o : outputShape) GRAFT_CHECK(o >= 0, "{}: output_shape must be >= 0, got {}", what, shapeToString(outputShape));
+  for (int64_t p : outputPadding)
+    GRAFT_CHECK(p >= 0, "{}: output_padding must be >= 0, got {}", what, shapeToString(outputPadding));
+  for (int64_t o : outputShape)
+    GRAFT_CHECK(o >= 0, "{}: output_shape must be >= 0, got {}", what, shapeToString(outputShape));
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& w = k.input(1);
@@ -87,12 +89,12 @@ KernelFn convTransposeKernel(CompileContext& c) {
     Window& win = s.win;
     win.in = in;
     win.kernel = kernel;
-    GRAFT_CHECK(wa.strides.empty() || static_cast<int64_t>(wa.strides.size()) == r, "{}: strides must have {} values, got {}",
-                what, r, wa.strides.size());
+    GRAFT_CHECK(wa.strides.empty() || static_cast<int64_t>(wa.strides.size()) == r,
+                "{}: strides must have {} values, got {}", what, r, wa.strides.size());
     GRAFT_CHECK(wa.dilations.empty() || static_cast<int64_t>(wa.dilations.size()) == r,
                 "{}: dilations must have {} values, got {}", what, r, wa.dilations.size());
-    GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r, "{}: pads must have {} values, got {}",
-                what, 2 * r, wa.pads.size());
+    GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r,
+                "{}: pads must have {} values, got {}", what, 2 * r, wa.pads.size());
     win.stride = wa.strides.empty() ? Shape(r, 1) : wa.strides;
     win.dilation = wa.dilations.empty() ? Shape(r, 1) : wa.dilations;
     win.padBegin.assign(r, 0);
@@ -107,8 +109,9 @@ KernelFn convTransposeKernel(CompileContext& c) {
       keff += 1;
       int64_t op = outputPadding.empty() ? 0 : outputPadding[d];
       int64_t full = 0;  // output extent without padding
-      GRAFT_CHECK(!__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50) && op < (int64_t{1} << 40),
-                  "{}: output too large on spatial axis {}", what, d);
+      GRAFT_CHECK(
+          !__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50) && op < (int64_t{1} << 40),
+          "{}: output too large on spatial axis {}", what, d);
       full = full - win.stride[d] + op + keff;
       if (!wa.pads.empty()) {
         win.padBegin[d] = wa.pads[d];

@@ -20,12 +20,11 @@ constexpr int64_t kMaxExtent = int64_t{1} << 40;
 WindowAttrs parseWindowAttrs(const ir::Node& n, bool hasDilations, bool hasCeilMode) {
   WindowAttrs a;
   a.what = n.describe();
-  std::string ap = n.attrString("auto_pad", "NOTSET");
-  if (ap == "NOTSET") a.autoPad = AutoPad::NotSet;
-  else if (ap == "SAME_UPPER") a.autoPad = AutoPad::SameUpper;
-  else if (ap == "SAME_LOWER") a.autoPad = AutoPad::SameLower;
-  else if (ap == "VALID") a.autoPad = AutoPad::Valid;
-  else GRAFT_THROW("{}: auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '{}'", a.what, ap);
+  a.autoPad = attrChoice<AutoPad>(n, "auto_pad", "NOTSET",
+                                  {{"NOTSET", AutoPad::NotSet},
+                                   {"SAME_UPPER", AutoPad::SameUpper},
+                                   {"SAME_LOWER", AutoPad::SameLower},
+                                   {"VALID", AutoPad::Valid}});
   a.kernel = n.attrInts("kernel_shape", {});
   a.strides = n.attrInts("strides", {});
   a.pads = n.attrInts("pads", {});
@@ -36,13 +35,13 @@ WindowAttrs parseWindowAttrs(const ir::Node& n, bool hasDilations, bool hasCeilM
   checkAll(a.dilations, 1, "dilations", a.what);
   checkAll(a.pads, 0, "pads", a.what);
   for (auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads})
-    for (int64_t x : *v)
-      GRAFT_CHECK(x <= kMaxExtent, "{}: window attribute value {} is too large", a.what, x);
+    for (int64_t x : *v) GRAFT_CHECK(x <= kMaxExtent, "{}: window attribute value {} is too large", a.what, x);
   GRAFT_CHECK(a.pads.size() % 2 == 0, "{}: attribute 'pads' must have an even number of values, got {}", a.what,
               a.pads.size());
   bool anyPad = std::any_of(a.pads.begin(), a.pads.end(), [](int64_t p) { return p != 0; });
   GRAFT_CHECK(!(anyPad && a.autoPad != AutoPad::NotSet),
-              "{}: attribute 'pads' cannot be combined with auto_pad '{}' (use one or the other)", a.what, ap);
+              "{}: attribute 'pads' cannot be combined with auto_pad '{}' (use one or the other)", a.what,
+              n.attrString("auto_pad"));
   return a;
 }
 
@@ -55,8 +54,9 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
   GRAFT_CHECK(static_cast<int64_t>(kernel.size()) == r, "{}: the kernel has {} spatial dimensions, the input has {}",
               what, kernel.size(), r);
   auto sized = [&](const std::vector<int64_t>& v, size_t want, const char* name) {
-    GRAFT_CHECK(v.empty() || v.size() == want, "{}: attribute '{}' must have {} values (one per spatial axis{}), got {}",
-                what, name, want, want == static_cast<size_t>(r) ? "" : ", begin and end", v.size());
+    GRAFT_CHECK(v.empty() || v.size() == want,
+                "{}: attribute '{}' must have {} values (one per spatial axis{}), got {}", what, name, want,
+                want == static_cast<size_t>(r) ? "" : ", begin and end", v.size());
   };
   sized(a.kernel, r, "kernel_shape");
   sized(a.strides, r, "strides");
@@ -92,7 +92,9 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
       w.padEnd[d] = a.autoPad == AutoPad::SameUpper ? big : small;
     }
     int64_t span = in[d] + w.padBegin[d] + w.padEnd[d] - keff;
-    GRAFT_CHECK(span >= 0, "{}: the window (kernel {} with dilation {}, extent {}) is larger than the padded input ({} + {} + {}) on spatial axis {}",
+    GRAFT_CHECK(span >= 0,
+                "{}: the window (kernel {} with dilation {}, extent {}) is larger than the padded input ({} + {} + {}) "
+                "on spatial axis {}",
                 what, kernel[d], w.dilation[d], keff, in[d], w.padBegin[d], w.padEnd[d], d);
     // As ONNX 1.12's shape inference (opset 17): with ceil_mode the last window may start in the
     // end padding (later ONNX and PyTorch drop such a window; graft keeps its shapes equal to the
@@ -104,20 +106,22 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
 
 void checkConvShapes(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group, bool transposed) {
   const std::string& what = wa.what;
-  GRAFT_CHECK(x.size() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", what, shapeToString(x));
+  GRAFT_CHECK(x.size() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", what,
+              shapeToString(x));
   GRAFT_CHECK(w.size() == x.size(), "{}: weights W must have the rank of X ({}), got shape {}", what, x.size(),
               shapeToString(w));
   GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
   int64_t c = x[1];
   GRAFT_CHECK(c % group == 0, "{}: the {} input channels do not divide into group {}", what, c, group);
   if (!transposed) {
-    GRAFT_CHECK(w[1] == c / group, "{}: W of shape {} expects {} input channels per group, X has {} in {} group(s)", what,
-                shapeToString(w), w[1], c, group);
+    GRAFT_CHECK(w[1] == c / group, "{}: W of shape {} expects {} input channels per group, X has {} in {} group(s)",
+                what, shapeToString(w), w[1], c, group);
     GRAFT_CHECK(w[0] % group == 0, "{}: the {} output channels of W do not divide into group {}", what, w[0], group);
   } else {
     GRAFT_CHECK(w[0] == c, "{}: W of shape {} expects {} input channels, X has {}", what, shapeToString(w), w[0], c);
     int64_t m = 0;
-    GRAFT_CHECK(!__builtin_mul_overflow(w[1], group, &m), "{}: output channels {} x group {} overflow", what, w[1], group);
+    GRAFT_CHECK(!__builtin_mul_overflow(w[1], group, &m), "{}: output channels {} x group {} overflow", what, w[1],
+                group);
   }
   Shape k = spatialDims(w);
   GRAFT_CHECK(wa.kernel.empty() || wa.kernel == k, "{}: kernel_shape {} does not match the weights' spatial shape {}",

@@ -4,7 +4,7 @@
 // the accumulator type and read elements through callables, so that integer and quantized
 // convolutions (ConvInteger, QLinearConv) reuse them with zero-point-adjusting loaders.
 #include <graft/ndarray.hpp>
-
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -12,6 +12,20 @@
 #include "support/check.hpp"
 
 namespace graft::ops {
+
+/// The enum value named by string attribute `name` of `n` (or `def` when absent); throws listing
+/// the accepted names.
+template <class E>
+E attrChoice(const ir::Node& n, const char* name, const char* def,
+             std::initializer_list<std::pair<const char*, E>> opts) {
+  std::string v = n.attrString(name, def);
+  std::string names;
+  for (const auto& [s, e] : opts) {
+    if (v == s) return e;
+    names += (names.empty() ? "" : ", ") + std::string(s);
+  }
+  GRAFT_THROW("{}: {} must be one of {}; got '{}'", n.describe(), name, names, v);
+}
 
 /// The ONNX auto_pad attribute.
 enum class AutoPad { NotSet, SameUpper, SameLower, Valid };
@@ -34,9 +48,9 @@ WindowAttrs parseWindowAttrs(const ir::Node& n, bool hasDilations, bool hasCeilM
 
 /// One window resolved against an input: per spatial axis.
 struct Window {
-  Shape in;        ///< input spatial extent
-  Shape out;       ///< output spatial extent
-  Shape kernel;    ///< kernel extent (taps)
+  Shape in;      ///< input spatial extent
+  Shape out;     ///< output spatial extent
+  Shape kernel;  ///< kernel extent (taps)
   Shape stride;
   Shape dilation;
   Shape padBegin;

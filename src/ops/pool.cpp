@@ -26,8 +26,10 @@ T fromDouble(double v) {
 
 template <class T>
 T emptyMax() {
-  if constexpr (std::is_integral_v<T>) return std::numeric_limits<T>::lowest();
-  else return fromDouble<T>(std::numeric_limits<double>::quiet_NaN());
+  if constexpr (std::is_integral_v<T>)
+    return std::numeric_limits<T>::lowest();
+  else
+    return fromDouble<T>(std::numeric_limits<double>::quiet_NaN());
 }
 
 /// Checks X of a windowed pool and resolves its window from kernel_shape.
@@ -76,8 +78,8 @@ KernelFn maxPoolKernel(CompileContext& c) {
   const auto& n = c.node();
   WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/true);
   int64_t storageOrder = n.attrInt("storage_order", 0);
-  GRAFT_CHECK(storageOrder == 0 || storageOrder == 1, "{}: storage_order must be 0 (row major) or 1 (column major), got {}",
-              wa.what, storageOrder);
+  GRAFT_CHECK(storageOrder == 0 || storageOrder == 1,
+              "{}: storage_order must be 0 (row major) or 1 (column major), got {}", wa.what, storageOrder);
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     Window w = poolWindow(wa, x);
@@ -296,8 +298,8 @@ KernelFn maxUnpoolKernel(CompileContext& c) {
     Shape ys = full;
     if (k.hasInput(2)) {
       ys = toInt64Vector(k.input(2));
-      GRAFT_CHECK(static_cast<int64_t>(ys.size()) == x.rank(), "{}: output_shape must have {} values (the rank of X), got {}",
-                  what, x.rank(), shapeToString(ys));
+      GRAFT_CHECK(static_cast<int64_t>(ys.size()) == x.rank(),
+                  "{}: output_shape must have {} values (the rank of X), got {}", what, x.rank(), shapeToString(ys));
       for (int64_t d = 0; d < x.rank(); ++d)
         GRAFT_CHECK(ys[d] >= full[d], "{}: output_shape {} is smaller than the unpooled shape {} on axis {}", what,
                     shapeToString(ys), shapeToString(full), d);
@@ -309,8 +311,9 @@ KernelFn maxUnpoolKernel(CompileContext& c) {
       const int64_t* ip = ind.data<int64_t>();
       std::vector<T> unpooled(static_cast<size_t>(fullTotal), T(0.0f));
       for (int64_t i = 0; i < x.numel(); ++i) {
-        GRAFT_CHECK(ip[i] >= 0 && ip[i] < fullTotal, "{}: index {} at position {} of I is outside the unpooled shape {}",
-                    what, ip[i], i, shapeToString(full));
+        GRAFT_CHECK(ip[i] >= 0 && ip[i] < fullTotal,
+                    "{}: index {} at position {} of I is outside the unpooled shape {}", what, ip[i], i,
+                    shapeToString(full));
         unpooled[ip[i]] = xp[i];
       }
       T* yp = k.allocOutput(0, x.dtype(), ys).data<T>();
@@ -340,12 +343,14 @@ KernelFn maxRoiPoolKernel(CompileContext& c) {
   std::string what = n.describe();
   std::vector<int64_t> pooled = n.attrInts("pooled_shape");
   double scale = n.attrFloat("spatial_scale", 1.0f);
-  GRAFT_CHECK(pooled.size() == 2 && pooled[0] >= 1 && pooled[1] >= 1 && pooled[0] <= (1 << 20) && pooled[1] <= (1 << 20),
-              "{}: pooled_shape must be two positive values, got {}", what, shapeToString(pooled));
+  GRAFT_CHECK(
+      pooled.size() == 2 && pooled[0] >= 1 && pooled[1] >= 1 && pooled[0] <= (1 << 20) && pooled[1] <= (1 << 20),
+      "{}: pooled_shape must be two positive values, got {}", what, shapeToString(pooled));
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& rois = k.input(1);
-    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what,
+                shapeToString(x.shape()));
     GRAFT_CHECK(rois.rank() == 2 && rois.dim(1) == 5, "{}: rois must have shape [num_rois, 5], got {}", what,
                 shapeToString(rois.shape()));
     GRAFT_CHECK(rois.dtype() == x.dtype(), "{}: rois has data type {}, X has {}", what, dtypeName(rois.dtype()),
@@ -439,14 +444,15 @@ KernelFn roiAlignKernel(CompileContext& c) {
   GRAFT_CHECK(mode == "avg" || mode == "max", "{}: mode must be avg or max, got '{}'", what, mode);
   GRAFT_CHECK(OH >= 1 && OW >= 1 && OH <= (1 << 20) && OW <= (1 << 20),
               "{}: output_height and output_width must be positive, got {} and {}", what, OH, OW);
-  GRAFT_CHECK(sampling >= 0 && sampling <= 4096, "{}: sampling_ratio must be in [0, 4096], got {}", what, sampling);
+  GRAFT_CHECK(sampling >= 0 && sampling <= (1 << 20), "{}: sampling_ratio must be >= 0, got {}", what, sampling);
   GRAFT_CHECK(std::isfinite(scale), "{}: spatial_scale must be finite, got {}", what, scale);
   bool halfPixel = ctm == "half_pixel", isMax = mode == "max";
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& rois = k.input(1);
     const NDArray& bi = k.input(2);
-    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what,
+                shapeToString(x.shape()));
     GRAFT_CHECK(rois.rank() == 2 && rois.dim(1) == 4, "{}: rois must have shape [num_rois, 4], got {}", what,
                 shapeToString(rois.shape()));
     GRAFT_CHECK(rois.dtype() == x.dtype(), "{}: rois has data type {}, X has {}", what, dtypeName(rois.dtype()),
@@ -462,11 +468,13 @@ KernelFn roiAlignKernel(CompileContext& c) {
       T* yp = k.allocOutputUninit(0, x.dtype(), {R, C, OH, OW}).data<T>();
       std::vector<Bilinear> samples;
       for (int64_t r = 0; r < R; ++r) {
-        GRAFT_CHECK(batch[r] >= 0 && batch[r] < N, "{}: batch_indices[{}] = {} is outside [0, {})", what, r, batch[r], N);
+        GRAFT_CHECK(batch[r] >= 0 && batch[r] < N, "{}: batch_indices[{}] = {} is outside [0, {})", what, r, batch[r],
+                    N);
         double coord[4];
         for (int i = 0; i < 4; ++i) {
           coord[i] = toDouble(rp[r * 4 + i]) * scale - (halfPixel ? 0.5 : 0.0);
-          GRAFT_CHECK(std::isfinite(coord[i]) && std::abs(coord[i]) < 1e15, "{}: RoI {} has a non-finite coordinate", what, r);
+          GRAFT_CHECK(std::isfinite(coord[i]) && std::abs(coord[i]) < 1e15, "{}: RoI {} has a non-finite coordinate",
+                      what, r);
         }
         double roiW = coord[2] - coord[0], roiH = coord[3] - coord[1];
         // output_half_pixel (the pre-opset-16 behaviour) forces RoIs to at least one pixel.
@@ -479,8 +487,8 @@ KernelFn roiAlignKernel(CompileContext& c) {
         int64_t gw = sampling > 0 ? sampling : static_cast<int64_t>(std::ceil(binW));
         gh = std::max<int64_t>(gh, 0);
         gw = std::max<int64_t>(gw, 0);
-        GRAFT_CHECK(gh <= (int64_t{1} << 22) && gw <= (int64_t{1} << 22) && gh * gw <= (int64_t{1} << 22), "{}: RoI {} needs {} x {} sampling points per bin (RoI in input pixels?)",
-                    what, r, gh, gw);
+        GRAFT_CHECK(gh <= (int64_t{1} << 22) && gw <= (int64_t{1} << 22) && gh * gw <= (int64_t{1} << 22),
+                    "{}: RoI {} needs {} x {} sampling points per bin (RoI in input pixels?)", what, r, gh, gw);
         double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
         samples.clear();
         for (int64_t ph = 0; ph < OH; ++ph)

@@ -30,28 +30,20 @@ struct ResizeAttrs {
 ResizeAttrs parseResizeAttrs(const ir::Node& n) {
   ResizeAttrs a;
   a.what = n.describe();
-  std::string mode = n.attrString("mode", "nearest");
-  if (mode == "nearest") a.interp = Interp::Nearest;
-  else if (mode == "linear") a.interp = Interp::Linear;
-  else if (mode == "cubic") a.interp = Interp::Cubic;
-  else GRAFT_THROW("{}: mode must be nearest, linear or cubic, got '{}'", a.what, mode);
-  std::string ctm = n.attrString("coordinate_transformation_mode", "half_pixel");
-  if (ctm == "half_pixel") a.coord = Coord::HalfPixel;
-  else if (ctm == "pytorch_half_pixel") a.coord = Coord::PytorchHalfPixel;
-  else if (ctm == "align_corners") a.coord = Coord::AlignCorners;
-  else if (ctm == "asymmetric") a.coord = Coord::Asymmetric;
-  else if (ctm == "tf_half_pixel_for_nn") a.coord = Coord::TfHalfPixelForNN;
-  else if (ctm == "tf_crop_and_resize") a.coord = Coord::TfCropAndResize;
-  else
-    GRAFT_THROW("{}: coordinate_transformation_mode must be half_pixel, pytorch_half_pixel, align_corners, asymmetric, "
-                "tf_half_pixel_for_nn or tf_crop_and_resize, got '{}'",
-                a.what, ctm);
-  std::string nm = n.attrString("nearest_mode", "round_prefer_floor");
-  if (nm == "round_prefer_floor") a.round = NearestRound::PreferFloor;
-  else if (nm == "round_prefer_ceil") a.round = NearestRound::PreferCeil;
-  else if (nm == "floor") a.round = NearestRound::Floor;
-  else if (nm == "ceil") a.round = NearestRound::Ceil;
-  else GRAFT_THROW("{}: nearest_mode must be round_prefer_floor, round_prefer_ceil, floor or ceil, got '{}'", a.what, nm);
+  a.interp = attrChoice<Interp>(n, "mode", "nearest",
+                                {{"nearest", Interp::Nearest}, {"linear", Interp::Linear}, {"cubic", Interp::Cubic}});
+  a.coord = attrChoice<Coord>(n, "coordinate_transformation_mode", "half_pixel",
+                              {{"half_pixel", Coord::HalfPixel},
+                               {"pytorch_half_pixel", Coord::PytorchHalfPixel},
+                               {"align_corners", Coord::AlignCorners},
+                               {"asymmetric", Coord::Asymmetric},
+                               {"tf_half_pixel_for_nn", Coord::TfHalfPixelForNN},
+                               {"tf_crop_and_resize", Coord::TfCropAndResize}});
+  a.round = attrChoice<NearestRound>(n, "nearest_mode", "round_prefer_floor",
+                                     {{"round_prefer_floor", NearestRound::PreferFloor},
+                                      {"round_prefer_ceil", NearestRound::PreferCeil},
+                                      {"floor", NearestRound::Floor},
+                                      {"ceil", NearestRound::Ceil}});
   a.cubicA = n.attrFloat("cubic_coeff_a", -0.75f);
   a.excludeOutside = n.attrInt("exclude_outside", 0) != 0;
   a.extrapolation = n.attrFloat("extrapolation_value", 0.0f);
@@ -68,8 +60,8 @@ struct AxisTaps {
 
 /// Keys' cubic convolution weights for the taps at offsets -1, 0, 1, 2 from floor(x), t = x - floor(x).
 void cubicWeights(double t, double A, double w[4]) {
-  auto near = [A](double d) { return ((A + 2) * d - (A + 3)) * d * d + 1; };                // |d| <= 1
-  auto far = [A](double d) { return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A; };            // 1 < |d| < 2
+  auto near = [A](double d) { return ((A + 2) * d - (A + 3)) * d * d + 1; };       // |d| <= 1
+  auto far = [A](double d) { return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A; };  // 1 < |d| < 2
   w[0] = far(t + 1);
   w[1] = near(t);
   w[2] = near(1 - t);
@@ -85,11 +77,21 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
   for (int64_t y = 0; y < out; ++y) {
     double yd = static_cast<double>(y), x = 0;
     switch (a.coord) {
-      case Coord::HalfPixel: x = (yd + 0.5) / scale - 0.5; break;
-      case Coord::PytorchHalfPixel: x = outLen > 1 ? (yd + 0.5) / scale - 0.5 : 0.0; break;
-      case Coord::AlignCorners: x = outLen == 1 ? 0.0 : yd * (L - 1) / (outLen - 1); break;
-      case Coord::Asymmetric: x = yd / scale; break;
-      case Coord::TfHalfPixelForNN: x = (yd + 0.5) / scale; break;
+      case Coord::HalfPixel:
+        x = (yd + 0.5) / scale - 0.5;
+        break;
+      case Coord::PytorchHalfPixel:
+        x = outLen > 1 ? (yd + 0.5) / scale - 0.5 : 0.0;
+        break;
+      case Coord::AlignCorners:
+        x = outLen == 1 ? 0.0 : yd * (L - 1) / (outLen - 1);
+        break;
+      case Coord::Asymmetric:
+        x = yd / scale;
+        break;
+      case Coord::TfHalfPixelForNN:
+        x = (yd + 0.5) / scale;
+        break;
       case Coord::TfCropAndResize:
         x = outLen > 1 ? roiStart * (L - 1) + yd * (roiEnd - roiStart) * (L - 1) / (outLen - 1)
                        : 0.5 * (roiStart + roiEnd) * (L - 1);
@@ -107,10 +109,18 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
     if (a.interp == Interp::Nearest) {
       double r = 0;
       switch (a.round) {
-        case NearestRound::PreferFloor: r = std::ceil(x - 0.5); break;
-        case NearestRound::PreferCeil: r = std::floor(x + 0.5); break;
-        case NearestRound::Floor: r = std::floor(x); break;
-        case NearestRound::Ceil: r = std::ceil(x); break;
+        case NearestRound::PreferFloor:
+          r = std::ceil(x - 0.5);
+          break;
+        case NearestRound::PreferCeil:
+          r = std::floor(x + 0.5);
+          break;
+        case NearestRound::Floor:
+          r = std::floor(x);
+          break;
+        case NearestRound::Ceil:
+          r = std::ceil(x);
+          break;
       }
       t.taps.emplace_back(clampIdx(static_cast<int64_t>(r)), 1.0);
       continue;
@@ -129,7 +139,8 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
         if (a.excludeOutside && (idx < 0 || idx >= in)) w[i] = 0;
         sum += w[i];
       }
-      for (int i = 0; i < 4; ++i) t.taps.emplace_back(clampIdx(x0 - 1 + i), a.excludeOutside && sum != 0 ? w[i] / sum : w[i]);
+      for (int i = 0; i < 4; ++i)
+        t.taps.emplace_back(clampIdx(x0 - 1 + i), a.excludeOutside && sum != 0 ? w[i] / sum : w[i]);
     }
     // Zero weights add nothing; dropping them keeps N-D products small.
     std::erase_if(t.taps, [](const auto& p) { return p.second == 0.0; });
@@ -142,8 +153,10 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
 /// saturate, rather than truncate, so that resizing a constant integer image keeps it constant.
 template <class T>
 T fromInterpolated(double v) {
-  if constexpr (std::is_integral_v<T>) return convertElement<T>(std::nearbyint(v));
-  else return convertElement<T>(v);
+  if constexpr (std::is_integral_v<T>)
+    return convertElement<T>(std::nearbyint(v));
+  else
+    return convertElement<T>(v);
 }
 
 std::vector<double> floatValues(const NDArray& a, const std::string& what, const char* name) {
@@ -164,16 +177,16 @@ KernelFn resizeKernel(CompileContext& c) {
     GRAFT_CHECK(r >= 1, "{}: input X must have rank >= 1", what);
     bool hasSizes = k.hasInput(3) && k.input(3).numel() > 0;
     bool hasScales = k.hasInput(2) && k.input(2).numel() > 0;
-    GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}", what,
-                hasSizes ? "both" : "neither");
+    GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}",
+                what, hasSizes ? "both" : "neither");
     Shape out(r);
     std::vector<double> scales(r);
     if (hasSizes) {
       GRAFT_CHECK(k.input(3).dtype() == DataType::Int64, "{}: sizes must be int64, got {}", what,
                   dtypeName(k.input(3).dtype()));
       out = toInt64Vector(k.input(3));
-      GRAFT_CHECK(static_cast<int64_t>(out.size()) == r, "{}: sizes must have {} values (the rank of X), got {}", what, r,
-                  out.size());
+      GRAFT_CHECK(static_cast<int64_t>(out.size()) == r, "{}: sizes must have {} values (the rank of X), got {}", what,
+                  r, out.size());
       for (int64_t d = 0; d < r; ++d) {
         GRAFT_CHECK(out[d] >= 0, "{}: sizes {} has a negative value", what, shapeToString(out));
         GRAFT_CHECK(x.dim(d) > 0 || out[d] == 0, "{}: cannot resize the empty axis {} of X {} to {}", what, d,
@@ -182,8 +195,8 @@ KernelFn resizeKernel(CompileContext& c) {
       }
     } else {
       scales = floatValues(k.input(2), what, "scales");
-      GRAFT_CHECK(static_cast<int64_t>(scales.size()) == r, "{}: scales must have {} values (the rank of X), got {}", what,
-                  r, scales.size());
+      GRAFT_CHECK(static_cast<int64_t>(scales.size()) == r, "{}: scales must have {} values (the rank of X), got {}",
+                  what, r, scales.size());
       for (int64_t d = 0; d < r; ++d) {
         GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
                     scales[d]);
@@ -232,8 +245,10 @@ KernelFn resizeKernel(CompileContext& c) {
           if (!outside)
             for (int64_t d = 0; d < r; ++d) off += cur[d]->taps[0].first * xs[d];
           // An exact copy, so any element type works.
-          if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) yp[yi] = outside ? T{} : xp[off];
-          else yp[yi] = outside ? convertElement<T>(a.extrapolation) : xp[off];
+          if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>)
+            yp[yi] = outside ? T{} : xp[off];
+          else
+            yp[yi] = outside ? convertElement<T>(a.extrapolation) : xp[off];
         } else if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>) {
           double acc = a.extrapolation;
           if (!outside) {
@@ -288,17 +303,16 @@ KernelFn gridSampleKernel(CompileContext& c) {
   const auto& n = c.node();
   std::string what = n.describe();
   bool align = n.attrInt("align_corners", 0) != 0;
-  std::string mode = n.attrString("mode", "bilinear"), pm = n.attrString("padding_mode", "zeros");
-  GRAFT_CHECK(mode == "bilinear" || mode == "nearest" || mode == "bicubic",
-              "{}: mode must be bilinear, nearest or bicubic, got '{}'", what, mode);
-  GridPad pad = pm == "zeros" ? GridPad::Zeros : pm == "border" ? GridPad::Border : GridPad::Reflection;
-  GRAFT_CHECK(pm == "zeros" || pm == "border" || pm == "reflection",
-              "{}: padding_mode must be zeros, border or reflection, got '{}'", what, pm);
-  Interp interp = mode == "bilinear" ? Interp::Linear : mode == "nearest" ? Interp::Nearest : Interp::Cubic;
+  Interp interp = attrChoice<Interp>(
+      n, "mode", "bilinear", {{"bilinear", Interp::Linear}, {"nearest", Interp::Nearest}, {"bicubic", Interp::Cubic}});
+  GridPad pad = attrChoice<GridPad>(
+      n, "padding_mode", "zeros",
+      {{"zeros", GridPad::Zeros}, {"border", GridPad::Border}, {"reflection", GridPad::Reflection}});
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& grid = k.input(1);
-    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() == 4, "{}: input X must have rank 4 ([N, C, H, W]), got shape {}", what,
+                shapeToString(x.shape()));
     GRAFT_CHECK(grid.rank() == 4 && grid.dim(0) == x.dim(0) && grid.dim(3) == 2,
                 "{}: grid must have shape [{}, H_out, W_out, 2], got {}", what, x.dim(0), shapeToString(grid.shape()));
     int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), OH = grid.dim(1), OW = grid.dim(2);
@@ -334,9 +348,12 @@ KernelFn gridSampleKernel(CompileContext& c) {
               if (interp == Interp::Nearest) v = std::nearbyint(v);
               if (std::isnan(v)) valid = false;
               if (v < lo[a] || v > hi[a]) {
-                if (pad == GridPad::Border) v = std::min(std::max(v, 0.0), L - 1);
-                else if (pad == GridPad::Reflection && std::isfinite(v)) v = reflect(v, lo[a], hi[a]);
-                else if (pad == GridPad::Reflection) valid = false;
+                if (pad == GridPad::Border)
+                  v = std::min(std::max(v, 0.0), L - 1);
+                else if (pad == GridPad::Reflection && std::isfinite(v))
+                  v = reflect(v, lo[a], hi[a]);
+                else if (pad == GridPad::Reflection)
+                  valid = false;
               }
               // Far outside, every tap reads padding: bound v so the integer conversions stay defined.
               pos[a] = std::min(std::max(v, -8.0), L + 8);
@@ -365,7 +382,8 @@ KernelFn gridSampleKernel(CompileContext& c) {
               if (valid)
                 for (const auto& [yi, wy] : taps[1])
                   for (const auto& [xi, wx] : taps[0])
-                    if (yi >= 0 && xi >= 0) acc += wy * wx * static_cast<double>(static_cast<ComputeType<T>>(plane[yi * W + xi]));
+                    if (yi >= 0 && xi >= 0)
+                      acc += wy * wx * static_cast<double>(static_cast<ComputeType<T>>(plane[yi * W + xi]));
               yp[((nb * C + ch) * OH + oh) * OW + ow] = fromInterpolated<T>(acc);
             }
           }

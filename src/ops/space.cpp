@@ -46,8 +46,10 @@ KernelFn depthToSpaceKernel(CompileContext& c) {
   bool crd = mode == "CRD";
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    GRAFT_CHECK(x.rank() == 4, "{}: input must have rank 4 ([N, C, H, W]), got shape {}", what, shapeToString(x.shape()));
-    GRAFT_CHECK(x.dim(1) % (b * b) == 0, "{}: channels ({}) must be a multiple of blocksize^2 ({})", what, x.dim(1), b * b);
+    GRAFT_CHECK(x.rank() == 4, "{}: input must have rank 4 ([N, C, H, W]), got shape {}", what,
+                shapeToString(x.shape()));
+    GRAFT_CHECK(x.dim(1) % (b * b) == 0, "{}: channels ({}) must be a multiple of blocksize^2 ({})", what, x.dim(1),
+                b * b);
     int64_t N = x.dim(0), Cy = x.dim(1) / (b * b), H = x.dim(2), W = x.dim(3);
     Shape ys = {N, Cy, mulChecked(H, b, what), mulChecked(W, b, what)};
     shapeNumel(ys);  // throws on overflow
@@ -67,7 +69,8 @@ KernelFn spaceToDepthKernel(CompileContext& c) {
   std::string what = n.describe();
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    GRAFT_CHECK(x.rank() == 4, "{}: input must have rank 4 ([N, C, H, W]), got shape {}", what, shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() == 4, "{}: input must have rank 4 ([N, C, H, W]), got shape {}", what,
+                shapeToString(x.shape()));
     GRAFT_CHECK(x.dim(2) % b == 0 && x.dim(3) % b == 0, "{}: spatial shape [{}, {}] must be a multiple of blocksize {}",
                 what, x.dim(2), x.dim(3), b);
     int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2) / b, W = x.dim(3) / b;

@@ -130,15 +130,16 @@ TEST(Conv, AutoPadModes) {
                        arr<float>({1, 1, 3}, {0 + 0 + 1 + 2, 1 + 2 + 3 + 4, 3 + 4 + 5 + 0})));
   EXPECT_TRUE(allClose(run1("Conv", {x, w}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2}}})),
                        arr<float>({1, 1, 1}, {10})));
-  EXPECT_TRUE(allClose(run1("Conv", {x, w}, attrs({{"auto_pad", std::string("NOTSET")}})), arr<float>({1, 1, 2}, {10, 14})));
+  EXPECT_TRUE(
+      allClose(run1("Conv", {x, w}, attrs({{"auto_pad", std::string("NOTSET")}})), arr<float>({1, 1, 2}, {10, 14})));
 }
 
 TEST(Conv, HalfAndDoubleInputs) {
   auto xd = randomArray(DataType::Double, {1, 2, 4, 4}, 7), wd = randomArray(DataType::Double, {3, 2, 2, 2}, 8);
   auto yd = run1("Conv", {xd, wd});
   ASSERT_EQ(yd.dtype(), DataType::Double);
-  auto want = naiveConv(ops::castArray(xd, DataType::Float), ops::castArray(wd, DataType::Float), nullptr, {1, 1}, {1, 1},
-                        {0, 0, 0, 0}, 1);
+  auto want = naiveConv(ops::castArray(xd, DataType::Float), ops::castArray(wd, DataType::Float), nullptr, {1, 1},
+                        {1, 1}, {0, 0, 0, 0}, 1);
   EXPECT_TRUE(allClose(yd, ops::castArray(want, DataType::Double), 1e-5));
   auto xh = randomArray(DataType::Float16, {1, 1, 3}, 9), wh = randomArray(DataType::Float16, {1, 1, 2}, 10);
   auto yh = run1("Conv", {xh, wh});
@@ -151,7 +152,7 @@ TEST(Conv, RejectsBadInputs) {
   auto x = arr<float>({1, 2, 4}, std::vector<float>(8, 1));
   auto w = arr<float>({1, 2, 3}, std::vector<float>(6, 1));
   EXPECT_THROW(run1("Conv", {x, arr<float>({1, 3, 3}, std::vector<float>(9, 1))}), Error);  // channel mismatch
-  EXPECT_THROW(run1("Conv", {x, w}, attrs({{"group", int64_t{2}}})), Error);               // C/group != W dim 1
+  EXPECT_THROW(run1("Conv", {x, w}, attrs({{"group", int64_t{2}}})), Error);                // C/group != W dim 1
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"group", int64_t{0}}})), Error);
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"kernel_shape", Ints{2}}})), Error);
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"strides", Ints{0}}})), Error);
@@ -159,8 +160,8 @@ TEST(Conv, RejectsBadInputs) {
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"pads", Ints{-1, 0}}})), Error);
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"auto_pad", std::string("SAME")}})), Error);
   EXPECT_THROW(run1("Conv", {x, w}, attrs({{"auto_pad", std::string("SAME_UPPER")}, {"pads", Ints{1, 1}}})), Error);
-  EXPECT_THROW(run1("Conv", {x, arr<float>({1, 2, 5}, std::vector<float>(10, 1))}), Error);  // kernel > input
-  EXPECT_THROW(run1("Conv", {x, w, arr<float>({2}, {1, 2})}), Error);                          // bias size
+  EXPECT_THROW(run1("Conv", {x, arr<float>({1, 2, 5}, std::vector<float>(10, 1))}), Error);   // kernel > input
+  EXPECT_THROW(run1("Conv", {x, w, arr<float>({2}, {1, 2})}), Error);                         // bias size
   EXPECT_THROW(run1("Conv", {arr<float>({2, 4}, std::vector<float>(8, 1)), w}), Error);       // rank 2
   EXPECT_THROW(run1("Conv", {x, arr<double>({1, 2, 3}, std::vector<double>(6, 1))}), Error);  // dtype mix
   EXPECT_THROW(run1("Conv", {arr<int32_t>({1, 1, 3}, {1, 2, 3}), arr<int32_t>({1, 1, 1}, {1})}), Error);
@@ -176,7 +177,8 @@ TEST(Conv, CoreAccumulatesIntegersForQuantizedVariants) {
   ops::ConvShape s = ops::convShapeOf(wa, {1, 1, 4}, {1, 1, 2}, 1);
   std::vector<int32_t> y(3, 0);
   ops::convDirect<int32_t>(
-      s, [&](int64_t i) { return static_cast<int32_t>(x[i]) - xzp; }, [&](int64_t i) { return static_cast<int32_t>(w[i]); },
+      s, [&](int64_t i) { return static_cast<int32_t>(x[i]) - xzp; },
+      [&](int64_t i) { return static_cast<int32_t>(w[i]); },
       [&](int64_t i, int64_t oc, int32_t acc) {
         EXPECT_EQ(oc, 0);
         y[i] = acc;
@@ -200,8 +202,9 @@ TEST(ConvTranspose, OnnxDocExample) {
 
 TEST(ConvTranspose, OneDimensionalWithStrideAndBias) {
   // y[i*s + k] += x[i] * w[k]: x = [1, 2], w = [1, 10], s = 3 -> [1, 10, 0, 2, 20] (+ bias 0.5).
-  auto y = run1("ConvTranspose", {arr<float>({1, 1, 2}, {1, 2}), arr<float>({1, 1, 2}, {1, 10}), arr<float>({1}, {0.5f})},
-                attrs({{"strides", Ints{3}}}));
+  auto y =
+      run1("ConvTranspose", {arr<float>({1, 1, 2}, {1, 2}), arr<float>({1, 1, 2}, {1, 10}), arr<float>({1}, {0.5f})},
+           attrs({{"strides", Ints{3}}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 5}, {1.5f, 10.5f, 0.5f, 2.5f, 20.5f})));
   // output_padding adds one element at the end; pads crop.
   y = run1("ConvTranspose", {arr<float>({1, 1, 2}, {1, 2}), arr<float>({1, 1, 2}, {1, 10})},
@@ -229,7 +232,8 @@ TEST(ConvTranspose, IsTheAdjointOfConv) {
     auto v = randomArray(DataType::Float, y.shape(), seed++);
     // The transposed conv must reproduce x's spatial shape: output_shape says so explicitly.
     Ints os(c.x.begin() + 2, c.x.end());
-    auto ta = attrs({{"strides", c.strides}, {"dilations", c.dil}, {"pads", c.pads}, {"group", c.group}, {"output_shape", os}});
+    auto ta = attrs(
+        {{"strides", c.strides}, {"dilations", c.dil}, {"pads", c.pads}, {"group", c.group}, {"output_shape", os}});
     NDArray xt = run1("ConvTranspose", {v, w}, ta);
     ASSERT_EQ(xt.shape(), x.shape());
     EXPECT_NEAR(dot(y, v), dot(x, xt), 1e-4 * (1 + std::abs(dot(y, v))));
@@ -260,7 +264,8 @@ TEST(ConvTranspose, AutoPadAndOutputShape) {
   auto big2 = run1("ConvTranspose", {x, w}, attrs({{"strides", Ints{2, 2}}, {"output_shape", Ints{1, 2, 8, 7}}}));
   EXPECT_TRUE(allClose(big2, big));
   // VALID: no padding.
-  EXPECT_TRUE(allClose(run1("ConvTranspose", {x, w}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}})), full));
+  EXPECT_TRUE(allClose(
+      run1("ConvTranspose", {x, w}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}})), full));
 }
 
 TEST(ConvTranspose, DilationsAndGroups) {
@@ -269,7 +274,8 @@ TEST(ConvTranspose, DilationsAndGroups) {
                             attrs({{"dilations", Ints{2}}})),
                        arr<float>({1, 1, 3}, {1, 0, 2})));
   // Two groups: each input channel feeds only its own output channel.
-  auto y = run1("ConvTranspose", {arr<float>({1, 2, 1}, {1, 2}), arr<float>({2, 1, 1}, {3, 5})}, attrs({{"group", int64_t{2}}}));
+  auto y = run1("ConvTranspose", {arr<float>({1, 2, 1}, {1, 2}), arr<float>({2, 1, 1}, {3, 5})},
+                attrs({{"group", int64_t{2}}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 2, 1}, {3, 10})));
 }
 
@@ -281,7 +287,7 @@ TEST(ConvTranspose, RejectsBadInputs) {
   EXPECT_THROW(run1("ConvTranspose", {x, w}, attrs({{"output_padding", Ints{1, 1}}})), Error);
   EXPECT_THROW(run1("ConvTranspose", {x, w}, attrs({{"output_shape", Ints{4, 4}}})), Error);
   EXPECT_THROW(run1("ConvTranspose", {x, w}, attrs({{"pads", Ints{3, 3}}})), Error);  // negative output
-  EXPECT_THROW(run1("ConvTranspose", {x, w, arr<float>({2}, {1, 1})}), Error);       // bias: 1 channel
+  EXPECT_THROW(run1("ConvTranspose", {x, w, arr<float>({2}, {1, 1})}), Error);        // bias: 1 channel
   EXPECT_THROW(run1("ConvTranspose", {x, w}, attrs({{"strides", Ints{int64_t{1} << 45}}})), Error);
 }
 

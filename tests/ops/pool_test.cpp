@@ -31,8 +31,11 @@ TEST(MaxPool, TwoByTwoStrideTwoWithIndices) {
   // Row-major flat indices; the first maximum wins ties (6 at 14 and 15).
   EXPECT_TRUE(allClose(out.at(1), arr<int64_t>({1, 1, 2, 2}, {1, 6, 8, 14})));
   // Column-major: index = w * H + h.
-  auto col = runReference({"MaxPool", {x},
-                           attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"storage_order", int64_t{1}}}), 2});
+  auto col =
+      runReference({"MaxPool",
+                    {x},
+                    attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"storage_order", int64_t{1}}}),
+                    2});
   EXPECT_TRUE(allClose(col.at(1), arr<int64_t>({1, 1, 2, 2}, {4, 9, 2, 11})));
 }
 
@@ -50,13 +53,15 @@ TEST(MaxPool, IndicesCountBatchAndChannels) {
 TEST(MaxPool, PadsDilationsAndCeilMode) {
   auto x = iota4x4();
   // Padding never wins: the max of a padded corner window is the input element.
-  EXPECT_TRUE(allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{3, 3}}})),
-                       arr<float>({1, 1, 2, 2}, {6, 8, 14, 16})));
+  EXPECT_TRUE(allClose(
+      run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{3, 3}}})),
+      arr<float>({1, 1, 2, 2}, {6, 8, 14, 16})));
   // Dilation 2: taps at 0 and 2.
   EXPECT_TRUE(allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}})),
                        arr<float>({1, 1, 2, 2}, {11, 12, 15, 16})));
   // ceil_mode keeps the partial last window.
-  auto c = run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}));
+  auto c =
+      run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}));
   EXPECT_TRUE(allClose(c, arr<float>({1, 1, 2, 2}, {11, 12, 15, 16})));
   auto f = run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}));
   EXPECT_TRUE(allClose(f, arr<float>({1, 1, 1, 1}, {11})));
@@ -71,8 +76,9 @@ TEST(MaxPool, WindowsOverPaddingOnly) {
   EXPECT_TRUE(allClose(out.at(1), arr<int64_t>({1, 1, 1}, {-1})));
   EXPECT_TRUE(allClose(run1("MaxPool", {arr<uint8_t>({1, 1, 1}, {7})}, a), arr<uint8_t>({1, 1, 1}, {0})));
   // ceil_mode: as ONNX 1.12's shape inference, the last window may start in the end padding.
-  auto c = run1("MaxPool", {arr<float>({1, 1, 4}, {1, 2, 3, 4})},
-                attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t{1}}}));
+  auto c =
+      run1("MaxPool", {arr<float>({1, 1, 4}, {1, 2, 3, 4})},
+           attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t{1}}}));
   EXPECT_TRUE(allClose(c, arr<float>({1, 1, 3}, {2, 4, NAN})));
 }
 
@@ -80,7 +86,10 @@ TEST(MaxPool, ShapeAgreesWithOnnxInference) {
   auto x = randomArray(DataType::Float, {1, 2, 7, 8}, 3);
   std::vector<ir::Attributes> cases = {
       attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 3}}, {"ceil_mode", int64_t{1}}}),
-      attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{0, 0, 1, 1}}, {"ceil_mode", int64_t{1}}}),
+      attrs({{"kernel_shape", Ints{2, 2}},
+             {"strides", Ints{2, 2}},
+             {"pads", Ints{0, 0, 1, 1}},
+             {"ceil_mode", int64_t{1}}}),
       attrs({{"kernel_shape", Ints{3, 3}}, {"auto_pad", std::string("SAME_UPPER")}, {"strides", Ints{2, 3}}}),
       attrs({{"kernel_shape", Ints{2, 3}}, {"auto_pad", std::string("SAME_LOWER")}, {"dilations", Ints{2, 1}}}),
       attrs({{"kernel_shape", Ints{2, 3}}, {"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}}),
@@ -94,10 +103,12 @@ TEST(MaxPool, ShapeAgreesWithOnnxInference) {
 TEST(MaxPool, SameUpperAndLowerPadding) {
   auto x = arr<float>({1, 1, 4}, {4, 1, 2, 3});
   // kernel 2, stride 1: total pad 1, at the end (UPPER) or the beginning (LOWER).
-  EXPECT_TRUE(allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"auto_pad", std::string("SAME_UPPER")}})),
-                       arr<float>({1, 1, 4}, {4, 2, 3, 3})));
-  EXPECT_TRUE(allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"auto_pad", std::string("SAME_LOWER")}})),
-                       arr<float>({1, 1, 4}, {4, 4, 2, 3})));
+  EXPECT_TRUE(
+      allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+               arr<float>({1, 1, 4}, {4, 2, 3, 3})));
+  EXPECT_TRUE(
+      allClose(run1("MaxPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"auto_pad", std::string("SAME_LOWER")}})),
+               arr<float>({1, 1, 4}, {4, 4, 2, 3})));
 }
 
 TEST(MaxPool, IntegerTypesAndNaN) {
@@ -129,7 +140,8 @@ TEST(AveragePool, PadsCountedOrNot) {
   // Corner windows hold 4 elements: (1 + 2 + 5 + 6) / 4 etc.
   EXPECT_TRUE(allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 2, 2}, {3.5f, 5.5f, 11.5f, 13.5f})));
   a.set("count_include_pad", int64_t{1});
-  EXPECT_TRUE(allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 2, 2}, {14 / 9.f, 22 / 9.f, 46 / 9.f, 54 / 9.f})));
+  EXPECT_TRUE(
+      allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 2, 2}, {14 / 9.f, 22 / 9.f, 46 / 9.f, 54 / 9.f})));
 }
 
 TEST(AveragePool, CeilModePartialWindows) {
@@ -154,19 +166,24 @@ TEST(AveragePool, ThreeDimensionalMatchesMean) {
 }
 
 TEST(AveragePool, RejectsBadAttributes) {
-  EXPECT_THROW(run1("AveragePool", {iota4x4()}, attrs({{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("bad")}})), Error);
+  EXPECT_THROW(
+      run1("AveragePool", {iota4x4()}, attrs({{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("bad")}})), Error);
 }
 
 TEST(AveragePool, WindowsOverPaddingOnly) {
   // Windows start at -1, 0, 1, 2, 3 over one element: the last three see padding only.
   auto a = attrs({{"kernel_shape", Ints{3}}, {"pads", Ints{1, 5}}});
-  EXPECT_TRUE(allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {6})}, a), arr<float>({1, 1, 5}, {6, 6, NAN, NAN, NAN})));
+  EXPECT_TRUE(
+      allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {6})}, a), arr<float>({1, 1, 5}, {6, 6, NAN, NAN, NAN})));
   a.set("count_include_pad", int64_t{1});
   EXPECT_TRUE(allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {6})}, a), arr<float>({1, 1, 5}, {2, 2, 0, 0, 0})));
   // Stride beyond the kernel with ceil_mode: the last window lies past the end padding.
-  auto b = attrs({{"kernel_shape", Ints{1}}, {"strides", Ints{3}}, {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}});
-  EXPECT_TRUE(allClose(run1("AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b), arr<float>({1, 1, 3}, {1, 4, NAN})));
-  EXPECT_EQ(inferTypes({"AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b}).at(0).info.shape(), Shape({1, 1, 3}));
+  auto b = attrs(
+      {{"kernel_shape", Ints{1}}, {"strides", Ints{3}}, {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}});
+  EXPECT_TRUE(
+      allClose(run1("AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b), arr<float>({1, 1, 3}, {1, 4, NAN})));
+  EXPECT_EQ(inferTypes({"AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b}).at(0).info.shape(),
+            Shape({1, 1, 3}));
 }
 
 // ---- LpPool -------------------------------------------------------------------------------------
@@ -175,12 +192,14 @@ TEST(LpPool, NormsOfWindows) {
   auto x = arr<float>({1, 1, 4}, {3, -4, 0, 2});
   EXPECT_TRUE(allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}})),
                        arr<float>({1, 1, 2}, {5, 2})));
-  EXPECT_TRUE(allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"p", int64_t{1}}})), arr<float>({1, 1, 3}, {7, 4, 2})));
+  EXPECT_TRUE(allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"p", int64_t{1}}})),
+                       arr<float>({1, 1, 3}, {7, 4, 2})));
   EXPECT_TRUE(allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"p", int64_t{3}}, {"strides", Ints{2}}})),
                        arr<float>({1, 1, 2}, {static_cast<float>(std::cbrt(91.0)), 2})));
   // Padding contributes zeros.
-  EXPECT_TRUE(allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"pads", Ints{1, 1}}, {"strides", Ints{4}}})),
-                       arr<float>({1, 1, 2}, {3, 2})));
+  EXPECT_TRUE(
+      allClose(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"pads", Ints{1, 1}}, {"strides", Ints{4}}})),
+               arr<float>({1, 1, 2}, {3, 2})));
   EXPECT_THROW(run1("LpPool", {x}, attrs({{"kernel_shape", Ints{2}}, {"p", int64_t{0}}})), Error);
 }
 
@@ -214,7 +233,8 @@ TEST(MaxUnpool, InvertsMaxPoolPositions) {
 }
 
 TEST(MaxUnpool, OutputShapePadsAtTheEnd) {
-  auto y = run1("MaxUnpool", {arr<float>({1, 1, 1, 2}, {5, 6}), arr<int64_t>({1, 1, 1, 2}, {1, 2}), arr<int64_t>({4}, {1, 1, 3, 5})},
+  auto y = run1("MaxUnpool",
+                {arr<float>({1, 1, 1, 2}, {5, 6}), arr<int64_t>({1, 1, 1, 2}, {1, 2}), arr<int64_t>({4}, {1, 1, 3, 5})},
                 attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
   // Default shape [1, 1, 2, 4]: index 1 -> (0, 1), index 2 -> (0, 2); embedded in a 3 x 5 plane.
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 3, 5}, {0, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})));
@@ -225,11 +245,13 @@ TEST(MaxUnpool, RejectsBadIndicesAndShapes) {
   auto x = arr<float>({1, 1, 2}, {1, 2});
   EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {0, 4})}, a), Error);   // out of range
   EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {-1, 0})}, a), Error);  // negative
-  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 2}, {0, 1})}, a), Error);       // shape of I
-  EXPECT_THROW(run1("MaxUnpool", {x, arr<int32_t>({1, 1, 2}, {0, 1})}, a), Error);    // dtype of I
-  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {0, 1}), arr<int64_t>({3}, {1, 1, 3})}, a), Error);  // smaller
-  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {0, 1}), arr<int64_t>({2}, {1, 4})}, a), Error);     // rank
-  EXPECT_TRUE(allClose(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {3, 0})}, a), arr<float>({1, 1, 4}, {2, 0, 0, 1})));
+  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 2}, {0, 1})}, a), Error);      // shape of I
+  EXPECT_THROW(run1("MaxUnpool", {x, arr<int32_t>({1, 1, 2}, {0, 1})}, a), Error);   // dtype of I
+  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {0, 1}), arr<int64_t>({3}, {1, 1, 3})}, a),
+               Error);  // smaller
+  EXPECT_THROW(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {0, 1}), arr<int64_t>({2}, {1, 4})}, a), Error);  // rank
+  EXPECT_TRUE(
+      allClose(run1("MaxUnpool", {x, arr<int64_t>({1, 1, 2}, {3, 0})}, a), arr<float>({1, 1, 4}, {2, 0, 0, 1})));
 }
 
 // ---- MaxRoiPool ---------------------------------------------------------------------------------
@@ -241,7 +263,8 @@ TEST(MaxRoiPool, BinsOfTheRoi) {
   auto y = run1("MaxRoiPool", {x, rois}, attrs({{"pooled_shape", Ints{2, 2}}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2, 2}, {7, 8, 11, 12})));
   // spatial_scale maps RoI coordinates to pixels: whole image, one bin.
-  y = run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, 0, 0, 6, 6})}, attrs({{"pooled_shape", Ints{1, 1}}, {"spatial_scale", 0.5f}}));
+  y = run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, 0, 0, 6, 6})},
+           attrs({{"pooled_shape", Ints{1, 1}}, {"spatial_scale", 0.5f}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 1, 1}, {16})));
   // A RoI outside the image gives empty bins: 0.
   y = run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, 10, 10, 12, 12})}, attrs({{"pooled_shape", Ints{1, 1}}}));
@@ -254,7 +277,8 @@ TEST(MaxRoiPool, RejectsBadRois) {
   EXPECT_THROW(run1("MaxRoiPool", {x, arr<float>({1, 5}, {1, 0, 0, 1, 1})}, a), Error);  // batch 1 of 1
   EXPECT_THROW(run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, NAN, 0, 1, 1})}, a), Error);
   EXPECT_THROW(run1("MaxRoiPool", {x, arr<float>({1, 4}, {0, 0, 1, 1})}, a), Error);
-  EXPECT_THROW(run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, 0, 0, 1, 1})}, attrs({{"pooled_shape", Ints{0, 1}}})), Error);
+  EXPECT_THROW(run1("MaxRoiPool", {x, arr<float>({1, 5}, {0, 0, 0, 1, 1})}, attrs({{"pooled_shape", Ints{0, 1}}})),
+               Error);
 }
 
 // ---- RoiAlign -----------------------------------------------------------------------------------
@@ -273,14 +297,17 @@ TEST(RoiAlign, AverageOfLinearImageIsBinCentre) {
   auto rois = arr<float>({1, 4}, {1, 1, 4, 3});  // x1 y1 x2 y2
   auto bi = arr<int64_t>({1}, {0});
   // half_pixel: shift by -0.5; RoI x [0.5, 3.5] y [0.5, 2.5]; 2 x 3 bins.
-  auto y = run1("RoiAlign", {x, rois, bi}, attrs({{"output_height", int64_t{2}}, {"output_width", int64_t{3}}, {"sampling_ratio", int64_t{2}}}));
+  auto y = run1("RoiAlign", {x, rois, bi},
+                attrs({{"output_height", int64_t{2}}, {"output_width", int64_t{3}}, {"sampling_ratio", int64_t{2}}}));
   std::vector<float> want;
   for (int ph = 0; ph < 2; ++ph)
     for (int pw = 0; pw < 3; ++pw) want.push_back(10 * (0.5f + (ph + 0.5f) * 1.0f) + (0.5f + (pw + 0.5f) * 1.0f));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2, 3}, want), 1e-5, 1e-5));
   // output_half_pixel: no shift.
-  y = run1("RoiAlign", {x, rois, bi}, attrs({{"output_height", int64_t{1}}, {"output_width", int64_t{1}},
-                                              {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
+  y = run1("RoiAlign", {x, rois, bi},
+           attrs({{"output_height", int64_t{1}},
+                  {"output_width", int64_t{1}},
+                  {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 1, 1}, {10 * 2.0f + 2.5f}), 1e-5, 1e-5));
 }
 
@@ -292,14 +319,19 @@ TEST(RoiAlign, MaxModeAndBatchIndices) {
   for (int i = 0; i < 32; ++i) x.data<float>()[i] = i < 16 ? 1.0f : 3.0f;
   auto rois = arr<float>({2, 4}, {0, 0, 2, 2, 0, 0, 2, 2});
   auto bi = arr<int64_t>({2}, {1, 0});
-  auto y = run1("RoiAlign", {x, rois, bi}, attrs({{"sampling_ratio", int64_t{1}}, {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
+  auto y = run1(
+      "RoiAlign", {x, rois, bi},
+      attrs({{"sampling_ratio", int64_t{1}}, {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
   EXPECT_TRUE(allClose(y, arr<float>({2, 1, 1, 1}, {3, 1})));
-  y = run1("RoiAlign", {x, rois, bi}, attrs({{"mode", std::string("max")}, {"sampling_ratio", int64_t{1}},
-                                              {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
+  y = run1("RoiAlign", {x, rois, bi},
+           attrs({{"mode", std::string("max")},
+                  {"sampling_ratio", int64_t{1}},
+                  {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
   EXPECT_TRUE(allClose(y, arr<float>({2, 1, 1, 1}, {3, 1})));
   // A sample between pixels: max mode gives the largest weighted corner, 0.25 * 3.
   y = run1("RoiAlign", {x, arr<float>({1, 4}, {0, 0, 1, 1}), arr<int64_t>({1}, {1})},
-           attrs({{"mode", std::string("max")}, {"sampling_ratio", int64_t{1}},
+           attrs({{"mode", std::string("max")},
+                  {"sampling_ratio", int64_t{1}},
                   {"coordinate_transformation_mode", std::string("output_half_pixel")}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 1, 1}, {0.75f})));
 }

@@ -51,14 +51,17 @@ TEST(Resize, LinearCoordinateModes) {
   EXPECT_TRUE(allClose(resizeTo(x, {8}, attrs({{"mode", str("linear")}})),
                        arr<float>({8}, {1, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f, 3.75f, 4})));
   // align_corners: 4 -> 7 puts sources at y / 2.
-  EXPECT_TRUE(allClose(resizeTo(x, {7}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("align_corners")}})),
-                       arr<float>({7}, {1, 1.5f, 2, 2.5f, 3, 3.5f, 4})));
+  EXPECT_TRUE(allClose(
+      resizeTo(x, {7}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("align_corners")}})),
+      arr<float>({7}, {1, 1.5f, 2, 2.5f, 3, 3.5f, 4})));
   // asymmetric: y / scale.
-  EXPECT_TRUE(allClose(resizeBy(x, {2}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("asymmetric")}})),
-                       arr<float>({8}, {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4})));
+  EXPECT_TRUE(allClose(
+      resizeBy(x, {2}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("asymmetric")}})),
+      arr<float>({8}, {1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4})));
   // One output element: pytorch_half_pixel samples 0, half_pixel the centre 1.5.
-  EXPECT_TRUE(allClose(resizeTo(x, {1}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("pytorch_half_pixel")}})),
-                       arr<float>({1}, {1})));
+  EXPECT_TRUE(allClose(
+      resizeTo(x, {1}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("pytorch_half_pixel")}})),
+      arr<float>({1}, {1})));
   EXPECT_TRUE(allClose(resizeTo(x, {1}, attrs({{"mode", str("linear")}})), arr<float>({1}, {2.5f})));
   // tf_half_pixel_for_nn (nearest): (y + 0.5) / scale.
   EXPECT_TRUE(allClose(resizeTo(x, {2}, attrs({{"coordinate_transformation_mode", str("tf_half_pixel_for_nn")}})),
@@ -88,14 +91,16 @@ TEST(Resize, TfCropAndResizeExtrapolates) {
   auto roi = arr<float>({2}, {0.25f, 1.25f});
   // Sources 0.75, 2.25, 3.75; the last is outside [0, 3].
   auto y = run1("Resize", {x, roi, NDArray{}, arr<int64_t>({1}, {3})},
-                attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("tf_crop_and_resize")},
+                attrs({{"mode", str("linear")},
+                       {"coordinate_transformation_mode", str("tf_crop_and_resize")},
                        {"extrapolation_value", 10.0f}}));
   EXPECT_TRUE(allClose(y, arr<float>({3}, {1.75f, 3.25f, 10})));
   // In 2-D, a point outside along either axis takes the extrapolation value.
   auto x2 = arr<float>({2, 2}, {1, 2, 3, 4});
   auto roi2 = arr<float>({4}, {0, 0, 1, 2});
   auto y2 = run1("Resize", {x2, roi2, NDArray{}, arr<int64_t>({2}, {2, 3})},
-                 attrs({{"mode", str("nearest")}, {"coordinate_transformation_mode", str("tf_crop_and_resize")},
+                 attrs({{"mode", str("nearest")},
+                        {"coordinate_transformation_mode", str("tf_crop_and_resize")},
                         {"extrapolation_value", -1.0f}}));
   EXPECT_TRUE(allClose(y2, arr<float>({2, 3}, {1, 2, -1, 3, 4, -1})));
   EXPECT_THROW(run1("Resize", {x, NDArray{}, NDArray{}, arr<int64_t>({1}, {3})},
@@ -134,8 +139,10 @@ TEST(Resize, CubicMatchesKeysConvolution) {
   std::vector<double> v = {1, 4, 2, 8, 5, 7};
   auto x = arr<double>({6}, v);
   for (auto [out, A, exclude] : {std::tuple{9, -0.75, false}, {4, -0.5, true}, {13, -0.5, false}, {3, -0.75, true}}) {
-    auto y = resizeTo(x, {out}, attrs({{"mode", str("cubic")}, {"cubic_coeff_a", static_cast<float>(A)},
-                                        {"exclude_outside", int64_t{exclude}}}));
+    auto y = resizeTo(
+        x, {out},
+        attrs(
+            {{"mode", str("cubic")}, {"cubic_coeff_a", static_cast<float>(A)}, {"exclude_outside", int64_t{exclude}}}));
     auto want = naiveCubic(v, out, A, exclude);
     EXPECT_TRUE(allClose(y, arr<double>({out}, want), 1e-12, 1e-12)) << out << " " << A << " " << exclude;
   }
@@ -157,7 +164,8 @@ TEST(Resize, IntegersRoundAndSaturate) {
   EXPECT_EQ(y.data<uint8_t>()[0], 0);
   EXPECT_EQ(y.data<uint8_t>()[11], 255);
   // Linear halfway between 0 and 255 rounds to even: 127.5 -> 128.
-  auto l = resizeTo(arr<int32_t>({2}, {0, 255}), {3}, attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("align_corners")}}));
+  auto l = resizeTo(arr<int32_t>({2}, {0, 255}), {3},
+                    attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("align_corners")}}));
   EXPECT_TRUE(allClose(l, arr<int32_t>({3}, {0, 128, 255})));
 }
 
@@ -172,11 +180,14 @@ TEST(Resize, RejectsBadInputs) {
   EXPECT_THROW(run1("Resize", {x, NDArray{}, arr<float>({1}, {NAN})}), Error);
   EXPECT_THROW(run1("Resize", {x, NDArray{}, NDArray{}, arr<int64_t>({1}, {-4})}), Error);
   EXPECT_THROW(run1("Resize", {x, NDArray{}, scales}, attrs({{"mode", str("area")}})), Error);
-  EXPECT_THROW(run1("Resize", {x, NDArray{}, scales}, attrs({{"coordinate_transformation_mode", str("centre")}})), Error);
+  EXPECT_THROW(run1("Resize", {x, NDArray{}, scales}, attrs({{"coordinate_transformation_mode", str("centre")}})),
+               Error);
   EXPECT_THROW(run1("Resize", {x, NDArray{}, scales}, attrs({{"nearest_mode", str("round")}})), Error);
-  EXPECT_THROW(run1("Resize", {arr<std::string>({1}, {"a"}), NDArray{}, scales}, attrs({{"mode", str("linear")}})), Error);
+  EXPECT_THROW(run1("Resize", {arr<std::string>({1}, {"a"}), NDArray{}, scales}, attrs({{"mode", str("linear")}})),
+               Error);
   // An empty scales tensor means "use sizes" (the opset 11-13 convention).
-  EXPECT_TRUE(allClose(run1("Resize", {x, NDArray{}, NDArray(DataType::Float, {0}), sizes}), arr<float>({4}, {1, 1, 2, 2})));
+  EXPECT_TRUE(
+      allClose(run1("Resize", {x, NDArray{}, NDArray(DataType::Float, {0}), sizes}), arr<float>({4}, {1, 1, 2, 2})));
 }
 
 // ---- GridSample ---------------------------------------------------------------------------------
@@ -255,7 +266,8 @@ TEST(GridSample, RejectsBadInputs) {
   EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"mode", str("linear")}})), Error);
   EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"padding_mode", str("wrap")}})), Error);
   // Non-finite grid values give 0 instead of undefined behaviour.
-  auto y = run1("GridSample", {x, arr<float>({1, 1, 2, 2}, {NAN, 0, INFINITY, 0})}, attrs({{"padding_mode", str("reflection")}}));
+  auto y = run1("GridSample", {x, arr<float>({1, 1, 2, 2}, {NAN, 0, INFINITY, 0})},
+                attrs({{"padding_mode", str("reflection")}}));
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 1, 2}, {0, 0})));
 }
 

@@ -32,10 +32,13 @@ TEST(DepthToSpace, CrdMatchesOnnxExample) {
 
 TEST(DepthToSpace, AnyElementTypeAndBadInputs) {
   auto s = arr<std::string>({1, 4, 1, 1}, {"a", "b", "c", "d"});
-  EXPECT_TRUE(allClose(run1("DepthToSpace", {s}, attrs({{"blocksize", int64_t{2}}})), arr<std::string>({1, 1, 2, 2}, {"a", "b", "c", "d"})));
+  EXPECT_TRUE(allClose(run1("DepthToSpace", {s}, attrs({{"blocksize", int64_t{2}}})),
+                       arr<std::string>({1, 1, 2, 2}, {"a", "b", "c", "d"})));
   EXPECT_THROW(run1("DepthToSpace", {iota({1, 6, 2, 2})}, attrs({{"blocksize", int64_t{2}}})), Error);  // 6 % 4
   EXPECT_THROW(run1("DepthToSpace", {iota({1, 4, 2, 2})}, attrs({{"blocksize", int64_t{0}}})), Error);
-  EXPECT_THROW(run1("DepthToSpace", {iota({1, 4, 2, 2})}, attrs({{"blocksize", int64_t{2}}, {"mode", std::string("XYZ")}})), Error);
+  EXPECT_THROW(
+      run1("DepthToSpace", {iota({1, 4, 2, 2})}, attrs({{"blocksize", int64_t{2}}, {"mode", std::string("XYZ")}})),
+      Error);
   EXPECT_THROW(run1("DepthToSpace", {iota({4, 2, 2})}, attrs({{"blocksize", int64_t{2}}})), Error);
   EXPECT_THROW(run1("DepthToSpace", {iota({1, 4, 2, 2})}), Error);  // blocksize is required
 }
@@ -45,7 +48,8 @@ TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
   auto y = run1("SpaceToDepth", {x}, attrs({{"blocksize", int64_t{2}}}));
   ASSERT_EQ(y.shape(), Shape({2, 12, 2, 3}));
   // y[n, (i * b + j) * C + c, h, w] = x[n, c, h * b + i, w * b + j]
-  EXPECT_EQ(y.data<float>()[((0 * 12 + (1 * 2 + 0) * 3 + 2) * 2 + 1) * 3 + 2], x.data<float>()[((0 * 3 + 2) * 4 + 3) * 6 + 4]);
+  EXPECT_EQ(y.data<float>()[((0 * 12 + (1 * 2 + 0) * 3 + 2) * 2 + 1) * 3 + 2],
+            x.data<float>()[((0 * 3 + 2) * 4 + 3) * 6 + 4]);
   EXPECT_TRUE(allClose(run1("DepthToSpace", {y}, attrs({{"blocksize", int64_t{2}}})), x));
   EXPECT_THROW(run1("SpaceToDepth", {iota({1, 1, 3, 4})}, attrs({{"blocksize", int64_t{2}}})), Error);
 }
