@@ -1,0 +1,163 @@
+// Window geometry shared by the convolution and pooling families.
+#include "ops/conv_util.hpp"
+
+#include <algorithm>
+
+namespace graft::ops {
+
+namespace {
+
+void checkAll(const std::vector<int64_t>& v, int64_t min, const char* name, const std::string& what) {
+  for (int64_t x : v)
+    GRAFT_CHECK(x >= min, "{}: every value of attribute '{}' must be >= {}, got {}", what, name, min, shapeToString(v));
+}
+
+// Sizes and window extents are attribute- and data-controlled: keep the arithmetic in range.
+constexpr int64_t kMaxExtent = int64_t{1} << 40;
+
+}  // namespace
+
+WindowAttrs parseWindowAttrs(const ir::Node& n, bool hasDilations, bool hasCeilMode) {
+  WindowAttrs a;
+  a.what = n.describe();
+  a.autoPad = attrChoice<AutoPad>(n, "auto_pad", "NOTSET",
+                                  {{"NOTSET", AutoPad::NotSet},
+                                   {"SAME_UPPER", AutoPad::SameUpper},
+                                   {"SAME_LOWER", AutoPad::SameLower},
+                                   {"VALID", AutoPad::Valid}});
+  a.kernel = n.attrInts("kernel_shape", {});
+  a.strides = n.attrInts("strides", {});
+  a.pads = n.attrInts("pads", {});
+  if (hasDilations) a.dilations = n.attrInts("dilations", {});
+  if (hasCeilMode) a.ceilMode = n.attrInt("ceil_mode", 0) != 0;
+  checkAll(a.kernel, 1, "kernel_shape", a.what);
+  checkAll(a.strides, 1, "strides", a.what);
+  checkAll(a.dilations, 1, "dilations", a.what);
+  checkAll(a.pads, 0, "pads", a.what);
+  for (auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads})
+    for (int64_t x : *v) GRAFT_CHECK(x <= kMaxExtent, "{}: window attribute value {} is too large", a.what, x);
+  GRAFT_CHECK(a.pads.size() % 2 == 0, "{}: attribute 'pads' must have an even number of values, got {}", a.what,
+              a.pads.size());
+  bool anyPad = std::any_of(a.pads.begin(), a.pads.end(), [](int64_t p) { return p != 0; });
+  GRAFT_CHECK(!(anyPad && a.autoPad != AutoPad::NotSet),
+              "{}: attribute 'pads' cannot be combined with auto_pad '{}' (use one or the other)", a.what,
+              n.attrString("auto_pad"));
+  return a;
+}
+
+Shape spatialDims(const Shape& s) { return s.size() > 2 ? Shape(s.begin() + 2, s.end()) : Shape{}; }
+
+Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel) {
+  int64_t r = static_cast<int64_t>(in.size());
+  const std::string& what = a.what;
+  GRAFT_CHECK(r >= 1, "{}: the input needs at least one spatial dimension (rank >= 3)", what);
+  GRAFT_CHECK(static_cast<int64_t>(kernel.size()) == r, "{}: the kernel has {} spatial dimensions, the input has {}",
+              what, kernel.size(), r);
+  auto sized = [&](const std::vector<int64_t>& v, size_t want, const char* name) {
+    GRAFT_CHECK(v.empty() || v.size() == want,
+                "{}: attribute '{}' must have {} values (one per spatial axis{}), got {}", what, name, want,
+                want == static_cast<size_t>(r) ? "" : ", begin and end", v.size());
+  };
+  sized(a.kernel, r, "kernel_shape");
+  sized(a.strides, r, "strides");
+  sized(a.dilations, r, "dilations");
+  sized(a.pads, 2 * r, "pads");
+  Window w;
+  w.in = in;
+  w.kernel = kernel;
+  w.stride = a.strides.empty() ? Shape(r, 1) : a.strides;
+  w.dilation = a.dilations.empty() ? Shape(r, 1) : a.dilations;
+  w.padBegin.assign(r, 0);
+  w.padEnd.assign(r, 0);
+  w.out.assign(r, 0);
+  for (int64_t d = 0; d < r; ++d) {
+    GRAFT_CHECK(kernel[d] >= 1 && kernel[d] <= kMaxExtent, "{}: kernel extent {} on spatial axis {} is invalid", what,
+                kernel[d], d);
+    GRAFT_CHECK(in[d] <= kMaxExtent, "{}: input extent {} is too large", what, in[d]);
+    int64_t keff = 0;
+    GRAFT_CHECK(!__builtin_mul_overflow(kernel[d] - 1, w.dilation[d], &keff) && keff < kMaxExtent,
+                "{}: kernel extent {} with dilation {} is too large", what, kernel[d], w.dilation[d]);
+    keff += 1;
+    int64_t s = w.stride[d];
+    if (!a.pads.empty()) {
+      w.padBegin[d] = a.pads[d];
+      w.padEnd[d] = a.pads[d + r];
+    } else if (a.autoPad == AutoPad::SameUpper || a.autoPad == AutoPad::SameLower) {
+      // Pads so that out = ceil(in / s); an odd total puts the extra element at the end (UPPER)
+      // or at the beginning (LOWER).
+      int64_t outSame = (in[d] + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (outSame - 1) * s + keff - in[d]);
+      int64_t small = total / 2, big = total - small;
+      w.padBegin[d] = a.autoPad == AutoPad::SameUpper ? small : big;
+      w.padEnd[d] = a.autoPad == AutoPad::SameUpper ? big : small;
+    }
+    int64_t span = in[d] + w.padBegin[d] + w.padEnd[d] - keff;
+    GRAFT_CHECK(span >= 0,
+                "{}: the window (kernel {} with dilation {}, extent {}) is larger than the padded input ({} + {} + {}) "
+                "on spatial axis {}",
+                what, kernel[d], w.dilation[d], keff, in[d], w.padBegin[d], w.padEnd[d], d);
+    // As ONNX 1.12's shape inference (opset 17): with ceil_mode the last window may start in the
+    // end padding (later ONNX and PyTorch drop such a window; graft keeps its shapes equal to the
+    // inferred ones).
+    w.out[d] = (a.ceilMode ? (span + s - 1) / s : span / s) + 1;
+  }
+  return w;
+}
+
+void checkConvShapes(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group, bool transposed) {
+  const std::string& what = wa.what;
+  GRAFT_CHECK(x.size() >= 3, "{}: input X must have rank >= 3 ([N, C, spatial...]), got shape {}", what,
+              shapeToString(x));
+  GRAFT_CHECK(w.size() == x.size(), "{}: weights W must have the rank of X ({}), got shape {}", what, x.size(),
+              shapeToString(w));
+  GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
+  int64_t c = x[1];
+  GRAFT_CHECK(c % group == 0, "{}: the {} input channels do not divide into group {}", what, c, group);
+  if (!transposed) {
+    GRAFT_CHECK(w[1] == c / group, "{}: W of shape {} expects {} input channels per group, X has {} in {} group(s)",
+                what, shapeToString(w), w[1], c, group);
+    GRAFT_CHECK(w[0] % group == 0, "{}: the {} output channels of W do not divide into group {}", what, w[0], group);
+  } else {
+    GRAFT_CHECK(w[0] == c, "{}: W of shape {} expects {} input channels, X has {}", what, shapeToString(w), w[0], c);
+    int64_t m = 0;
+    GRAFT_CHECK(!__builtin_mul_overflow(w[1], group, &m), "{}: output channels {} x group {} overflow", what, w[1],
+                group);
+  }
+  Shape k = spatialDims(w);
+  GRAFT_CHECK(wa.kernel.empty() || wa.kernel == k, "{}: kernel_shape {} does not match the weights' spatial shape {}",
+              what, shapeToString(wa.kernel), shapeToString(k));
+}
+
+ConvShape convShapeOf(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group) {
+  checkConvShapes(wa, x, w, group, /*transposed=*/false);
+  ConvShape s;
+  s.batch = x[0];
+  s.inChannels = x[1];
+  s.outChannels = w[0];
+  s.group = group;
+  s.win = resolveWindow(wa, spatialDims(x), spatialDims(w));
+  return s;
+}
+
+void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std::pair<int64_t, int64_t>>& taps) {
+  taps.clear();
+  int64_t r = w.rank();
+  std::vector<int64_t> base(r);
+  for (int64_t d = 0; d < r; ++d) base[d] = o[d] * w.stride[d] - w.padBegin[d];
+  if (shapeNumel(w.kernel) == 0) return;
+  Odometer k(w.kernel);
+  int64_t kp = 0;
+  do {
+    int64_t off = 0;
+    bool inside = true;
+    for (int64_t d = 0; d < r && inside; ++d) {
+      int64_t pos = base[d] + k.idx[d] * w.dilation[d];
+      inside = pos >= 0 && pos < w.in[d];
+      off = off * w.in[d] + pos;
+    }
+    if (inside) taps.emplace_back(kp, off);
+    ++kp;
+  } while (k.next());
+}
+
+}  // namespace graft::ops
