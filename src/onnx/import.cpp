@@ -197,6 +197,30 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   *m = std::move(converted);
 }
 
+// Opset-6 PRelu (as older PyTorch exported it) applied a [C] slope per channel (axis 1); from
+// opset 7 the slope broadcasts numpy-style from the last axis, and the version converter leaves
+// it as it was. So for models older than opset 7, a [C] slope initializer of an input of rank
+// r >= 3 becomes [C, 1, ..., 1] (r - 1 dims). `types` holds the value types from before conversion.
+void fixLegacyPreluSlopes(::onnx::GraphProto* g, const std::unordered_map<std::string, ::onnx::TypeProto>& types) {
+  std::set<std::string> done;
+  for (const auto& n : g->node()) {
+    if (n.op_type() != "PRelu" || !isOnnxDomain(n.domain()) || n.input_size() < 2 || done.count(n.input(1))) continue;
+    auto xt = types.find(n.input(0));
+    if (xt == types.end() || !xt->second.has_tensor_type() || !xt->second.tensor_type().has_shape()) continue;
+    const auto& xs = xt->second.tensor_type().shape();
+    if (xs.dim_size() < 3) continue;
+    for (auto& init : *g->mutable_initializer()) {
+      if (init.name() != n.input(1) || init.dims_size() != 1 || init.dims(0) == 1) continue;
+      if (xs.dim(1).has_dim_value() && xs.dim(1).dim_value() != init.dims(0)) continue;  // not per channel: left to fail
+      for (int i = 2; i < xs.dim_size(); ++i) init.add_dims(1);
+      for (auto& vi : *g->mutable_input())
+        if (vi.name() == init.name() && vi.type().tensor_type().has_shape())
+          for (int i = 2; i < xs.dim_size(); ++i) vi.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+      done.insert(init.name());
+    }
+  }
+}
+
 struct FunctionExpander {
   const ::onnx::ModelProto& model;
   const ImportOptions& options;
@@ -411,7 +435,10 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   for (const auto& kv : m.metadata_props()) out.info.metadata[kv.key()] = kv.value();
 
   runShapeInference(&m);
+  std::unordered_map<std::string, ::onnx::TypeProto> preTypes;
+  collectTypes(m.graph(), &preTypes);
   convertOpset(&m, source);
+  if (out.info.originalOpset > 0 && out.info.originalOpset < 7) fixLegacyPreluSlopes(m.mutable_graph(), preTypes);
   {
     FunctionExpander fx{m, options, {}};
     collectTypes(m.graph(), &fx.types);

@@ -12,17 +12,58 @@ KernelFactory clipKernel() {
     std::string what = c.node().describe();
     return [what](KernelContext& k) {
       const NDArray& x = k.input(0);
+      auto bound = [&](size_t i, const char* name) {
+        const NDArray& b = k.input(i);
+        GRAFT_CHECK(b.numel() == 1 && b.rank() <= 1, "{}: {} must be a scalar, got shape {}", what, name,
+                    shapeToString(b.shape()));
+        GRAFT_CHECK(b.dtype() == x.dtype(), "{}: {} must have the input's type {}, got {}", what, name, dtypeName(x.dtype()),
+                    dtypeName(b.dtype()));
+      };
+      if (k.hasInput(1)) bound(1, "min");
+      if (k.hasInput(2)) bound(2, "max");
       dispatch<kNumeric>(x.dtype(), what, [&](auto tag) {
         using T = typename decltype(tag)::type;
         using C = ComputeType<T>;
-        C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
-        if (k.hasInput(1)) lo = static_cast<C>(k.input(1).data<T>()[0]);
-        if (k.hasInput(2)) hi = static_cast<C>(k.input(2).data<T>()[0]);
+        bool hasLo = k.hasInput(1), hasHi = k.hasInput(2);
+        C lo = hasLo ? static_cast<C>(k.input(1).data<T>()[0]) : C(0);
+        C hi = hasHi ? static_cast<C>(k.input(2).data<T>()[0]) : C(0);
         NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
+        const T* xp = x.data<T>();
+        T* yp = y.data<T>();
+        // min(max(x, lo), hi), as numpy.clip: when lo > hi every element becomes hi. NaN stays NaN.
         for (int64_t i = 0; i < x.numel(); ++i) {
-          C v = static_cast<C>(x.data<T>()[i]);
-          y.data<T>()[i] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
+          C v = static_cast<C>(xp[i]);
+          if (hasLo && v < lo) v = lo;
+          if (hasHi && v > hi) v = hi;
+          yp[i] = static_cast<T>(v);
         }
+      });
+    };
+  };
+}
+
+// PRelu: the slope broadcasts to X one way (the output always has X's shape).
+KernelFactory preluKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    return [what](KernelContext& k) {
+      const NDArray& x = k.input(0);
+      const NDArray& slope = k.input(1);
+      GRAFT_CHECK(slope.dtype() == x.dtype(), "{}: slope must have the input's type {}, got {}", what, dtypeName(x.dtype()),
+                  dtypeName(slope.dtype()));
+      GRAFT_CHECK(slope.rank() <= x.rank() && broadcastShapes(x.shape(), slope.shape(), what) == x.shape(),
+                  "{}: slope of shape {} does not broadcast to the input's shape {}", what, shapeToString(slope.shape()),
+                  shapeToString(x.shape()));
+      dispatch<kNumeric>(x.dtype(), what, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
+        broadcastBinary<T, T>(x, slope, y, [](auto v, auto s) {
+          using C = decltype(v);
+          if constexpr (std::is_unsigned_v<C>) return v;
+          // Integer products wrap (no signed-overflow UB); floats multiply normally.
+          else if constexpr (std::is_integral_v<C>) return v < 0 ? static_cast<C>(static_cast<uint64_t>(s) * static_cast<uint64_t>(v)) : v;
+          else return v < C(0) ? s * v : v;
+        });
       });
     };
   };
@@ -56,6 +97,7 @@ GRAFT_REGISTER_OPS(activation) {
   })).elementwise().inplace(0);
   r.add("Celu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
     float alpha = c.node().attrFloat("alpha", 1.0f);
+    GRAFT_CHECK(alpha != 0.0f, "{}: alpha must be nonzero (it divides x)", c.node().describe());
     return [alpha](auto x) {
       using C = decltype(x);
       C a = static_cast<C>(alpha);
@@ -83,8 +125,7 @@ GRAFT_REGISTER_OPS(activation) {
     float alpha = c.node().attrFloat("alpha", 1.0f);
     return [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : decltype(x)(0); };
   })).elementwise().inplace(0);
-  r.add("PRelu").setReference(binaryKernel<kSignedNumeric>([](auto x, auto s) { return x < decltype(x)(0) ? s * x : x; }))
-      .elementwise();
+  r.add("PRelu").setReference(preluKernel()).elementwise();
   r.add("Clip").setReference(clipKernel()).elementwise().noGradient({1, 2});
   // PopART's Gelu (ai.graphcore): the tanh approximation, as PopART computes it.
   r.add("Gelu", kGraphcoreDomain).setReference(unaryKernel<kFloats>([](auto x) {

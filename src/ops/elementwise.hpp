@@ -92,6 +92,8 @@ KernelFactory binaryKernel(F f) {
       const NDArray& a = k.input(0);
       const NDArray& b = k.input(1);
       Shape os = broadcastShapes(a.shape(), b.shape(), what);
+      GRAFT_CHECK(a.dtype() == b.dtype(), "{}: inputs must have the same type, got {} and {}", what, dtypeName(a.dtype()),
+                  dtypeName(b.dtype()));
       dispatch<Set>(a.dtype(), what, [&](auto tag) {
         using T = typename decltype(tag)::type;
         NDArray& y = k.allocOutputUninit(0, a.dtype(), os);
@@ -110,6 +112,8 @@ KernelFactory compareKernel(F f) {
       const NDArray& a = k.input(0);
       const NDArray& b = k.input(1);
       Shape os = broadcastShapes(a.shape(), b.shape(), what);
+      GRAFT_CHECK(a.dtype() == b.dtype(), "{}: inputs must have the same type, got {} and {}", what, dtypeName(a.dtype()),
+                  dtypeName(b.dtype()));
       dispatch<Set>(a.dtype(), what, [&](auto tag) {
         using T = typename decltype(tag)::type;
         NDArray& y = k.allocOutputUninit(0, DataType::Bool, os);

@@ -1,4 +1,5 @@
 // MatMul (numpy semantics, batch broadcasting) and Gemm.
+#include "ops/cast_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -6,22 +7,35 @@
 namespace graft::ops {
 namespace {
 
-// C[m,n] (+)= sum_k A[m,k] B[k,n] with explicit strides; accumulation in double for floats
-// keeps the reference backend a trustworthy golden model.
+// C[m,n] = alpha * sum_k A[m,k] B[k,n] + beta * Cin[m,n], with explicit strides. Floats
+// accumulate in double, which keeps the reference backend a trustworthy golden model. Integers
+// accumulate modulo 2^64 (no signed-overflow UB) and wrap to T, as numpy's integer matmul does;
+// a non-unit alpha or beta scales in double and saturates back.
 template <class T>
 void gemmRef(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk, int64_t sbn,
              T* C, double alpha, double beta, const T* Cin, int64_t scm, int64_t scn) {
-  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      Acc acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<Acc>(static_cast<ComputeType<T>>(A[m * sam + k * sak])) *
-               static_cast<Acc>(static_cast<ComputeType<T>>(B[k * sbk + n * sbn]));
-      double v = alpha * static_cast<double>(acc);
-      if (Cin) v += beta * static_cast<double>(static_cast<ComputeType<T>>(Cin[m * scm + n * scn]));
-      if constexpr (std::is_integral_v<T>) C[m * N + n] = static_cast<T>(static_cast<int64_t>(v));
-      else C[m * N + n] = static_cast<T>(static_cast<ComputeType<T>>(v));
+      if constexpr (std::is_integral_v<T>) {
+        uint64_t acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += static_cast<uint64_t>(A[m * sam + k * sak]) * static_cast<uint64_t>(B[k * sbk + n * sbn]);
+        uint64_t cv = Cin ? static_cast<uint64_t>(Cin[m * scm + n * scn]) : 0;
+        if (alpha == 1.0 && (beta == 1.0 || !Cin)) {
+          C[m * N + n] = static_cast<T>(acc + cv);
+        } else {
+          double v = alpha * static_cast<double>(static_cast<T>(acc));
+          if (Cin) v += beta * static_cast<double>(Cin[m * scm + n * scn]);
+          C[m * N + n] = convertElement<T>(v);
+        }
+      } else {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += static_cast<double>(static_cast<ComputeType<T>>(A[m * sam + k * sak])) *
+                 static_cast<double>(static_cast<ComputeType<T>>(B[k * sbk + n * sbn]));
+        double v = alpha * acc;
+        if (Cin) v += beta * static_cast<double>(static_cast<ComputeType<T>>(Cin[m * scm + n * scn]));
+        C[m * N + n] = static_cast<T>(static_cast<ComputeType<T>>(v));
+      }
     }
 }
 
@@ -29,7 +43,10 @@ KernelFn matmulKernel(CompileContext& c) {
   std::string what = c.node().describe();
   return [what](KernelContext& k) {
     NDArray a = k.input(0), b = k.input(1);
-    GRAFT_CHECK(a.rank() >= 1 && b.rank() >= 1, "{}: MatMul inputs must have rank >= 1", what);
+    GRAFT_CHECK(a.rank() >= 1 && b.rank() >= 1, "{}: MatMul inputs must have rank >= 1, got shapes {} and {}", what,
+                shapeToString(a.shape()), shapeToString(b.shape()));
+    GRAFT_CHECK(a.dtype() == b.dtype(), "{}: MatMul inputs must have the same type, got {} and {}", what,
+                dtypeName(a.dtype()), dtypeName(b.dtype()));
     bool vecA = a.rank() == 1, vecB = b.rank() == 1;
     if (vecA) a = a.reshaped({1, a.dim(0)});
     if (vecB) b = b.reshaped({b.dim(0), 1});
@@ -78,6 +95,9 @@ KernelFn gemmKernel(CompileContext& c) {
     int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1);
     int64_t K2 = tb ? b.dim(1) : b.dim(0), N = tb ? b.dim(0) : b.dim(1);
     GRAFT_CHECK(K == K2, "{}: inner dimensions differ ({} vs {})", what, K, K2);
+    GRAFT_CHECK(a.dtype() == b.dtype() && (!k.hasInput(2) || k.input(2).dtype() == a.dtype()),
+                "{}: A, B and C must have the same type, got {}, {} and {}", what, dtypeName(a.dtype()), dtypeName(b.dtype()),
+                k.hasInput(2) ? dtypeName(k.input(2).dtype()) : "none");
     dispatch<kNumeric>(a.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       NDArray& y = k.allocOutputUninit(0, a.dtype(), {M, N});
