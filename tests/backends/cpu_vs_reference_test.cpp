@@ -321,6 +321,51 @@ void reorderCases() {
     }
 }
 
+void rnnCases() {
+  const int64_t T = 5, N = 3, I = 4, H = 6;
+  struct R {
+    std::string op;
+    int64_t gates;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<R> cells = {
+      {"RNN", 1, {}, "tanh"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}}, {"direction", std::string("bidirectional")}}),
+       "sigmoid_bidi"},
+      {"GRU", 3, {}, "default"},
+      {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
+      {"LSTM", 4, {}, "default"},
+      {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
+  };
+  for (const R& r : cells)
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 3; ++variant) {
+        if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        std::string n = r.op + "_" + r.tag + "_" + dir + "_v" + std::to_string(variant);
+        ir::Attributes a = r.a;
+        a.set("direction", std::string(dir));
+        a.set("hidden_size", H);
+        std::vector<NDArray> in{rnd({T, N, I}, n + "x"), rnd({D, r.gates * H, I}, n + "w"), rnd({D, r.gates * H, H}, n + "r")};
+        // variant 0: everything; 1: no optional inputs; 2: sequence_lens, full and partial.
+        if (variant != 1) {
+          in.push_back(rnd({D, 2 * r.gates * H}, n + "b"));
+          NDArray lens(DataType::Int32, {N});
+          for (int64_t b = 0; b < N; ++b) lens.data<int32_t>()[b] = static_cast<int32_t>(variant == 2 ? T - b : T);
+          in.push_back(lens);
+          in.push_back(rnd({D, N, H}, n + "h"));
+          if (r.op == "LSTM") {
+            in.push_back(rnd({D, N, H}, n + "c"));
+            in.push_back(rnd({D, 3 * H}, n + "p"));
+          }
+        }
+        OpCase c{r.op, in, a, r.op == "LSTM" ? 3 : 2};
+        add(n, c, {false, variant == 0, variant == 0, variant == 0});
+      }
+}
+
 const std::vector<BackendCase>& allCases() {
   static bool built = [] {
     convCases();
@@ -328,6 +373,7 @@ const std::vector<BackendCase>& allCases() {
     poolCases();
     normCases();
     reorderCases();
+    rnnCases();
     return true;
   }();
   (void)built;
