@@ -48,6 +48,9 @@ void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassCon
 // Pipelines.
 /// Before compiling a graph for inference: exact types and shapes, constants folded, dead ops gone.
 const std::vector<std::string>& inferencePipeline();
+/// The cpu backend's inference pipeline: inferencePipeline() plus weight freezing, fusions into
+/// ai.graft ops (oneDNN post-ops) and the channel-blocked layout assignment.
+const std::vector<std::string>& cpuInferencePipeline();
 
 }  // namespace graft::passes
 

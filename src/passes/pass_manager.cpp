@@ -57,4 +57,20 @@ const std::vector<std::string>& inferencePipeline() {
   return p;
 }
 
+const std::vector<std::string>& cpuInferencePipeline() {
+  static const std::vector<std::string> p = {
+      "infer-shapes",      // exact dtypes and shapes for the input shapes being compiled
+      "fold-constants",    // evaluate what depends only on constants (Shape of static tensors too)
+      "infer-shapes",      // shapes that depended on folded values (Reshape targets, ...)
+      "dce",               // drop what no output needs
+      "constant-weights",  // constantWeights sessions: weights become constants (packed once)
+      "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
+      "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
+      "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
+      "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges
+      "dce",               // weights folding left unused, reorders nobody reads
+  };
+  return p;
+}
+
 }  // namespace graft::passes

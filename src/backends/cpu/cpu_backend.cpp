@@ -15,6 +15,10 @@ CpuKernelRegistry& CpuKernelRegistry::instance() {
 
 void CpuKernelRegistry::add(CpuKernelDef def) {
   auto& list = defs_[{def.domain, def.type}];
+  // A second registration under the same name is ignored: executables that link libgraft also hold a
+  // copy of the whole-archive kernel objects, whose registrations would otherwise duplicate.
+  for (const auto& d : list)
+    if (d.name == def.name) return;
   list.push_back(std::move(def));
   std::stable_sort(list.begin(), list.end(), [](const CpuKernelDef& a, const CpuKernelDef& b) { return a.priority > b.priority; });
 }

@@ -1,0 +1,239 @@
+#include "backends/cpu/onednn_common.hpp"
+
+#include <omp.h>
+
+#include <cstring>
+#include <limits>
+
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu::onednn {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+void setThreads(int n) {
+  if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
+int preferredChannelBlock() {
+  static const int block = [] {
+    try {
+      // A typical mid-network 3x3 convolution: whatever activation layout oneDNN picks for it is
+      // the one its fastest convolutions use on this ISA.
+      auto any = memory::format_tag::any;
+      memory::desc src({1, 64, 14, 14}, memory::data_type::f32, any), wei({64, 64, 3, 3}, memory::data_type::f32, any),
+          dst({1, 64, 14, 14}, memory::data_type::f32, any);
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
+                                        dst, {1, 1}, {1, 1}, {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(d, engine());
+      const dnnl_memory_desc_t& md = pd.dst_desc().data;
+      if (md.format_kind != dnnl_blocked) return 0;
+      const auto& b = md.format_desc.blocking;
+      if (b.inner_nblks == 1 && b.inner_idxs[0] == 1 && b.strides[1] > b.strides[2]) return static_cast<int>(b.inner_blks[0]);
+      return 0;
+    } catch (const dnnl::error&) {
+      return 0;
+    }
+  }();
+  return block;
+}
+
+std::optional<memory::data_type> dnnlType(DataType dt) {
+  if (dt == DataType::Float) return memory::data_type::f32;
+  return std::nullopt;
+}
+
+Dims toDims(const Shape& s) {
+  if (s.empty()) return {1};
+  return Dims(s.begin(), s.end());
+}
+
+memory::desc plainDesc(const Shape& s, memory::data_type dt) {
+  Dims d = toDims(s);
+  Dims strides(d.size(), 1);
+  for (int64_t i = static_cast<int64_t>(d.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * d[i + 1];
+  return memory::desc(d, dt, strides);
+}
+
+memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt) {
+  if (block == 0) return plainDesc(s, dt);
+  using tag = memory::format_tag;
+  tag t = tag::undef;
+  if (block == 8) t = s.size() == 3 ? tag::aBc8b : s.size() == 4 ? tag::aBcd8b : s.size() == 5 ? tag::aBcde8b : tag::undef;
+  if (block == 16)
+    t = s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : s.size() == 5 ? tag::aBcde16b : tag::undef;
+  GRAFT_ASSERT(t != tag::undef, "no channel-blocked layout of rank {} with block {}", s.size(), block);
+  return memory::desc(toDims(s), dt, t);
+}
+
+Shape blockedShape(const Shape& s, int block) {
+  GRAFT_ASSERT(s.size() >= 3 && block > 0, "blockedShape of {} with block {}", shapeToString(s), block);
+  Shape p = s;
+  p[1] = (s[1] + block - 1) / block;
+  p.push_back(block);
+  return p;
+}
+
+Shape unblockedShape(const Shape& p, int64_t channels) {
+  GRAFT_ASSERT(p.size() >= 4, "unblockedShape of {}", shapeToString(p));
+  Shape s(p.begin(), p.end() - 1);
+  s[1] = channels;
+  return s;
+}
+
+bool isStaticFloat(const ir::Tensor* t) {
+  return t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::Float;
+}
+
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+  try {
+    p.execute(stream(), args);
+    stream().wait();
+  } catch (const dnnl::error& e) {
+    throw InternalError(fmt::format("oneDNN primitive failed: {}", e.what()));
+  }
+}
+
+memory wrap(const memory::desc& d, const NDArray& a) {
+  return memory(d, engine(), const_cast<void*>(a.rawData()));
+}
+
+ops::KernelFn referenceKernel(ops::CompileContext& ctx) {
+  const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
+  GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
+  return d->reference(ctx);
+}
+
+std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Shape& kernel, bool ceilMode,
+                                    bool paddingOnlyWindows) {
+  size_t r = in.size();
+  if (kernel.size() != r || r == 0) return std::nullopt;
+  auto orDefault = [&](const char* name, int64_t def, size_t len) {
+    auto v = n.attrInts(name, {});
+    if (v.empty()) v.assign(len, def);
+    return v;
+  };
+  auto strides = orDefault("strides", 1, r), dil = orDefault("dilations", 1, r), pads = orDefault("pads", 0, 2 * r);
+  if (strides.size() != r || dil.size() != r || pads.size() != 2 * r) return std::nullopt;
+  std::string autoPad = n.attrString("auto_pad", "NOTSET");
+  Window w;
+  for (size_t i = 0; i < r; ++i) {
+    int64_t k = kernel[i], s = strides[i], d = dil[i];
+    if (k <= 0 || s <= 0 || d <= 0 || in[i] <= 0) return std::nullopt;
+    int64_t ext = (k - 1) * d + 1, pb = pads[i], pe = pads[i + r], out = 0;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in[i] + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in[i]);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else if (autoPad == "VALID") {
+      pb = pe = 0;
+      if (in[i] < ext) return std::nullopt;
+      out = (in[i] - ext) / s + 1;
+    } else if (autoPad == "NOTSET" || autoPad.empty()) {
+      if (pb < 0 || pe < 0) return std::nullopt;
+      int64_t span = in[i] + pb + pe - ext;
+      if (span < 0) return std::nullopt;
+      out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
+      // oneDNN derives the output extent with floor: pad the end for the ceil_mode windows.
+      int64_t need = (out - 1) * s + ext - in[i] - pb;
+      if (need > pe) {
+        w.extendedEnd = true;
+        pe = need;
+      }
+    } else {
+      return std::nullopt;
+    }
+    // Windows that cover padding only: ONNX's pools define them differently from oneDNN's.
+    if (!paddingOnlyWindows && (pb >= ext || (out - 1) * s >= in[i] + pb)) return std::nullopt;
+    w.kernel.push_back(k);
+    w.strides.push_back(s);
+    w.dilation.push_back(d - 1);
+    w.padBegin.push_back(pb);
+    w.padEnd.push_back(pe);
+    w.out.push_back(out);
+  }
+  return w;
+}
+
+NodeLayout nodeLayout(const ir::Node& n) {
+  NodeLayout l;
+  if (n.domain() == ops::kGraftDomain && n.type() == "ChannelBlocked") {
+    l.op = n.attrString("op", "");
+    l.block = static_cast<int>(n.attrInt("block", 0));
+    l.channels = n.attrInt("channels", 0);
+  } else {
+    l.op = n.domain().empty() ? n.type() : std::string();
+  }
+  return l;
+}
+
+std::optional<Shape> NodeLayout::logical(const ir::Tensor* t) const {
+  if (!isStaticFloat(t)) return std::nullopt;
+  Shape s = t->info().shape();
+  if (block == 0) return s;
+  if (block < 0 || s.size() < 4 || s.size() > 6 || s.back() != block || channels <= 0) return std::nullopt;
+  Shape u = unblockedShape(s, channels);
+  if (blockedShape(u, block) != s) return std::nullopt;
+  return u;
+}
+
+bool appendActivation(const ir::Node& n, dnnl::post_ops& po) {
+  std::string act = n.attrString("activation", ""), dom = n.attrString("activation_domain", "");
+  float alpha = n.attrFloat("activation_alpha", 0.f), beta = n.attrFloat("activation_beta", 0.f);
+  using A = dnnl::algorithm;
+  if (act.empty()) return true;
+  if (dom == ops::kGraphcoreDomain) {
+    if (act != "Gelu") return false;
+    po.append_eltwise(1.f, A::eltwise_gelu_tanh, 0.f, 0.f);
+    return true;
+  }
+  if (!dom.empty()) return false;
+  if (act == "Relu") po.append_eltwise(1.f, A::eltwise_relu, 0.f, 0.f);
+  else if (act == "LeakyRelu") po.append_eltwise(1.f, A::eltwise_relu, alpha, 0.f);
+  else if (act == "Sigmoid") po.append_eltwise(1.f, A::eltwise_logistic, 0.f, 0.f);
+  else if (act == "Tanh") po.append_eltwise(1.f, A::eltwise_tanh, 0.f, 0.f);
+  else if (act == "Elu") po.append_eltwise(1.f, A::eltwise_elu, alpha, 0.f);
+  else if (act == "Softplus") po.append_eltwise(1.f, A::eltwise_soft_relu, 0.f, 0.f);
+  else if (act == "HardSwish") po.append_eltwise(1.f, A::eltwise_hardswish, 0.f, 0.f);
+  else if (act == "Clip") po.append_eltwise(1.f, A::eltwise_clip_v2, alpha, beta);
+  else if (act == "HardSigmoid") {
+    po.append_eltwise(1.f, A::eltwise_linear, alpha, beta);
+    po.append_eltwise(1.f, A::eltwise_clip_v2, 0.f, 1.f);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void PackedOperand::init(const memory::desc& user, const memory::desc& want, const NDArray* constant) {
+  user_ = user;
+  want_ = want;
+  reorder_ = user != want;
+  constant_ = constant != nullptr;
+  if (!reorder_) return;
+  storage_ = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(want.get_size())});
+  packed_ = memory(want, engine(), storage_.rawData());
+  reorderPrim_ = dnnl::reorder(memory(user, engine(), DNNL_MEMORY_NONE), packed_);
+  if (constant_) {
+    memory src = wrap(user, *constant);
+    execute(reorderPrim_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, packed_}});
+  }
+}
+
+memory PackedOperand::get(const NDArray& a) {
+  if (!reorder_) return wrap(user_, a);
+  if (!constant_) execute(reorderPrim_, {{DNNL_ARG_FROM, wrap(user_, a)}, {DNNL_ARG_TO, packed_}});
+  return packed_;
+}
+
+}  // namespace graft::backends::cpu::onednn

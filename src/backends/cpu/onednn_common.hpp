@@ -1,0 +1,125 @@
+#pragma once
+// Plumbing shared by the cpu backend's oneDNN kernels: the engine, per-thread streams and
+// OpenMP thread counts, memory descriptors for graft's two activation layouts (plain row-major
+// and channel-blocked), window geometry from ONNX attributes, fused activations as post-ops,
+// and operands (weights) that are packed once when constant and re-packed per run otherwise.
+//
+// Layouts. A channel-blocked tensor of logical shape [N, C, d1, ..., dk] is stored as a plain
+// graft array of shape [N, ceil(C/b), d1, ..., dk, b] (oneDNN's nCw8c, nChw8c, nCdhw8c; b = 8 on
+// AVX2, 16 on AVX-512). Channels C..ceil(C/b)*b-1 are zero. The cpu-layout pass decides which
+// tensors are blocked; kernels learn it from their node's attributes.
+//
+// Weights. A kernel packs an operand into the primitive's preferred layout at compile time when
+// the operand is a Constant (CompileContext::constantInput). Variables (weights a training step
+// or WeightsIO updates in place) are re-packed on every run: the kernel cannot see in-place
+// updates, and a training step changes them every step anyway. Inference sessions with
+// constantWeights (the default) turn Variables into Constants in the compiled plan
+// ("constant-weights" pass), and recompile when weights are written, so their weights are packed
+// once.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "ops/kernel.hpp"
+
+namespace graft::backends::cpu::onednn {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+/// The cpu engine (one per process).
+dnnl::engine& engine();
+/// An in-order stream of the calling thread.
+dnnl::stream& stream();
+/// Sets the calling thread's OpenMP team size (oneDNN primitives run on OpenMP); a no-op when
+/// it is already `n`. Primitives balance their work for the team size current at creation, so
+/// kernels call this both when they create primitives and before they run them.
+void setThreads(int n);
+
+/// The channel block oneDNN's direct convolutions use on this machine (8 with AVX2, 16 with
+/// AVX-512), found by asking oneDNN which layout it prefers; 0 when it prefers none.
+int preferredChannelBlock();
+
+/// The oneDNN element type the kernels use for `dt` (float only for now), or nullopt.
+std::optional<memory::data_type> dnnlType(DataType dt);
+
+Dims toDims(const Shape& s);
+/// Row-major layout of `s` (a scalar is [1]).
+memory::desc plainDesc(const Shape& s, memory::data_type dt = memory::data_type::f32);
+/// Channel-blocked layout of logical shape `s` (rank 3 to 5) with channel block `block`;
+/// plain when block is 0.
+memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt = memory::data_type::f32);
+/// The graft array shape that holds logical shape `s` channel-blocked: [N, ceil(C/b), ..., b].
+Shape blockedShape(const Shape& s, int block);
+/// Logical shape of a channel-blocked array shape with `channels` channels.
+Shape unblockedShape(const Shape& physical, int64_t channels);
+
+/// True when `t` is a tensor with a static shape and element type Float.
+bool isStaticFloat(const ir::Tensor* t);
+
+/// Runs `p` on the calling thread's stream and waits; oneDNN errors become InternalErrors.
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
+
+/// A memory object over an array's buffer (oneDNN takes non-const pointers; it only writes
+/// destinations).
+memory wrap(const memory::desc& d, const NDArray& a);
+
+/// The op's reference kernel, for nodes a oneDNN kernel turns down at compile time (oneDNN has
+/// no implementation for that combination).
+ops::KernelFn referenceKernel(ops::CompileContext& ctx);
+
+/// Sliding-window geometry resolved from ONNX attributes against static shapes. oneDNN's
+/// dilation is ONNX's minus one.
+struct Window {
+  Dims kernel, strides, dilation, padBegin, padEnd, out;
+  /// padEnd was extended beyond the attribute's for ceil_mode.
+  bool extendedEnd = false;
+};
+
+/// Layout of a node's activations: ai.graft::ChannelBlocked runs the ai.onnx op named by its
+/// "op" attribute with input 0 and output 0 channel-blocked ("block", "channels"); other nodes
+/// are plain.
+struct NodeLayout {
+  std::string op;  ///< the ai.onnx op type
+  int block = 0;
+  int64_t channels = 0;
+  /// Logical shape of input 0 / output 0 (unblocked), or nullopt when inconsistent.
+  std::optional<Shape> logical(const ir::Tensor* t) const;
+};
+NodeLayout nodeLayout(const ir::Node& n);
+/// Resolves auto_pad/pads/strides/dilations for input spatial extents `in` and kernel extents
+/// `kernel`; `ceilMode` extends padEnd so that oneDNN's floor formula gives ONNX's ceil output.
+/// Returns nullopt when the attributes are invalid or the window does not fit (the reference
+/// kernel then reports the error), and, unless `paddingOnlyWindows`, when some window covers
+/// padding only (pools define those differently).
+std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Shape& kernel, bool ceilMode = false,
+                                    bool paddingOnlyWindows = true);
+
+/// A fused activation (FusedConv/FusedMatMul/FusedGemm attributes "activation",
+/// "activation_domain", "activation_alpha", "activation_beta") as oneDNN eltwise post-ops.
+/// Returns false when oneDNN has no equivalent.
+bool appendActivation(const ir::Node& n, dnnl::post_ops& po);
+
+/// An operand whose layout the primitive chooses (weights). Packed once at compile time when
+/// its data is constant, re-packed on every run otherwise (see the file comment).
+class PackedOperand {
+ public:
+  /// `user`: the layout graft holds it in; `want`: the primitive's; `constant`: its data when
+  /// known at compile time (may be nullptr).
+  void init(const memory::desc& user, const memory::desc& want, const NDArray* constant);
+  /// The memory to give the primitive for this run's value `a` of the operand.
+  memory get(const NDArray& a);
+
+ private:
+  memory::desc user_, want_;
+  memory packed_;
+  NDArray storage_;
+  bool constant_ = false, reorder_ = false;
+  dnnl::reorder reorderPrim_;
+};
+
+}  // namespace graft::backends::cpu::onednn

@@ -1,0 +1,356 @@
+// oneDNN convolutions: ai.onnx Conv and ConvTranspose, and ai.graft FusedConv (bias, residual
+// sum and activation as post-ops, activations optionally channel-blocked). Float only; 1-D to
+// 3-D; any pads, strides, dilations and groups. Primitives and packed weights are made at
+// compile time; combinations oneDNN has no implementation for run the reference kernel.
+#include <cstring>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu::onednn {
+namespace {
+
+Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
+
+// Conv, FusedConv: X [N, C, in...], W [M, C/group, k...], B [M], Sum (FusedConv) like Y.
+struct ConvConfig {
+  Shape x, w, y;  // logical
+  int64_t group = 1;
+  Window win;
+  int xBlock = 0, yBlock = 0;
+  bool bias = false, sum = false;
+};
+
+std::optional<ConvConfig> convConfig(const ir::Node& n) {
+  bool fused = n.domain() == ops::kGraftDomain;
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  if (n.numOutputs() != 1) return std::nullopt;
+  ConvConfig c;
+  c.group = n.attrInt("group", 1);
+  c.xBlock = fused ? static_cast<int>(n.attrInt("x_block", 0)) : 0;
+  c.yBlock = fused ? static_cast<int>(n.attrInt("y_block", 0)) : 0;
+  c.w = n.input(1)->info().shape();
+  if (c.w.size() < 3 || c.w.size() > 5 || c.group < 1 || c.w[0] % c.group != 0 || c.w[0] == 0) return std::nullopt;
+  Shape xp = n.input(0)->info().shape();
+  if (c.xBlock) {
+    if (xp.size() != c.w.size() + 1 || xp.back() != c.xBlock) return std::nullopt;
+    c.x = unblockedShape(xp, c.w[1] * c.group);
+    if (blockedShape(c.x, c.xBlock) != xp) return std::nullopt;
+  } else {
+    c.x = xp;
+  }
+  if (c.x.size() != c.w.size() || c.x[1] != c.w[1] * c.group || c.x[0] == 0) return std::nullopt;
+  Shape kernel = spatial(c.w);
+  auto ks = n.attrInts("kernel_shape", {});
+  if (!ks.empty() && Shape(ks.begin(), ks.end()) != kernel) return std::nullopt;
+  auto win = resolveWindow(n, spatial(c.x), kernel);
+  if (!win) return std::nullopt;
+  c.win = *win;
+  c.y = {c.x[0], c.w[0]};
+  c.y.insert(c.y.end(), c.win.out.begin(), c.win.out.end());
+  if (n.output(0)->info().shape() != (c.yBlock ? blockedShape(c.y, c.yBlock) : c.y)) return std::nullopt;
+  if (n.hasInput(2)) {
+    if (!isStaticFloat(n.input(2)) || n.input(2)->info().shape() != Shape{c.w[0]}) return std::nullopt;
+    c.bias = true;
+  }
+  if (fused && n.hasInput(3)) {
+    if (!isStaticFloat(n.input(3)) || n.input(3)->info().shape() != n.output(0)->info().shape()) return std::nullopt;
+    c.sum = true;
+  }
+  if (n.numInputs() > (fused ? 4u : 3u)) return std::nullopt;
+  if (fused) {
+    dnnl::post_ops po;
+    if (!appendActivation(n, po)) return std::nullopt;
+  }
+  return c;
+}
+
+bool supportsConv(const ir::Node& n) { return convConfig(n).has_value(); }
+
+// Weights as graft holds them ([M, C/g, k...], row-major) in oneDNN's grouped view
+// [g, M/g, C/g, k...] when grouped (the same bytes).
+Dims weightDims(const Shape& w, int64_t group) {
+  Dims d(w.begin(), w.end());
+  if (group == 1) return d;
+  d[0] /= group;
+  d.insert(d.begin(), group);
+  return d;
+}
+
+memory::desc plainWeights(const Shape& w, int64_t group) {
+  Dims d = weightDims(w, group);
+  Dims strides(d.size(), 1);
+  for (int64_t i = static_cast<int64_t>(d.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * d[i + 1];
+  return memory::desc(d, memory::data_type::f32, strides);
+}
+
+// Moves an activation between graft's layout and the primitive's when they differ (plain
+// convolutions outside the cpu-layout pass); a no-op otherwise.
+struct Adapter {
+  memory::desc user, prim;
+  dnnl::reorder toPrim, toUser;
+  bool needed = false;
+  void init(const memory::desc& u, const memory::desc& p, bool in, bool out) {
+    user = u;
+    prim = p;
+    needed = u != p;
+    if (!needed) return;
+    if (in) toPrim = dnnl::reorder(memory(u, engine(), DNNL_MEMORY_NONE), memory(p, engine(), DNNL_MEMORY_NONE));
+    if (out) toUser = dnnl::reorder(memory(p, engine(), DNNL_MEMORY_NONE), memory(u, engine(), DNNL_MEMORY_NONE));
+  }
+  // Scratch in the primitive's layout (allocated per run: it lives only for this node).
+  NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(prim.get_size())}); }
+};
+
+struct ConvState {
+  dnnl::primitive prim;
+  PackedOperand weights;
+  memory::desc biasDesc;
+  Adapter src, dst;
+  Shape yShape;
+  bool bias = false, sum = false;
+  int threads = 1;
+};
+
+ops::KernelFn makeConv(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = convConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makeConv on an unsupported node", n.describe());
+  const ConvConfig& c = *cfg;
+  auto st = std::make_shared<ConvState>();
+  st->threads = ctx.pool().numThreads();
+  st->bias = c.bias;
+  st->sum = c.sum;
+  st->yShape = n.output(0)->info().shape();
+  setThreads(st->threads);
+  memory::desc xUser = layoutDesc(c.x, c.xBlock), yUser = layoutDesc(c.y, c.yBlock);
+  // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
+  // are much faster than its plain-layout fallbacks). Assigned layouts are used as given.
+  bool pinned = c.xBlock || c.yBlock;
+  auto any = memory::format_tag::any;
+  memory::desc xPrim = pinned ? xUser : memory::desc(toDims(c.x), memory::data_type::f32, any);
+  memory::desc yPrim = pinned ? yUser : memory::desc(toDims(c.y), memory::data_type::f32, any);
+  memory::desc wAny(weightDims(c.w, c.group), memory::data_type::f32, any);
+  st->biasDesc = plainDesc({c.w[0]});
+  dnnl::post_ops po;
+  if (c.sum) po.append_sum(1.f);
+  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  try {
+    using CF = dnnl::convolution_forward;
+    auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
+                               st->biasDesc, yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
+                    : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny, yPrim,
+                               c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
+    CF::primitive_desc pd(d, attr, engine());
+    st->prim = CF(pd);
+    st->src.init(xUser, pd.src_desc(), true, false);
+    st->dst.init(yUser, pd.dst_desc(), c.sum, true);
+    st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    const NDArray& x = k.input(0);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    NDArray xs, ys;
+    memory src = wrap(st->src.user, x), dst = wrap(st->dst.user, y);
+    if (st->src.needed) {
+      xs = st->src.scratch();
+      memory m = wrap(st->src.prim, xs);
+      execute(st->src.toPrim, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}});
+      src = m;
+    }
+    if (st->dst.needed) {
+      ys = st->dst.scratch();
+      memory m = wrap(st->dst.prim, ys);
+      if (st->sum) execute(st->dst.toPrim, {{DNNL_ARG_FROM, wrap(st->dst.user, k.input(3))}, {DNNL_ARG_TO, m}});
+      dst = m;
+    } else if (st->sum) {
+      std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
+    }
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
+    if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
+    execute(st->prim, args);
+    if (st->dst.needed) execute(st->dst.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->dst.user, y)}});
+  };
+}
+
+// ConvTranspose: X [N, C, in...], W [C, M/group, k...], B [M]. Geometry as the reference kernel
+// computes it (output_shape, output_padding, auto_pad); negative paddings are left to it.
+struct DeconvConfig {
+  Shape x, w, y;
+  int64_t group = 1;
+  Dims strides, dilation, padBegin, padEnd;
+  bool bias = false;
+};
+
+std::optional<DeconvConfig> deconvConfig(const ir::Node& n) {
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  if (n.numInputs() > 3 || n.numOutputs() != 1) return std::nullopt;
+  DeconvConfig c;
+  c.group = n.attrInt("group", 1);
+  c.x = n.input(0)->info().shape();
+  c.w = n.input(1)->info().shape();
+  size_t nd = c.x.size();
+  if (nd < 3 || nd > 5 || c.w.size() != nd || c.group < 1 || c.x[1] != c.w[0] || c.x[1] % c.group != 0 || c.x[0] == 0)
+    return std::nullopt;
+  size_t r = nd - 2;
+  auto ints = [&](const char* name, int64_t def, size_t len) {
+    auto v = n.attrInts(name, {});
+    if (v.empty()) v.assign(len, def);
+    return v;
+  };
+  auto strides = ints("strides", 1, r), dil = ints("dilations", 1, r), opad = ints("output_padding", 0, r);
+  auto pads = n.attrInts("pads", {});
+  auto outShape = n.attrInts("output_shape", {});
+  auto ks = n.attrInts("kernel_shape", {});
+  if (strides.size() != r || dil.size() != r || opad.size() != r || (!pads.empty() && pads.size() != 2 * r)) return std::nullopt;
+  if (!ks.empty() && Shape(ks.begin(), ks.end()) != spatial(c.w)) return std::nullopt;
+  if (!outShape.empty() && outShape.size() != r && outShape.size() != r + 2) return std::nullopt;
+  std::string autoPad = n.attrString("auto_pad", "NOTSET");
+  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (!same && autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty()) return std::nullopt;
+  c.y = {c.x[0], c.w[1] * c.group};
+  for (size_t d = 0; d < r; ++d) {
+    int64_t s = strides[d], k = c.w[d + 2], dl = dil[d];
+    if (s <= 0 || k <= 0 || dl <= 0 || opad[d] < 0 || c.x[d + 2] <= 0) return std::nullopt;
+    int64_t ext = (k - 1) * dl + 1, full = s * (c.x[d + 2] - 1) + opad[d] + ext;
+    int64_t pb = pads.empty() ? 0 : pads[d], pe = pads.empty() ? 0 : pads[d + r], out;
+    if (!outShape.empty() || (same && pads.empty())) {
+      out = !outShape.empty() ? outShape[outShape.size() - r + d] : c.x[d + 2] * s;
+      if (pads.empty()) {
+        int64_t total = full - out;
+        if (total < 0) return std::nullopt;
+        pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      }
+    } else {
+      out = full - pb - pe;
+    }
+    // oneDNN: out = (in - 1) * s + ext - pb - pe', so output_padding comes off the end padding.
+    int64_t pe2 = pe - opad[d];
+    if (out <= 0 || pb < 0 || pe2 < 0) return std::nullopt;
+    c.y.push_back(out);
+    c.strides.push_back(s);
+    c.dilation.push_back(dl - 1);
+    c.padBegin.push_back(pb);
+    c.padEnd.push_back(pe2);
+  }
+  if (n.output(0)->info().shape() != c.y) return std::nullopt;
+  if (n.hasInput(2)) {
+    if (!isStaticFloat(n.input(2)) || n.input(2)->info().shape() != Shape{c.y[1]}) return std::nullopt;
+    c.bias = true;
+  }
+  return c;
+}
+
+bool supportsDeconv(const ir::Node& n) { return deconvConfig(n).has_value(); }
+
+ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = deconvConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makeDeconv on an unsupported node", n.describe());
+  const DeconvConfig& c = *cfg;
+  auto st = std::make_shared<ConvState>();
+  st->threads = ctx.pool().numThreads();
+  st->bias = c.bias;
+  st->yShape = c.y;
+  setThreads(st->threads);
+  auto any = memory::format_tag::any;
+  memory::desc xUser = plainDesc(c.x), yUser = plainDesc(c.y);
+  memory::desc xPrim(toDims(c.x), memory::data_type::f32, any), yPrim(toDims(c.y), memory::data_type::f32, any);
+  // oneDNN's deconvolution weights are [g, M/g, C/g, k...] (output channels first); graft's
+  // [C, M/g, k...] is that with the first two axes swapped: describe it by strides.
+  int64_t g = c.group, cg = c.w[0] / g, mg = c.w[1];
+  int64_t kb = shapeNumel(spatial(c.w));
+  Dims wd{g, mg, cg}, ws{cg * mg * kb, kb, mg * kb};
+  for (size_t i = 2; i < c.w.size(); ++i) wd.push_back(c.w[i]);
+  for (size_t i = 2; i < c.w.size(); ++i) {
+    int64_t s = 1;
+    for (size_t j = i + 1; j < c.w.size(); ++j) s *= c.w[j];
+    ws.push_back(s);
+  }
+  if (g == 1) {
+    wd.erase(wd.begin());
+    ws.erase(ws.begin());
+  }
+  memory::desc wUser(wd, memory::data_type::f32, ws), wAny(wd, memory::data_type::f32, any);
+  st->biasDesc = plainDesc({c.y[1]});
+  try {
+    using DF = dnnl::deconvolution_forward;
+    auto d = c.bias ? DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny,
+                               st->biasDesc, yPrim, c.strides, c.dilation, c.padBegin, c.padEnd)
+                    : DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny, yPrim,
+                               c.strides, c.dilation, c.padBegin, c.padEnd);
+    DF::primitive_desc pd(d, engine());
+    st->prim = DF(pd);
+    st->src.init(xUser, pd.src_desc(), true, false);
+    st->dst.init(yUser, pd.dst_desc(), false, true);
+    st->weights.init(wUser, pd.weights_desc(), ctx.constantInput(1));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    NDArray xs, ys;
+    memory src = wrap(st->src.user, k.input(0)), dst = wrap(st->dst.user, y);
+    if (st->src.needed) {
+      xs = st->src.scratch();
+      memory m = wrap(st->src.prim, xs);
+      execute(st->src.toPrim, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}});
+      src = m;
+    }
+    if (st->dst.needed) {
+      ys = st->dst.scratch();
+      dst = wrap(st->dst.prim, ys);
+    }
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
+    if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
+    execute(st->prim, args);
+    if (st->dst.needed) execute(st->dst.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->dst.user, y)}});
+  };
+}
+
+}  // namespace
+
+// For the cpu-layout pass: whether oneDNN, free to choose, lays a plain Conv/FusedConv's input
+// and output out channel-blocked with `block`; nullopt when the node is not for oneDNN.
+std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int block) {
+  auto cfg = convConfig(n);
+  if (!cfg || cfg->xBlock || cfg->yBlock || cfg->x.size() < 3) return std::nullopt;
+  const ConvConfig& c = *cfg;
+  auto any = memory::format_tag::any;
+  auto f32 = memory::data_type::f32;
+  dnnl::post_ops po;
+  if (c.sum) po.append_sum(1.f);
+  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  try {
+    using CF = dnnl::convolution_forward;
+    memory::desc x(toDims(c.x), f32, any), y(toDims(c.y), f32, any), w(weightDims(c.w, c.group), f32, any);
+    CF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
+               c.win.dilation, c.win.padBegin, c.win.padEnd);
+    CF::primitive_desc pd(d, attr, engine());
+    return std::make_pair(pd.src_desc() == layoutDesc(c.x, block), pd.dst_desc() == layoutDesc(c.y, block));
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace graft::backends::cpu::onednn
+
+GRAFT_REGISTER_CPU_KERNELS(onednn_conv) {
+  using namespace graft::backends::cpu::onednn;
+  r.add({"", "Conv", "onednn_conv", supportsConv, makeConv});
+  r.add({graft::ops::kGraftDomain, "FusedConv", "onednn_conv", supportsConv, makeConv});
+  r.add({"", "ConvTranspose", "onednn_deconv", supportsDeconv, makeDeconv});
+}

@@ -1,0 +1,255 @@
+// cpu-layout: keeps activations channel-blocked (nChw8c on AVX2, nChw16c on AVX-512) between
+// the oneDNN ops that prefer it, and converts only at the edges.
+//
+// Walking the graph in schedule order, a Conv / FusedConv whose preferred output layout (asked of
+// oneDNN for its shapes) is channel-blocked becomes a FusedConv with y_block (and x_block when
+// it prefers a blocked input too). Ops that run as well on blocked data follow their input:
+// pools, BatchNormalization and LRN become ai.graft::ChannelBlocked, elementwise ops run on the
+// blocked arrays as they are (when the padding channels stay zero), Concat along channels
+// concatenates blocks. Every blocked value gets a twin: the original tensor (same id) is then
+// produced by ai.graft::FromBlocked from the blocked one, and plain consumers and graph outputs
+// keep reading it; dce drops the conversions nobody reads. Plain values that a blocked op needs
+// go through one ai.graft::ToBlocked each.
+#include <map>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/infer.hpp"
+#include "ops/registry.hpp"
+#include "passes/pass.hpp"
+#include "support/check.hpp"
+#include "support/logging.hpp"
+
+namespace graft::backends::cpu::onednn {
+
+// In onednn_conv.cpp: oneDNN's preferred layouts of a plain Conv/FusedConv's input and output.
+std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int block);
+
+namespace {
+
+bool isOnnx(const ir::Node* n, const char* type) { return n->domain().empty() && n->type() == type; }
+
+// Unary elementwise ops with f(0) = 0: they keep the padding channels zero.
+bool keepsZero(const ir::Node& n) {
+  static const char* kOps[] = {"Relu", "LeakyRelu", "Tanh", "Elu", "HardSwish", "Neg", "Abs", "Softsign", "Sin", "Atan"};
+  if (n.domain() == ops::kGraphcoreDomain) return n.type() == "Gelu";
+  if (!n.domain().empty()) return false;
+  for (const char* t : kOps)
+    if (n.type() == t) return true;
+  if (n.type() == "Add" || n.type() == "Sub" || n.type() == "Mul" || n.type() == "Max" || n.type() == "Min") return true;
+  if (n.type() == "Clip") {
+    auto bound = [&](size_t i, float def) -> std::optional<float> {
+      if (!n.hasInput(i)) return def;
+      const ir::Tensor* t = n.input(i);
+      if (t->kind() != ir::TensorKind::Constant || !t->data() || t->data()->numel() != 1 ||
+          t->data()->dtype() != DataType::Float)
+        return std::nullopt;
+      return t->data()->data<float>()[0];
+    };
+    auto lo = bound(1, -1.f), hi = bound(2, 1.f);
+    return lo && hi && *lo <= 0.f && *hi >= 0.f;
+  }
+  return false;
+}
+
+class CpuLayout : public passes::Pass {
+ public:
+  std::string_view name() const override { return "cpu-layout"; }
+  bool run(ir::Graph& g, passes::PassContext& ctx) override {
+    block_ = preferredChannelBlock();
+    if (block_ == 0) return false;
+    g_ = &g;
+    twin_.clear();
+    changed_ = false;
+    for (ir::Node* n : g.schedule()) {
+      if (n->domain().empty() && (n->type() == "Conv") ) convNode(n);
+      else if (n->domain() == ops::kGraftDomain && n->type() == "FusedConv") convNode(n);
+      else if (isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool") || isOnnx(n, "GlobalAveragePool") ||
+               isOnnx(n, "GlobalMaxPool") || isOnnx(n, "BatchNormalization") || isOnnx(n, "LRN"))
+        wrapNode(n);
+      else if (isOnnx(n, "Concat")) concatNode(n);
+      else if (n->numOutputs() == 1) elementwiseNode(n);
+    }
+    return changed_;
+  }
+
+ private:
+  static int64_t channelsOf(const ir::Tensor* t) { return t->info().shape()[1]; }
+
+  // The blocked twin of plain tensor t, converting when it has none yet.
+  ir::Tensor* blocked(ir::Tensor* t) {
+    auto it = twin_.find(t);
+    if (it != twin_.end()) return it->second;
+    ir::Attributes a;
+    a.set("block", int64_t{block_});
+    ir::Node* r = g_->addNode("ToBlocked", ops::kGraftDomain, {t}, {g_->uniqueId(t->id() + "_blocked")}, a,
+                              "to_blocked_" + t->id());
+    ops::inferNode(*r, false);
+    twin_[t] = r->output(0);
+    return r->output(0);
+  }
+
+  // Replaces `old` by `fresh`, whose output 0 is the blocked form of old's output 0: old's
+  // output is produced by a FromBlocked of it from now on.
+  void commit(ir::Node* old, ir::Node* fresh) {
+    ir::Tensor* y = old->output(0);
+    int64_t channels = channelsOf(y);
+    std::vector<ir::Tensor*> rest;
+    for (size_t i = 1; i < old->numOutputs(); ++i) rest.push_back(old->output(i));
+    g_->removeNode(old);
+    for (size_t i = 0; i < rest.size(); ++i)
+      if (rest[i]) g_->setOutput(fresh, i + 1, rest[i]);
+    ops::inferNode(*fresh, false);
+    ir::Attributes a;
+    a.set("channels", channels);
+    ir::Node* back = g_->addNode("FromBlocked", ops::kGraftDomain, {fresh->output(0)}, {""}, a, "from_blocked_" + y->id());
+    g_->setOutput(back, 0, y);
+    twin_[y] = fresh->output(0);
+    changed_ = true;
+  }
+
+  ir::Node* addLike(ir::Node* old, const std::string& type, const std::string& domain, const std::vector<ir::Tensor*>& in,
+                    ir::Attributes attrs) {
+    if (!g_->otherOpsets.count(ops::kGraftDomain)) g_->otherOpsets[ops::kGraftDomain] = 1;
+    std::vector<std::string> outs{g_->uniqueId(old->output(0)->id() + "_blocked")};
+    for (size_t i = 1; i < old->numOutputs(); ++i) outs.push_back("");
+    return g_->addNode(type, domain, in, outs, std::move(attrs), old->name());
+  }
+
+  void convNode(ir::Node* n) {
+    if (n->domain() == ops::kGraftDomain && (n->attrInt("x_block", 0) || n->attrInt("y_block", 0))) return;
+    auto pref = convPrefersBlocked(*n, block_);
+    if (!pref || !pref->second) return;
+    std::vector<ir::Tensor*> in = n->inputs();
+    if (pref->first) in[0] = blocked(in[0]);
+    if (in.size() > 3 && in[3]) in[3] = blocked(in[3]);
+    ir::Attributes a = n->attrs();
+    a.set("x_block", int64_t{pref->first ? block_ : 0});
+    a.set("y_block", int64_t{block_});
+    ir::Node* fresh = addLike(n, "FusedConv", ops::kGraftDomain, in, a);
+    commit(n, fresh);
+  }
+
+  // Pools, BatchNormalization, LRN on an input that is blocked already.
+  void wrapNode(ir::Node* n) {
+    ir::Tensor* x = n->input(0);
+    auto it = x ? twin_.find(x) : twin_.end();
+    if (it == twin_.end() || !n->output(0) || !isStaticFloat(n->output(0))) return;
+    for (size_t i = 1; i < n->numOutputs(); ++i)
+      if (n->output(i)) return;
+    std::vector<ir::Tensor*> in = n->inputs();
+    in[0] = it->second;
+    ir::Attributes a = n->attrs();
+    a.set("op", n->type());
+    a.set("block", int64_t{block_});
+    a.set("channels", channelsOf(x));
+    ir::Node* fresh = addLike(n, "ChannelBlocked", ops::kGraftDomain, in, a);
+    try {
+      ops::inferNode(*fresh, false);
+    } catch (const Error&) {
+      g_->removeNode(fresh);
+      return;
+    }
+    if (!CpuKernelRegistry::instance().find(*fresh)) {
+      ir::Tensor* out = fresh->output(0);
+      g_->removeNode(fresh);
+      g_->removeTensor(out);
+      return;
+    }
+    commit(n, fresh);
+  }
+
+  // Elementwise ops whose tensor inputs all have blocked twins of one logical shape.
+  void elementwiseNode(ir::Node* n) {
+    const ops::OpDef* def = ops::Registry::instance().find(*n);
+    if (!def || !def->traits.elementwise || !n->output(0) || !isStaticFloat(n->output(0)) || n->numInputs() == 0) return;
+    const TensorInfo& yi = n->output(0)->info();
+    if (yi.rank() < 3 || yi.rank() > 5) return;
+    std::vector<ir::Tensor*> in = n->inputs();
+    size_t tensors = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!in[i]) continue;
+      // Clip's bounds: constant scalars stay as they are.
+      if (isOnnx(n, "Clip") && i > 0) continue;
+      auto it = twin_.find(in[i]);
+      if (it == twin_.end() || !(in[i]->info() == yi)) return;
+      in[i] = it->second;
+      ++tensors;
+    }
+    if (tensors == 0) return;
+    if (channelsOf(n->output(0)) % block_ != 0 && !keepsZero(*n)) return;
+    ir::Node* fresh = addLike(n, n->type(), n->domain(), in, n->attrs());
+    commit(n, fresh);
+  }
+
+  // Concat along channels of blocked inputs whose channel counts (but the last's) fill blocks.
+  void concatNode(ir::Node* n) {
+    if (!n->output(0) || !isStaticFloat(n->output(0))) return;
+    int64_t rank = n->output(0)->info().rank();
+    int64_t axis = n->attrInt("axis", 0);
+    if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return;
+    std::vector<ir::Tensor*> in = n->inputs();
+    for (size_t i = 0; i < in.size(); ++i) {
+      auto it = in[i] ? twin_.find(in[i]) : twin_.end();
+      if (it == twin_.end()) return;
+      if (i + 1 < in.size() && channelsOf(in[i]) % block_ != 0) return;
+      in[i] = it->second;
+    }
+    ir::Attributes a = n->attrs();
+    a.set("axis", int64_t{1});
+    ir::Node* fresh = addLike(n, "Concat", "", in, a);
+    commit(n, fresh);
+  }
+
+  int block_ = 0;
+  ir::Graph* g_ = nullptr;
+  std::map<ir::Tensor*, ir::Tensor*> twin_;
+  bool changed_ = false;
+};
+
+// ToBlocked / FromBlocked of float activations as oneDNN reorders.
+bool supportsReorder(const ir::Node& n) {
+  if (n.numInputs() != 1 || n.numOutputs() != 1 || !isStaticFloat(n.input(0)) || !isStaticFloat(n.output(0))) return false;
+  bool to = n.type() == "ToBlocked";
+  const Shape& plain = (to ? n.input(0) : n.output(0))->info().shape();
+  const Shape& phys = (to ? n.output(0) : n.input(0))->info().shape();
+  int b = static_cast<int>(phys.empty() ? 0 : phys.back());
+  if ((b != 8 && b != 16) || plain.size() < 3 || plain.size() > 5) return false;
+  return blockedShape(plain, b) == phys;
+}
+
+ops::KernelFn makeReorder(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  bool to = n.type() == "ToBlocked";
+  Shape plain = (to ? n.input(0) : n.output(0))->info().shape();
+  Shape phys = (to ? n.output(0) : n.input(0))->info().shape();
+  int b = static_cast<int>(phys.back());
+  memory::desc pd = plainDesc(plain), bd = layoutDesc(plain, b);
+  memory::desc src = to ? pd : bd, dst = to ? bd : pd;
+  Shape yShape = n.output(0)->info().shape();
+  int threads = ctx.pool().numThreads();
+  setThreads(threads);
+  dnnl::reorder prim;
+  try {
+    prim = dnnl::reorder(memory(src, engine(), DNNL_MEMORY_NONE), memory(dst, engine(), DNNL_MEMORY_NONE));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [=](ops::KernelContext& k) {
+    setThreads(threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, yShape);
+    execute(prim, {{DNNL_ARG_FROM, wrap(src, k.input(0))}, {DNNL_ARG_TO, wrap(dst, y)}});
+  };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_PASS("cpu-layout", CpuLayout);
+
+}  // namespace graft::backends::cpu::onednn
+
+GRAFT_REGISTER_CPU_KERNELS(onednn_reorder) {
+  using namespace graft::backends::cpu::onednn;
+  r.add({graft::ops::kGraftDomain, "ToBlocked", "onednn_reorder", supportsReorder, makeReorder});
+  r.add({graft::ops::kGraftDomain, "FromBlocked", "onednn_reorder", supportsReorder, makeReorder});
+}

@@ -1,0 +1,224 @@
+// oneDNN matmul for ai.onnx MatMul (numpy batch broadcasting, 1-D operands) and Gemm (transA,
+// transB, alpha, beta, C broadcast), and ai.graft FusedMatMul / FusedGemm (bias and activation
+// post-ops). Float only. Constant right-hand operands (weights) are packed at compile time.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
+#include "ops/shape_util.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu::onednn {
+namespace {
+
+constexpr size_t kMaxRank = DNNL_MAX_NDIMS;
+
+Dims rowMajorStrides(const Dims& d) {
+  Dims s(d.size(), 1);
+  for (int64_t i = static_cast<int64_t>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
+  return s;
+}
+
+// Left-pads `s` with ones to `rank` dimensions.
+Dims padTo(const Shape& s, size_t rank) {
+  Dims d(rank - s.size(), 1);
+  d.insert(d.end(), s.begin(), s.end());
+  return d;
+}
+
+// The operands as oneDNN sees them: all of one rank R >= 2, [batch..., M, K] x [batch..., K, N].
+struct MatMulConfig {
+  Dims a, b, y, bias;  // bias empty when none
+  Dims aStrides, bStrides;
+  Shape yShape;  // graft's output shape (vector operands' unit axes dropped)
+  float alpha = 1.f, beta = 1.f;
+  bool sumC = false;  // Gemm: C broadcast into Y first, added with scale beta by a sum post-op
+  Shape cShape;
+  int bInput = 1;
+};
+
+bool validBroadcast(const Dims& d, const Dims& full) {
+  for (size_t i = 0; i < d.size(); ++i)
+    if (d[i] != 1 && d[i] != full[i]) return false;
+  return true;
+}
+
+// MatMul / FusedMatMul: Y = act(A @ B + Bias), Bias broadcasting to Y.
+std::optional<MatMulConfig> matmulConfig(const ir::Node& n) {
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  bool fused = n.domain() == ops::kGraftDomain;
+  if (n.numInputs() > (fused ? 3u : 2u) || n.numOutputs() != 1) return std::nullopt;
+  Shape a = n.input(0)->info().shape(), b = n.input(1)->info().shape();
+  if (a.empty() || b.empty()) return std::nullopt;
+  bool vecA = a.size() == 1, vecB = b.size() == 1;
+  if (vecA) a.insert(a.begin(), 1);
+  if (vecB) b.push_back(1);
+  size_t rank = std::max(a.size(), b.size());
+  if (rank > kMaxRank) return std::nullopt;
+  MatMulConfig c;
+  c.a = padTo(a, rank);
+  c.b = padTo(b, rank);
+  if (c.a[rank - 1] != c.b[rank - 2]) return std::nullopt;
+  c.y = c.a;
+  c.y[rank - 1] = c.b[rank - 1];
+  for (size_t i = 0; i + 2 < rank; ++i) {
+    if (c.a[i] != c.b[i] && c.a[i] != 1 && c.b[i] != 1) return std::nullopt;
+    c.y[i] = std::max(c.a[i], c.b[i]);
+  }
+  for (int64_t d : c.a)
+    if (d == 0) return std::nullopt;
+  for (int64_t d : c.b)
+    if (d == 0) return std::nullopt;
+  c.aStrides = rowMajorStrides(c.a);
+  c.bStrides = rowMajorStrides(c.b);
+  c.yShape = n.output(0)->info().shape();
+  // The view of a graft output-shaped array (unit axes of vector operands put back).
+  auto toView = [&](Shape s) {
+    if (vecA) s.insert(s.end() - (vecB ? 0 : 1), 1);
+    if (vecB) s.push_back(1);
+    return s.size() <= rank ? padTo(s, rank) : Dims{};
+  };
+  if (toView(c.yShape) != c.y) return std::nullopt;
+  if (fused) {
+    if (n.hasInput(2)) {
+      if (!isStaticFloat(n.input(2))) return std::nullopt;
+      Shape bs = n.input(2)->info().shape();
+      if (bs.size() > c.yShape.size()) return std::nullopt;
+      Dims padded = padTo(bs, c.yShape.size());
+      c.bias = toView(Shape(padded.begin(), padded.end()));
+      if (c.bias.empty() || !validBroadcast(c.bias, c.y)) return std::nullopt;
+    }
+    dnnl::post_ops po;
+    if (!appendActivation(n, po)) return std::nullopt;
+  }
+  return c;
+}
+
+// Gemm / FusedGemm: Y = act(alpha * A' @ B' + beta * C).
+std::optional<MatMulConfig> gemmConfig(const ir::Node& n) {
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  if (n.numInputs() > 3 || n.numOutputs() != 1) return std::nullopt;
+  Shape a = n.input(0)->info().shape(), b = n.input(1)->info().shape();
+  if (a.size() != 2 || b.size() != 2) return std::nullopt;
+  bool ta = n.attrInt("transA", 0) != 0, tb = n.attrInt("transB", 0) != 0;
+  int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1], K2 = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+  if (K != K2 || M == 0 || N == 0 || K == 0) return std::nullopt;
+  MatMulConfig c;
+  c.a = {M, K};
+  c.b = {K, N};
+  c.y = {M, N};
+  c.aStrides = ta ? Dims{1, M} : Dims{K, 1};
+  c.bStrides = tb ? Dims{1, K} : Dims{N, 1};
+  c.yShape = {M, N};
+  if (n.output(0)->info().shape() != c.yShape) return std::nullopt;
+  c.alpha = n.attrFloat("alpha", 1.f);
+  c.beta = n.attrFloat("beta", 1.f);
+  if (n.hasInput(2)) {
+    if (!isStaticFloat(n.input(2))) return std::nullopt;
+    c.cShape = n.input(2)->info().shape();
+    if (c.cShape.size() > 2) return std::nullopt;
+    Dims cd = padTo(c.cShape, 2);
+    if (!validBroadcast(cd, c.y)) return std::nullopt;
+    // A bias when nothing scales it; otherwise beta * C through the sum post-op.
+    if (c.alpha == 1.f && c.beta == 1.f) c.bias = cd;
+    else if (c.beta != 0.f) c.sumC = true;
+  }
+  if (n.domain() == ops::kGraftDomain) {
+    dnnl::post_ops po;
+    if (!appendActivation(n, po)) return std::nullopt;
+  }
+  return c;
+}
+
+bool supportsMatMul(const ir::Node& n) { return matmulConfig(n).has_value(); }
+bool supportsGemm(const ir::Node& n) { return gemmConfig(n).has_value(); }
+
+struct MatMulState {
+  dnnl::matmul prim;
+  memory::desc aDesc, bDesc, yDesc, biasDesc;
+  PackedOperand weights;
+  Shape yShape, cShape;
+  bool bias = false, sumC = false;
+  int threads = 1;
+};
+
+ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
+  const ir::Node& n = ctx.node();
+  auto st = std::make_shared<MatMulState>();
+  st->threads = ctx.pool().numThreads();
+  st->yShape = c.yShape;
+  st->cShape = c.cShape;
+  st->sumC = c.sumC;
+  st->bias = !c.bias.empty();
+  setThreads(st->threads);
+  auto f32 = memory::data_type::f32;
+  st->aDesc = memory::desc(c.a, f32, c.aStrides);
+  st->bDesc = memory::desc(c.b, f32, c.bStrides);
+  st->yDesc = memory::desc(c.y, f32, rowMajorStrides(c.y));
+  if (st->bias) st->biasDesc = memory::desc(c.bias, f32, rowMajorStrides(c.bias));
+  // Constant weights may be packed into whatever layout the primitive likes; others are read
+  // where they are.
+  const NDArray* constB = ctx.constantInput(1);
+  memory::desc bPrim = constB ? memory::desc(c.b, f32, memory::format_tag::any) : st->bDesc;
+  dnnl::primitive_attr attr;
+  if (c.alpha != 1.f) attr.set_output_scales(0, {c.alpha});
+  dnnl::post_ops po;
+  if (c.sumC) po.append_sum(c.beta);
+  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  attr.set_post_ops(po);
+  try {
+    auto d = st->bias ? dnnl::matmul::desc(st->aDesc, bPrim, st->biasDesc, st->yDesc)
+                      : dnnl::matmul::desc(st->aDesc, bPrim, st->yDesc);
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
+    st->prim = dnnl::matmul(pd);
+    st->weights.init(st->bDesc, pd.weights_desc(), constB);
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    if (st->sumC) {
+      // Y = C broadcast to [M, N]; the primitive then adds alpha * A'B' to beta * Y.
+      const NDArray& cArr = k.input(2);
+      const float* cp = cArr.data<float>();
+      float* yp = y.data<float>();
+      int64_t M = st->yShape[0], N = st->yShape[1];
+      Shape cs = st->cShape;
+      while (cs.size() < 2) cs.insert(cs.begin(), 1);
+      int64_t sm = cs[0] == 1 ? 0 : cs[1], sn = cs[1] == 1 ? 0 : 1;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < N; ++j) yp[m * N + j] = cp[m * sm + j * sn];
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(st->aDesc, k.input(0))},
+                                         {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))},
+                                         {DNNL_ARG_DST, wrap(st->yDesc, y)}};
+    if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
+    execute(st->prim, args);
+  };
+}
+
+ops::KernelFn makeMatMul(ops::CompileContext& ctx) {
+  auto c = matmulConfig(ctx.node());
+  GRAFT_ASSERT(c, "{}: makeMatMul on an unsupported node", ctx.node().describe());
+  return build(ctx, *c);
+}
+
+ops::KernelFn makeGemm(ops::CompileContext& ctx) {
+  auto c = gemmConfig(ctx.node());
+  GRAFT_ASSERT(c, "{}: makeGemm on an unsupported node", ctx.node().describe());
+  return build(ctx, *c);
+}
+
+}  // namespace
+}  // namespace graft::backends::cpu::onednn
+
+GRAFT_REGISTER_CPU_KERNELS(onednn_matmul) {
+  using namespace graft::backends::cpu::onednn;
+  r.add({"", "MatMul", "onednn_matmul", supportsMatMul, makeMatMul});
+  r.add({graft::ops::kGraftDomain, "FusedMatMul", "onednn_matmul", supportsMatMul, makeMatMul});
+  r.add({"", "Gemm", "onednn_gemm", supportsGemm, makeGemm});
+  r.add({graft::ops::kGraftDomain, "FusedGemm", "onednn_gemm", supportsGemm, makeGemm});
+}

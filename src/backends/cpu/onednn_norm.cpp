@@ -1,0 +1,150 @@
+// oneDNN normalisations: BatchNormalization in inference mode (running statistics), LRN (odd
+// sizes, where ONNX's window is symmetric like oneDNN's), Softmax and LogSoftmax (one axis, as
+// from opset 13). BatchNormalization and LRN also run channel-blocked (ai.graft::ChannelBlocked).
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu::onednn {
+namespace {
+
+// BatchNormalization(X, scale, B, input_mean, input_var) -> Y, inference mode only.
+bool supportsBatchNorm(const ir::Node& n) {
+  NodeLayout l = nodeLayout(n);
+  if (l.op != "BatchNormalization" || n.numInputs() != 5) return false;
+  if (n.attrInt("training_mode", 0) != 0) return false;
+  for (size_t i = 1; i < n.numOutputs(); ++i)
+    if (n.hasOutput(i)) return false;
+  auto x = l.logical(n.input(0)), y = l.logical(n.output(0));
+  if (!x || !y || *x != *y || x->size() < 2 || x->size() > 5 || (*x)[0] == 0) return false;
+  for (size_t i = 1; i < 5; ++i)
+    if (!isStaticFloat(n.input(i)) || n.input(i)->info().shape() != Shape{(*x)[1]}) return false;
+  return true;
+}
+
+struct BatchNormState {
+  dnnl::primitive prim;
+  memory::desc x, c;
+  Shape yShape;
+  int threads = 1;
+};
+
+ops::KernelFn makeBatchNorm(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  NodeLayout l = nodeLayout(n);
+  Shape x = *l.logical(n.input(0));
+  auto st = std::make_shared<BatchNormState>();
+  st->threads = ctx.pool().numThreads();
+  st->yShape = n.output(0)->info().shape();
+  st->x = x.size() >= 3 ? layoutDesc(x, l.block) : plainDesc(x);
+  st->c = plainDesc({x[1]});
+  setThreads(st->threads);
+  try {
+    using BF = dnnl::batch_normalization_forward;
+    auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+                 dnnl::normalization_flags::use_shift;
+    BF::desc d(dnnl::prop_kind::forward_inference, st->x, n.attrFloat("epsilon", 1e-5f), flags);
+    st->prim = BF(BF::primitive_desc(d, engine()));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))},
+                       {DNNL_ARG_SCALE, wrap(st->c, k.input(1))},
+                       {DNNL_ARG_SHIFT, wrap(st->c, k.input(2))},
+                       {DNNL_ARG_MEAN, wrap(st->c, k.input(3))},
+                       {DNNL_ARG_VARIANCE, wrap(st->c, k.input(4))},
+                       {DNNL_ARG_DST, wrap(st->x, y)}});
+  };
+}
+
+// LRN across channels: y = x / (bias + alpha / size * sum of squares over the size window)^beta.
+bool supportsLrn(const ir::Node& n) {
+  NodeLayout l = nodeLayout(n);
+  if (l.op != "LRN" || n.numInputs() != 1 || n.numOutputs() != 1) return false;
+  int64_t size = n.attrInt("size", 0);
+  if (size <= 0 || size % 2 == 0) return false;
+  auto x = l.logical(n.input(0)), y = l.logical(n.output(0));
+  if (!x || !y || *x != *y || x->size() < 3 || x->size() > 5) return false;
+  for (int64_t d : *x)
+    if (d == 0) return false;
+  return n.attrFloat("bias", 1.f) > 0.f;
+}
+
+ops::KernelFn makeLrn(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  NodeLayout l = nodeLayout(n);
+  Shape x = *l.logical(n.input(0));
+  auto st = std::make_shared<BatchNormState>();
+  st->threads = ctx.pool().numThreads();
+  st->yShape = n.output(0)->info().shape();
+  st->x = layoutDesc(x, l.block);
+  setThreads(st->threads);
+  try {
+    using LF = dnnl::lrn_forward;
+    LF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::lrn_across_channels, st->x, n.attrInt("size"),
+               n.attrFloat("alpha", 1e-4f), n.attrFloat("beta", 0.75f), n.attrFloat("bias", 1.f));
+    st->prim = LF(LF::primitive_desc(d, engine()));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->x, y)}});
+  };
+}
+
+// Softmax / LogSoftmax over one axis (opset 13 and later semantics, which import converts to).
+bool supportsSoftmax(const ir::Node& n) {
+  if (n.numInputs() != 1 || n.numOutputs() != 1 || !isStaticFloat(n.input(0)) || !isStaticFloat(n.output(0)))
+    return false;
+  const Shape& s = n.input(0)->info().shape();
+  int64_t r = static_cast<int64_t>(s.size()), axis = n.attrInt("axis", -1);
+  if (r == 0 || r > DNNL_MAX_NDIMS || axis < -r || axis >= r) return false;
+  for (int64_t d : s)
+    if (d == 0) return false;
+  return n.output(0)->info().shape() == s;
+}
+
+ops::KernelFn makeSoftmax(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  Shape s = n.input(0)->info().shape();
+  int r = static_cast<int>(s.size());
+  int axis = static_cast<int>(n.attrInt("axis", -1));
+  if (axis < 0) axis += r;
+  auto st = std::make_shared<BatchNormState>();
+  st->threads = ctx.pool().numThreads();
+  st->yShape = s;
+  st->x = plainDesc(s);
+  setThreads(st->threads);
+  try {
+    using SF = dnnl::softmax_v2_forward;
+    auto alg = n.type() == "LogSoftmax" ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate;
+    SF::desc d(dnnl::prop_kind::forward_inference, alg, st->x, st->x, axis);
+    st->prim = SF(SF::primitive_desc(d, engine()));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->x, y)}});
+  };
+}
+
+}  // namespace
+}  // namespace graft::backends::cpu::onednn
+
+GRAFT_REGISTER_CPU_KERNELS(onednn_norm) {
+  using namespace graft::backends::cpu::onednn;
+  r.add({"", "BatchNormalization", "onednn_batchnorm", supportsBatchNorm, makeBatchNorm});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_batchnorm", supportsBatchNorm, makeBatchNorm});
+  r.add({"", "LRN", "onednn_lrn", supportsLrn, makeLrn});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_lrn", supportsLrn, makeLrn});
+  r.add({"", "Softmax", "onednn_softmax", supportsSoftmax, makeSoftmax});
+  r.add({"", "LogSoftmax", "onednn_softmax", supportsSoftmax, makeSoftmax});
+}

@@ -1,0 +1,105 @@
+// oneDNN pooling for MaxPool (without the Indices output), AveragePool, GlobalAveragePool and
+// GlobalMaxPool, on plain or (ai.graft::ChannelBlocked) channel-blocked activations. Float,
+// 1-D to 3-D. Windows that cover padding only, and AveragePool's count_include_pad together
+// with ceil_mode's extra end windows, are left to the reference kernel: ONNX defines them
+// differently from oneDNN.
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu::onednn {
+namespace {
+
+struct PoolConfig {
+  Shape x, y;  // logical
+  int block = 0;
+  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
+  Window win;
+};
+
+std::optional<PoolConfig> poolConfig(const ir::Node& n) {
+  NodeLayout l = nodeLayout(n);
+  bool global = l.op == "GlobalAveragePool" || l.op == "GlobalMaxPool";
+  bool max = l.op == "MaxPool" || l.op == "GlobalMaxPool";
+  if (!global && !max && l.op != "AveragePool") return std::nullopt;
+  if (n.numInputs() != 1 || n.numOutputs() < 1 || (n.numOutputs() > 1 && n.hasOutput(1))) return std::nullopt;
+  auto x = l.logical(n.input(0)), y = l.logical(n.output(0));
+  if (!x || !y || x->size() < 3 || x->size() > 5 || y->size() != x->size()) return std::nullopt;
+  for (int64_t d : *x)
+    if (d == 0) return std::nullopt;
+  PoolConfig c;
+  c.x = *x;
+  c.y = *y;
+  c.block = l.block;
+  Shape in(c.x.begin() + 2, c.x.end());
+  if (global) {
+    c.win.kernel = Dims(in.begin(), in.end());
+    c.win.strides = Dims(in.size(), 1);
+    c.win.dilation = c.win.padBegin = c.win.padEnd = Dims(in.size(), 0);
+    c.win.out = Dims(in.size(), 1);
+    c.alg = max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+  } else {
+    if (max && n.attrInt("storage_order", 0) != 0) return std::nullopt;  // only matters for Indices
+    auto ks = n.attrInts("kernel_shape", {});
+    if (ks.size() != in.size()) return std::nullopt;
+    bool ceil = n.attrInt("ceil_mode", 0) != 0;
+    if (!max && n.attrs().has("dilations")) return std::nullopt;
+    auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), ceil, /*paddingOnlyWindows=*/false);
+    if (!w) return std::nullopt;
+    c.win = *w;
+    bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
+    if (includePad && c.win.extendedEnd) return std::nullopt;
+    c.alg = max ? dnnl::algorithm::pooling_max
+                : includePad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  Shape want = {c.x[0], c.x[1]};
+  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
+  if (want != c.y) return std::nullopt;
+  return c;
+}
+
+bool supportsPool(const ir::Node& n) { return poolConfig(n).has_value(); }
+
+struct PoolState {
+  dnnl::primitive prim;
+  memory::desc x, y;
+  Shape yShape;
+  int threads = 1;
+};
+
+ops::KernelFn makePool(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = poolConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makePool on an unsupported node", n.describe());
+  const PoolConfig& c = *cfg;
+  auto st = std::make_shared<PoolState>();
+  st->threads = ctx.pool().numThreads();
+  st->yShape = n.output(0)->info().shape();
+  st->x = layoutDesc(c.x, c.block);
+  st->y = layoutDesc(c.y, c.block);
+  setThreads(st->threads);
+  try {
+    using PF = dnnl::pooling_v2_forward;
+    PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation,
+               c.win.padBegin, c.win.padEnd);
+    st->prim = PF(PF::primitive_desc(d, engine()));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+  };
+}
+
+}  // namespace
+}  // namespace graft::backends::cpu::onednn
+
+GRAFT_REGISTER_CPU_KERNELS(onednn_pool) {
+  using namespace graft::backends::cpu::onednn;
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
+    r.add({"", op, "onednn_pool", supportsPool, makePool});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_pool", supportsPool, makePool});
+}

@@ -1,0 +1,240 @@
+// graft's fused ops (domain ai.graft), made by the fusion and layout passes of the cpu pipeline.
+// Each is defined as a composition of standard ops (ops/composite.hpp), which gives its type
+// inference and its reference kernel; backends run them with fast kernels where they have one.
+//
+//   FusedConv(X, W, B?, Sum?)      Y = act(Conv(X, W, B) + Sum); Conv's attributes, plus the
+//                                  activation attributes below and x_block / y_block: X (and
+//                                  Y, Sum) channel-blocked with that block when non-zero.
+//   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A, B) + Bias)
+//   FusedGemm(A, B, C?)            Y = act(Gemm(A, B, C)); Gemm's attributes
+//   ChannelBlocked(X, ...)         the ai.onnx op named by "op" (with the node's other
+//                                  attributes) on channel-blocked X and Y: X, Y are
+//                                  [N, ceil(C/block), spatial..., block]; "channels" is C
+//   ToBlocked(X)                   [N, C, spatial...] -> [N, ceil(C/block), spatial..., block],
+//                                  channels beyond C zero
+//   FromBlocked(X)                 the inverse; "channels" is C
+//
+// Activations: "activation" (an op type; "" for none), "activation_domain" ("" or
+// ai.graphcore), "activation_alpha" and "activation_beta" (LeakyRelu and Elu alpha, HardSigmoid
+// alpha and beta, Clip min and max).
+#include <algorithm>
+#include <cstring>
+
+#include "ops/composite.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::ops {
+namespace {
+
+// ---- ToBlocked / FromBlocked --------------------------------------------------------------
+
+int64_t attrPositive(const ir::Node& n, const char* name) {
+  int64_t v = n.attrInt(name);
+  GRAFT_CHECK(v > 0 && v <= (int64_t{1} << 20), "{}: {} must be in [1, 2^20], got {}", n.describe(), name, v);
+  return v;
+}
+
+Shape toBlockedShape(const std::string& what, const Shape& s, int64_t block) {
+  GRAFT_CHECK(s.size() >= 3, "{}: input must be [N, C, spatial...] (rank >= 3), got {}", what, shapeToString(s));
+  Shape p = s;
+  p[1] = (s[1] + block - 1) / block;
+  p.push_back(block);
+  return p;
+}
+
+Shape fromBlockedShape(const std::string& what, const Shape& p, int64_t channels) {
+  GRAFT_CHECK(p.size() >= 4, "{}: input must be [N, C/block, spatial..., block] (rank >= 4), got {}", what,
+              shapeToString(p));
+  int64_t block = p.back();
+  GRAFT_CHECK(block > 0 && (channels + block - 1) / block == p[1], "{}: {} channels do not fill {} blocks of {}", what,
+              channels, p[1], block);
+  Shape s(p.begin(), p.end() - 1);
+  s[1] = channels;
+  return s;
+}
+
+// Copies between [N, C, S] and [N, Cb, S, b] element by element (any element size).
+void reblock(const NDArray& src, NDArray& dst, int64_t N, int64_t C, int64_t S, int64_t b, bool toBlocked) {
+  size_t es = dtypeSize(src.dtype());
+  int64_t cb = (C + b - 1) / b;
+  const char* sp = static_cast<const char*>(src.rawData());
+  char* dp = static_cast<char*>(dst.rawData());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) {
+        int64_t plain = (n * C + c) * S + s, blocked = ((n * cb + c / b) * S + s) * b + c % b;
+        if (toBlocked) std::memcpy(dp + blocked * es, sp + plain * es, es);
+        else std::memcpy(dp + plain * es, sp + blocked * es, es);
+      }
+}
+
+std::vector<ir::ValueType> inferToBlocked(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                          const std::vector<const NDArray*>&) {
+  ir::ValueType t = in.at(0);
+  if (t.info.isStatic()) t.info = TensorInfo(t.info.dataType(), toBlockedShape(n.describe(), t.info.shape(), attrPositive(n, "block")));
+  else t.info = TensorInfo::unranked(t.info.dataType());
+  return {t};
+}
+
+std::vector<ir::ValueType> inferFromBlocked(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                            const std::vector<const NDArray*>&) {
+  ir::ValueType t = in.at(0);
+  if (t.info.isStatic())
+    t.info = TensorInfo(t.info.dataType(), fromBlockedShape(n.describe(), t.info.shape(), attrPositive(n, "channels")));
+  else t.info = TensorInfo::unranked(t.info.dataType());
+  return {t};
+}
+
+KernelFn toBlockedKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  int64_t block = attrPositive(n, "block");
+  return [block, what = n.describe()](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() != DataType::String, "{}: string tensors cannot be blocked", what);
+    Shape p = toBlockedShape(what, x.shape(), block);
+    NDArray& y = k.allocOutput(0, x.dtype(), p);  // zero-filled: the padding channels stay 0
+    reblock(x, y, x.dim(0), x.dim(1), x.numel() / std::max<int64_t>(1, x.dim(0) * x.dim(1)), block, true);
+  };
+}
+
+KernelFn fromBlockedKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  int64_t channels = attrPositive(n, "channels");
+  return [channels, what = n.describe()](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() != DataType::String, "{}: string tensors cannot be blocked", what);
+    Shape s = fromBlockedShape(what, x.shape(), channels);
+    NDArray& y = k.allocOutputUninit(0, x.dtype(), s);
+    int64_t S = 1;
+    for (size_t i = 2; i < s.size(); ++i) S *= s[i];
+    reblock(x, y, s[0], channels, S, x.shape().back(), false);
+  };
+}
+
+// ---- compositions -------------------------------------------------------------------------
+
+ir::Attributes pick(const ir::Node& n, std::initializer_list<const char*> names) {
+  ir::Attributes a;
+  for (const char* name : names)
+    if (const ir::AttrValue* v = n.attrs().find(name)) a.set(name, *v);
+  return a;
+}
+
+ir::Tensor* unblock(ir::Graph& g, ir::Tensor* t, int64_t channels) {
+  ir::Attributes a;
+  a.set("channels", channels);
+  return addInner(g, "FromBlocked", kGraftDomain, {t}, a);
+}
+
+ir::Tensor* block(ir::Graph& g, ir::Tensor* t, int64_t b) {
+  ir::Attributes a;
+  a.set("block", b);
+  return addInner(g, "ToBlocked", kGraftDomain, {t}, a);
+}
+
+// The activation named by the node's activation attributes, applied to t.
+ir::Tensor* activation(const ir::Node& n, ir::Graph& g, ir::Tensor* t) {
+  std::string act = n.attrString("activation", ""), dom = n.attrString("activation_domain", "");
+  if (act.empty()) return t;
+  float alpha = n.attrFloat("activation_alpha", 0.f), beta = n.attrFloat("activation_beta", 0.f);
+  GRAFT_CHECK(dom.empty() || dom == kGraphcoreDomain, "{}: activation_domain must be \"\" or ai.graphcore, got '{}'",
+              n.describe(), dom);
+  ir::Attributes a;
+  std::vector<ir::Tensor*> in{t};
+  if (dom.empty() && (act == "LeakyRelu" || act == "Elu")) a.set("alpha", alpha);
+  else if (dom.empty() && act == "HardSigmoid") {
+    a.set("alpha", alpha);
+    a.set("beta", beta);
+  } else if (dom.empty() && act == "Clip") {
+    in.push_back(addScalar(g, alpha));
+    in.push_back(addScalar(g, beta));
+  } else {
+    static const char* kPlain[] = {"Relu", "Sigmoid", "Tanh", "Softplus", "HardSwish"};
+    bool ok = dom == kGraphcoreDomain ? act == "Gelu" : std::find(std::begin(kPlain), std::end(kPlain), act) != std::end(kPlain);
+    GRAFT_CHECK(ok, "{}: unsupported activation '{}{}'", n.describe(), dom.empty() ? "" : dom + "::", act);
+  }
+  return addInner(g, act, dom, in, a);
+}
+
+int64_t outChannels(const ir::Node& n, const ir::Tensor* w) {
+  GRAFT_CHECK(w && w->info().hasShape() && w->info().rank() >= 1 && w->info().dims()[0].known(),
+              "{}: W needs a known first dimension", n.describe());
+  return w->info().dims()[0].value;
+}
+
+std::vector<ir::Tensor*> fusedConv(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  int64_t xb = n.attrInt("x_block", 0), yb = n.attrInt("y_block", 0);
+  GRAFT_CHECK(xb >= 0 && yb >= 0, "{}: x_block and y_block must be >= 0", n.describe());
+  ir::Tensor* x = in.at(0);
+  GRAFT_CHECK(x && in.size() >= 2 && in[1], "{}: FusedConv needs X and W", n.describe());
+  if (xb) {
+    const auto& w = in[1]->info();
+    GRAFT_CHECK(w.hasShape() && w.rank() >= 2 && w.dims()[1].known(), "{}: W needs a known shape", n.describe());
+    x = unblock(g, x, w.dims()[1].value * n.attrInt("group", 1));
+  }
+  std::vector<ir::Tensor*> convIn{x, in[1]};
+  if (in.size() > 2 && in[2]) convIn.push_back(in[2]);
+  ir::Tensor* y = addInner(g, "Conv", "", convIn, pick(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}));
+  if (in.size() > 3 && in[3]) {
+    ir::Tensor* s = yb ? unblock(g, in[3], outChannels(n, in[1])) : in[3];
+    y = addInner(g, "Add", "", {y, s});
+  }
+  y = activation(n, g, y);
+  if (yb) y = block(g, y, yb);
+  return {y};
+}
+
+std::vector<ir::Tensor*> fusedMatMul(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  GRAFT_CHECK(in.size() >= 2 && in[0] && in[1], "{}: FusedMatMul needs A and B", n.describe());
+  ir::Tensor* y = addInner(g, "MatMul", "", {in[0], in[1]});
+  if (in.size() > 2 && in[2]) y = addInner(g, "Add", "", {y, in[2]});
+  return {activation(n, g, y)};
+}
+
+std::vector<ir::Tensor*> fusedGemm(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  GRAFT_CHECK(in.size() >= 2 && in[0] && in[1], "{}: FusedGemm needs A and B", n.describe());
+  std::vector<ir::Tensor*> gi{in[0], in[1]};
+  if (in.size() > 2 && in[2]) gi.push_back(in[2]);
+  ir::Tensor* y = addInner(g, "Gemm", "", gi, pick(n, {"alpha", "beta", "transA", "transB"}));
+  return {activation(n, g, y)};
+}
+
+std::vector<ir::Tensor*> channelBlocked(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  std::string op = n.attrString("op");
+  int64_t b = attrPositive(n, "block"), channels = attrPositive(n, "channels");
+  GRAFT_CHECK(!in.empty() && in[0], "{}: ChannelBlocked needs input 0", n.describe());
+  ir::Attributes a = n.attrs();
+  a.erase("op");
+  a.erase("block");
+  a.erase("channels");
+  std::vector<ir::Tensor*> inner = in;
+  inner[0] = unblock(g, in[0], channels);
+  std::vector<ir::Tensor*> outs;
+  addInner(g, op, "", inner, a, &outs, n.numOutputs());
+  if (!outs.empty() && outs[0]) outs[0] = block(g, outs[0], b);
+  return outs;
+}
+
+InferFn inferOf(CompositeBuilder b) {
+  return [b](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+    return inferComposite(n, in, b);
+  };
+}
+
+KernelFactory referenceOf(CompositeBuilder b) {
+  return [b](CompileContext& c) { return compileComposite(c, b); };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(fused) {
+  r.add("ToBlocked", kGraftDomain).setInfer(inferToBlocked).setReference(toBlockedKernel);
+  r.add("FromBlocked", kGraftDomain).setInfer(inferFromBlocked).setReference(fromBlockedKernel);
+  r.add("FusedConv", kGraftDomain).setInfer(inferOf(fusedConv)).setReference(referenceOf(fusedConv));
+  r.add("FusedMatMul", kGraftDomain).setInfer(inferOf(fusedMatMul)).setReference(referenceOf(fusedMatMul));
+  r.add("FusedGemm", kGraftDomain).setInfer(inferOf(fusedGemm)).setReference(referenceOf(fusedGemm));
+  r.add("ChannelBlocked", kGraftDomain).setInfer(inferOf(channelBlocked)).setReference(referenceOf(channelBlocked));
+}
+
+}  // namespace graft::ops

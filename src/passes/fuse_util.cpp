@@ -1,0 +1,90 @@
+#include "passes/fuse_util.hpp"
+
+#include <limits>
+
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::passes::fuse {
+
+ir::Node* soleConsumer(const ir::Tensor* t) {
+  if (!t || t->isGraphOutput() || t->uses().size() != 1) return nullptr;
+  const ir::Use& u = t->uses()[0];
+  return u.implicit ? nullptr : u.node;
+}
+
+bool isConstant(const ir::Tensor* t, const PassContext& ctx) {
+  if (!t || !t->data()) return false;
+  return t->kind() == ir::TensorKind::Constant || (ctx.weightsAreConstant && t->kind() == ir::TensorKind::Variable);
+}
+
+bool isFloat(const ir::Tensor* t) {
+  return t && t->type().isTensor() && t->info().dataType() == DataType::Float && t->info().hasShape();
+}
+
+namespace {
+// The float value of a constant scalar (one element) input, or nullopt.
+std::optional<float> constScalar(const ir::Tensor* t, const PassContext& ctx) {
+  if (!isConstant(t, ctx) || t->data()->numel() != 1 || t->data()->dtype() != DataType::Float) return std::nullopt;
+  return t->data()->data<float>()[0];
+}
+}  // namespace
+
+bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes& attrs) {
+  if (act.numOutputs() != 1 || !isFloat(act.output(0))) return false;
+  float alpha = 0.f, beta = 0.f;
+  const std::string& t = act.type();
+  if (act.domain() == ops::kGraphcoreDomain) {
+    if (t != "Gelu") return false;
+  } else if (!act.domain().empty()) {
+    return false;
+  } else if (t == "LeakyRelu") {
+    alpha = act.attrFloat("alpha", 0.01f);
+  } else if (t == "Elu") {
+    alpha = act.attrFloat("alpha", 1.f);
+  } else if (t == "HardSigmoid") {
+    alpha = act.attrFloat("alpha", 0.2f);
+    beta = act.attrFloat("beta", 0.5f);
+  } else if (t == "Clip") {
+    alpha = -std::numeric_limits<float>::infinity();
+    beta = std::numeric_limits<float>::infinity();
+    if (act.hasInput(1)) {
+      auto v = constScalar(act.input(1), ctx);
+      if (!v) return false;
+      alpha = *v;
+    }
+    if (act.hasInput(2)) {
+      auto v = constScalar(act.input(2), ctx);
+      if (!v) return false;
+      beta = *v;
+    }
+    // NaN bounds, or min > max (every element becomes max): leave those to Clip itself.
+    if (!(alpha <= beta)) return false;
+  } else if (t != "Relu" && t != "Sigmoid" && t != "Tanh" && t != "Softplus" && t != "HardSwish") {
+    return false;
+  }
+  if (t != "Clip" && act.numInputs() != 1) return false;
+  attrs.set("activation", t);
+  if (!act.domain().empty()) attrs.set("activation_domain", act.domain());
+  if (alpha != 0.f) attrs.set("activation_alpha", alpha);
+  if (beta != 0.f) attrs.set("activation_beta", beta);
+  return true;
+}
+
+ir::Node* replaceChain(ir::Graph& g, const std::vector<ir::Node*>& chain, const std::string& type,
+                       const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs) {
+  GRAFT_ASSERT(!chain.empty(), "replaceChain of an empty chain");
+  ir::Tensor* out = chain.back()->output(0);
+  std::string name = chain.front()->name();
+  std::vector<ir::Tensor*> intermediates;
+  for (size_t i = 0; i + 1 < chain.size(); ++i) intermediates.push_back(chain[i]->output(0));
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) g.removeNode(*it);
+  for (ir::Tensor* t : intermediates)
+    if (t && !t->producer() && t->uses().empty() && !t->isGraphOutput()) g.removeTensor(t);
+  if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
+  ir::Node* n = g.addNode(type, ops::kGraftDomain, inputs, {""}, std::move(attrs), name);
+  g.setOutput(n, 0, out);
+  return n;
+}
+
+}  // namespace graft::passes::fuse

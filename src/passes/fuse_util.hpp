@@ -1,0 +1,35 @@
+#pragma once
+// Helpers shared by the fusion passes (fuse_conv.cpp, fuse_matmul.cpp): single-use chains,
+// constants, fused activations, and replacing a chain of nodes by one fused node.
+#include <optional>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "passes/pass.hpp"
+
+namespace graft::passes::fuse {
+
+/// The only consumer of `t` when it has exactly one (non-implicit) use and is not a graph
+/// output; nullptr otherwise (fusing would hide a value someone else reads).
+ir::Node* soleConsumer(const ir::Tensor* t);
+
+/// True when `t` holds data fixed at compile time: a Constant, or a Variable when weights are
+/// constant for this compilation.
+bool isConstant(const ir::Tensor* t, const PassContext& ctx);
+
+/// A fusable activation: ai.onnx Relu, LeakyRelu, Sigmoid, Tanh, Elu, Softplus, HardSwish,
+/// HardSigmoid, Clip (with constant or absent bounds), ai.graphcore Gelu. Sets the fused node's
+/// activation attributes ("activation", "activation_domain", "activation_alpha",
+/// "activation_beta") in `attrs`; returns false for anything else.
+bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes& attrs);
+
+/// Replaces `chain` (nodes in data-flow order; every intermediate output has the next node as
+/// its only consumer) by one node of `type` in ai.graft reading `inputs`, with `attrs`, whose
+/// output 0 is the last node's output 0 (same tensor, same id). The first node's name is kept.
+ir::Node* replaceChain(ir::Graph& g, const std::vector<ir::Node*>& chain, const std::string& type,
+                       const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs);
+
+/// True when `t` is a float32 tensor with a known shape.
+bool isFloat(const ir::Tensor* t);
+
+}  // namespace graft::passes::fuse

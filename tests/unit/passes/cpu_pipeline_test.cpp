@@ -1,0 +1,247 @@
+// The cpu inference pipeline (fold-batchnorm, fuse-conv, fuse-matmul, constant-weights,
+// cpu-layout) on small convolutional and dense models: the graph it produces, and its results on
+// the cpu backend against the original graph on the reference backend. Sessions: weights written
+// after compilation reach the packed kernels.
+#include <gtest/gtest.h>
+
+#include <graft/graft.hpp>
+
+#include <map>
+#include <random>
+
+#include "backends/backend.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ir/graph.hpp"
+#include "onnx/model_io.hpp"
+#include "passes/pass.hpp"
+#include "plan/executable.hpp"
+
+namespace graft {
+namespace {
+
+NDArray randomArray(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
+  NDArray a(DataType::Float, std::move(s));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = u(rng);
+  return a;
+}
+
+struct Builder {
+  ir::Graph g{"model"};
+  uint32_t seed = 100;
+  ir::Tensor* input(const std::string& id, Shape s) {
+    ir::Tensor* t = g.addTensor(id, ir::ValueType::tensor(TensorInfo(DataType::Float, s)), ir::TensorKind::Input);
+    g.addInput(t);
+    return t;
+  }
+  ir::Tensor* weight(Shape s, float lo = -0.5f, float hi = 0.5f) {
+    return g.addInitializer(g.uniqueId("w"), randomArray(std::move(s), seed++, lo, hi));
+  }
+  ir::Tensor* op(const std::string& type, std::vector<ir::Tensor*> in, ir::Attributes a = {}, const std::string& domain = "") {
+    return g.addNode(type, domain, in, {g.uniqueId(type)}, std::move(a))->output(0);
+  }
+  ir::Tensor* conv(ir::Tensor* x, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t group = 1) {
+    ir::Attributes a;
+    int64_t p = k / 2;
+    a.set("pads", std::vector<int64_t>{p, p, p, p});
+    a.set("strides", std::vector<int64_t>{stride, stride});
+    a.set("group", group);
+    return op("Conv", {x, weight({cout, cin / group, k, k}), weight({cout})}, a);
+  }
+  ir::Tensor* bn(ir::Tensor* x, int64_t c) {
+    return op("BatchNormalization", {x, weight({c}, 0.5f, 1.5f), weight({c}), weight({c}), weight({c}, 0.5f, 2.f)});
+  }
+};
+
+// A small ResNet/MobileNet/SqueezeNet mix: stem conv, a residual block, a depthwise conv with
+// ReLU6, a fire-style concat, pooling and a classifier.
+std::unique_ptr<ir::Graph> convModel(int64_t batch) {
+  auto b = std::make_unique<Builder>();
+  ir::Tensor* x = b->input("x", {batch, 3, 16, 16});
+  ir::Tensor* s = b->op("Relu", {b->bn(b->conv(x, 3, 16, 3, 1), 16)});
+  ir::Tensor* r = b->op("Relu", {b->bn(b->conv(s, 16, 16, 3, 1), 16)});
+  r = b->bn(b->conv(r, 16, 16, 3, 1), 16);
+  r = b->op("Relu", {b->op("Add", {r, s})});
+  ir::Attributes mp;
+  mp.set("kernel_shape", std::vector<int64_t>{2, 2});
+  mp.set("strides", std::vector<int64_t>{2, 2});
+  r = b->op("MaxPool", {r}, mp);
+  ir::Tensor* lo = b->g.addInitializer("lo", NDArray::scalar<float>(DataType::Float, 0.f), ir::TensorKind::Constant);
+  ir::Tensor* hi = b->g.addInitializer("hi", NDArray::scalar<float>(DataType::Float, 6.f), ir::TensorKind::Constant);
+  ir::Tensor* d = b->op("Clip", {b->bn(b->conv(r, 16, 16, 3, 1, 16), 16), lo, hi});
+  ir::Tensor* e1 = b->op("Relu", {b->conv(d, 16, 16, 1, 1)});
+  ir::Tensor* e3 = b->op("Relu", {b->conv(d, 16, 12, 3, 1)});
+  ir::Attributes cat;
+  cat.set("axis", int64_t{1});
+  ir::Tensor* c = b->op("Concat", {e1, e3}, cat);
+  ir::Tensor* gp = b->op("GlobalAveragePool", {c});
+  ir::Tensor* f = b->op("Flatten", {gp});
+  ir::Attributes gm;
+  gm.set("transB", int64_t{1});
+  ir::Tensor* y = b->op("Relu", {b->op("Gemm", {f, b->weight({10, 28}), b->weight({10})}, gm)});
+  b->g.addOutput(b->op("Softmax", {y}));
+  return ir::cloneGraph(b->g);
+}
+
+// An MLP with MatMul + Add + activation chains.
+std::unique_ptr<ir::Graph> denseModel(int64_t batch) {
+  Builder b;
+  ir::Tensor* x = b.input("x", {batch, 32});
+  ir::Tensor* h = b.op("Tanh", {b.op("Add", {b.op("MatMul", {x, b.weight({32, 64})}), b.weight({64})})});
+  ir::Tensor* gl = b.op("Gelu", {b.op("Add", {b.weight({48}), b.op("MatMul", {h, b.weight({64, 48})})})}, {}, "ai.graphcore");
+  b.g.otherOpsets["ai.graphcore"] = 1;
+  b.g.addOutput(b.op("MatMul", {gl, b.weight({48, 8})}));
+  return ir::cloneGraph(b.g);
+}
+
+std::map<std::string, int> countOps(const ir::Graph& g) {
+  std::map<std::string, int> n;
+  for (const ir::Node* node : g.nodes()) n[node->type()]++;
+  return n;
+}
+
+std::vector<NDArray> runGraph(const ir::Graph& src, const std::vector<std::string>& pipeline, bool constWeights,
+                              backends::Backend& backend, const std::vector<NDArray>& inputs, ir::Graph** keep = nullptr,
+                              std::unique_ptr<ir::Graph>* owner = nullptr) {
+  auto g = ir::cloneGraph(src);
+  passes::PassContext ctx;
+  ctx.weightsAreConstant = constWeights;
+  ctx.verifyEachPass = true;
+  passes::runPipeline(*g, pipeline, ctx);
+  support::ThreadPool pool(backend.numThreads());
+  auto exe = plan::compile(*g, backend, pool);
+  std::vector<ops::Value> in;
+  for (const NDArray& a : inputs) in.push_back(ops::Value::fromTensor(a));
+  auto outs = exe->run(in);
+  std::vector<NDArray> res;
+  for (auto& v : outs) res.push_back(v.tensor);
+  if (owner) *owner = std::move(g);
+  return res;
+}
+
+void expectClose(const NDArray& a, const NDArray& b, double tol) {
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], tol * (1 + std::abs(b.data<float>()[i]))) << "element " << i;
+}
+
+TEST(CpuPipeline, ConvModelIsFusedBlockedAndMatchesReference) {
+  auto g = convModel(2);
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(2);
+  NDArray x = randomArray({2, 3, 16, 16}, 7);
+  auto want = runGraph(*g, passes::inferencePipeline(), true, *ref, {x});
+  std::unique_ptr<ir::Graph> compiled;
+  auto got = runGraph(*g, passes::cpuInferencePipeline(), true, *cpu, {x}, nullptr, &compiled);
+  expectClose(got.at(0), want.at(0), 1e-4);
+  auto ops = countOps(*compiled);
+  EXPECT_EQ(ops["BatchNormalization"], 0) << ir::printGraph(*compiled);
+  EXPECT_EQ(ops["Conv"], 0) << ir::printGraph(*compiled);
+  EXPECT_EQ(ops["FusedConv"], 6);
+  EXPECT_EQ(ops["FusedGemm"], 1);
+  if (backends::cpu::onednn::preferredChannelBlock()) {
+    // Activations stay blocked from the first convolution to the global pooling: one
+    // conversion in (or none, when the stem reads plain input) and one out.
+    EXPECT_LE(ops["ToBlocked"], 1) << ir::printGraph(*compiled);
+    EXPECT_EQ(ops["FromBlocked"], 1) << ir::printGraph(*compiled);
+    EXPECT_EQ(ops["ChannelBlocked"], 2) << ir::printGraph(*compiled);  // MaxPool, GlobalAveragePool
+  }
+}
+
+TEST(CpuPipeline, VariableWeightsAreNotFoldedButStillFused) {
+  auto g = convModel(1);
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(2);
+  NDArray x = randomArray({1, 3, 16, 16}, 8);
+  auto want = runGraph(*g, passes::inferencePipeline(), false, *ref, {x});
+  std::unique_ptr<ir::Graph> compiled;
+  auto got = runGraph(*g, passes::cpuInferencePipeline(), false, *cpu, {x}, nullptr, &compiled);
+  expectClose(got.at(0), want.at(0), 1e-4);
+  auto ops = countOps(*compiled);
+  EXPECT_GT(ops["BatchNormalization"] + ops["ChannelBlocked"], 0);  // BN kept: its parameters may change
+}
+
+TEST(CpuPipeline, DenseModelFusesMatMulBiasActivation) {
+  auto g = denseModel(4);
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(2);
+  NDArray x = randomArray({4, 32}, 9);
+  auto want = runGraph(*g, passes::inferencePipeline(), true, *ref, {x});
+  std::unique_ptr<ir::Graph> compiled;
+  auto got = runGraph(*g, passes::cpuInferencePipeline(), true, *cpu, {x}, nullptr, &compiled);
+  expectClose(got.at(0), want.at(0), 1e-4);
+  auto ops = countOps(*compiled);
+  EXPECT_EQ(ops["FusedMatMul"], 2) << ir::printGraph(*compiled);
+  EXPECT_EQ(ops["MatMul"], 1);
+  EXPECT_EQ(ops["Add"], 0);
+}
+
+TEST(CpuPipeline, FusionKeepsValuesOthersRead) {
+  // The conv output is also a graph output: nothing may be fused into it.
+  Builder b;
+  ir::Tensor* x = b.input("x", {1, 4, 5, 5});
+  ir::Tensor* c = b.conv(x, 4, 8, 3, 1);
+  b.g.addOutput(c);
+  b.g.addOutput(b.op("Relu", {c}));
+  auto g = ir::cloneGraph(b.g);
+  passes::PassContext ctx;
+  ctx.weightsAreConstant = true;
+  passes::runPipeline(*g, passes::cpuInferencePipeline(), ctx);
+  EXPECT_EQ(countOps(*g)["Relu"], 1) << ir::printGraph(*g);
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(1);
+  NDArray xv = randomArray({1, 4, 5, 5}, 10);
+  auto want = runGraph(*ir::cloneGraph(b.g), passes::inferencePipeline(), true, *ref, {xv});
+  auto got = runGraph(*ir::cloneGraph(b.g), passes::cpuInferencePipeline(), true, *cpu, {xv});
+  ASSERT_EQ(got.size(), 2u);
+  expectClose(got[0], want[0], 1e-4);
+  expectClose(got[1], want[1], 1e-4);
+}
+
+// Sessions: weights written after prepareDevice must be used, whether the session folds them
+// (constantWeights: recompiles) or reads them at run time (re-packs every run).
+TEST(CpuPipeline, WrittenWeightsReachPackedKernels) {
+  for (bool constant : {true, false}) {
+    auto g = convModel(1);
+    passes::PassContext ctx;
+    passes::runPipeline(*g, {"infer-shapes"}, ctx);
+    std::string model = onnxio::saveModelBytes(*g);
+    SessionOptions opts;
+    opts.constantWeights = constant;
+    std::string out = g->outputs()[0]->id();
+    auto cpuSession = InferenceSession::createFromOnnxModel(model, DataFlow(1, {out}),
+                                                            DeviceManager::createDeviceManager().createCpuDevice(), {}, opts);
+    auto refSession = InferenceSession::createFromOnnxModel(
+        model, DataFlow(1, {out}), DeviceManager::createDeviceManager().createReferenceDevice(), {}, opts);
+    cpuSession->prepareDevice();
+    refSession->prepareDevice();
+    NDArray x = randomArray({1, 3, 16, 16}, 11);
+    auto runBoth = [&] {
+      NDArray a(DataType::Float, {1, 10}), r(DataType::Float, {1, 10});
+      StepIO io1({{"x", x}}, {{out, a}});
+      cpuSession->run(io1);
+      StepIO io2({{"x", x}}, {{out, r}});
+      refSession->run(io2);
+      return std::make_pair(a, r);
+    };
+    auto [a0, r0] = runBoth();
+    expectClose(a0, r0, 1e-4);
+    // New values for every weight of the first convolution and the classifier.
+    WeightsIO w;
+    for (const auto& id : cpuSession->weightIds()) {
+      const ir::Tensor* t = g->findTensor(id);
+      w.insert(id, randomArray(t->info().shape(), 1000 + static_cast<uint32_t>(id.size()), 0.1f, 0.9f));
+    }
+    cpuSession->writeWeights(w);
+    refSession->writeWeights(w);
+    auto [a1, r1] = runBoth();
+    expectClose(a1, r1, 1e-4);
+    bool differs = false;
+    for (int64_t i = 0; i < a0.numel(); ++i) differs |= std::abs(a0.data<float>()[i] - a1.data<float>()[i]) > 1e-6;
+    EXPECT_TRUE(differs) << "constantWeights=" << constant;
+  }
+}
+
+}  // namespace
+}  // namespace graft
