@@ -91,6 +91,20 @@ OPTIMIZERS = {
 }
 
 
+# Parameters whose true gradient is zero: the attention's key bias adds the same q.b_k to every
+# score of a query's row, which softmax ignores. Both frameworks compute rounding noise (~1e-9) for
+# it, and Adam's m / sqrt(v) turns noise of either sign into full-size steps, so these entries are
+# left out of the comparison (every other weight is compared).
+ZERO_GRADIENT_ENTRIES = {"transformer_encoder": {"enc.self_attn.in_proj_bias": slice(8, 16)}}
+
+
+def drop_zero_gradient_entries(model_name, weights):
+    out = dict(weights)
+    for name, where in ZERO_GRADIENT_ENTRIES.get(model_name, {}).items():
+        out[name] = np.delete(out[name], np.arange(out[name].size)[where])
+    return out
+
+
 def batch(step, shape):
     rng = np.random.default_rng(3000 + step)
     return rng.standard_normal(shape).astype(np.float32), rng.integers(0, CLASSES, shape[0]).astype(np.int64)
@@ -145,4 +159,6 @@ def test_model_training_matches_torch(model_name, opt_name):
     # Weights and BatchNorm running statistics (num_batches_tracked has no ONNX counterpart).
     expected = {k: v for k, v in state_dict_numpy(net).items() if not k.endswith("num_batches_tracked")}
     assert max(np.max(np.abs(expected[k] - init[k])) for k in expected) > 1e-3, "the weights hardly moved"
-    compare(f"{model_name}_{opt_name}", g_losses, t_losses, read_weights(session, expected), expected, ATOL, RTOL)
+    got = drop_zero_gradient_entries(model_name, read_weights(session, expected))
+    compare(f"{model_name}_{opt_name}", g_losses, t_losses, got, drop_zero_gradient_entries(model_name, expected),
+            ATOL, RTOL)

@@ -102,9 +102,9 @@ def train_graft(model, loss, optimizer, feeds, steps, options=None, batches_per_
 
 N, IN, HID, C = 8, 10, 16, 4
 STEPS = 8
-# How the MLP's graft model computes log-probabilities (log_softmax above): "composed" from Exp,
-# MatMul, Log and Sub while LogSoftmax has no gradient on main; test_training_mlp.py trains the
-# ai.onnx LogSoftmax / Softmax / SoftmaxCrossEntropyLoss heads.
+# How the MLP's graft model computes log-probabilities (log_softmax above): ONNX's LogSoftmax
+# ("composed" builds it from Exp, ReduceSum, Log and Sub); test_training_mlp.py also trains the
+# Softmax / SoftmaxCrossEntropyLoss heads.
 LOG_SOFTMAX = "onnx"
 
 
