@@ -34,7 +34,7 @@ def log_softmax(builder, logits, num_classes, how):
     """Log-probabilities over the last axis of ``logits`` ([N, C]).
 
     how="onnx": the ai.onnx LogSoftmax op. how="composed": x - log(exp(x) @ ones[C, 1]), which
-    needs only Exp, Log, MatMul and Sub (for use while LogSoftmax has no gradient)."""
+    needs only Exp, Log, MatMul and Sub."""
     if how == "onnx":
         return builder.aiOnnx.logsoftmax([logits], axis=-1)
     dtype = np.float64 if builder.getTensorDtypeString(logits) == "float64" else np.float32
@@ -103,7 +103,7 @@ def train_graft(model, loss, optimizer, feeds, steps, options=None, batches_per_
 N, IN, HID, C = 8, 10, 16, 4
 STEPS = 8
 # How the MLP's graft model computes log-probabilities (log_softmax above): ONNX's LogSoftmax
-# ("composed" builds it from Exp, ReduceSum, Log and Sub); test_training_mlp.py also trains the
+# ("composed" builds it from Exp, MatMul, Log and Sub); test_training_mlp.py also trains the
 # Softmax / SoftmaxCrossEntropyLoss heads.
 LOG_SOFTMAX = "onnx"
 
