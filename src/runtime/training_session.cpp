@@ -81,8 +81,9 @@ struct TrainingImpl : Session::Impl {
 
   void transform(ir::Graph& g, Plan& p) override {
     passes::PassContext ctx;
-    // Batch statistics and dropout, before the backward pass is grown from them.
-    passes::runPipeline(g, {"infer-shapes", "fold-constants", "infer-shapes", "training-mode"}, ctx);
+    // Gradient nodes of the model, batch statistics and dropout, before the backward pass is grown
+    // from them.
+    passes::runPipeline(g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
     GRAFT_CHECK(li.hasShape() && (!li.isStatic() || li.nelms() == 1),
