@@ -155,6 +155,19 @@ TEST(Training_Gradient, OfYItselfIsOnes) {
   EXPECT_TRUE(allClose(out[0], arr<double>({2, 2}, {1, 1, 1, 1})));
 }
 
+TEST(Training_Gradient, OfYOfUnknownShape) {
+  // The ones the backward pass starts from are shaped like y at run time.
+  ir::Graph g("unknown");
+  ir::Tensor* x = addInput(g, "x", tensorType(DataType::Float));
+  ir::Tensor* b = addInput(g, "b", tensorType(DataType::Float));
+  addOp(g, "Mul", {x, b}, {"y"});
+  addGradient(g, {x, b}, {"dx", "db"}, {"x", "b"}, "y");
+  setOutputs(g, {"dx", "db"});
+  auto out = compileAndRun(g, {arr<float>({2, 2}, {1, 2, 3, 4}), arr<float>({2}, {-1, 3})});
+  EXPECT_TRUE(allClose(out[0], arr<float>({2, 2}, {-1, 3, -1, 3})));
+  EXPECT_TRUE(allClose(out[1], arr<float>({2}, {4, 6})));
+}
+
 TEST(Training_Gradient, MatchesFiniteDifferencesOfANonlinearGraph) {
   // y = tanh(x @ w) * x[:, :1] (non-scalar, summed by Gradient), w an initializer in xs.
   auto build = [](bool withGradient) {
