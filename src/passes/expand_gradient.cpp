@@ -62,16 +62,16 @@ GradientSpec readSpec(const ir::Graph& g, const ir::Node& n) {
     GRAFT_CHECK(t, "{}: attribute '{}' names '{}', which is not a tensor of the graph", n.describe(), attr, id);
     const ir::Tensor* v = n.input(i);
     GRAFT_CHECK(v, "{}: input {} (the value of '{}') is missing", n.describe(), i, id);
-    GRAFT_CHECK(v->type().isTensor() && t->type().isTensor(), "{}: '{}' and its value '{}' must be tensors", n.describe(),
-                id, v->id());
+    GRAFT_CHECK(v->type().isTensor() && t->type().isTensor(), "{}: '{}' and its value '{}' must be tensors",
+                n.describe(), id, v->id());
     DataType want = t->info().dataType(), got = v->info().dataType();
     GRAFT_CHECK(want == DataType::Undefined || got == DataType::Undefined || want == got,
                 "{}: input {} ('{}') is {}, but '{}' of {} is {}", n.describe(), i, v->id(), dtypeName(got), id, attr,
                 dtypeName(want));
     if (i < s.xs.size())
       GRAFT_CHECK(got == DataType::Undefined || isFloatingPoint(got),
-                  "{}: '{}' of xs must be a floating-point tensor to have a gradient, its value '{}' is {}", n.describe(),
-                  id, v->id(), dtypeName(got));
+                  "{}: '{}' of xs must be a floating-point tensor to have a gradient, its value '{}' is {}",
+                  n.describe(), id, v->id(), dtypeName(got));
   }
   const ir::Tensor* y = g.findTensor(s.y);
   GRAFT_CHECK(y, "{}: attribute 'y' names '{}', which is not a tensor of the graph", n.describe(), s.y);
@@ -126,11 +126,20 @@ ir::Tensor* onesLike(ir::Graph& s, ir::Tensor* y) {
   DataType dt = y->info().dataType();
   auto fill = [&](NDArray& a) {
     for (int64_t i = 0; i < a.numel(); ++i) switch (dt) {
-        case DataType::Float: a.data<float>()[i] = 1.0f; break;
-        case DataType::Double: a.data<double>()[i] = 1.0; break;
-        case DataType::Float16: a.data<Half>()[i] = Half(1.0f); break;
-        case DataType::BFloat16: a.data<BFloat16>()[i] = BFloat16(1.0f); break;
-        default: GRAFT_ASSERT(false, "onesLike of {}", dtypeName(dt));
+        case DataType::Float:
+          a.data<float>()[i] = 1.0f;
+          break;
+        case DataType::Double:
+          a.data<double>()[i] = 1.0;
+          break;
+        case DataType::Float16:
+          a.data<Half>()[i] = Half(1.0f);
+          break;
+        case DataType::BFloat16:
+          a.data<BFloat16>()[i] = BFloat16(1.0f);
+          break;
+        default:
+          GRAFT_ASSERT(false, "onesLike of {}", dtypeName(dt));
       }
   };
   if (y->info().isStatic()) {
@@ -170,9 +179,10 @@ bool expand(ir::Graph& g, ir::Node& n, const PassContext& ctx) {
   for (ir::Node* f : fwd) {
     GRAFT_CHECK(f != &n, "{}: y '{}' is computed from this node's own outputs", n.describe(), spec.y);
     if (isGradient(*f)) return false;
-    GRAFT_CHECK(f->subgraphs().empty(),
-                "{}: y '{}' is computed through {}, which holds subgraphs; graft cannot differentiate through subgraphs",
-                n.describe(), spec.y, f->describe());
+    GRAFT_CHECK(
+        f->subgraphs().empty(),
+        "{}: y '{}' is computed through {}, which holds subgraphs; graft cannot differentiate through subgraphs",
+        n.describe(), spec.y, f->describe());
   }
   checkIndependent(n, leaves);
   GRAFT_CHECK(y->type().isTensor() && isFloatingPoint(y->info().dataType()),
@@ -241,8 +251,10 @@ bool expand(ir::Graph& g, ir::Node& n, const PassContext& ctx) {
         if (t) toGraph[t] = &g.tensor(t->id());
       continue;
     }
-    GRAFT_ASSERT(c->subgraphs().empty() && c->runsAfter().empty(), "{}: gradient node {} holds subgraphs or control "
-                 "dependencies", n.describe(), c->describe());
+    GRAFT_ASSERT(c->subgraphs().empty() && c->runsAfter().empty(),
+                 "{}: gradient node {} holds subgraphs or control "
+                 "dependencies",
+                 n.describe(), c->describe());
     std::vector<ir::Tensor*> ins;
     for (ir::Tensor* t : c->inputs()) {
       if (!t) {
@@ -253,7 +265,8 @@ bool expand(ir::Graph& g, ir::Node& n, const PassContext& ctx) {
       if (it == toGraph.end()) {
         // Constants the backward pass made.
         GRAFT_ASSERT(t->data(), "{}: gradient tensor '{}' has no value", n.describe(), t->id());
-        it = toGraph.emplace(t, g.addInitializer(g.uniqueId(prefix + t->id()), *t->data(), ir::TensorKind::Constant)).first;
+        it = toGraph.emplace(t, g.addInitializer(g.uniqueId(prefix + t->id()), *t->data(), ir::TensorKind::Constant))
+                 .first;
       }
       ins.push_back(it->second);
     }

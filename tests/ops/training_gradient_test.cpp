@@ -12,7 +12,8 @@ namespace {
 const char* kDomain = "ai.onnx.preview.training";
 
 ir::Node* addGradient(ir::Graph& g, const std::vector<ir::Tensor*>& values, const std::vector<std::string>& outs,
-                      const std::vector<std::string>& xs, const std::string& y, const std::vector<std::string>& zs = {}) {
+                      const std::vector<std::string>& xs, const std::string& y,
+                      const std::vector<std::string>& zs = {}) {
   g.otherOpsets[kDomain] = 1;
   ir::Attributes a;
   a.set("xs", xs);
@@ -62,8 +63,8 @@ TEST(Training_Gradient, OutputTypesAreThoseOfTheValuesOfXs) {
   ir::Attributes a;
   a.set("xs", std::vector<std::string>{"a", "b"});
   a.set("y", std::string("c"));
-  auto types = inferTypes(OpCase{"Gradient", {arr<float>({2, 3}, std::vector<float>(6, 1)), arr<double>({4}, {1, 2, 3, 4})},
-                                 a, 2, kDomain});
+  auto types = inferTypes(OpCase{
+      "Gradient", {arr<float>({2, 3}, std::vector<float>(6, 1)), arr<double>({4}, {1, 2, 3, 4})}, a, 2, kDomain});
   ASSERT_EQ(types.size(), 2u);
   EXPECT_EQ(types[0], tensorType(DataType::Float, {2, 3}));
   EXPECT_EQ(types[1], tensorType(DataType::Double, {4}));
@@ -115,8 +116,8 @@ TEST(Training_Gradient, IsEvaluatedAtItsInputValues) {
   ir::Tensor* b2 = addInput(*g, "b2", tensorType(DataType::Double, {3}));
   addGradient(*g, {a2, b2}, {"dd_da"}, {"a"}, "d", {"b"});
   setOutputs(*g, {"d", "dd_da"});
-  auto out = compileAndRun(*g, {arr<double>({3}, {1, 2, 3}), arr<double>({3}, {4, 5, 6}), arr<double>({3}, {-1, 0.5, 2}),
-                                arr<double>({3}, {10, 20, 30})});
+  auto out = compileAndRun(*g, {arr<double>({3}, {1, 2, 3}), arr<double>({3}, {4, 5, 6}),
+                                arr<double>({3}, {-1, 0.5, 2}), arr<double>({3}, {10, 20, 30})});
   EXPECT_TRUE(allClose(out[0], arr<double>({3}, {5, 14, 27}), 1e-12));
   EXPECT_TRUE(allClose(out[1], arr<double>({3}, {2 * -1 + 10, 2 * 0.5 + 20, 2 * 2 + 30}), 1e-12));
   EXPECT_EQ(countNodes(*g, "Add"), 2u);  // the forward part was copied for the other values
@@ -176,9 +177,11 @@ TEST(Training_Gradient, MatchesFiniteDifferencesOfANonlinearGraph) {
     ir::Tensor* w = g->addInitializer("w", arr<double>({3, 2}, {0.3, -0.2, 0.5, 0.1, -0.4, 0.7}));
     ir::Tensor* h = addOp(*g, "MatMul", {x, w}, {"h"})->output(0);
     ir::Tensor* t = addOp(*g, "Tanh", {h}, {"t"})->output(0);
-    ir::Tensor* col = addOp(*g, "Slice", {x, addConst(*g, "s0", arr<int64_t>({1}, {0})), addConst(*g, "s1", arr<int64_t>({1}, {1})),
-                                          addConst(*g, "ax", arr<int64_t>({1}, {1}))},
-                            {"col"})->output(0);
+    ir::Tensor* col = addOp(*g, "Slice",
+                            {x, addConst(*g, "s0", arr<int64_t>({1}, {0})), addConst(*g, "s1", arr<int64_t>({1}, {1})),
+                             addConst(*g, "ax", arr<int64_t>({1}, {1}))},
+                            {"col"})
+                          ->output(0);
     addOp(*g, "Mul", {t, col}, {"y"});
     if (withGradient) {
       addGradient(*g, {x, w}, {"dx", "dw"}, {"x", "w"}, "y");
@@ -247,21 +250,27 @@ TEST(Training_Gradient, RejectsBadAttributesAndInputs) {
   // c is computed from a: not an independent variable.
   expectError([&](ir::Graph& g) { addGradient(g, {t(g, "a"), t(g, "c")}, {"o"}, {"a", "c"}, "d"); }, "independent");
   // The value of a must have a's type.
-  expectError([&](ir::Graph& g) {
-    ir::Tensor* f = addInput(g, "f", tensorType(DataType::Float, {2}));
-    addGradient(g, {f}, {"o"}, {"a"}, "d");
-  }, "DOUBLE");
+  expectError(
+      [&](ir::Graph& g) {
+        ir::Tensor* f = addInput(g, "f", tensorType(DataType::Float, {2}));
+        addGradient(g, {f}, {"o"}, {"a"}, "d");
+      },
+      "DOUBLE");
   // Integers have no gradient.
-  expectError([&](ir::Graph& g) {
-    ir::Tensor* i = addInput(g, "i", tensorType(DataType::Int64, {2}));
-    addOp(g, "Cast", {i}, {"fi"}, attrs({{"to", int64_t{11}}}));
-    addGradient(g, {i}, {"o"}, {"i"}, "fi");
-  }, "floating-point");
+  expectError(
+      [&](ir::Graph& g) {
+        ir::Tensor* i = addInput(g, "i", tensorType(DataType::Int64, {2}));
+        addOp(g, "Cast", {i}, {"fi"}, attrs({{"to", int64_t{11}}}));
+        addGradient(g, {i}, {"o"}, {"i"}, "fi");
+      },
+      "floating-point");
   // y computed from the node's own output.
-  expectError([&](ir::Graph& g) {
-    ir::Tensor* o = addGradient(g, {t(g, "a")}, {"o"}, {"a"}, "e")->output(0);
-    addOp(g, "Mul", {o, t(g, "a")}, {"e"});
-  }, "own outputs");
+  expectError(
+      [&](ir::Graph& g) {
+        ir::Tensor* o = addGradient(g, {t(g, "a")}, {"o"}, {"a"}, "e")->output(0);
+        addOp(g, "Mul", {o, t(g, "a")}, {"e"});
+      },
+      "own outputs");
 }
 
 TEST(Training_Gradient, UnexpandedNodeDoesNotCompile) {

@@ -51,7 +51,8 @@ std::string model(bool penalty) {
 TEST(GradientOp, InferenceSessionsReturnTheGradient) {
   auto dm = DeviceManager::createDeviceManager();
   for (auto device : {dm.createCpuDevice(), dm.createReferenceDevice()}) {
-    auto s = InferenceSession::createFromOnnxModel(model(false), DataFlow(1, std::vector<TensorId>{"y", "dy_dx"}), device);
+    auto s =
+        InferenceSession::createFromOnnxModel(model(false), DataFlow(1, std::vector<TensorId>{"y", "dy_dx"}), device);
     s->prepareDevice();
     std::vector<float> x = {3, 4, 5};
     auto anchors = s->initAnchorArrays();
