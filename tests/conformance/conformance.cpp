@@ -1,7 +1,8 @@
 // ONNX backend conformance runner: every case of Debian's libonnx-testdata through an
 // InferenceSession. Each case runs in a child process (a crash or hang fails that case, not the
 // run). Prints the pass rate per folder; exits non-zero when a case fails that is not on the
-// expected-failures list.
+// expected-failures list. Test tensors are read as the model declares them where the data's own
+// type is a stand-in (bfloat16 stored as UINT16 bits: see asDeclaredType).
 #include <onnx/onnx_pb.h>
 // onnx_pb.h first: it defines ONNX_API, which onnx-data.pb.h needs.
 #include <onnx/onnx-data.pb.h>
