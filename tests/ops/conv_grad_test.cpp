@@ -1,0 +1,111 @@
+// Gradients (VJPs) of src/ops/conv.cpp against central finite differences in float64: input,
+// weight and bias gradients of Conv and ConvTranspose over pads, strides, dilations, groups,
+// auto_pad modes, output_padding and output_shape, in 1-D, 2-D and 3-D.
+#include "op_test_util.hpp"
+
+namespace graft::testing {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+NDArray rnd(Shape s, uint64_t seed) { return randomArray(DataType::Double, std::move(s), seed); }
+
+OpCase conv(Shape xs, Shape ws, bool bias, ir::Attributes a, const std::string& type = "Conv") {
+  const ir::AttrValue* grp = a.find("group");
+  int64_t m = type == "Conv" ? ws[0] : ws[1] * (grp ? std::get<int64_t>(*grp) : 1);
+  std::vector<NDArray> in = {rnd(xs, 1), rnd(ws, 2)};
+  if (bias) in.push_back(rnd({m}, 3));
+  return {type, in, std::move(a)};
+}
+
+::testing::AssertionResult check(const OpCase& c) {
+  std::vector<int> wrt = {0, 1};
+  if (c.inputs.size() > 2) wrt.push_back(2);
+  return gradCheck(c, wrt);
+}
+
+TEST(Conv, GradientPlain) {
+  EXPECT_TRUE(check(conv({2, 3, 5, 5}, {4, 3, 3, 3}, true, {})));
+  EXPECT_TRUE(check(conv({2, 3, 5, 4}, {2, 3, 2, 3}, false, attrs({{"pads", Ints{1, 0, 1, 2}}}))));
+}
+
+TEST(Conv, GradientStridesAndRowsNoWindowReaches) {
+  // 6 rows, kernel 3, stride 2: the last row is never read (its gradient is 0).
+  EXPECT_TRUE(check(conv({2, 2, 6, 7}, {3, 2, 3, 3}, true, attrs({{"strides", Ints{2, 2}}}))));
+  EXPECT_TRUE(
+      check(conv({1, 2, 7, 8}, {2, 2, 3, 2}, true, attrs({{"strides", Ints{3, 2}}, {"pads", Ints{1, 0, 0, 1}}}))));
+}
+
+TEST(Conv, GradientDilations) {
+  EXPECT_TRUE(check(conv({2, 2, 7, 6}, {3, 2, 2, 3}, true, attrs({{"dilations", Ints{2, 1}}}))));
+  EXPECT_TRUE(check(conv({1, 2, 9, 9}, {2, 2, 3, 2}, false,
+                         attrs({{"dilations", Ints{2, 3}}, {"strides", Ints{2, 1}}, {"pads", Ints{1, 2, 0, 1}}}))));
+}
+
+TEST(Conv, GradientGroups) {
+  EXPECT_TRUE(check(conv({2, 4, 5, 5}, {6, 2, 3, 3}, true, attrs({{"group", int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}}))));
+  // Depthwise, strided.
+  EXPECT_TRUE(check(conv({2, 3, 6, 5}, {3, 1, 3, 3}, true, attrs({{"group", int64_t{3}}, {"strides", Ints{2, 2}}}))));
+  // Channel multiplier 2 with dilation.
+  EXPECT_TRUE(check(conv({1, 2, 6, 6}, {4, 1, 2, 2}, false, attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 2}}}))));
+}
+
+TEST(Conv, GradientAutoPad) {
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"})
+    for (int64_t s : {1, 2}) {
+      OpCase c = conv({2, 2, 5, 6}, {3, 2, 3, 2}, true,
+                      attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{s, s}}}));
+      EXPECT_TRUE(check(c)) << mode << " stride " << s;
+    }
+}
+
+TEST(Conv, Gradient1DAnd3D) {
+  EXPECT_TRUE(check(conv({2, 3, 9}, {2, 3, 3}, true, attrs({{"strides", Ints{2}}, {"pads", Ints{2, 1}}}))));
+  EXPECT_TRUE(check(conv({1, 2, 4, 5, 4}, {2, 2, 2, 3, 2}, true,
+                         attrs({{"strides", Ints{1, 2, 1}}, {"pads", Ints{1, 0, 0, 0, 1, 1}}}))));
+}
+
+TEST(ConvTranspose, GradientPlain) {
+  EXPECT_TRUE(check(conv({2, 3, 3, 4}, {3, 2, 3, 3}, true, {}, "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 4, 3}, {2, 3, 2, 3}, false, attrs({{"pads", Ints{1, 0, 0, 2}}}), "ConvTranspose")));
+}
+
+TEST(ConvTranspose, GradientStridesOutputPaddingDilations) {
+  EXPECT_TRUE(check(conv({2, 2, 3, 3}, {2, 3, 3, 3}, true,
+                         attrs({{"strides", Ints{2, 2}}, {"output_padding", Ints{1, 0}}, {"pads", Ints{1, 1, 0, 1}}}),
+                         "ConvTranspose")));
+  // output_padding at least the stride: rows of Y that no input position writes.
+  EXPECT_TRUE(check(conv({1, 2, 3, 2}, {2, 2, 2, 2}, false,
+                         attrs({{"strides", Ints{2, 1}}, {"output_padding", Ints{3, 1}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 3}, true,
+                         attrs({{"strides", Ints{2, 3}}, {"dilations", Ints{2, 2}}}), "ConvTranspose")));
+}
+
+TEST(ConvTranspose, GradientGroups) {
+  EXPECT_TRUE(check(
+      conv({2, 4, 3, 3}, {4, 3, 2, 2}, true, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 3, 4, 3}, {3, 1, 3, 3}, false, attrs({{"group", int64_t{3}}, {"pads", Ints{1, 1, 1, 1}}}),
+                         "ConvTranspose")));
+}
+
+TEST(ConvTranspose, GradientAutoPadAndOutputShape) {
+  for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
+    OpCase c = conv({1, 2, 3, 4}, {2, 2, 3, 2}, true,
+                    attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{2, 2}}}), "ConvTranspose");
+    EXPECT_TRUE(check(c)) << mode;
+  }
+  // output_shape larger than the input covers (negative total padding) and smaller.
+  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 2}, true, attrs({{"output_shape", Ints{9, 5}}, {"strides", Ints{2, 2}}}),
+                         "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 3, 3}, true,
+                         attrs({{"output_shape", Ints{4, 6}}, {"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}),
+                         "ConvTranspose")));
+}
+
+TEST(ConvTranspose, Gradient1DAnd3D) {
+  EXPECT_TRUE(check(conv({2, 2, 4}, {2, 3, 3}, true, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 2, 3, 2}, {2, 2, 2, 2, 2}, true, attrs({{"strides", Ints{2, 1, 2}}}), "ConvTranspose")));
+}
+
+}  // namespace
+}  // namespace graft::testing
