@@ -1,5 +1,6 @@
 // oneDNN pooling for MaxPool (without the Indices output), AveragePool, GlobalAveragePool and
-// GlobalMaxPool, on plain or (ai.graft::ChannelBlocked) channel-blocked activations. Float,
+// GlobalMaxPool, on plain or (ai.graft::ChannelBlocked) channel-blocked activations, and their
+// backward passes (ai.graft MaxPoolGrad, AveragePoolGrad) on plain activations. Float,
 // 1-D to 3-D. Windows that cover padding only, and AveragePool's count_include_pad together
 // with ceil_mode's extra end windows, are left to the reference kernel: ONNX defines them
 // differently from oneDNN.
@@ -94,6 +95,94 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   };
 }
 
+// ai.graft MaxPoolGrad / AveragePoolGrad (dY, X) -> dX on plain layouts, with the forward's
+// window rules (and the same cases left to the reference kernel). oneDNN's max-pooling backward
+// reads the argmax from a workspace its training forward writes: the kernel runs that forward
+// on X first (the recomputation the reference kernel does too).
+std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
+  bool max = n.type() == "MaxPoolGrad";
+  if (n.numInputs() != 2 || n.numOutputs() != 1) return std::nullopt;
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  PoolConfig c;
+  c.x = n.input(1)->info().shape();
+  c.y = n.input(0)->info().shape();
+  if (c.x.size() < 3 || c.x.size() > 5 || c.y.size() != c.x.size() || n.output(0)->info().shape() != c.x)
+    return std::nullopt;
+  for (int64_t d : c.x)
+    if (d == 0) return std::nullopt;
+  Shape in(c.x.begin() + 2, c.x.end());
+  auto ks = n.attrInts("kernel_shape", {});
+  if (ks.size() != in.size()) return std::nullopt;
+  if (!max && n.attrs().has("dilations")) return std::nullopt;
+  auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), n.attrInt("ceil_mode", 0) != 0,
+                         /*paddingOnlyWindows=*/false);
+  if (!w) return std::nullopt;
+  c.win = *w;
+  bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
+  if (includePad && c.win.extendedEnd) return std::nullopt;
+  c.alg = max ? dnnl::algorithm::pooling_max
+              : includePad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  Shape want = {c.x[0], c.x[1]};
+  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
+  if (want != c.y) return std::nullopt;
+  return c;
+}
+
+bool supportsPoolGrad(const ir::Node& n) { return poolGradConfig(n).has_value(); }
+
+struct PoolGradState {
+  dnnl::primitive fwd, bwd;
+  memory::desc x, y, ws;
+  Shape xShape;
+  bool max = false;
+  int threads = 1;
+};
+
+ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = poolGradConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makePoolGrad on an unsupported node", n.describe());
+  const PoolConfig& c = *cfg;
+  auto st = std::make_shared<PoolGradState>();
+  st->threads = ctx.pool().numThreads();
+  st->xShape = c.x;
+  st->x = plainDesc(c.x);
+  st->y = plainDesc(c.y);
+  st->max = c.alg == dnnl::algorithm::pooling_max;
+  setThreads(st->threads);
+  try {
+    using PF = dnnl::pooling_v2_forward;
+    using PB = dnnl::pooling_v2_backward;
+    PF::desc fd(dnnl::prop_kind::forward_training, c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation,
+                c.win.padBegin, c.win.padEnd);
+    PF::primitive_desc fpd(fd, engine());
+    PB::desc bd(c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin, c.win.padEnd);
+    PB::primitive_desc bpd(bd, engine(), fpd);
+    if (st->max) {
+      st->fwd = PF(fpd);
+      st->ws = fpd.workspace_desc();
+    }
+    st->bwd = PB(bpd);
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->xShape);
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, wrap(st->y, k.input(0))},
+                                         {DNNL_ARG_DIFF_SRC, wrap(st->x, dx)}};
+    NDArray y, ws;
+    if (st->max) {
+      y = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->y.get_size())});
+      ws = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->ws.get_size())});
+      memory wsm = wrap(st->ws, ws);
+      execute(st->fwd, {{DNNL_ARG_SRC, wrap(st->x, k.input(1))}, {DNNL_ARG_DST, wrap(st->y, y)}, {DNNL_ARG_WORKSPACE, wsm}});
+      args[DNNL_ARG_WORKSPACE] = wsm;
+    }
+    execute(st->bwd, args);
+  };
+}
+
 }  // namespace
 }  // namespace graft::backends::cpu::onednn
 
@@ -102,4 +191,6 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_pool) {
   for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
     r.add({"", op, "onednn_pool", supportsPool, makePool});
   r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_pool", supportsPool, makePool});
+  for (const char* op : {"MaxPoolGrad", "AveragePoolGrad"})
+    r.add({graft::ops::kGraftDomain, op, "onednn_pool_grad", supportsPoolGrad, makePoolGrad});
 }
