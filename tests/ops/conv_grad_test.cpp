@@ -2,6 +2,11 @@
 // weight and bias gradients of Conv and ConvTranspose over pads, strides, dilations, groups,
 // auto_pad modes, output_padding and output_shape, in 1-D, 2-D and 3-D.
 #include "op_test_util.hpp"
+#include "ops/grad.hpp"
+#include "ops/registry.hpp"
+#include "passes/pass.hpp"
+#include "plan/executable.hpp"
+#include "support/thread_pool.hpp"
 
 namespace graft::testing {
 namespace {
@@ -105,6 +110,62 @@ TEST(ConvTranspose, GradientAutoPadAndOutputShape) {
 TEST(ConvTranspose, Gradient1DAnd3D) {
   EXPECT_TRUE(check(conv({2, 2, 4}, {2, 3, 3}, true, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "ConvTranspose")));
   EXPECT_TRUE(check(conv({1, 2, 2, 3, 2}, {2, 2, 2, 2, 2}, true, attrs({{"strides", Ints{2, 1, 2}}}), "ConvTranspose")));
+}
+
+// The VJP graph of a float Conv/ConvTranspose (inputs fed at run time) on a backend: the
+// gradients of X, W and B for a random dY.
+std::vector<NDArray> gradientsOn(const OpCase& c, backends::Backend& backend) {
+  auto g = singleNodeGraph(c, std::vector<bool>(c.inputs.size(), false));
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  ir::Node* n = g->nodes()[0];
+  ir::Tensor* dy = g->addTensor("dy", n->output(0)->type(), ir::TensorKind::Input);
+  g->addInput(dy);
+  ops::GradBuilder gb(*g, *n, {dy}, std::vector<bool>(c.inputs.size(), true));
+  ops::Registry::instance().find(*n)->vjp(gb);
+  g->setOutputs(gb.dxs());
+  Shape ys = n->output(0)->info().shape();
+  passes::runPipeline(*g, {"infer-shapes", "dce"}, ctx);  // removes the forward node
+  support::ThreadPool pool(backend.numThreads());
+  auto exe = plan::compile(*g, backend, pool);
+  std::vector<ops::Value> in;
+  for (const auto& a : c.inputs) in.push_back(ops::Value::fromTensor(a));
+  in.push_back(ops::Value::fromTensor(randomArray(DataType::Float, ys, 7)));
+  std::vector<NDArray> res;
+  for (auto& v : exe->run(std::move(in))) res.push_back(v.tensor);
+  return res;
+}
+
+::testing::AssertionResult cpuMatchesReference(OpCase c) {
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    c.inputs[i] = randomArray(DataType::Float, c.inputs[i].shape(), 20 + i);
+  auto cpu = backends::makeCpuBackend(2);
+  auto ref = backends::makeReferenceBackend();
+  auto got = gradientsOn(c, *cpu), want = gradientsOn(c, *ref);
+  for (size_t i = 0; i < want.size(); ++i) {
+    auto r = allClose(got[i], want[i], 1e-4, 1e-4);
+    if (!r) return r << " (gradient of input " << i << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The backward convolutions (dX as ConvTranspose, dW as a Conv with a large kernel, swapped
+// strides and dilations, grouped) through the cpu backend's oneDNN kernels.
+TEST(Conv, GradientOnCpuBackendMatchesReference) {
+  EXPECT_TRUE(cpuMatchesReference(conv({4, 8, 12, 12}, {16, 8, 3, 3}, true, attrs({{"pads", Ints{1, 1, 1, 1}}}))));
+  EXPECT_TRUE(cpuMatchesReference(conv({2, 8, 13, 11}, {8, 4, 3, 3}, true,
+                                       attrs({{"strides", Ints{2, 2}}, {"group", int64_t{2}}, {"pads", Ints{1, 0, 0, 1}}}))));
+  EXPECT_TRUE(cpuMatchesReference(
+      conv({2, 6, 12, 12}, {6, 1, 3, 3}, false, attrs({{"group", int64_t{6}}, {"dilations", Ints{2, 2}}}))));
+  EXPECT_TRUE(cpuMatchesReference(conv({2, 4, 16}, {8, 4, 5}, true, attrs({{"auto_pad", std::string("SAME_LOWER")}, {"strides", Ints{3}}}))));
+}
+
+TEST(ConvTranspose, GradientOnCpuBackendMatchesReference) {
+  EXPECT_TRUE(cpuMatchesReference(conv({2, 8, 6, 6}, {8, 4, 3, 3}, true,
+                                       attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 1}}}),
+                                       "ConvTranspose")));
+  EXPECT_TRUE(cpuMatchesReference(
+      conv({2, 4, 5, 7}, {4, 2, 3, 2}, false, attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 1}}}), "ConvTranspose")));
 }
 
 }  // namespace
