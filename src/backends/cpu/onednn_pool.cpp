@@ -98,7 +98,8 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
 // ai.graft MaxPoolGrad / AveragePoolGrad (dY, X) -> dX on plain layouts, with the forward's
 // window rules (and the same cases left to the reference kernel). oneDNN's max-pooling backward
 // reads the argmax from a workspace its training forward writes: the kernel runs that forward
-// on X first (the recomputation the reference kernel does too).
+// on X first (the recomputation the reference kernel does too). Padded channels of a blocked
+// layout are zero in X and dY and dropped from dX.
 std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
   bool max = n.type() == "MaxPoolGrad";
   if (n.numInputs() != 2 || n.numOutputs() != 1) return std::nullopt;
@@ -130,12 +131,19 @@ std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
 
 bool supportsPoolGrad(const ir::Node& n) { return poolGradConfig(n).has_value(); }
 
+// oneDNN's pooling on plain activations is a simple loop; its jit kernels want channel-blocked
+// ones. The gradient kernel therefore reorders X and dY into the preferred block and dX back
+// (three cheap passes) unless no block is preferred.
 struct PoolGradState {
   dnnl::primitive fwd, bwd;
-  memory::desc x, y, ws;
+  memory::desc x, y, ws, xPrim, yPrim;  // user (plain) and primitive layouts
+  dnnl::reorder xIn, yIn, dxOut;
+  bool blocked = false, max = false;
   Shape xShape;
-  bool max = false;
   int threads = 1;
+  NDArray scratch(const memory::desc& d) const {
+    return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(d.get_size())});
+  }
 };
 
 ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
@@ -148,38 +156,64 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
   st->xShape = c.x;
   st->x = plainDesc(c.x);
   st->y = plainDesc(c.y);
+  int block = preferredChannelBlock();
+  st->blocked = block > 0;
+  st->xPrim = layoutDesc(c.x, block);
+  st->yPrim = layoutDesc(c.y, block);
   st->max = c.alg == dnnl::algorithm::pooling_max;
   setThreads(st->threads);
   try {
     using PF = dnnl::pooling_v2_forward;
     using PB = dnnl::pooling_v2_backward;
-    PF::desc fd(dnnl::prop_kind::forward_training, c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation,
-                c.win.padBegin, c.win.padEnd);
+    PF::desc fd(dnnl::prop_kind::forward_training, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
+                c.win.dilation, c.win.padBegin, c.win.padEnd);
     PF::primitive_desc fpd(fd, engine());
-    PB::desc bd(c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin, c.win.padEnd);
+    PB::desc bd(c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin,
+                c.win.padEnd);
     PB::primitive_desc bpd(bd, engine(), fpd);
     if (st->max) {
       st->fwd = PF(fpd);
       st->ws = fpd.workspace_desc();
     }
     st->bwd = PB(bpd);
+    if (st->blocked) {
+      auto none = [](const memory::desc& d) { return memory(d, engine(), DNNL_MEMORY_NONE); };
+      st->xIn = dnnl::reorder(none(st->x), none(st->xPrim));
+      st->yIn = dnnl::reorder(none(st->y), none(st->yPrim));
+      st->dxOut = dnnl::reorder(none(st->xPrim), none(st->x));
+    }
   } catch (const dnnl::error&) {
     return referenceKernel(ctx);
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->xShape);
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, wrap(st->y, k.input(0))},
-                                         {DNNL_ARG_DIFF_SRC, wrap(st->x, dx)}};
-    NDArray y, ws;
+    NDArray xb, dyb, dxb, y, ws;
+    memory x = wrap(st->x, k.input(1)), dy = wrap(st->y, k.input(0)), dxm = wrap(st->x, dx);
+    if (st->blocked) {
+      dyb = st->scratch(st->yPrim);
+      memory m = wrap(st->yPrim, dyb);
+      execute(st->yIn, {{DNNL_ARG_FROM, dy}, {DNNL_ARG_TO, m}});
+      dy = m;
+      dxb = st->scratch(st->xPrim);
+      dxm = wrap(st->xPrim, dxb);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_SRC, dxm}};
     if (st->max) {
-      y = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->y.get_size())});
-      ws = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->ws.get_size())});
+      if (st->blocked) {
+        xb = st->scratch(st->xPrim);
+        memory m = wrap(st->xPrim, xb);
+        execute(st->xIn, {{DNNL_ARG_FROM, x}, {DNNL_ARG_TO, m}});
+        x = m;
+      }
+      y = st->scratch(st->yPrim);
+      ws = st->scratch(st->ws);
       memory wsm = wrap(st->ws, ws);
-      execute(st->fwd, {{DNNL_ARG_SRC, wrap(st->x, k.input(1))}, {DNNL_ARG_DST, wrap(st->y, y)}, {DNNL_ARG_WORKSPACE, wsm}});
+      execute(st->fwd, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, wrap(st->yPrim, y)}, {DNNL_ARG_WORKSPACE, wsm}});
       args[DNNL_ARG_WORKSPACE] = wsm;
     }
     execute(st->bwd, args);
+    if (st->blocked) execute(st->dxOut, {{DNNL_ARG_FROM, dxm}, {DNNL_ARG_TO, wrap(st->x, dx)}});
   };
 }
 
