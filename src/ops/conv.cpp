@@ -83,8 +83,8 @@ ConvShape transposedConvShape(const WindowAttrs& wa, const Shape& xs, const Shap
               "{}: strides must have {} values, got {}", what, r, wa.strides.size());
   GRAFT_CHECK(wa.dilations.empty() || static_cast<int64_t>(wa.dilations.size()) == r,
               "{}: dilations must have {} values, got {}", what, r, wa.dilations.size());
-  GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r,
-              "{}: pads must have {} values, got {}", what, 2 * r, wa.pads.size());
+  GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r, "{}: pads must have {} values, got {}",
+              what, 2 * r, wa.pads.size());
   win.stride = wa.strides.empty() ? Shape(r, 1) : wa.strides;
   win.dilation = wa.dilations.empty() ? Shape(r, 1) : wa.dilations;
   win.padBegin.assign(r, 0);
@@ -258,8 +258,8 @@ ir::Attributes convAttrs(const Shape& strides, const Shape& dilations, const Sha
 ///   dW[m, c, k] = sum_n sum_o dy[n, m, o] * x[n, group(m) * C/group + c, o * s - pb + k * d].
 /// That is a convolution of x with batch and channels swapped ([C/g, g * N, in...]) by dy as
 /// weights ([M, N, out...]) with strides and dilations swapped, grouped by `group`.
-ir::Tensor* weightGrad(GradBuilder& g, ir::Tensor* x, ir::Tensor* dy, const Window& win, int64_t group,
-                       const Shape& xs, const Shape& ys) {
+ir::Tensor* weightGrad(GradBuilder& g, ir::Tensor* x, ir::Tensor* dy, const Window& win, int64_t group, const Shape& xs,
+                       const Shape& ys) {
   int64_t r = win.rank(), N = xs[0], C = xs[1], M = ys[1], cg = C / group;
   Shape cutBegin(r, 0), cutEnd(r, 0), none(r, 0), pb(r), pe(r), in = win.in;
   for (int64_t d = 0; d < r; ++d) {
@@ -327,8 +327,7 @@ void convVjp(GradBuilder& g) {
       if (pe[d] < 0) extra[d] = -pe[d], pe[d] = 0;
       got[d] -= extra[d];
     }
-    ir::Tensor* dx =
-        g.op("ConvTranspose", {dy, g.in(1)}, convAttrs(win.stride, win.dilation, win.padBegin, pe, group));
+    ir::Tensor* dx = g.op("ConvTranspose", {dy, g.in(1)}, convAttrs(win.stride, win.dilation, win.padBegin, pe, group));
     g.setDx(0, cropOrPad(g, dx, got, none, none, none, extra));
   }
   if (g.wants(1)) g.setDx(1, weightGrad(g, g.in(0), dy, win, group, xs, ys));

@@ -184,8 +184,8 @@ ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, cons
   GRAFT_CHECK(r >= 1, "{}: input X must have rank >= 1", what);
   bool hasSizes = k.hasInput(sizesIn) && k.input(sizesIn).numel() > 0;
   bool hasScales = k.hasInput(scalesIn) && k.input(scalesIn).numel() > 0;
-  GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}",
-              what, hasSizes ? "both" : "neither");
+  GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}", what,
+              hasSizes ? "both" : "neither");
   ResizeGeometry geo;
   Shape& out = geo.out;
   out.assign(r, 0);

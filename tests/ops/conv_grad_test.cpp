@@ -48,18 +48,20 @@ TEST(Conv, GradientDilations) {
 }
 
 TEST(Conv, GradientGroups) {
-  EXPECT_TRUE(check(conv({2, 4, 5, 5}, {6, 2, 3, 3}, true, attrs({{"group", int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}}))));
+  EXPECT_TRUE(
+      check(conv({2, 4, 5, 5}, {6, 2, 3, 3}, true, attrs({{"group", int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}}))));
   // Depthwise, strided.
   EXPECT_TRUE(check(conv({2, 3, 6, 5}, {3, 1, 3, 3}, true, attrs({{"group", int64_t{3}}, {"strides", Ints{2, 2}}}))));
   // Channel multiplier 2 with dilation.
-  EXPECT_TRUE(check(conv({1, 2, 6, 6}, {4, 1, 2, 2}, false, attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 2}}}))));
+  EXPECT_TRUE(
+      check(conv({1, 2, 6, 6}, {4, 1, 2, 2}, false, attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 2}}}))));
 }
 
 TEST(Conv, GradientAutoPad) {
   for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"})
     for (int64_t s : {1, 2}) {
-      OpCase c = conv({2, 2, 5, 6}, {3, 2, 3, 2}, true,
-                      attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{s, s}}}));
+      OpCase c =
+          conv({2, 2, 5, 6}, {3, 2, 3, 2}, true, attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{s, s}}}));
       EXPECT_TRUE(check(c)) << mode << " stride " << s;
     }
 }
@@ -82,34 +84,37 @@ TEST(ConvTranspose, GradientStridesOutputPaddingDilations) {
   // output_padding at least the stride: rows of Y that no input position writes.
   EXPECT_TRUE(check(conv({1, 2, 3, 2}, {2, 2, 2, 2}, false,
                          attrs({{"strides", Ints{2, 1}}, {"output_padding", Ints{3, 1}}}), "ConvTranspose")));
-  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 3}, true,
-                         attrs({{"strides", Ints{2, 3}}, {"dilations", Ints{2, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 3}, true, attrs({{"strides", Ints{2, 3}}, {"dilations", Ints{2, 2}}}),
+                         "ConvTranspose")));
 }
 
 TEST(ConvTranspose, GradientGroups) {
-  EXPECT_TRUE(check(
-      conv({2, 4, 3, 3}, {4, 3, 2, 2}, true, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(conv({2, 4, 3, 3}, {4, 3, 2, 2}, true, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 2}}}),
+                         "ConvTranspose")));
   EXPECT_TRUE(check(conv({1, 3, 4, 3}, {3, 1, 3, 3}, false, attrs({{"group", int64_t{3}}, {"pads", Ints{1, 1, 1, 1}}}),
                          "ConvTranspose")));
 }
 
 TEST(ConvTranspose, GradientAutoPadAndOutputShape) {
   for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"}) {
-    OpCase c = conv({1, 2, 3, 4}, {2, 2, 3, 2}, true,
-                    attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{2, 2}}}), "ConvTranspose");
+    OpCase c = conv({1, 2, 3, 4}, {2, 2, 3, 2}, true, attrs({{"auto_pad", std::string(mode)}, {"strides", Ints{2, 2}}}),
+                    "ConvTranspose");
     EXPECT_TRUE(check(c)) << mode;
   }
   // output_shape larger than the input covers (negative total padding) and smaller.
-  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 2}, true, attrs({{"output_shape", Ints{9, 5}}, {"strides", Ints{2, 2}}}),
-                         "ConvTranspose")));
-  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 3, 3}, true,
-                         attrs({{"output_shape", Ints{4, 6}}, {"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}),
-                         "ConvTranspose")));
+  EXPECT_TRUE(check(conv({1, 2, 3, 3}, {2, 2, 2, 2}, true,
+                         attrs({{"output_shape", Ints{9, 5}}, {"strides", Ints{2, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(check(
+      conv({1, 2, 3, 3}, {2, 2, 3, 3}, true,
+           attrs({{"output_shape", Ints{4, 6}}, {"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}}),
+           "ConvTranspose")));
 }
 
 TEST(ConvTranspose, Gradient1DAnd3D) {
-  EXPECT_TRUE(check(conv({2, 2, 4}, {2, 3, 3}, true, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "ConvTranspose")));
-  EXPECT_TRUE(check(conv({1, 2, 2, 3, 2}, {2, 2, 2, 2, 2}, true, attrs({{"strides", Ints{2, 1, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(
+      check(conv({2, 2, 4}, {2, 3, 3}, true, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "ConvTranspose")));
+  EXPECT_TRUE(
+      check(conv({1, 2, 2, 3, 2}, {2, 2, 2, 2, 2}, true, attrs({{"strides", Ints{2, 1, 2}}}), "ConvTranspose")));
 }
 
 // The VJP graph of a float Conv/ConvTranspose (inputs fed at run time) on a backend: the
@@ -137,8 +142,7 @@ std::vector<NDArray> gradientsOn(const OpCase& c, backends::Backend& backend) {
 }
 
 ::testing::AssertionResult cpuMatchesReference(OpCase c) {
-  for (size_t i = 0; i < c.inputs.size(); ++i)
-    c.inputs[i] = randomArray(DataType::Float, c.inputs[i].shape(), 20 + i);
+  for (size_t i = 0; i < c.inputs.size(); ++i) c.inputs[i] = randomArray(DataType::Float, c.inputs[i].shape(), 20 + i);
   auto cpu = backends::makeCpuBackend(2);
   auto ref = backends::makeReferenceBackend();
   auto got = gradientsOn(c, *cpu), want = gradientsOn(c, *ref);
@@ -153,19 +157,21 @@ std::vector<NDArray> gradientsOn(const OpCase& c, backends::Backend& backend) {
 // strides and dilations, grouped) through the cpu backend's oneDNN kernels.
 TEST(Conv, GradientOnCpuBackendMatchesReference) {
   EXPECT_TRUE(cpuMatchesReference(conv({4, 8, 12, 12}, {16, 8, 3, 3}, true, attrs({{"pads", Ints{1, 1, 1, 1}}}))));
-  EXPECT_TRUE(cpuMatchesReference(conv({2, 8, 13, 11}, {8, 4, 3, 3}, true,
-                                       attrs({{"strides", Ints{2, 2}}, {"group", int64_t{2}}, {"pads", Ints{1, 0, 0, 1}}}))));
+  EXPECT_TRUE(
+      cpuMatchesReference(conv({2, 8, 13, 11}, {8, 4, 3, 3}, true,
+                               attrs({{"strides", Ints{2, 2}}, {"group", int64_t{2}}, {"pads", Ints{1, 0, 0, 1}}}))));
   EXPECT_TRUE(cpuMatchesReference(
       conv({2, 6, 12, 12}, {6, 1, 3, 3}, false, attrs({{"group", int64_t{6}}, {"dilations", Ints{2, 2}}}))));
-  EXPECT_TRUE(cpuMatchesReference(conv({2, 4, 16}, {8, 4, 5}, true, attrs({{"auto_pad", std::string("SAME_LOWER")}, {"strides", Ints{3}}}))));
+  EXPECT_TRUE(cpuMatchesReference(
+      conv({2, 4, 16}, {8, 4, 5}, true, attrs({{"auto_pad", std::string("SAME_LOWER")}, {"strides", Ints{3}}}))));
 }
 
 TEST(ConvTranspose, GradientOnCpuBackendMatchesReference) {
-  EXPECT_TRUE(cpuMatchesReference(conv({2, 8, 6, 6}, {8, 4, 3, 3}, true,
-                                       attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 1}}}),
-                                       "ConvTranspose")));
-  EXPECT_TRUE(cpuMatchesReference(
-      conv({2, 4, 5, 7}, {4, 2, 3, 2}, false, attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 1}}}), "ConvTranspose")));
+  EXPECT_TRUE(cpuMatchesReference(conv(
+      {2, 8, 6, 6}, {8, 4, 3, 3}, true,
+      attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 1}}}), "ConvTranspose")));
+  EXPECT_TRUE(cpuMatchesReference(conv({2, 4, 5, 7}, {4, 2, 3, 2}, false,
+                                       attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 1}}}), "ConvTranspose")));
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ TEST(MaxPool, GradientCeilModeAndAutoPad) {
 }
 
 TEST(MaxPool, Gradient1DAnd3DWithIndices) {
-  EXPECT_TRUE(check("MaxPool", {2, 2, 9}, attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{1, 1}}})));
+  EXPECT_TRUE(
+      check("MaxPool", {2, 2, 9}, attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{1, 1}}})));
   EXPECT_TRUE(check("MaxPool", {1, 2, 4, 4, 3}, attrs({{"kernel_shape", Ints{2, 2, 2}}, {"strides", Ints{2, 2, 1}}})));
   // The Indices output carries no gradient; X's gradient is unchanged by asking for it.
   OpCase c{"MaxPool", {rnd({1, 2, 4, 4}, 3)}, attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}), 2};
@@ -77,8 +78,10 @@ TEST(AveragePool, GradientAutoPad1DAnd3D) {
                                {"auto_pad", std::string(mode)},
                                {"count_include_pad", include}})))
           << mode;
-  EXPECT_TRUE(check("AveragePool", {2, 1, 7}, attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{0, 2}}})));
-  EXPECT_TRUE(check("AveragePool", {1, 2, 3, 4, 4}, attrs({{"kernel_shape", Ints{2, 2, 3}}, {"strides", Ints{1, 2, 1}}})));
+  EXPECT_TRUE(
+      check("AveragePool", {2, 1, 7}, attrs({{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{0, 2}}})));
+  EXPECT_TRUE(
+      check("AveragePool", {1, 2, 3, 4, 4}, attrs({{"kernel_shape", Ints{2, 2, 3}}, {"strides", Ints{1, 2, 1}}})));
 }
 
 TEST(GlobalAveragePool, Gradient) {
@@ -93,8 +96,9 @@ TEST(GlobalMaxPool, Gradient) {
 
 TEST(LpPool, Gradient) {
   for (int64_t p : {1, 2, 3})
-    EXPECT_TRUE(check("LpPool", {1, 2, 5, 5},
-                      attrs({{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 1}}, {"pads", Ints{1, 0, 0, 1}}, {"p", p}})))
+    EXPECT_TRUE(
+        check("LpPool", {1, 2, 5, 5},
+              attrs({{"kernel_shape", Ints{2, 3}}, {"strides", Ints{2, 1}}, {"pads", Ints{1, 0, 0, 1}}, {"p", p}})))
         << "p=" << p;
   EXPECT_TRUE(check("LpPool", {1, 2, 6},
                     attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}, {"auto_pad", std::string("SAME_UPPER")}})));

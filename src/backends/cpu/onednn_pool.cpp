@@ -51,8 +51,9 @@ std::optional<PoolConfig> poolConfig(const ir::Node& n) {
     c.win = *w;
     bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
     if (includePad && c.win.extendedEnd) return std::nullopt;
-    c.alg = max ? dnnl::algorithm::pooling_max
-                : includePad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+    c.alg = max          ? dnnl::algorithm::pooling_max
+            : includePad ? dnnl::algorithm::pooling_avg_include_padding
+                         : dnnl::algorithm::pooling_avg_exclude_padding;
   }
   Shape want = {c.x[0], c.x[1]};
   want.insert(want.end(), c.win.out.begin(), c.win.out.end());
@@ -121,8 +122,9 @@ std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
   c.win = *w;
   bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
   if (includePad && c.win.extendedEnd) return std::nullopt;
-  c.alg = max ? dnnl::algorithm::pooling_max
-              : includePad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+  c.alg = max          ? dnnl::algorithm::pooling_max
+          : includePad ? dnnl::algorithm::pooling_avg_include_padding
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
   Shape want = {c.x[0], c.x[1]};
   want.insert(want.end(), c.win.out.begin(), c.win.out.end());
   if (want != c.y) return std::nullopt;
@@ -168,8 +170,7 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
     PF::desc fd(dnnl::prop_kind::forward_training, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
                 c.win.dilation, c.win.padBegin, c.win.padEnd);
     PF::primitive_desc fpd(fd, engine());
-    PB::desc bd(c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin,
-                c.win.padEnd);
+    PB::desc bd(c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin, c.win.padEnd);
     PB::primitive_desc bpd(bd, engine(), fpd);
     if (st->max) {
       st->fwd = PF(fpd);

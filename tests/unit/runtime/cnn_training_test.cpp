@@ -47,8 +47,8 @@ std::vector<float> toFloat(const std::vector<double>& v) { return {v.begin(), v.
 std::string cnnModel() {
   Weights w = initialWeights();
   ir::Graph g("cnn");
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{kN, 1, kH, kH})),
-                              ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{kN, 1, kH, kH})), ir::TensorKind::Input);
   ir::Tensor* t =
       g.addTensor("t", ir::ValueType::tensor(TensorInfo(DataType::Int64, Shape{kN})), ir::TensorKind::Input);
   g.addInput(x);
@@ -93,7 +93,8 @@ double lossOf(const Weights& w, const std::vector<float>& x, const std::vector<i
           for (int64_t a = 0; a < kK; ++a)
             for (int64_t b = 0; b < kK; ++b) {
               int64_t ii = i + a - 1, jj = j + b - 1;
-              if (ii >= 0 && ii < kH && jj >= 0 && jj < kH) acc += w.convW[(c * kK + a) * kK + b] * x[(n * kH + ii) * kH + jj];
+              if (ii >= 0 && ii < kH && jj >= 0 && jj < kH)
+                acc += w.convW[(c * kK + a) * kK + b] * x[(n * kH + ii) * kH + jj];
             }
           act[i * kH + j] = std::max(acc, 0.0);
         }
@@ -138,9 +139,7 @@ float runStep(TrainingSession& s, Data& d) {
 const std::vector<std::pair<TensorId, Shape>> kWeights = {
     {"conv.W", {kC, 1, kK, kK}}, {"conv.b", {kC}}, {"fc.W", {kFlat, kClasses}}, {"fc.b", {kClasses}}};
 
-std::vector<double>& part(Weights& w, size_t i) {
-  return i == 0 ? w.convW : i == 1 ? w.convB : i == 2 ? w.fcW : w.fcB;
-}
+std::vector<double>& part(Weights& w, size_t i) { return i == 0 ? w.convW : i == 1 ? w.convB : i == 2 ? w.fcW : w.fcB; }
 
 TEST(TrainingSession, CnnFirstSgdStepMatchesFiniteDifferences) {
   constexpr float kLr = 0.1f;
