@@ -210,13 +210,36 @@ std::vector<int64_t> iota(int64_t from, int64_t to) {
   return v;
 }
 
-Shape staticShape(GradBuilder& g, const ir::Tensor* t) {
-  GRAFT_CHECK(t && t->info().isStatic(), "{}: the gradient needs the static shape of '{}', which is not known",
-              g.node().describe(), t ? t->id() : std::string("?"));
-  return t->info().shape();
+// The batch dimension N of an unknown size is written as this placeholder in the shapes the
+// VJPs compute with; nothing built from them depends on N (reshapes copy it, see reshapeN).
+constexpr int64_t kUnknownBatch = -1;
+
+// The shape of `t` with every dimension but the first (the batch) known; an unknown batch is
+// kUnknownBatch. Throws graft::Error naming the node otherwise.
+Shape gradShape(GradBuilder& g, const ir::Tensor* t, bool batchMayBeUnknown) {
+  const TensorInfo& info = t->info();
+  bool ok = info.hasShape() && info.rank() >= 1;
+  for (int64_t d = batchMayBeUnknown ? 1 : 0; ok && d < info.rank(); ++d) ok = info.dims()[d].known();
+  GRAFT_CHECK(ok, "{}: the gradient needs the shape of '{}' (all but the batch dimension), got {}", g.node().describe(),
+              t->id(), info.str());
+  Shape s;
+  for (const Dim& d : info.dims()) s.push_back(d.known() ? d.value : kUnknownBatch);
+  return s;
 }
 
-ir::Tensor* reshape(GradBuilder& g, ir::Tensor* t, const Shape& s) { return gradutil::reshapeTo(g, t, g.int64s(s)); }
+// Reshape to `s`, whose dimensions at positions `copyN` may be kUnknownBatch: with a known batch
+// a constant shape (allowzero, so empty tensors stay empty); otherwise 0 there (copy the
+// input's dimension) when `copyN` is 0, and -1 (infer) elsewhere.
+ir::Tensor* reshapeN(GradBuilder& g, ir::Tensor* t, Shape s) {
+  bool unknown = false;
+  for (int64_t& d : s)
+    if (d < 0) unknown = true;
+  if (!unknown) return gradutil::reshapeTo(g, t, g.int64s(s));
+  if (s[0] < 0) s[0] = 0;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (s[i] < 0) s[i] = -1;
+  return g.op("Reshape", {t, g.int64s(s)});
+}
 
 // t[..., begin[d] : extent[d] - end[d], ...] on the spatial axes (2...), then zeros added before
 // and after: `pre`/`post` (>= 0) pad, `cutBegin`/`cutEnd` (>= 0) slice. Nothing when all are 0.
@@ -285,11 +308,11 @@ ir::Tensor* weightGrad(GradBuilder& g, ir::Tensor* x, ir::Tensor* dy, const Wind
     yg.insert(yg.end(), win.out.begin(), win.out.end());
     std::vector<int64_t> px = {2, 1, 0}, py = {1, 2, 0};
     for (int64_t d = 0; d < r; ++d) px.push_back(d + 3), py.push_back(d + 3);
-    Shape xt3 = {cg, group * N}, yt3 = {M, N};
+    Shape xt3 = {cg, N < 0 ? kUnknownBatch : group * N}, yt3 = {M, N};
     xt3.insert(xt3.end(), in.begin(), in.end());
     yt3.insert(yt3.end(), win.out.begin(), win.out.end());
-    xt = reshape(g, gradutil::transpose(g, reshape(g, x, xg), px), xt3);   // [C/g, g * N, in...]
-    wt = reshape(g, gradutil::transpose(g, reshape(g, dy, yg), py), yt3);  // [M, N, out...]
+    xt = reshapeN(g, gradutil::transpose(g, reshapeN(g, x, xg), px), xt3);   // [C/g, g * N, in...]
+    wt = reshapeN(g, gradutil::transpose(g, reshapeN(g, dy, yg), py), yt3);  // [M, N, out...]
   }
   ir::Tensor* dwt = g.op("Conv", {xt, wt}, convAttrs(win.dilation, win.stride, pb, pe, group));  // [C/g, M, k...]
   return gradutil::transpose(g, dwt, swap01);
@@ -307,8 +330,8 @@ void convVjp(GradBuilder& g) {
   const ir::Node& n = g.node();
   WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
   int64_t group = n.attrInt("group", 1);
-  Shape xs = staticShape(g, g.in(0));
-  Shape ws = staticShape(g, g.in(1));
+  Shape xs = gradShape(g, g.in(0), true);
+  Shape ws = gradShape(g, g.in(1), false);
   ConvShape s = convShapeOf(wa, xs, ws, group);
   const Window& win = s.win;
   int64_t r = win.rank();
@@ -341,8 +364,8 @@ void convTransposeVjp(GradBuilder& g) {
   std::vector<int64_t> outputPadding = n.attrInts("output_padding", {});
   std::vector<int64_t> outputShape = n.attrInts("output_shape", {});
   checkOutputAttrs(wa.what, outputPadding, outputShape);
-  Shape xs = staticShape(g, g.in(0));
-  Shape ws = staticShape(g, g.in(1));
+  Shape xs = gradShape(g, g.in(0), true);
+  Shape ws = gradShape(g, g.in(1), false);
   ConvShape s = transposedConvShape(wa, xs, ws, group, outputPadding, outputShape);
   const Window& win = s.win;  // in: X's extent, out: Y's
   int64_t r = win.rank();

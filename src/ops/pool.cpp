@@ -649,10 +649,16 @@ ir::Attributes windowAttrsOf(const ir::Node& n, std::initializer_list<const char
 }
 
 Shape staticSpatial(GradBuilder& g, const ir::Tensor* x) {
-  GRAFT_CHECK(x->info().isStatic() && x->info().rank() >= 2,
-              "{}: the gradient needs the static shape of '{}' ([N, C, spatial...]), which is not known",
-              g.node().describe(), x->id());
-  return spatialDims(x->info().shape());
+  const TensorInfo& info = x->info();
+  bool ok = info.hasShape() && info.rank() >= 2;
+  Shape s;
+  for (int64_t d = 2; ok && d < info.rank(); ++d) {
+    ok = info.dims()[d].known();
+    s.push_back(info.dims()[d].value);
+  }
+  GRAFT_CHECK(ok, "{}: the gradient needs the spatial shape of '{}' ([N, C, spatial...]), got {}", g.node().describe(),
+              x->id(), info.str());
+  return s;
 }
 
 // Scatters every element of t (pooled like by an AveragePool with these window attributes) over

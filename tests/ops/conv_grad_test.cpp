@@ -3,6 +3,7 @@
 // auto_pad modes, output_padding and output_shape, in 1-D, 2-D and 3-D.
 #include "op_test_util.hpp"
 #include "ops/grad.hpp"
+#include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
@@ -172,6 +173,43 @@ TEST(ConvTranspose, GradientOnCpuBackendMatchesReference) {
       attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}, {"output_padding", Ints{1, 1}}}), "ConvTranspose")));
   EXPECT_TRUE(cpuMatchesReference(conv({2, 4, 5, 7}, {4, 2, 3, 2}, false,
                                        attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 1}}}), "ConvTranspose")));
+}
+
+// A symbolic batch dimension: the VJP builds nothing that depends on N (reshapes copy it), and
+// its gradients equal those of the same Conv with a static batch.
+TEST(Conv, GradientWithSymbolicBatch) {
+  for (int64_t group : {1, 2}) {
+    OpCase c = conv({2, 4, 5, 5}, {6, 4 / group, 3, 3}, true,
+                    attrs({{"pads", Ints{1, 1, 1, 1}}, {"group", group}, {"strides", Ints{2, 1}}}));
+    NDArray dy = rnd({2, 6, 3, 5}, 9);
+    std::vector<NDArray> want = vjpOf(c, {0, 1, 2}, {dy});
+    ir::Graph g("symbolic");
+    auto input = [&](const std::string& id, std::vector<Dim> dims) {
+      ir::Tensor* t =
+          g.addTensor(id, ir::ValueType::tensor(TensorInfo(DataType::Double, std::move(dims))), ir::TensorKind::Input);
+      g.addInput(t);
+      return t;
+    };
+    ir::Tensor* x = input("x", {Dim("N"), 4, 5, 5});
+    ir::Tensor* w = input("w", {6, 4 / group, 3, 3});
+    ir::Tensor* b = input("b", {6});
+    ir::Tensor* dyt = input("dy", {Dim("N"), 6, 3, 5});
+    ir::Node* n = g.addNode("Conv", "", {x, w, b}, {"y"}, c.attrs);
+    ops::inferNode(*n, false);
+    ops::GradBuilder gb(g, *n, {dyt}, {true, true, true});
+    ops::Registry::instance().find(*n)->vjp(gb);
+    g.setOutputs(gb.dxs());
+    passes::PassContext ctx;
+    passes::runPipeline(g, {"infer-shapes", "dce"}, ctx);
+    auto backend = backends::makeReferenceBackend();
+    support::ThreadPool pool(1);
+    auto exe = plan::compile(g, *backend, pool);
+    std::vector<ops::Value> in;
+    for (const NDArray& a : {c.inputs[0], c.inputs[1], c.inputs[2], dy}) in.push_back(ops::Value::fromTensor(a));
+    auto got = exe->run(std::move(in));
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(allClose(got.at(i).tensor, want[i], 1e-12, 1e-12)) << "group " << group << ", input " << i;
+  }
 }
 
 }  // namespace
