@@ -65,7 +65,9 @@ bool supportsPool(const ir::Node& n) { return poolConfig(n).has_value(); }
 
 struct PoolState {
   dnnl::primitive prim;
-  memory::desc x, y;
+  memory::desc x, y, xPrim, yPrim;  // the node's layouts and the primitive's
+  dnnl::reorder xIn, yOut;
+  bool reorder = false;
   Shape yShape;
   int threads = 1;
 };
@@ -80,19 +82,39 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   st->yShape = n.output(0)->info().shape();
   st->x = layoutDesc(c.x, c.block);
   st->y = layoutDesc(c.y, c.block);
+  // oneDNN pools plain activations with a simple loop; its jit kernels want channel blocks.
+  // Plain activations (outside the cpu-layout pass: training graphs) go through blocked copies.
+  int block = c.block ? c.block : preferredChannelBlock();
+  st->reorder = block != c.block;
+  st->xPrim = layoutDesc(c.x, block);
+  st->yPrim = layoutDesc(c.y, block);
   setThreads(st->threads);
   try {
     using PF = dnnl::pooling_v2_forward;
-    PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation,
-               c.win.padBegin, c.win.padEnd);
+    PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
+               c.win.dilation, c.win.padBegin, c.win.padEnd);
     st->prim = PF(PF::primitive_desc(d, engine()));
+    if (st->reorder) {
+      auto none = [](const memory::desc& m) { return memory(m, engine(), DNNL_MEMORY_NONE); };
+      st->xIn = dnnl::reorder(none(st->x), none(st->xPrim));
+      st->yOut = dnnl::reorder(none(st->yPrim), none(st->y));
+    }
   } catch (const dnnl::error&) {
     return referenceKernel(ctx);
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
-    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+    if (!st->reorder) {
+      execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+      return;
+    }
+    NDArray xb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->xPrim.get_size())});
+    NDArray yb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->yPrim.get_size())});
+    memory xm = wrap(st->xPrim, xb), ym = wrap(st->yPrim, yb);
+    execute(st->xIn, {{DNNL_ARG_FROM, wrap(st->x, k.input(0))}, {DNNL_ARG_TO, xm}});
+    execute(st->prim, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DST, ym}});
+    execute(st->yOut, {{DNNL_ARG_FROM, ym}, {DNNL_ARG_TO, wrap(st->y, y)}});
   };
 }
 
