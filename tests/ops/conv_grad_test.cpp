@@ -212,5 +212,26 @@ TEST(Conv, GradientWithSymbolicBatch) {
   }
 }
 
+TEST(Conv, GradientNeedsKnownSpatialShapes) {
+  ir::Graph g("symbolic");
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Double, std::vector<Dim>{2, 4, Dim("H"), 5})),
+                  ir::TensorKind::Input);
+  ir::Tensor* w =
+      g.addTensor("w", ir::ValueType::tensor(TensorInfo(DataType::Double, Shape{6, 4, 3, 3})), ir::TensorKind::Input);
+  g.addInput(x);
+  g.addInput(w);
+  ir::Node* n = g.addNode("Conv", "", {x, w}, {"y"}, {}, "conv");
+  ops::inferNode(*n, false);
+  ops::GradBuilder gb(g, *n, {nullptr}, {true, true});
+  try {
+    ops::Registry::instance().find(*n)->vjp(gb);
+    ADD_FAILURE() << "expected graft::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace graft::testing
