@@ -1,5 +1,5 @@
-// TrainingSession end to end on a tiny CNN (Conv -> Relu -> MaxPool -> Reshape -> Gemm ->
-// SoftmaxCrossEntropyLoss) on the cpu device: the first SGD step's update of every weight
+// TrainingSession end to end on a tiny CNN (Conv -> Relu -> MaxPool -> Conv -> Relu -> Reshape ->
+// Gemm -> SoftmaxCrossEntropyLoss) on the cpu device: the first SGD step's update of every weight
 // matches central finite differences of the same model computed here in double precision, and
 // a few steps on a fixed batch lower the loss.
 #include <gtest/gtest.h>
@@ -16,7 +16,10 @@
 namespace graft {
 namespace {
 
-constexpr int64_t kN = 4, kC = 3, kH = 6, kK = 3, kP = kH / 2, kFlat = kC * kP * kP, kClasses = 4;
+// x [N, 1, 6, 6] -> Conv 3x3 pad 1 -> [N, 3, 6, 6] -> Relu -> MaxPool 2x2 -> [N, 3, 3, 3] -> Conv 2x2
+// -> [N, 4, 2, 2] -> Relu -> Reshape [N, 16] -> Gemm -> [N, 4] -> SoftmaxCrossEntropyLoss.
+constexpr int64_t kN = 4, kC = 3, kH = 6, kK = 3, kP = kH / 2, kC2 = 4, kK2 = 2, kH2 = kP - kK2 + 1,
+                  kFlat = kC2 * kH2 * kH2, kClasses = 4;
 
 std::vector<float> randomVec(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -33,13 +36,18 @@ NDArray fromVec(const std::vector<float>& v, Shape s) {
 }
 
 struct Weights {
-  std::vector<double> convW, convB, fcW, fcB;
+  std::vector<double> convW, convB, conv2W, conv2B, fcW, fcB;
 };
 
+std::vector<double> randomDoubles(size_t n, uint64_t seed, float scale) {
+  auto v = randomVec(n, seed, scale);
+  return {v.begin(), v.end()};
+}
+
 Weights initialWeights() {
-  auto cw = randomVec(kC * kK * kK, 1, 0.5f), cb = randomVec(kC, 2, 0.1f), fw = randomVec(kFlat * kClasses, 3, 0.3f),
-       fb = randomVec(kClasses, 4, 0.1f);
-  return {{cw.begin(), cw.end()}, {cb.begin(), cb.end()}, {fw.begin(), fw.end()}, {fb.begin(), fb.end()}};
+  return {randomDoubles(kC * kK * kK, 1, 0.5f),         randomDoubles(kC, 2, 0.1f),
+          randomDoubles(kC2 * kC * kK2 * kK2, 5, 0.5f), randomDoubles(kC2, 6, 0.1f),
+          randomDoubles(kFlat * kClasses, 3, 0.3f),     randomDoubles(kClasses, 4, 0.1f)};
 }
 
 std::vector<float> toFloat(const std::vector<double>& v) { return {v.begin(), v.end()}; }
@@ -65,6 +73,12 @@ std::string cnnModel() {
   pa.set("kernel_shape", std::vector<int64_t>{2, 2});
   pa.set("strides", std::vector<int64_t>{2, 2});
   h = g.addNode("MaxPool", "", {h}, {"pool"}, pa)->output(0);
+  h = g.addNode("Conv", "",
+                {h, g.addInitializer("conv2.W", fromVec(toFloat(w.conv2W), {kC2, kC, kK2, kK2})),
+                 g.addInitializer("conv2.b", fromVec(toFloat(w.conv2B), {kC2}))},
+                {"conv2"})
+          ->output(0);
+  h = g.addNode("Relu", "", {h}, {"relu2"})->output(0);
   NDArray shape(DataType::Int64, {2});
   shape.data<int64_t>()[0] = kN;
   shape.data<int64_t>()[1] = kFlat;
@@ -80,37 +94,48 @@ std::string cnnModel() {
   return onnxio::saveModelBytes(g);
 }
 
+// Naive Conv + Relu of one [C, H, H] sample by W [M, C, K, K] with symmetric padding.
+std::vector<double> convRelu(const std::vector<double>& in, int64_t C, int64_t H, const std::vector<double>& w,
+                             const std::vector<double>& b, int64_t M, int64_t K, int64_t pad) {
+  int64_t O = H + 2 * pad - K + 1;
+  std::vector<double> out(M * O * O);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < O; ++i)
+      for (int64_t j = 0; j < O; ++j) {
+        double acc = b[m];
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t a = 0; a < K; ++a)
+            for (int64_t e = 0; e < K; ++e) {
+              int64_t ii = i + a - pad, jj = j + e - pad;
+              if (ii >= 0 && ii < H && jj >= 0 && jj < H)
+                acc += w[((m * C + c) * K + a) * K + e] * in[(c * H + ii) * H + jj];
+            }
+        out[(m * O + i) * O + j] = std::max(acc, 0.0);
+      }
+  return out;
+}
+
 // The same model in double precision: mean cross-entropy of the batch.
 double lossOf(const Weights& w, const std::vector<float>& x, const std::vector<int64_t>& t) {
   double total = 0;
   for (int64_t n = 0; n < kN; ++n) {
-    std::vector<double> pooled(kFlat);
-    for (int64_t c = 0; c < kC; ++c) {
-      std::vector<double> act(kH * kH);
-      for (int64_t i = 0; i < kH; ++i)
-        for (int64_t j = 0; j < kH; ++j) {
-          double acc = w.convB[c];
-          for (int64_t a = 0; a < kK; ++a)
-            for (int64_t b = 0; b < kK; ++b) {
-              int64_t ii = i + a - 1, jj = j + b - 1;
-              if (ii >= 0 && ii < kH && jj >= 0 && jj < kH)
-                acc += w.convW[(c * kK + a) * kK + b] * x[(n * kH + ii) * kH + jj];
-            }
-          act[i * kH + j] = std::max(acc, 0.0);
-        }
+    std::vector<double> img(x.begin() + n * kH * kH, x.begin() + (n + 1) * kH * kH);
+    std::vector<double> act = convRelu(img, 1, kH, w.convW, w.convB, kC, kK, 1);
+    std::vector<double> pooled(kC * kP * kP);
+    for (int64_t c = 0; c < kC; ++c)
       for (int64_t i = 0; i < kP; ++i)
         for (int64_t j = 0; j < kP; ++j) {
-          double m = act[2 * i * kH + 2 * j];
+          double m = -1e300;
           for (int64_t a = 0; a < 2; ++a)
-            for (int64_t b = 0; b < 2; ++b) m = std::max(m, act[(2 * i + a) * kH + 2 * j + b]);
+            for (int64_t b = 0; b < 2; ++b) m = std::max(m, act[(c * kH + 2 * i + a) * kH + 2 * j + b]);
           pooled[(c * kP + i) * kP + j] = m;
         }
-    }
+    std::vector<double> flat = convRelu(pooled, kC, kP, w.conv2W, w.conv2B, kC2, kK2, 0);
     std::vector<double> logits(kClasses);
     double mx = -1e300;
     for (int64_t k = 0; k < kClasses; ++k) {
       logits[k] = w.fcB[k];
-      for (int64_t f = 0; f < kFlat; ++f) logits[k] += pooled[f] * w.fcW[f * kClasses + k];
+      for (int64_t f = 0; f < kFlat; ++f) logits[k] += flat[f] * w.fcW[f * kClasses + k];
       mx = std::max(mx, logits[k]);
     }
     double sum = 0;
