@@ -193,8 +193,9 @@ GRAFT_REGISTER_OPS(conv) {
 // kernels as the forward one:
 //   Conv:          dX = ConvTranspose(dY, W)   dW = Conv(X^T, dY^T) (batch and channels swapped)
 //   ConvTranspose: dX = Conv(dY, W)            dW = the same Conv-of-transposes, roles swapped
-// Pads, strides and dilations are resolved from static shapes when the backward graph is built,
-// and Slice/Pad fix up the rows that windows never reach, so every result has its input's exact
+// Pads, strides and dilations are resolved from the known spatial shapes (the batch may be
+// symbolic) when the backward graph is built, and Slice/Pad fix up the rows that windows never
+// reach, so every result has its input's exact
 // shape without relying on output_padding (which oneDNN accepts only up to the end padding).
 #include <algorithm>
 
@@ -227,9 +228,9 @@ Shape gradShape(GradBuilder& g, const ir::Tensor* t, bool batchMayBeUnknown) {
   return s;
 }
 
-// Reshape to `s`, whose dimensions at positions `copyN` may be kUnknownBatch: with a known batch
-// a constant shape (allowzero, so empty tensors stay empty); otherwise 0 there (copy the
-// input's dimension) when `copyN` is 0, and -1 (infer) elsewhere.
+// Reshape to `s`, where kUnknownBatch marks dimensions that depend on an unknown batch: with none
+// a constant shape (allowzero, so empty tensors stay empty); otherwise 0 (copy the input's
+// dimension) in the first position and -1 (infer) in any other.
 ir::Tensor* reshapeN(GradBuilder& g, ir::Tensor* t, Shape s) {
   bool unknown = false;
   for (int64_t& d : s)
@@ -241,8 +242,8 @@ ir::Tensor* reshapeN(GradBuilder& g, ir::Tensor* t, Shape s) {
   return g.op("Reshape", {t, g.int64s(s)});
 }
 
-// t[..., begin[d] : extent[d] - end[d], ...] on the spatial axes (2...), then zeros added before
-// and after: `pre`/`post` (>= 0) pad, `cutBegin`/`cutEnd` (>= 0) slice. Nothing when all are 0.
+// t[..., cutBegin[d] : extent[d] - cutEnd[d], ...] on the spatial axes (2...) of extents `extent`,
+// then pre[d] zeros added before and post[d] after (all >= 0). Nothing when all are 0.
 ir::Tensor* cropOrPad(GradBuilder& g, ir::Tensor* t, const Shape& extent, const Shape& cutBegin, const Shape& cutEnd,
                       const Shape& pre, const Shape& post) {
   int64_t r = static_cast<int64_t>(extent.size());
