@@ -49,6 +49,20 @@ TEST(MaxPool, GradientGoesToTheFirstMaximumOfATie) {
   EXPECT_TRUE(allClose(g, arr<double>({1, 1, 2, 2}, {0, 5, 0, 0}), 0, 0));
 }
 
+TEST(MaxPool, GradientSkipsWindowsOverPaddingOnly) {
+  // ceil_mode: a third window starts in the end padding (its output is NaN) and sends nothing back.
+  ir::Attributes a =
+      attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t{1}}});
+  OpCase c{"MaxPool", {arr<double>({1, 1, 4}, {1, 5, 3, 2})}, a};
+  NDArray dy = arr<double>({1, 1, 3}, {1, 2, 3});
+  EXPECT_TRUE(allClose(vjpOf(c, {0}, {dy}).at(0), arr<double>({1, 1, 4}, {0, 1, 2, 0}), 0, 0));
+  c.type = "AveragePool";
+  for (int64_t include : {0, 1}) {
+    c.attrs.set("count_include_pad", include);
+    EXPECT_TRUE(allClose(vjpOf(c, {0}, {dy}).at(0), arr<double>({1, 1, 4}, {0.5, 0.5, 1, 1}), 0, 0)) << include;
+  }
+}
+
 TEST(AveragePool, Gradient) {
   EXPECT_TRUE(check("AveragePool", {2, 3, 4, 4}, attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})));
   EXPECT_TRUE(check("AveragePool", {1, 2, 5, 5}, attrs({{"kernel_shape", Ints{3, 2}}})));
