@@ -21,6 +21,8 @@ struct TrainingImpl : Session::Impl {
   std::vector<TensorId> weights;
 
   bool weightsAreConstant() const override { return false; }
+  bool isTraining() const override { return true; }
+  const ir::Tensor* lossGradientSeed(const ir::Graph& g) const override { return g.findTensor(optim::kLossScalingId); }
   // Training graphs keep the standard pipeline: the cpu pipeline's fusions target inference.
   const std::vector<std::string>& pipeline() const override { return passes::inferencePipeline(); }
   int accumulationFactor() const override {
