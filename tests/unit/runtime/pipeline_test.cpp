@@ -372,3 +372,28 @@ TEST(PipelineTraining, AutoModeTrainsLikeUnsplit) {
 
 }  // namespace
 }  // namespace graft
+
+namespace graft {
+namespace {
+
+TEST(PipelineTraining, ForwardAndBackwardProgramsPerStage) {
+  std::string model = mlp({{0, 0}, {1, 1}, {1, 1}}, 2, true);
+  for (auto recompute : {RecomputationType::None, RecomputationType::Standard}) {
+    SessionOptions o = staged(VirtualGraphMode::Manual, true);
+    o.enableGradientAccumulation = true;
+    o.accumulationFactor = 2;
+    o.autoRecomputation = recompute;
+    auto s = TrainingSession::createFromOnnxModel(model, DataFlow(1, {"loss"}), "loss", ConstSGD(0.1f), cpu(2), {}, o);
+    s->prepareDevice();
+    std::string text = s->stagesText();
+    EXPECT_NE(text.find("0: stage 0 (forward)"), std::string::npos) << text;
+    EXPECT_NE(text.find("1: stage 1 (forward and backward)"), std::string::npos) << text;
+    EXPECT_NE(text.find("2: stage 0 (backward)"), std::string::npos) << text;
+    // Recomputation: the backward program of stage 0 runs forward ops again ("ops+recomputed").
+    bool recomputed = text.find("+") != std::string::npos;
+    EXPECT_EQ(recomputed, recompute != RecomputationType::None) << text;
+  }
+}
+
+}  // namespace
+}  // namespace graft
