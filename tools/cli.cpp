@@ -45,6 +45,12 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                                 "graft does not support");
   inspect->add_option("model", io.model, "ONNX model file")->required();
   inspect->add_flag("--graph", io.graph, "Also print the imported graph (graft IR)");
+  inspect->add_flag("--stages", io.stages, "Also print the split over virtual devices: the model's annotations "
+                                           "(__ipu_number, __pipeline_stage) or, without any, graft's Auto split");
+  inspect->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
+      ->check(CLI::PositiveNumber);
+  inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages (repeatable; default 1)")
+      ->type_name("NAME=SIZE");
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "Run a model on given or random inputs; print the outputs and the time per step");

@@ -457,14 +457,22 @@ std::string describePrograms(const ir::Graph& g, const ProgramAssignment& a) {
       for (const ir::Tensor* t : n->outputs()) r.activationBytes += bytesOf(t);
     }
   }
-  std::string out = fmt::format("{:<34} {:>6} {:>5} {:>12} {:>12} {:>14}\n", "program", "device", "ops", "GFLOP",
-                                "params MB", "activations MB");
+  // 1.5 k, 2.3 M, ... (bytes in powers of 1000 too: these are estimates).
+  auto si = [](double v) {
+    const char* units[] = {"", " k", " M", " G", " T"};
+    int u = 0;
+    while (v >= 1000 && u < 4) v /= 1000, ++u;
+    return u == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}{}", v, units[u]);
+  };
+  std::string out = fmt::format("{:<36} {:>6} {:>7} {:>10} {:>12} {:>12}\n", "program", "device", "ops", "FLOPs",
+                                "params B", "activations B");
   for (size_t p = 0; p < rows.size(); ++p) {
     const Row& r = rows[p];
     std::string ops = r.recomputed ? fmt::format("{}+{}", r.ops, r.recomputed) : fmt::format("{}", r.ops);
-    out += fmt::format("{:<34} {:>6} {:>5} {:>12.4f} {:>12.3f} {:>14.3f}\n", fmt::format("{}: {}", p, a.programs[p].name),
-                       a.programs[p].device, ops, r.flops / 1e9, r.paramBytes / 1e6, r.activationBytes / 1e6);
+    out += fmt::format("{:<36} {:>6} {:>7} {:>10} {:>12} {:>12}\n", fmt::format("{}: {}", p, a.programs[p].name),
+                       a.programs[p].device, ops, si(r.flops), si(r.paramBytes), si(r.activationBytes));
   }
+  out += "(ops+k: k forward ops recomputed in the backward program instead of stashed; FLOPs and bytes estimated)\n";
   return out;
 }
 
