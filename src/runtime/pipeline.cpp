@@ -174,6 +174,21 @@ void VirtualDevices::start(const std::function<void(int)>& fn) {
   }
 }
 
+void VirtualDevices::runOn(int i, const std::function<void()>& fn) {
+  Worker& w = *workers_.at(i);
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    GRAFT_ASSERT(!w.hasJob, "virtual device {} is still busy", i);
+    w.job = fn;
+    w.hasJob = true;
+    w.error = nullptr;
+  }
+  w.cv.notify_all();
+  std::unique_lock<std::mutex> lock(w.mu);
+  w.cv.wait(lock, [&] { return !w.hasJob; });
+  if (w.error) std::rethrow_exception(w.error);
+}
+
 void VirtualDevices::wait() {
   std::exception_ptr first;
   for (auto& w : workers_) {

@@ -65,6 +65,10 @@ class VirtualDevices {
   backends::Backend& backend(int i);
   /// True when device i's worker is pinned to its CPUs.
   bool pinned(int i) const;
+  /// Runs fn on device i's worker and waits for it; rethrows its error. Kernels are compiled on
+  /// the thread that runs them: oneDNN keeps per-thread state (its global scratchpad) that a
+  /// primitive created on one thread and executed on another would miss.
+  void runOn(int i, const std::function<void()>& fn);
   /// Starts fn(i) on every device's worker (asynchronously).
   void start(const std::function<void(int)>& fn);
   /// Waits until every worker has finished what start() gave it; rethrows the first error.

@@ -53,8 +53,10 @@ void Session::Impl::compileStaged(Plan& p) {
     GRAFT_CHECK(prog.device < virtualDevices->size(), "{} is placed on virtual device {}, but the device has {}", prog.name,
                 prog.device, virtualDevices->size());
     ir::Graph& sg = *st->graphs[i].graph;
-    passes::runPipeline(sg, pipeline(), ctx);
-    st->exes.push_back(plan::compile(sg, virtualDevices->backend(prog.device), virtualDevices->pool(prog.device)));
+    virtualDevices->runOn(prog.device, [&] {
+      passes::runPipeline(sg, pipeline(), ctx);
+      st->exes.push_back(plan::compile(sg, virtualDevices->backend(prog.device), virtualDevices->pool(prog.device)));
+    });
     st->exes.back()->setProfiling(options.enableProfiling);
     pipeline::ProgramRun run;
     run.name = prog.name;

@@ -398,3 +398,41 @@ TEST(PipelineTraining, ForwardAndBackwardProgramsPerStage) {
 
 }  // namespace
 }  // namespace graft
+
+namespace graft {
+namespace {
+
+// An LSTM on virtual device 0 feeding a MatMul on device 1 (oneDNN's RNN primitives keep
+// per-thread state: kernels are compiled on the worker that runs them).
+TEST(Pipeline, LstmStageMatchesUnsplit) {
+  constexpr int64_t T = 5, N = 2, I = 4, H = 6;
+  ir::Graph g("lstm");
+  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{T, N, I})), ir::TensorKind::Input);
+  g.addInput(x);
+  ir::Tensor* w = g.addInitializer("W", fromVec(randomVec(4 * H * I, 1, 0.4f), {1, 4 * H, I}));
+  ir::Tensor* r = g.addInitializer("R", fromVec(randomVec(4 * H * H, 2, 0.4f), {1, 4 * H, H}));
+  ir::Tensor* p = g.addInitializer("P", fromVec(randomVec(H * 3, 3, 0.4f), {H, 3}));
+  ir::Attributes a;
+  a.set("hidden_size", int64_t{H});
+  ir::Node* lstm = g.addNode("LSTM", "", {x, w, r}, {"ys"}, a, "lstm");
+  lstm->virtualGraph = 0;
+  ir::Node* mm = g.addNode("MatMul", "", {lstm->output(0), p}, {"y"}, {}, "proj");
+  mm->virtualGraph = 1;
+  g.addOutput(mm->output(0));
+  passes::PassContext ctx;
+  passes::runPipeline(g, {"infer-shapes"}, ctx);
+  std::string model = onnxio::saveModelBytes(g);
+  auto run = [&](std::shared_ptr<DeviceInfo> dev, const SessionOptions& o) {
+    auto s = InferenceSession::createFromOnnxModel(model, DataFlow(3, {"y"}), dev, {}, o);
+    std::vector<float> xs = randomVec(3 * T * N * I, 9);
+    auto anchors = s->initAnchorArrays();
+    StepIO io({{"x", NDArray::wrap(xs.data(), DataType::Float, {3, T, N, I})}}, anchors);
+    s->run(io);
+    const NDArray& y = anchors.at("y");
+    return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+  };
+  expectClose(run(cpu(2), staged(VirtualGraphMode::Manual, true)), run(cpu(), {}), 1e-5f);
+}
+
+}  // namespace
+}  // namespace graft
