@@ -28,6 +28,18 @@ void Session::Impl::checkStages() const {
   passes::checkStageAnnotations(*model.graph, stageConfig());
 }
 
+Session::Impl::Plan::Staged::~Staged() {
+  executor.reset();
+  for (size_t i = 0; i < exes.size(); ++i) {
+    if (!devices || !exes[i]) continue;
+    try {
+      devices->runOn(assignment.programs[i].device, [&] { exes[i].reset(); });
+    } catch (...) {
+      // Destructors do not throw; the kernel is then freed here.
+    }
+  }
+}
+
 void Session::Impl::compileStaged(Plan& p) {
   ir::Graph& g = *p.graph;
   passes::PassContext ctx;
@@ -47,6 +59,7 @@ void Session::Impl::compileStaged(Plan& p) {
     virtualDevices = std::make_unique<pipeline::VirtualDevices>(device->type(), count, threads,
                                                                pipeline::VirtualDevices::cpuBlocks(count, threads));
   }
+  st->devices = virtualDevices.get();
   std::vector<pipeline::ProgramRun> runs;
   for (size_t i = 0; i < st->graphs.size(); ++i) {
     const passes::Program& prog = st->assignment.programs[i];

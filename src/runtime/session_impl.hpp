@@ -38,6 +38,9 @@ struct Session::Impl {
     /// Sharding and pipelining (virtualGraphMode Manual or Auto): the graph split into programs
     /// that run on the virtual devices; `exe` is null then.
     struct Staged {
+      /// Destroys the kernels on the workers that created them (oneDNN's per-thread state).
+      ~Staged();
+      pipeline::VirtualDevices* devices = nullptr;
       passes::ProgramAssignment assignment;
       std::vector<passes::ProgramGraph> graphs;
       std::vector<std::unique_ptr<plan::Executable>> exes;
@@ -47,12 +50,13 @@ struct Session::Impl {
     };
     std::unique_ptr<Staged> staged;
   };
+  /// Worker threads of the virtual devices (created with the first staged plan; they outlive the
+  /// plans, whose kernels they run).
+  std::unique_ptr<pipeline::VirtualDevices> virtualDevices;
   std::map<std::vector<Shape>, std::unique_ptr<Plan>> plans;
   Plan* lastPlan = nullptr;
   bool prepared = false;
   double lastRunSeconds = 0, lastCompileSeconds = 0;
-  /// Worker threads of the virtual devices (created with the first staged plan).
-  std::unique_ptr<pipeline::VirtualDevices> virtualDevices;
   /// What every thread did during the last step (SessionOptions::timelinePath writes it).
   std::unique_ptr<pipeline::Timeline> lastTimeline;
   int64_t steps = 0;
