@@ -82,7 +82,8 @@ NodeCost estimateCost(const ir::Node& n) {
 
 void checkStageAnnotations(const ir::Graph& g, const StageConfig& c) {
   if (c.mode == VirtualGraphMode::Off) {
-    GRAFT_CHECK(!c.pipelining, "SessionOptions.enablePipelining needs SessionOptions.virtualGraphMode Manual or Auto "
+    GRAFT_CHECK(!c.pipelining,
+                "SessionOptions.enablePipelining needs SessionOptions.virtualGraphMode Manual or Auto "
                 "(it is Off): pipelining runs the stages on virtual devices");
     return;
   }
@@ -102,21 +103,24 @@ void checkStageAnnotations(const ir::Graph& g, const StageConfig& c) {
     if (!n->virtualGraph) unplaced.push_back(n);
     (n->pipelineStage ? staged : unstaged).push_back(n);
     if (n->virtualGraph)
-      GRAFT_CHECK(*n->virtualGraph >= 0 && *n->virtualGraph < c.numVirtualDevices,
-                  "{} is on virtual graph {} (__ipu_number), but the device has {} virtual device{} (ids 0 to {}); create "
-                  "the device with more, e.g. DeviceManager.createCpuDevice(numVirtualDevices={})",
-                  n->describe(), *n->virtualGraph, c.numVirtualDevices, c.numVirtualDevices == 1 ? "" : "s",
-                  c.numVirtualDevices - 1, *n->virtualGraph + 1);
+      GRAFT_CHECK(
+          *n->virtualGraph >= 0 && *n->virtualGraph < c.numVirtualDevices,
+          "{} is on virtual graph {} (__ipu_number), but the device has {} virtual device{} (ids 0 to {}); create "
+          "the device with more, e.g. DeviceManager.createCpuDevice(numVirtualDevices={})",
+          n->describe(), *n->virtualGraph, c.numVirtualDevices, c.numVirtualDevices == 1 ? "" : "s",
+          c.numVirtualDevices - 1, *n->virtualGraph + 1);
   }
-  GRAFT_CHECK(unplaced.empty(), "virtualGraphMode is Manual but {} op{} ha{} no virtual graph (__ipu_number): {}; place "
-              "every op, e.g. with `with builder.virtualGraph(0):`", unplaced.size(), unplaced.size() == 1 ? "" : "s",
-              unplaced.size() == 1 ? "s" : "ve", nodeList(unplaced));
+  GRAFT_CHECK(unplaced.empty(),
+              "virtualGraphMode is Manual but {} op{} ha{} no virtual graph (__ipu_number): {}; place "
+              "every op, e.g. with `with builder.virtualGraph(0):`",
+              unplaced.size(), unplaced.size() == 1 ? "" : "s", unplaced.size() == 1 ? "s" : "ve", nodeList(unplaced));
   if (!c.pipelining) return;
   bool anyStage = !staged.empty();
-  GRAFT_CHECK(!anyStage || unstaged.empty(), "pipelining: {} op{} ha{} a pipeline stage (__pipeline_stage) but {} ha{} "
-              "none: {}; set a stage on every op or on none (the stage then follows the virtual graph)", staged.size(),
-              staged.size() == 1 ? "" : "s", staged.size() == 1 ? "s" : "ve", unstaged.size(), unstaged.size() == 1 ? "s" : "ve",
-              nodeList(unstaged));
+  GRAFT_CHECK(!anyStage || unstaged.empty(),
+              "pipelining: {} op{} ha{} a pipeline stage (__pipeline_stage) but {} ha{} "
+              "none: {}; set a stage on every op or on none (the stage then follows the virtual graph)",
+              staged.size(), staged.size() == 1 ? "" : "s", staged.size() == 1 ? "s" : "ve", unstaged.size(),
+              unstaged.size() == 1 ? "s" : "ve", nodeList(unstaged));
   std::map<int64_t, const ir::Node*> stageDevice;
   for (const ir::Node* n : g.nodes()) {
     if (!needsPlacement(*n)) continue;
@@ -125,7 +129,8 @@ void checkStageAnnotations(const ir::Graph& g, const StageConfig& c) {
     auto [it, fresh] = stageDevice.emplace(s, n);
     GRAFT_CHECK(fresh || *it->second->virtualGraph == *n->virtualGraph,
                 "pipeline stage {} is on two virtual graphs: {} is on {} and {} on {}; all ops of a stage run on one "
-                "virtual device", s, it->second->describe(), *it->second->virtualGraph, n->describe(), *n->virtualGraph);
+                "virtual device",
+                s, it->second->describe(), *it->second->virtualGraph, n->describe(), *n->virtualGraph);
   }
   for (const ir::Node* n : g.nodes()) {
     if (!needsPlacement(*n)) continue;
@@ -136,8 +141,10 @@ void checkStageAnnotations(const ir::Graph& g, const StageConfig& c) {
       const ir::Node* p = t ? t->producer() : nullptr;
       if (!p || !needsPlacement(*p)) continue;
       int64_t ps = *stageOf(*p, anyStage);
-      GRAFT_CHECK(ps <= s, "{} in pipeline stage {} reads '{}', which {} computes in the later stage {}; a stage may read "
-                  "only tensors of its own or earlier stages", n->describe(), s, t->id(), p->describe(), ps);
+      GRAFT_CHECK(ps <= s,
+                  "{} in pipeline stage {} reads '{}', which {} computes in the later stage {}; a stage may read "
+                  "only tensors of its own or earlier stages",
+                  n->describe(), s, t->id(), p->describe(), ps);
     }
   }
   int stages = static_cast<int>(stageDevice.size());
@@ -197,8 +204,8 @@ std::string autoAssignStages(ir::Graph& g, int parts) {
     partCost[partOf[i]] += cost[i];
     partNodes[partOf[i]]++;
   }
-  std::string out = fmt::format("Auto split of '{}' over {} virtual device{} (estimated cost: FLOPs + bytes):\n", g.name(),
-                                parts, parts == 1 ? "" : "s");
+  std::string out = fmt::format("Auto split of '{}' over {} virtual device{} (estimated cost: FLOPs + bytes):\n",
+                                g.name(), parts, parts == 1 ? "" : "s");
   for (int p = 0; p < parts; ++p) {
     std::string first, last;
     for (size_t i = 0; i < order.size(); ++i)
@@ -254,9 +261,12 @@ ProgramAssignment assignPrograms(const ir::Graph& g, const StageConfig& c, const
           best = level[pos[p]];
           bestVg = vg[pos[p]];
         }
-      if (n->virtualGraph) vg[i] = static_cast<int>(*n->virtualGraph);
-      else if (bestVg >= 0) vg[i] = bestVg;
-      else continue;  // placed with its consumers below
+      if (n->virtualGraph)
+        vg[i] = static_cast<int>(*n->virtualGraph);
+      else if (bestVg >= 0)
+        vg[i] = bestVg;
+      else
+        continue;  // placed with its consumers below
       int lv = 0;
       for (const ir::Tensor* t : readsOf(n))
         if (const ir::Node* p = t->producer(); p && level[pos[p]] >= 0)
@@ -275,7 +285,8 @@ ProgramAssignment assignPrograms(const ir::Graph& g, const StageConfig& c, const
     prog = key;
     if (programOf.empty()) programOf.emplace(std::make_pair(0, 0), 0);
     for (const auto& [lv, idx] : programOf)
-      a.programs.push_back({lv.second, lv.first, false, fmt::format("shard {} (virtual graph {})", lv.first, lv.second)});
+      a.programs.push_back(
+          {lv.second, lv.first, false, fmt::format("shard {} (virtual graph {})", lv.first, lv.second)});
   } else {
     bool anyStage = false;
     for (const ir::Node* n : order) anyStage |= n->pipelineStage.has_value();
@@ -327,7 +338,7 @@ ProgramAssignment assignPrograms(const ir::Graph& g, const StageConfig& c, const
     for (int p = 0; p < numPrograms; ++p) {
       int s = p < S ? p : 2 * (S - 1) - p;
       bool bwd = p >= S;
-      std::string name = !seed ? fmt::format("stage {}", s)
+      std::string name = !seed        ? fmt::format("stage {}", s)
                          : p == S - 1 ? fmt::format("stage {} (forward and backward)", s)
                                       : fmt::format("stage {} ({})", s, bwd ? "backward" : "forward");
       a.programs.push_back({stageDevice[s], s, bwd, name});
@@ -339,8 +350,10 @@ ProgramAssignment assignPrograms(const ir::Graph& g, const StageConfig& c, const
       const ir::Node* p = t->producer();
       if (!p) continue;
       int pp = prog[pos[p]], np = prog[i];
-      GRAFT_CHECK(pp <= np, "{} ({}) reads '{}', which {} computes in the later {}; a stage may read only tensors of its "
-                  "own or earlier stages", n->describe(), a.programs[np].name, t->id(), p->describe(), a.programs[pp].name);
+      GRAFT_CHECK(pp <= np,
+                  "{} ({}) reads '{}', which {} computes in the later {}; a stage may read only tensors of its "
+                  "own or earlier stages",
+                  n->describe(), a.programs[np].name, t->id(), p->describe(), a.programs[pp].name);
     }
     a.nodePrograms[n] = {prog[i]};
   }
@@ -452,7 +465,8 @@ std::string describePrograms(const ir::Graph& g, const ProgramAssignment& a) {
       NodeCost c = estimateCost(*n);
       r.flops += c.flops;
       for (const ir::Tensor* t : n->inputs())
-        if (t && (t->kind() == ir::TensorKind::Variable || t->kind() == ir::TensorKind::Constant) && r.params.insert(t).second)
+        if (t && (t->kind() == ir::TensorKind::Variable || t->kind() == ir::TensorKind::Constant) &&
+            r.params.insert(t).second)
           r.paramBytes += bytesOf(t);
       for (const ir::Tensor* t : n->outputs()) r.activationBytes += bytesOf(t);
     }

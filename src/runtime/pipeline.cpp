@@ -13,7 +13,8 @@ namespace graft::pipeline {
 
 // ---- Timeline ----------------------------------------------------------------------------------
 
-Timeline::Timeline(std::vector<std::string> threadNames) : names_(std::move(threadNames)), t0_(std::chrono::steady_clock::now()) {}
+Timeline::Timeline(std::vector<std::string> threadNames)
+    : names_(std::move(threadNames)), t0_(std::chrono::steady_clock::now()) {}
 
 double Timeline::now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
@@ -67,12 +68,16 @@ std::string Timeline::chromeTraceJson() const {
     std::sort(evs.begin(), evs.end(), [](const Event* a, const Event* b) { return a->start < b->start; });
     double at = 0;
     for (const Event* e : evs) {
-      if (e->start > at) items.push_back(fmt::format(R"({{"name":"idle","cat":"idle","ph":"X","pid":1,"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-                                                     t, us(at), us(e->start - at)));
+      if (e->start > at)
+        items.push_back(
+            fmt::format(R"({{"name":"idle","cat":"idle","ph":"X","pid":1,"tid":{},"ts":{:.3f},"dur":{:.3f}}})", t,
+                        us(at), us(e->start - at)));
       at = std::max(at, e->start + e->duration);
     }
-    if (end > at) items.push_back(fmt::format(R"({{"name":"idle","cat":"idle","ph":"X","pid":1,"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-                                              t, us(at), us(end - at)));
+    if (end > at)
+      items.push_back(
+          fmt::format(R"({{"name":"idle","cat":"idle","ph":"X","pid":1,"tid":{},"ts":{:.3f},"dur":{:.3f}}})", t, us(at),
+                      us(end - at)));
   }
   return fmt::format("{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{}\n]}}\n", fmt::join(items, ",\n"));
 }
@@ -132,7 +137,8 @@ struct VirtualDevices::Worker {
 VirtualDevices::VirtualDevices(DeviceType type, int count, int threadsEach, const std::vector<std::vector<int>>& cpus) {
   for (int i = 0; i < count; ++i) {
     auto w = std::make_unique<Worker>();
-    w->backend = type == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threadsEach);
+    w->backend =
+        type == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threadsEach);
     std::vector<int> mine = i < static_cast<int>(cpus.size()) ? cpus[i] : std::vector<int>{};
     int threads = w->backend->numThreads();
     Worker* raw = w.get();
@@ -214,12 +220,16 @@ std::vector<std::vector<int>> VirtualDevices::cpuBlocks(int count, int threadsEa
 
 // ---- PipelineExecutor --------------------------------------------------------------------------
 
-PipelineExecutor::PipelineExecutor(VirtualDevices& devices, std::vector<ProgramRun> programs, std::vector<Source> anchors,
-                                   int maxInFlight)
-    : devices_(devices), programs_(std::move(programs)), anchors_(std::move(anchors)), maxInFlight_(std::max(1, maxInFlight)) {
+PipelineExecutor::PipelineExecutor(VirtualDevices& devices, std::vector<ProgramRun> programs,
+                                   std::vector<Source> anchors, int maxInFlight)
+    : devices_(devices),
+      programs_(std::move(programs)),
+      anchors_(std::move(anchors)),
+      maxInFlight_(std::max(1, maxInFlight)) {
   consumers_.resize(programs_.size());
   for (size_t p = 0; p < programs_.size(); ++p) {
-    GRAFT_ASSERT(programs_[p].device >= 0 && programs_[p].device < devices_.size(), "program {} on a missing device", p);
+    GRAFT_ASSERT(programs_[p].device >= 0 && programs_[p].device < devices_.size(), "program {} on a missing device",
+                 p);
     consumers_[p].resize(programs_[p].exe->outputIds().size());
   }
   auto addEdge = [&](const Source& s, Edge e) {
@@ -227,8 +237,9 @@ PipelineExecutor::PipelineExecutor(VirtualDevices& devices, std::vector<ProgramR
       if (static_cast<int>(hostConsumers_.size()) <= s.index) hostConsumers_.resize(s.index + 1);
       hostConsumers_[s.index].push_back(e);
     } else {
-      GRAFT_ASSERT(s.program < static_cast<int>(programs_.size()) && s.index < static_cast<int>(consumers_[s.program].size()),
-                   "bad source");
+      GRAFT_ASSERT(
+          s.program < static_cast<int>(programs_.size()) && s.index < static_cast<int>(consumers_[s.program].size()),
+          "bad source");
       consumers_[s.program][s.index].push_back(e);
     }
   };

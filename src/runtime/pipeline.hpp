@@ -108,7 +108,8 @@ struct HostIO {
 /// Runs the programs of one plan over micro-batches.
 class PipelineExecutor {
  public:
-  PipelineExecutor(VirtualDevices& devices, std::vector<ProgramRun> programs, std::vector<Source> anchors, int maxInFlight);
+  PipelineExecutor(VirtualDevices& devices, std::vector<ProgramRun> programs, std::vector<Source> anchors,
+                   int maxInFlight);
 
   /// Runs `count` micro-batches through the programs; returns when all are delivered. Throws the
   /// first error of any thread (the other threads stop at their next micro-batch).
@@ -138,7 +139,7 @@ class PipelineExecutor {
   std::condition_variable cv_;
   std::vector<std::vector<std::deque<ops::Value>>> queues_;  ///< [program][input]
   std::vector<std::deque<ops::Value>> anchorQueues_;
-  std::vector<int> next_;  ///< next micro-batch of each program
+  std::vector<int> next_;      ///< next micro-batch of each program
   std::vector<int> finished_;  ///< per in-flight slot: programs done with that micro-batch
   int fed_ = 0, collected_ = 0, inFlight_ = 0;
   bool abort_ = false;

@@ -57,14 +57,14 @@ void Session::Impl::compileStaged(Plan& p) {
     if (device->type() == DeviceType::Reference) threads = 1;
     int count = device->numVirtualDevices();
     virtualDevices = std::make_unique<pipeline::VirtualDevices>(device->type(), count, threads,
-                                                               pipeline::VirtualDevices::cpuBlocks(count, threads));
+                                                                pipeline::VirtualDevices::cpuBlocks(count, threads));
   }
   st->devices = virtualDevices.get();
   std::vector<pipeline::ProgramRun> runs;
   for (size_t i = 0; i < st->graphs.size(); ++i) {
     const passes::Program& prog = st->assignment.programs[i];
-    GRAFT_CHECK(prog.device < virtualDevices->size(), "{} is placed on virtual device {}, but the device has {}", prog.name,
-                prog.device, virtualDevices->size());
+    GRAFT_CHECK(prog.device < virtualDevices->size(), "{} is placed on virtual device {}, but the device has {}",
+                prog.name, prog.device, virtualDevices->size());
     ir::Graph& sg = *st->graphs[i].graph;
     virtualDevices->runOn(prog.device, [&] {
       passes::runPipeline(sg, pipeline(), ctx);
@@ -103,15 +103,16 @@ void Session::Impl::compileStaged(Plan& p) {
   int depth = options.enablePipelining
                   ? (options.pipelineDepth > 0 ? options.pipelineDepth : 2 * static_cast<int>(runs.size()))
                   : 1;  // sharding alone: one micro-batch at a time
-  st->executor = std::make_unique<pipeline::PipelineExecutor>(*virtualDevices, std::move(runs), std::move(anchors), depth);
+  st->executor =
+      std::make_unique<pipeline::PipelineExecutor>(*virtualDevices, std::move(runs), std::move(anchors), depth);
   std::string pinning;
   for (int d = 0; d < virtualDevices->size(); ++d)
     pinning += fmt::format("{}{}", d ? ", " : "", virtualDevices->pinned(d) ? "pinned" : "not pinned");
-  st->summary = fmt::format("{} program{} on {} virtual device{} ({} thread{} each; {}), {} micro-batch{} in flight\n{}",
-                            st->exes.size(), st->exes.size() == 1 ? "" : "s", virtualDevices->size(),
-                            virtualDevices->size() == 1 ? "" : "s", virtualDevices->pool(0).numThreads(),
-                            virtualDevices->pool(0).numThreads() == 1 ? "" : "s", pinning, depth, depth == 1 ? "" : "es",
-                            passes::describePrograms(g, st->assignment));
+  st->summary = fmt::format(
+      "{} program{} on {} virtual device{} ({} thread{} each; {}), {} micro-batch{} in flight\n{}", st->exes.size(),
+      st->exes.size() == 1 ? "" : "s", virtualDevices->size(), virtualDevices->size() == 1 ? "" : "s",
+      virtualDevices->pool(0).numThreads(), virtualDevices->pool(0).numThreads() == 1 ? "" : "s", pinning, depth,
+      depth == 1 ? "" : "es", passes::describePrograms(g, st->assignment));
   p.staged = std::move(st);
 }
 
@@ -141,9 +142,10 @@ void Session::Impl::runStaged(IStepIO& io) {
       std::vector<ops::Value> v = start + m == 0 ? std::move(first) : readInputs(io);
       for (size_t i = 0; i < v.size(); ++i) {
         Shape s = v[i].isTensor() ? v[i].tensor.shape() : Shape{-1};
-        GRAFT_CHECK(s == shapes[i], "input '{}' of micro-batch {} has shape {}, but the step's first micro-batch had {}: "
-                    "with virtual graphs every micro-batch of a step has the same shapes", inputIds[i], start + m,
-                    shapeToString(s), shapeToString(shapes[i]));
+        GRAFT_CHECK(s == shapes[i],
+                    "input '{}' of micro-batch {} has shape {}, but the step's first micro-batch had {}: "
+                    "with virtual graphs every micro-batch of a step has the same shapes",
+                    inputIds[i], start + m, shapeToString(s), shapeToString(shapes[i]));
         if (copyInputs && v[i].isTensor()) v[i].tensor = v[i].tensor.clone();
       }
       for (const auto& id : inputIds) io.inComplete(id);

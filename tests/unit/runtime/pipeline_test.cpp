@@ -46,7 +46,8 @@ std::string mlp(const std::vector<Place>& layers, int64_t rows, bool loss = fals
   constexpr int64_t kW = 8;
   ir::Graph g("mlp");
   g.otherOpsets["ai.graft"] = 1;
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{rows, kW})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{rows, kW})), ir::TensorKind::Input);
   g.addInput(x);
   ir::Tensor* t = nullptr;
   if (loss) {
@@ -177,7 +178,8 @@ TEST(Pipeline, AutoModeSplitsByCostAndMatches) {
     SessionOptions o = staged(VirtualGraphMode::Auto, pipelining);
     expectClose(infer(model, cpu(2), o, 4, 4), infer(model, cpu(), {}, 4, 4));
   }
-  auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Auto, true));
+  auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, {"y"}), cpu(2), {},
+                                                 staged(VirtualGraphMode::Auto, true));
   s->prepareDevice();
   std::string text = s->stagesText();
   EXPECT_NE(text.find("stage 1"), std::string::npos) << text;
@@ -188,7 +190,8 @@ TEST(Pipeline, ValidationErrorsNameTheNode) {
   // Manual mode: every op needs a virtual graph.
   std::string partial = mlp({{0, 0}, {}}, 2);
   std::string msg = errorOf([&] {
-    InferenceSession::createFromOnnxModel(partial, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Manual, false));
+    InferenceSession::createFromOnnxModel(partial, DataFlow(1, {"y"}), cpu(2), {},
+                                          staged(VirtualGraphMode::Manual, false));
   });
   EXPECT_NE(msg.find("no virtual graph"), std::string::npos) << msg;
   EXPECT_NE(msg.find("matmul1"), std::string::npos) << msg;
@@ -203,28 +206,34 @@ TEST(Pipeline, ValidationErrorsNameTheNode) {
   // A stage reading a tensor of a later stage.
   std::string backwards = mlp({{1, 1}, {0, 0}}, 2);
   msg = errorOf([&] {
-    InferenceSession::createFromOnnxModel(backwards, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Manual, true));
+    InferenceSession::createFromOnnxModel(backwards, DataFlow(1, {"y"}), cpu(2), {},
+                                          staged(VirtualGraphMode::Manual, true));
   });
   EXPECT_NE(msg.find("later stage"), std::string::npos) << msg;
   EXPECT_NE(msg.find("matmul1"), std::string::npos) << msg;
   // ... which sharding alone allows.
   EXPECT_EQ(errorOf([&] {
-    InferenceSession::createFromOnnxModel(backwards, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Manual, false));
-  }), "");
+              InferenceSession::createFromOnnxModel(backwards, DataFlow(1, {"y"}), cpu(2), {},
+                                                    staged(VirtualGraphMode::Manual, false));
+            }),
+            "");
   // Stages on some ops only; a stage on two virtual graphs.
   std::string mixed = mlp({{0, 0}, {1, {}}}, 2);
   msg = errorOf([&] {
-    InferenceSession::createFromOnnxModel(mixed, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Manual, true));
+    InferenceSession::createFromOnnxModel(mixed, DataFlow(1, {"y"}), cpu(2), {},
+                                          staged(VirtualGraphMode::Manual, true));
   });
   EXPECT_NE(msg.find("matmul1"), std::string::npos) << msg;
   std::string split = mlp({{0, 0}, {1, 0}}, 2);
   msg = errorOf([&] {
-    InferenceSession::createFromOnnxModel(split, DataFlow(1, {"y"}), cpu(2), {}, staged(VirtualGraphMode::Manual, true));
+    InferenceSession::createFromOnnxModel(split, DataFlow(1, {"y"}), cpu(2), {},
+                                          staged(VirtualGraphMode::Manual, true));
   });
   EXPECT_NE(msg.find("two virtual graphs"), std::string::npos) << msg;
   // Pipelining needs a virtual graph mode.
   msg = errorOf([&] {
-    InferenceSession::createFromOnnxModel(mlp({{0, 0}}, 2), DataFlow(1, {"y"}), cpu(), {}, staged(VirtualGraphMode::Off, true));
+    InferenceSession::createFromOnnxModel(mlp({{0, 0}}, 2), DataFlow(1, {"y"}), cpu(), {},
+                                          staged(VirtualGraphMode::Off, true));
   });
   EXPECT_NE(msg.find("enablePipelining"), std::string::npos) << msg;
   // Pipelined training needs accumulationFactor >= stages.
@@ -232,7 +241,9 @@ TEST(Pipeline, ValidationErrorsNameTheNode) {
   SessionOptions o = staged(VirtualGraphMode::Manual, true);
   o.enableGradientAccumulation = true;
   o.accumulationFactor = 2;
-  msg = errorOf([&] { TrainingSession::createFromOnnxModel(train, DataFlow(1, {"loss"}), "loss", ConstSGD(0.1f), cpu(3), {}, o); });
+  msg = errorOf([&] {
+    TrainingSession::createFromOnnxModel(train, DataFlow(1, {"loss"}), "loss", ConstSGD(0.1f), cpu(3), {}, o);
+  });
   EXPECT_NE(msg.find("accumulationFactor >= 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("got 2"), std::string::npos) << msg;
 }
@@ -240,8 +251,10 @@ TEST(Pipeline, ValidationErrorsNameTheNode) {
 TEST(Pipeline, ErrorsInsideAStageReachTheCaller) {
   // Gather in stage 1 with indices from the host: a bad index fails on virtual device 1.
   ir::Graph g("gather");
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{4, 3})), ir::TensorKind::Input);
-  ir::Tensor* idx = g.addTensor("i", ir::ValueType::tensor(TensorInfo(DataType::Int64, Shape{2})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{4, 3})), ir::TensorKind::Input);
+  ir::Tensor* idx =
+      g.addTensor("i", ir::ValueType::tensor(TensorInfo(DataType::Int64, Shape{2})), ir::TensorKind::Input);
   g.addInput(x);
   g.addInput(idx);
   ir::Node* r = g.addNode("Relu", "", {x}, {"r"}, {}, "relu");
@@ -258,7 +271,8 @@ TEST(Pipeline, ErrorsInsideAStageReachTheCaller) {
     std::vector<int64_t> is(4 * 2, 1);
     is[5] = bad;  // micro-batch 2
     auto anchors = s->initAnchorArrays();
-    StepIO io({{"x", NDArray::wrap(xs.data(), DataType::Float, {4, 4, 3})}, {"i", NDArray::wrap(is.data(), DataType::Int64, {4, 2})}},
+    StepIO io({{"x", NDArray::wrap(xs.data(), DataType::Float, {4, 4, 3})},
+               {"i", NDArray::wrap(is.data(), DataType::Int64, {4, 2})}},
               anchors);
     std::string msg = errorOf([&] { s->run(io); });
     if (bad == 9) {
@@ -301,11 +315,12 @@ struct TrainResult {
   std::map<std::string, std::vector<float>> weights;
 };
 
-TrainResult train(const std::string& model, const Optimizer& opt, std::shared_ptr<DeviceInfo> dev, SessionOptions o, int accum,
-                  int bps, int steps, int64_t rows) {
+TrainResult train(const std::string& model, const Optimizer& opt, std::shared_ptr<DeviceInfo> dev, SessionOptions o,
+                  int accum, int bps, int steps, int64_t rows) {
   o.enableGradientAccumulation = accum > 1;
   o.accumulationFactor = accum;
-  auto s = TrainingSession::createFromOnnxModel(model, DataFlow(bps, {{"loss", AnchorReturnType("All")}}), "loss", opt, dev, {}, o);
+  auto s = TrainingSession::createFromOnnxModel(model, DataFlow(bps, {{"loss", AnchorReturnType("All")}}), "loss", opt,
+                                                dev, {}, o);
   TrainResult r;
   for (int step = 0; step < steps; ++step) {
     size_t n = static_cast<size_t>(bps * accum * rows * 8);
@@ -317,8 +332,9 @@ TrainResult train(const std::string& model, const Optimizer& opt, std::shared_pt
     xs.push_back(rows);
     xs.push_back(8);
     auto anchors = s->initAnchorArrays();
-    StepIO io({{"x", NDArray::wrap(x.data(), DataType::Float, xs)}, {"t", NDArray::wrap(t.data(), DataType::Float, xs)}},
-              anchors);
+    StepIO io(
+        {{"x", NDArray::wrap(x.data(), DataType::Float, xs)}, {"t", NDArray::wrap(t.data(), DataType::Float, xs)}},
+        anchors);
     s->run(io);
     const NDArray& l = anchors.at("loss");
     r.losses.insert(r.losses.end(), l.data<float>(), l.data<float>() + l.numel());
@@ -329,7 +345,8 @@ TrainResult train(const std::string& model, const Optimizer& opt, std::shared_pt
     w.insert(id, NDArray(info.dataType(), info.shape()));
   }
   s->readWeights(w);
-  for (const auto& [id, a] : w.arrays()) r.weights[id] = std::vector<float>(a.data<float>(), a.data<float>() + a.numel());
+  for (const auto& [id, a] : w.arrays())
+    r.weights[id] = std::vector<float>(a.data<float>(), a.data<float>() + a.numel());
   return r;
 }
 
@@ -407,7 +424,8 @@ namespace {
 TEST(Pipeline, LstmStageMatchesUnsplit) {
   constexpr int64_t T = 5, N = 2, I = 4, H = 6;
   ir::Graph g("lstm");
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{T, N, I})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{T, N, I})), ir::TensorKind::Input);
   g.addInput(x);
   ir::Tensor* w = g.addInitializer("W", fromVec(randomVec(4 * H * I, 1, 0.4f), {1, 4 * H, I}));
   ir::Tensor* r = g.addInitializer("R", fromVec(randomVec(4 * H * H, 2, 0.4f), {1, 4 * H, H}));
