@@ -89,6 +89,12 @@ struct Feed {
   Shape sample;  // the shape of one sample
 };
 
+std::string dimsText(const std::vector<Dim>& dims) {
+  std::vector<std::string> parts;
+  for (const Dim& d : dims) parts.push_back(d.str());
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
 Shape sampleShape(const NDArray& a) { return Shape(a.shape().begin() + 1, a.shape().end()); }
 
 Shape batchShape(int64_t batch, const Shape& sample) {
@@ -181,7 +187,7 @@ void addLoss(Builder& b, LossSetup& s, NamedArray& labels, const std::string& mo
   batchDims.insert(batchDims.end(), want.begin(), want.end());
   GRAFT_CHECK(match, "{} has shape {}, so one sample is {}; {} on '{}' ({}) needs labels of shape {} (batch first{})",
               what, shapeToString(labels.array.shape()), shapeToString(sample), s.kindName, s.prediction, pred.str(),
-              TensorInfo(DataType::Undefined, batchDims).str(),
+              dimsText(batchDims),
               isClassification(s.kind) ? ", one class index per prediction" : ", like the prediction");
   DataType labelType = pred.dataType();
   if (isClassification(s.kind)) {
@@ -428,7 +434,8 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   const std::string lossModel = b->getModelProto();
 
   out << fmt::format("{:<11}{}\n", "model", o.model);
-  out << fmt::format("{:<11}{}\n", "device", device->str());
+  out << fmt::format("{:<11}{}{}\n", "device", device->str(),
+                     o.threads && o.device == "cpu" ? fmt::format(" (--threads {})", o.threads) : "");
   printArrays(out, "train", train);
   if (!test.empty()) printArrays(out, "test", test);
   out << fmt::format("{:<11}{}\n", "loss", loss.description);
