@@ -32,6 +32,11 @@ std::vector<NamedArray> readNamedArrays(const std::vector<std::string>& args, co
 
 namespace {
 
+// Values of at most 64 bits, widened to __int128, as text.
+std::string intText(__int128 v) {
+  return v < 0 ? std::to_string(static_cast<long long>(v)) : std::to_string(static_cast<unsigned long long>(v));
+}
+
 // The smallest and largest values of an integer or bool array, widened.
 std::pair<__int128, __int128> integerRange(const NDArray& a) {
   __int128 lo = 0, hi = 0;
@@ -69,7 +74,7 @@ NDArray convertForInput(const NDArray& a, DataType to, const std::string& what) 
     auto [lo, hi] = integerRange(a);
     auto [min, max] = limitsOf(to);
     GRAFT_CHECK(lo >= min && hi <= max, "{} holds {} values from {} to {}, which do not fit in the model's {}", what,
-                dtypeNumpyName(from), static_cast<long long>(lo), static_cast<long long>(hi), dtypeNumpyName(to));
+                dtypeNumpyName(from), intText(lo), intText(hi), dtypeNumpyName(to));
   }
   return ops::castArray(a, to);
 }
@@ -79,6 +84,7 @@ void gatherRows(const NDArray& src, const int64_t* indices, int64_t count, NDArr
   size_t rowBytes = rows ? src.nbytes() / static_cast<size_t>(rows) : 0;
   GRAFT_ASSERT(dst.dtype() == src.dtype() && dst.nbytes() == rowBytes * static_cast<size_t>(count),
                "gatherRows: destination of {} bytes for {} rows of {} bytes", dst.nbytes(), count, rowBytes);
+  if (rowBytes == 0 || count == 0) return;
   const auto* s = static_cast<const char*>(src.rawData());
   auto* d = static_cast<char*>(dst.rawData());
   for (int64_t i = 0; i < count; ++i) {
@@ -94,7 +100,7 @@ void checkClassLabels(const NDArray& labels, int64_t classes, const std::string&
     for (int64_t i = 0; i < labels.numel(); ++i) {
       auto v = static_cast<__int128>(p[i]);
       GRAFT_CHECK(v >= 0 && (classes < 0 || v < classes), "{}: label {} at position {} is not a class index{}", what,
-                  static_cast<long long>(v), i, classes < 0 ? " (it is negative)" : fmt::format(" in [0, {})", classes));
+                  intText(v), i, classes < 0 ? " (it is negative)" : fmt::format(" in [0, {})", classes));
     }
   });
 }
