@@ -74,28 +74,41 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
   TrainOptions to;
   std::string progressMode = "auto";
-  auto* train = app.add_subcommand("train", "Train a model on data in .npy (or IDX) files; report the loss and test "
-                                            "accuracy; write the trained model");
+  auto* train = app.add_subcommand("train",
+                                   "Train a model on data in .npy (or IDX) files; report the loss and test "
+                                   "accuracy; write the trained model");
   train->add_option("model", to.model, "ONNX model file")->required();
-  train->add_option("--input,-i", to.inputs, "Training data of a model input (repeatable); the first axis counts samples")
+  train
+      ->add_option("--input,-i", to.inputs,
+                   "Training data of a model input (repeatable); the first axis counts samples")
       ->type_name("NAME=FILE");
   train->add_option("--label,-l", to.labels, "The target the loss compares the prediction with (a new input)")
       ->type_name("NAME=FILE");
-  train->add_option("--loss", to.loss, "nll, softmax-ce, mse or l1 (KIND:TENSOR names the prediction; default: the "
-                                       "model's only output), or a scalar loss tensor of the model")
+  train
+      ->add_option("--loss", to.loss,
+                   "nll, softmax-ce, mse or l1 (KIND:TENSOR names the prediction; default: the "
+                   "model's only output), or a scalar loss tensor of the model")
       ->required()
       ->type_name("KIND[:TENSOR]|TENSOR");
-  train->add_option("--optimizer", to.optimizer, "sgd, adam, adamw, adamax, lamb, rmsprop, centered-rmsprop, adagrad or "
-                                                 "adadelta with parameters (lr is required)")
+  train
+      ->add_option("--optimizer", to.optimizer,
+                   "sgd, adam, adamw, adamax, lamb, rmsprop, centered-rmsprop, adagrad or "
+                   "adadelta with parameters (lr is required)")
       ->type_name("KIND:lr=X,...")
       ->capture_default_str();
-  train->add_option("--batch-size,-b", to.batchSize, "Samples per batch (default: the model's fixed batch size, else 32)")
+  train
+      ->add_option("--batch-size,-b", to.batchSize,
+                   "Samples per batch (default: the model's fixed batch size, else 32)")
       ->check(CLI::PositiveNumber);
-  train->add_option("--epochs,-e", to.epochs, "Passes over the training data")->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--epochs,-e", to.epochs, "Passes over the training data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   train->add_option("--batches-per-step", to.batchesPerStep, "Batches per session run (DataFlow batchesPerStep)")
       ->check(CLI::PositiveNumber);
-  train->add_option("--eval", to.eval, "Test data, named like the training data (repeatable): loss and accuracy after "
-                                       "each epoch")
+  train
+      ->add_option("--eval", to.eval,
+                   "Test data, named like the training data (repeatable): loss and accuracy after "
+                   "each epoch")
       ->type_name("NAME=FILE");
   train->add_option("--eval-batch-size", to.evalBatchSize, "Samples per evaluation batch (default 256)")
       ->check(CLI::PositiveNumber);
@@ -107,8 +120,10 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   train->add_option("--seed", to.seed, "Seed of the shuffling");
   train->add_flag("!--no-shuffle", to.shuffle, "Keep the samples in file order");
   train->add_flag("--profile", to.profile, "Print the time spent per op type");
-  train->add_option("--progress", progressMode, "auto (a bar on a terminal, else a line per tenth of an epoch), bar, "
-                                                "lines or none")
+  train
+      ->add_option("--progress", progressMode,
+                   "auto (a bar on a terminal, else a line per tenth of an epoch), bar, "
+                   "lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
 
   app.add_subcommand("ops", "List the ops graft implements, by domain");
@@ -133,8 +148,8 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                     : terminal                ? ProgressMode::Bar
                                               : ProgressMode::Lines;
       trainCommand(to, out, err);
-    }
-    else opsCommand(out);
+    } else
+      opsCommand(out);
   } catch (const InternalError& e) {
     out.flush();
     err << "graft: " << e.what() << "\n(this is a bug in graft; please report it)\n";

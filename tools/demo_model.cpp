@@ -105,8 +105,8 @@ std::string buildFashionModel(FashionModelKind kind, uint64_t seed) {
       b.pushNameScope(name);
       TensorId w = b.addInitializedInputTensor(heUniform({cout, cin, 3, 3}, cin * 9), "weight");
       TensorId bias = b.addInitializedInputTensor(NDArray(DataType::Float, {cout}), "bias");
-      TensorId y = op("Conv", {in, w, bias}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                                              {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+      TensorId y = op("Conv", {in, w, bias},
+                      {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
       y = op("Relu", {y});
       y = op("MaxPool", {y}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
       b.popNameScope();

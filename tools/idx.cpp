@@ -36,8 +36,10 @@ NDArray parseIdx(const std::string& bytes, const std::string& what) {
   const IdxType* type = nullptr;
   for (const auto& t : kTypes)
     if (t.code == p[2]) type = &t;
-  GRAFT_CHECK(type, "{} is not a valid IDX file: unknown element type code 0x{:02X} (expected 0x08, 0x09, 0x0B, 0x0C, "
-              "0x0D or 0x0E)", what, p[2]);
+  GRAFT_CHECK(type,
+              "{} is not a valid IDX file: unknown element type code 0x{:02X} (expected 0x08, 0x09, 0x0B, 0x0C, "
+              "0x0D or 0x0E)",
+              what, p[2]);
   size_t rank = p[3];
   size_t header = 4 + 4 * rank;
   GRAFT_CHECK(bytes.size() >= header, "{} is truncated: its header announces {} dimensions but the file has {} bytes",
@@ -52,8 +54,10 @@ NDArray parseIdx(const std::string& bytes, const std::string& what) {
   }
   size_t elem = dtypeSize(type->dtype);
   uint64_t expected = numel * elem;
-  GRAFT_CHECK(bytes.size() - header == expected, "{}: the header announces {} {} values ({} bytes of data) but the file "
-              "has {} bytes of data", what, shapeToString(shape), dtypeName(type->dtype), expected, bytes.size() - header);
+  GRAFT_CHECK(bytes.size() - header == expected,
+              "{}: the header announces {} {} values ({} bytes of data) but the file "
+              "has {} bytes of data",
+              what, shapeToString(shape), dtypeName(type->dtype), expected, bytes.size() - header);
   NDArray a = NDArray::uninitialized(type->dtype, shape);
   auto* dst = static_cast<unsigned char*>(a.rawData());
   const unsigned char* src = p + header;

@@ -35,15 +35,15 @@ constexpr Kind kKinds[] = {
 
 // Spec keys -> the optimizer classes' parameter keys.
 const std::map<std::string, std::string>& keysOf(Family f) {
-  static const std::map<std::string, std::string> sgd = {{"lr", "defaultLearningRate"}, {"momentum", "defaultMomentum"},
-                                                         {"dampening", "defaultDampening"}, {"wd", "defaultWeightDecay"},
-                                                         {"nesterov", "nesterov"},         {"clip", ""}};
+  static const std::map<std::string, std::string> sgd = {
+      {"lr", "defaultLearningRate"}, {"momentum", "defaultMomentum"}, {"dampening", "defaultDampening"},
+      {"wd", "defaultWeightDecay"},  {"nesterov", "nesterov"},        {"clip", ""}};
   static const std::map<std::string, std::string> adam = {{"lr", "defaultLearningRate"}, {"beta1", "defaultBeta1"},
                                                           {"beta2", "defaultBeta2"},     {"eps", "defaultEps"},
                                                           {"wd", "defaultWeightDecay"},  {"clip", ""}};
   static const std::map<std::string, std::string> adaptive = {
-      {"lr", "defaultLearningRate"}, {"alpha", "defaultAlpha"},       {"momentum", "defaultMomentum"},
-      {"eps", "defaultEps"},         {"wd", "defaultWeightDecay"},    {"clip", ""}};
+      {"lr", "defaultLearningRate"}, {"alpha", "defaultAlpha"},    {"momentum", "defaultMomentum"},
+      {"eps", "defaultEps"},         {"wd", "defaultWeightDecay"}, {"clip", ""}};
   return f == Family::Sgd ? sgd : f == Family::Adam ? adam : adaptive;
 }
 
@@ -83,7 +83,8 @@ ParsedOptimizer parseOptimizerSpec(const std::string& spec) {
   const Kind* kind = nullptr;
   for (const auto& k : kKinds)
     if (name == k.name) kind = &k;
-  GRAFT_CHECK(kind, "--optimizer '{}': unknown optimizer '{}' (expected one of: {}), for example sgd:lr=0.01,momentum=0.9",
+  GRAFT_CHECK(kind,
+              "--optimizer '{}': unknown optimizer '{}' (expected one of: {}), for example sgd:lr=0.01,momentum=0.9",
               spec, name, kindList());
   const auto& keys = keysOf(kind->family);
 
@@ -112,8 +113,8 @@ ParsedOptimizer parseOptimizerSpec(const std::string& spec) {
       order.push_back(key);
     }
   }
-  GRAFT_CHECK(given.count("lr"), "--optimizer '{}': the learning rate is required, for example {}:lr={}", spec, kind->name,
-              kind->family == Family::Sgd ? "0.01" : "0.001");
+  GRAFT_CHECK(given.count("lr"), "--optimizer '{}': the learning rate is required, for example {}:lr={}", spec,
+              kind->name, kind->family == Family::Sgd ? "0.01" : "0.001");
   auto check = [&](const char* key, bool ok, const char* range) {
     auto it = given.find(key);
     GRAFT_CHECK(it == given.end() || ok, "--optimizer '{}': {} must be {}, got {}", spec, key, range, it->second);
@@ -143,7 +144,9 @@ ParsedOptimizer parseOptimizerSpec(const std::string& spec) {
 
   ParsedOptimizer out;
   switch (kind->family) {
-    case Family::Sgd: out.optimizer = std::make_unique<SGD>(params, clip); break;
+    case Family::Sgd:
+      out.optimizer = std::make_unique<SGD>(params, clip);
+      break;
     case Family::Adam:
       out.optimizer = std::make_unique<Adam>(params, static_cast<AdamMode>(kind->mode), kind->decay, clip);
       break;
@@ -155,10 +158,10 @@ ParsedOptimizer parseOptimizerSpec(const std::string& spec) {
   std::string d = out.optimizer->str() + ":";
   for (const auto& k : order) {
     if (k == "nesterov") continue;  // in str() already
-    d += fmt::format(" {} {:g},", k == "wd" ? (kind->decay == WeightDecayMode::Decay ? "decoupled weight decay"
-                                                                                       : "weight decay")
-                                            : k,
-                     given.at(k));
+    d +=
+        fmt::format(" {} {:g},",
+                    k == "wd" ? (kind->decay == WeightDecayMode::Decay ? "decoupled weight decay" : "weight decay") : k,
+                    given.at(k));
   }
   d.pop_back();
   out.description = d;

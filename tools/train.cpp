@@ -138,19 +138,24 @@ LossSetup resolveLoss(const std::string& arg, const Builder& b) {
   std::vector<TensorId> outputs = b.getOutputTensorIds();
   if (colon != std::string::npos) {
     s.prediction = arg.substr(colon + 1);
-    GRAFT_CHECK(b.hasTensor(s.prediction), "--loss {}: the model has no tensor '{}' (its outputs: {})", arg, s.prediction,
-                idList(outputs));
+    GRAFT_CHECK(b.hasTensor(s.prediction), "--loss {}: the model has no tensor '{}' (its outputs: {})", arg,
+                s.prediction, idList(outputs));
   } else {
-    GRAFT_CHECK(outputs.size() == 1, "--loss {}: the model has {} outputs ({}); name the one the loss applies to, for "
-                "example --loss {}:{}", arg, outputs.size(), idList(outputs), name,
-                outputs.empty() ? std::string("TENSOR") : outputs.front());
+    GRAFT_CHECK(outputs.size() == 1,
+                "--loss {}: the model has {} outputs ({}); name the one the loss applies to, for "
+                "example --loss {}:{}",
+                arg, outputs.size(), idList(outputs), name, outputs.empty() ? std::string("TENSOR") : outputs.front());
     s.prediction = outputs.front();
   }
   TensorInfo info = b.getTensorInfo(s.prediction);
-  GRAFT_CHECK(isFloatingPoint(info.dataType()), "--loss {}: the prediction '{}' is {}; the loss needs floating-point "
-              "values", arg, s.prediction, info.str());
-  GRAFT_CHECK(info.hasShape() && info.rank() >= 1, "--loss {}: the prediction '{}' has no known rank ({}); its first "
-              "dimension must be the batch", arg, s.prediction, info.str());
+  GRAFT_CHECK(isFloatingPoint(info.dataType()),
+              "--loss {}: the prediction '{}' is {}; the loss needs floating-point "
+              "values",
+              arg, s.prediction, info.str());
+  GRAFT_CHECK(info.hasShape() && info.rank() >= 1,
+              "--loss {}: the prediction '{}' has no known rank ({}); its first "
+              "dimension must be the batch",
+              arg, s.prediction, info.str());
   if (isClassification(s.kind)) {
     GRAFT_CHECK(info.rank() >= 2, "--loss {}: the prediction '{}' is {}; {} needs [batch, classes, ...] scores", arg,
                 s.prediction, info.str(), name);
@@ -174,8 +179,10 @@ bool isLogSoftmaxOutput(const std::string& model, const TensorId& id) {
 void addLoss(Builder& b, LossSetup& s, NamedArray& labels, const std::string& model) {
   TensorInfo pred = b.getTensorInfo(s.prediction);
   const std::string what = fmt::format("--label {}: '{}'", labels.name, labels.path);
-  GRAFT_CHECK(!b.hasTensor(labels.name), "--label {}: the model already has a tensor '{}'; the label is a new input "
-              "that the loss compares the prediction with: give it another name", labels.name, labels.name);
+  GRAFT_CHECK(!b.hasTensor(labels.name),
+              "--label {}: the model already has a tensor '{}'; the label is a new input "
+              "that the loss compares the prediction with: give it another name",
+              labels.name, labels.name);
   Shape sample = sampleShape(labels.array);
   // What one sample of the label must look like: the prediction's dims after the batch, without
   // the class axis for classification.
@@ -208,8 +215,8 @@ void addLoss(Builder& b, LossSetup& s, NamedArray& labels, const std::string& mo
   int opset = b.onnxOpsetVersion() ? b.onnxOpsetVersion() : 17;
   switch (s.kind) {
     case LossKind::SoftmaxCe:
-      s.loss = b.addOp("SoftmaxCrossEntropyLoss", "", opset, {s.prediction, s.label}, {{"reduction", std::string("mean")}},
-                       1, "loss")[0];
+      s.loss = b.addOp("SoftmaxCrossEntropyLoss", "", opset, {s.prediction, s.label},
+                       {{"reduction", std::string("mean")}}, 1, "loss")[0];
       break;
     case LossKind::Nll: {
       bool logProb = isLogSoftmaxOutput(model, s.prediction);
@@ -228,7 +235,8 @@ void addLoss(Builder& b, LossSetup& s, NamedArray& labels, const std::string& mo
                        "loss")[0];
       break;
     }
-    case LossKind::Tensor: GRAFT_ASSERT(false, "addLoss for a tensor loss");
+    case LossKind::Tensor:
+      GRAFT_ASSERT(false, "addLoss for a tensor loss");
   }
 }
 
@@ -244,8 +252,10 @@ std::vector<Feed> matchFeeds(std::vector<NamedArray>& arrays, const Builder& b, 
                 "{} {}: the model has no input '{}' (its inputs: {})", option, a.name, a.name, idList(inputs));
   for (const auto& id : inputs) {
     auto it = std::find_if(arrays.begin(), arrays.end(), [&](const NamedArray& a) { return a.name == id; });
-    GRAFT_CHECK(it != arrays.end(), "model input '{}' has no data: give it with {} {}=FILE (a .npy or IDX file whose "
-                "first axis counts the samples)", id, option, id);
+    GRAFT_CHECK(it != arrays.end(),
+                "model input '{}' has no data: give it with {} {}=FILE (a .npy or IDX file whose "
+                "first axis counts the samples)",
+                id, option, id);
     NamedArray& a = *it;
     TensorInfo info = b.getTensorInfo(id);
     std::string what = fmt::format("{} {}: '{}'", option, id, a.path);
@@ -254,8 +264,10 @@ std::vector<Feed> matchFeeds(std::vector<NamedArray>& arrays, const Builder& b, 
       a.array = convertForInput(a.array, info.dataType(), what);
     }
     if (info.hasShape()) {
-      GRAFT_CHECK(info.rank() == a.array.rank(), "{} has shape {} but the model input is {}: the data needs the "
-                  "input's rank, its first axis counting the samples", what, shapeToString(a.array.shape()), info.str());
+      GRAFT_CHECK(info.rank() == a.array.rank(),
+                  "{} has shape {} but the model input is {}: the data needs the "
+                  "input's rank, its first axis counting the samples",
+                  what, shapeToString(a.array.shape()), info.str());
       for (size_t d = 0; d < info.dims().size(); ++d) {
         const Dim& dim = info.dims()[d];
         int64_t have = a.array.dim(static_cast<int64_t>(d));
@@ -370,12 +382,15 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   std::vector<NamedArray> train = readNamedArrays(o.inputs, "--input");
   std::vector<NamedArray> labelArrays = readNamedArrays(o.labels, "--label");
   if (loss.kind == LossKind::Tensor) {
-    GRAFT_CHECK(labelArrays.empty(), "--label {}: with --loss naming a tensor of the model, the model computes its loss "
-                "itself; give its label input with --input {}=FILE", labelArrays.front().name,
-                labelArrays.front().name);
+    GRAFT_CHECK(labelArrays.empty(),
+                "--label {}: with --loss naming a tensor of the model, the model computes its loss "
+                "itself; give its label input with --input {}=FILE",
+                labelArrays.front().name, labelArrays.front().name);
   } else {
-    GRAFT_CHECK(labelArrays.size() == 1, "--loss {} needs {} label array: give it with --label NAME=FILE (NAME is the "
-                "new input the loss adds)", loss.kindName, labelArrays.empty() ? "a" : "exactly one");
+    GRAFT_CHECK(labelArrays.size() == 1,
+                "--loss {} needs {} label array: give it with --label NAME=FILE (NAME is the "
+                "new input the loss adds)",
+                loss.kindName, labelArrays.empty() ? "a" : "exactly one");
     for (const auto& a : train)
       GRAFT_CHECK(a.name != labelArrays.front().name, "'{}' is given both with --input and --label", a.name);
     addLoss(*b, loss, labelArrays.front(), o.model);
@@ -442,7 +457,9 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   out << fmt::format("{:<11}{}\n", "optimizer", optimizer.description);
   out << fmt::format("{:<11}{} samples per batch, {} batch{} per step: {} steps per epoch", "batches", batch, bps,
                      bps == 1 ? "" : "es", groupDigits(steps));
-  if (leftOut) out << fmt::format(" ({} samples left out of each epoch{})", leftOut, o.shuffle ? ", different ones each time" : "");
+  if (leftOut)
+    out << fmt::format(" ({} samples left out of each epoch{})", leftOut,
+                       o.shuffle ? ", different ones each time" : "");
   out << "\n" << std::flush;
 
   DataFlow dataFlow(bps, std::vector<TensorId>{loss.loss}, AnchorReturnType("All"));
@@ -460,8 +477,8 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
     eo.enableProfiling = false;
     std::vector<TensorId> anchors{loss.loss};
     if (isClassification(loss.kind)) anchors.push_back(loss.prediction);
-    evalSession = InferenceSession::createFromOnnxModel(lossModel, DataFlow(1, anchors, AnchorReturnType("All")), device,
-                                                        {}, eo);
+    evalSession =
+        InferenceSession::createFromOnnxModel(lossModel, DataFlow(1, anchors, AnchorReturnType("All")), device, {}, eo);
   }
 
   BatchStepIO io;
@@ -492,8 +509,10 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
         double v = ops::castArray(l, DataType::Double).data<double>()[0];
         if (!std::isfinite(v)) {
           bar.finish();
-          GRAFT_THROW("the loss is {} at epoch {}, step {}: training diverged; try a smaller learning rate than in "
-                      "--optimizer {}", v, epoch, step + 1, o.optimizer);
+          GRAFT_THROW(
+              "the loss is {} at epoch {}, step {}: training diverged; try a smaller learning rate than in "
+              "--optimizer {}",
+              v, epoch, step + 1, o.optimizer);
         }
         lossSum += v;
         ++lossCount;
@@ -517,8 +536,8 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
     out << line << "\n" << std::flush;
   }
 
-  out << fmt::format("{:<11}{} epoch{}, {} samples in {} ({} samples/s)\n", "trained", o.epochs, o.epochs == 1 ? "" : "s",
-                     groupDigits(trainedSamples), clockTime(trainSeconds),
+  out << fmt::format("{:<11}{} epoch{}, {} samples in {} ({} samples/s)\n", "trained", o.epochs,
+                     o.epochs == 1 ? "" : "s", groupDigits(trainedSamples), clockTime(trainSeconds),
                      groupDigits(std::llround(static_cast<double>(trainedSamples) / trainSeconds)));
   if (lastEval) {
     out << fmt::format("{:<11}{} samples: {}", "test", groupDigits(lastEval->samples), evalText(*lastEval, loss));
@@ -541,8 +560,11 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
     // The input model (without the loss and the label) with the trained weights.
     SessionOptions xo;
     xo.constantWeights = false;
-    TensorId anchor = !modelOutputs.empty() ? modelOutputs.front() : loss.kind == LossKind::Tensor ? loss.loss : loss.prediction;
-    auto exporter = InferenceSession::createFromOnnxModel(o.model, DataFlow(1, std::vector<TensorId>{anchor}), device, {}, xo);
+    TensorId anchor = !modelOutputs.empty()           ? modelOutputs.front()
+                      : loss.kind == LossKind::Tensor ? loss.loss
+                                                      : loss.prediction;
+    auto exporter =
+        InferenceSession::createFromOnnxModel(o.model, DataFlow(1, std::vector<TensorId>{anchor}), device, {}, xo);
     exporter->resetHostWeights(session->modelBytes(), true);
     fs::path p(o.output);
     std::error_code ec;

@@ -16,15 +16,15 @@ std::vector<NamedArray> readNamedArrays(const std::vector<std::string>& args, co
   std::set<std::string> names;
   for (const auto& a : args) {
     auto eq = a.find('=');
-    GRAFT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < a.size(), "{} '{}': expected NAME=FILE (a .npy or IDX file)",
-                option, a);
+    GRAFT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < a.size(),
+                "{} '{}': expected NAME=FILE (a .npy or IDX file)", option, a);
     NamedArray n;
     n.name = a.substr(0, eq);
     n.path = a.substr(eq + 1);
     GRAFT_CHECK(names.insert(n.name).second, "{} {} is given twice", option, n.name);
     n.array = readArrayFile(n.path);
-    GRAFT_CHECK(n.array.rank() >= 1, "{} {}: '{}' holds a scalar; its first axis must count the samples", option, n.name,
-                n.path);
+    GRAFT_CHECK(n.array.rank() >= 1, "{} {}: '{}' holds a scalar; its first axis must count the samples", option,
+                n.name, n.path);
     out.push_back(std::move(n));
   }
   return out;
@@ -68,8 +68,10 @@ NDArray convertForInput(const NDArray& a, DataType to, const std::string& what) 
   if (from == to) return a;
   bool fromNumber = isInteger(from) || isFloatingPoint(from) || from == DataType::Bool;
   bool ok = fromNumber && (isFloatingPoint(to) || (isInteger(to) && !isFloatingPoint(from)));
-  GRAFT_CHECK(ok, "{} holds {} values but the model expects {}; graft train converts integers to floating point and "
-              "between integer types, never floating point to integers", what, dtypeNumpyName(from), dtypeNumpyName(to));
+  GRAFT_CHECK(ok,
+              "{} holds {} values but the model expects {}; graft train converts integers to floating point and "
+              "between integer types, never floating point to integers",
+              what, dtypeNumpyName(from), dtypeNumpyName(to));
   if (isInteger(to) && a.numel()) {
     auto [lo, hi] = integerRange(a);
     auto [min, max] = limitsOf(to);

@@ -165,9 +165,10 @@ TEST_F(Train, NllOnProbabilitiesAndLogProbabilities) {
   for (const char* head : {"Softmax", "LogSoftmax"}) {
     std::string m = dir.file(std::string(head) + ".onnx");
     writeFile(m, linearClassifier(head));
-    Result r = cli({"train", m, "--input", "x=" + x, "--label", "label=" + y, "--loss", "nll", "--optimizer",
-                    "adam:lr=0.05", "--epochs", "3", "--batch-size", "16", "--progress", "none", "--eval", "x=" + tx,
-                    "--eval", "label=" + ty});
+    Result r = cli({"train",      m,        "--input",      "x=" + x,      "--label",
+                    "label=" + y, "--loss", "nll",          "--optimizer", "adam:lr=0.05",
+                    "--epochs",   "3",      "--batch-size", "16",          "--progress",
+                    "none",       "--eval", "x=" + tx,      "--eval",      "label=" + ty});
     ASSERT_EQ(r.code, 0) << head << ": " << r.err;
     std::vector<double> losses = epochLosses(r.out);
     ASSERT_EQ(losses.size(), 3u);
@@ -193,9 +194,28 @@ TEST_F(Train, RegressionLossesAndSeveralBatchesPerStep) {
   std::string tPath = dir.file("t.npy");
   writeNpy(tPath, t);
   for (const char* loss : {"mse", "l1"}) {
-    Result r = cli({"train", m, "--input", "x=" + x, "--label", "t=" + tPath, "--loss", loss, "--optimizer",
-                    "sgd:lr=0.05", "--epochs", "3", "--batch-size", "10", "--batches-per-step", "4", "--progress",
-                    "none", "--eval", "x=" + x, "--eval", "t=" + tPath});
+    Result r = cli({"train",
+                    m,
+                    "--input",
+                    "x=" + x,
+                    "--label",
+                    "t=" + tPath,
+                    "--loss",
+                    loss,
+                    "--optimizer",
+                    "sgd:lr=0.05",
+                    "--epochs",
+                    "3",
+                    "--batch-size",
+                    "10",
+                    "--batches-per-step",
+                    "4",
+                    "--progress",
+                    "none",
+                    "--eval",
+                    "x=" + x,
+                    "--eval",
+                    "t=" + tPath});
     ASSERT_EQ(r.code, 0) << loss << ": " << r.err;
     EXPECT_TRUE(contains(r.out, "4 batches per step: 6 steps per epoch")) << r.out;
     EXPECT_TRUE(contains(r.out, "converted from float64")) << r.out;
@@ -208,7 +228,8 @@ TEST_F(Train, RegressionLossesAndSeveralBatchesPerStep) {
   Result r = cli({"train", m, "--input", "x=" + x, "--label", "t=" + tPath, "--loss", "mse", "--optimizer",
                   "sgd:lr=1e30", "--progress", "none"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.err, "training diverged; try a smaller learning rate than in --optimizer sgd:lr=1e30")) << r.err;
+  EXPECT_TRUE(contains(r.err, "training diverged; try a smaller learning rate than in --optimizer sgd:lr=1e30"))
+      << r.err;
 }
 
 TEST_F(Train, ALossTensorOfTheModel) {
@@ -225,9 +246,17 @@ TEST_F(Train, ALossTensorOfTheModel) {
   b.addOutputTensor(logits);
   std::string m = dir.file("with_loss.onnx");
   writeFile(m, b.getModelProto());
-  Result r = cli({"train", m, "--input", "x=" + x, "--input", "label=" + y, "--loss", loss, "--optimizer",
-                  "sgd:lr=0.2", "--epochs", "3", "--batch-size", "12", "--progress", "none", "--eval", "x=" + tx,
-                  "--eval", "label=" + ty, "--output", dir.file("with_loss_trained.onnx")});
+  Result r = cli({"train",        m,
+                  "--input",      "x=" + x,
+                  "--input",      "label=" + y,
+                  "--loss",       loss,
+                  "--optimizer",  "sgd:lr=0.2",
+                  "--epochs",     "3",
+                  "--batch-size", "12",
+                  "--progress",   "none",
+                  "--eval",       "x=" + tx,
+                  "--eval",       "label=" + ty,
+                  "--output",     dir.file("with_loss_trained.onnx")});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "(converted from int64)")) << r.out;  // labels int64 -> the model's int32
   std::vector<double> losses = epochLosses(r.out);
@@ -305,10 +334,10 @@ TEST_F(Train, BadOptionsAndDataAreNamed) {
         "has shape [240, 3] but the model input is FLOAT [batch, 2]: dimension 1 must be 2");
   std::string fx = dir.file("fx.npy");
   writeNpy(fx, NDArray(DataType::Int64, {240, 2}));  // integers convert to float: accepted
-  EXPECT_EQ(cli({"train", model, "--input", "x=" + fx, "--label", "label=" + y, "--loss", "softmax-ce", "--progress",
-                 "none"})
-                .code,
-            0);
+  EXPECT_EQ(
+      cli({"train", model, "--input", "x=" + fx, "--label", "label=" + y, "--loss", "softmax-ce", "--progress", "none"})
+          .code,
+      0);
 
   // Usage errors (CLI11) exit with 2.
   EXPECT_EQ(cli({"train", model, "--input", "x=" + x}).code, 2);  // --loss is required
