@@ -148,6 +148,19 @@ TEST_F(Train, SoftmaxCrossEntropyLearnsAndWritesARunnableModel) {
   EXPECT_GT(std::abs(w.weight("w").data<float>()[0]), 0.1f);  // trained away from zero
 }
 
+TEST_F(Train, CpuAndReferenceDevicesAgree) {
+  std::vector<std::vector<double>> losses;
+  for (const char* device : {"cpu", "reference"}) {
+    auto args = base();
+    args.insert(args.end(), {"--optimizer", "adam:lr=0.01", "--batch-size", "24", "--epochs", "3", "--device", device});
+    Result r = cli(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    losses.push_back(epochLosses(r.out));
+  }
+  ASSERT_EQ(losses[0].size(), 3u);
+  for (size_t e = 0; e < 3; ++e) EXPECT_NEAR(losses[0][e], losses[1][e], 1e-3) << "epoch " << e + 1;
+}
+
 TEST_F(Train, ProgressLinesShowStepsLossAndRate) {
   auto args = base();
   args[args.size() - 1] = "lines";
