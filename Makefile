@@ -21,9 +21,11 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# ctest runs JOBS test processes at once, each with its own OpenMP team: passive waiting keeps
+# their idle threads from spinning on the cores the others need.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(PY) -m pytest -q tests/python
+	cd $(BUILD) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
 
 # Trains a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist, which make setup installs) with
 # `graft train`: the model is written by the build (tools/demo_model.cpp) and takes the dataset's IDX
