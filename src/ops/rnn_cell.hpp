@@ -27,9 +27,9 @@ struct Activation {
 /// The attributes of an RNN, GRU or LSTM node, parsed and checked.
 struct RnnParams {
   Cell cell = Cell::Rnn;
-  int64_t gates = 1;          ///< gate blocks in W and R: 1 (RNN), 3 (GRU, zrh), 4 (LSTM, iofc)
-  int64_t actsPerDir = 1;     ///< activation functions per direction: f; f, g; f, g, h
-  int64_t hiddenSize = -1;    ///< -1: taken from R
+  int64_t gates = 1;        ///< gate blocks in W and R: 1 (RNN), 3 (GRU, zrh), 4 (LSTM, iofc)
+  int64_t actsPerDir = 1;   ///< activation functions per direction: f; f, g; f, g, h
+  int64_t hiddenSize = -1;  ///< -1: taken from R
   bool forward = true, reverse = false;
   int64_t numDirections = 1;
   std::vector<Activation> acts;  ///< actsPerDir per direction, direction 0 first

@@ -254,8 +254,12 @@ GRAFT_REGISTER_OPS(rnn_grad) {
   r.add("RNN").setVjp(rnn::recurrentVjp(Cell::Rnn, "RNNGrad"));
   r.add("GRU").setVjp(rnn::recurrentVjp(Cell::Gru, "GRUGrad"));
   r.add("LSTM").setVjp(rnn::recurrentVjp(Cell::Lstm, "LSTMGrad"));
-  r.add("RNNGrad", kGraftDomain).setReference(rnn::recurrentGradKernel(Cell::Rnn)).setInfer(rnn::recurrentGradInfer(Cell::Rnn));
-  r.add("GRUGrad", kGraftDomain).setReference(rnn::recurrentGradKernel(Cell::Gru)).setInfer(rnn::recurrentGradInfer(Cell::Gru));
+  r.add("RNNGrad", kGraftDomain)
+      .setReference(rnn::recurrentGradKernel(Cell::Rnn))
+      .setInfer(rnn::recurrentGradInfer(Cell::Rnn));
+  r.add("GRUGrad", kGraftDomain)
+      .setReference(rnn::recurrentGradKernel(Cell::Gru))
+      .setInfer(rnn::recurrentGradInfer(Cell::Gru));
   r.add("LSTMGrad", kGraftDomain)
       .setReference(rnn::recurrentGradKernel(Cell::Lstm))
       .setInfer(rnn::recurrentGradInfer(Cell::Lstm));

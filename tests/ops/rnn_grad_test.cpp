@@ -48,7 +48,8 @@ std::pair<OpCase, std::vector<int>> makeCase(const Config& c, uint64_t seed = 1)
   if (c.seqLens) {
     NDArray seq(DataType::Int32, {c.N});
     // Lengths S, S-1, ..., at least 1, and a 0 for a fourth batch element.
-    for (int64_t b = 0; b < c.N; ++b) seq.data<int32_t>()[b] = static_cast<int32_t>(b == 3 ? 0 : std::max<int64_t>(1, c.S - b));
+    for (int64_t b = 0; b < c.N; ++b)
+      seq.data<int32_t>()[b] = static_cast<int32_t>(b == 3 ? 0 : std::max<int64_t>(1, c.S - b));
     o.inputs[4] = seq;
   }
   if (c.initialH) {
@@ -234,11 +235,11 @@ TEST(Graft_RNNGrad, HandComputedOneStep) {
   // h = tanh(w x + r h0 + wb + rb), with dY_h = 1 and no dY.
   double x = 0.5, w = 0.3, r = -0.7, wb = 0.1, rb = 0.2, h0 = 0.4;
   double h = std::tanh(w * x + r * h0 + wb + rb), da = 1 - h * h;
-  auto outs = runReference(gradCase("RNNGrad",
-                                    {NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {x}),
-                                     arr<double>({1, 1, 1}, {w}), arr<double>({1, 1, 1}, {r}),
-                                     arr<double>({1, 2}, {wb, rb}), NDArray(), arr<double>({1, 1, 1}, {h0})},
-                                    5));
+  auto outs = runReference(
+      gradCase("RNNGrad",
+               {NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {x}), arr<double>({1, 1, 1}, {w}),
+                arr<double>({1, 1, 1}, {r}), arr<double>({1, 2}, {wb, rb}), NDArray(), arr<double>({1, 1, 1}, {h0})},
+               5));
   ASSERT_EQ(outs.size(), 5u);
   EXPECT_TRUE(allClose(outs[0], arr<double>({1, 1, 1}, {w * da}), 1e-12, 1e-14));
   EXPECT_TRUE(allClose(outs[1], arr<double>({1, 1, 1}, {x * da}), 1e-12, 1e-14));
@@ -261,12 +262,12 @@ TEST(Graft_GRUGrad, HandComputedOneStep) {
   // (1 - z)(1 - hh^2); r's rows get nothing (R_h is 0).
   double bz = 0.3, bh = -0.2, h0 = 0.6;
   double z = 1 / (1 + std::exp(-bz)), hh = std::tanh(bh);
-  auto outs = runReference(gradCase(
-      "GRUGrad",
-      {NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {0.5}), arr<double>({1, 3, 1}, {0, 0, 0}),
-       arr<double>({1, 3, 1}, {0, 0, 0}), arr<double>({1, 6}, {bz, 0, bh, 0, 0, 0}), NDArray(),
-       arr<double>({1, 1, 1}, {h0})},
-      5));
+  auto outs =
+      runReference(gradCase("GRUGrad",
+                            {NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {0.5}),
+                             arr<double>({1, 3, 1}, {0, 0, 0}), arr<double>({1, 3, 1}, {0, 0, 0}),
+                             arr<double>({1, 6}, {bz, 0, bh, 0, 0, 0}), NDArray(), arr<double>({1, 1, 1}, {h0})},
+                            5));
   double dz = (h0 - hh) * z * (1 - z), dh = (1 - z) * (1 - hh * hh);
   EXPECT_TRUE(allClose(outs[3], arr<double>({1, 6}, {dz, 0, dh, dz, 0, dh}), 1e-12, 1e-14));
   EXPECT_TRUE(allClose(outs[4], arr<double>({1, 1, 1}, {z}), 1e-12, 1e-14));
@@ -282,13 +283,12 @@ TEST(Graft_LSTMGrad, HandComputedOneStep) {
   double bi = 0.1, bo = 0.2, bf = 0.3, bc = 0.4, c0 = -0.5;
   auto s = [](double v) { return 1 / (1 + std::exp(-v)); };
   double i = s(bi), f = s(bf), cc = std::tanh(bc);
-  auto outs = runReference(gradCase(
-      "LSTMGrad",
-      {NDArray(), NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {0.5}),
-       arr<double>({1, 4, 1}, {0, 0, 0, 0}), arr<double>({1, 4, 1}, {0, 0, 0, 0}),
-       arr<double>({1, 8}, {bi, bo, bf, bc, 0, 0, 0, 0}), NDArray(), arr<double>({1, 1, 1}, {0.0}),
-       arr<double>({1, 1, 1}, {c0})},
-      7));
+  auto outs = runReference(gradCase("LSTMGrad",
+                                    {NDArray(), NDArray(), arr<double>({1, 1, 1}, {1.0}), arr<double>({1, 1, 1}, {0.5}),
+                                     arr<double>({1, 4, 1}, {0, 0, 0, 0}), arr<double>({1, 4, 1}, {0, 0, 0, 0}),
+                                     arr<double>({1, 8}, {bi, bo, bf, bc, 0, 0, 0, 0}), NDArray(),
+                                     arr<double>({1, 1, 1}, {0.0}), arr<double>({1, 1, 1}, {c0})},
+                                    7));
   ASSERT_EQ(outs.size(), 7u);
   EXPECT_TRUE(allClose(outs[5], arr<double>({1, 1, 1}, {f}), 1e-12, 1e-14));
   EXPECT_TRUE(allClose(outs[4], arr<double>({1, 1, 1}, {0.0}), 1e-12, 1e-14));
