@@ -2,9 +2,9 @@
 same batches: a small CNN with BatchNormalization (trained in training mode, with running
 statistics), LSTM and GRU sequence classifiers (one layer, and two bidirectional layers), and a
 transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
-gradient accumulation. The loss of
-every step, the final weights (and the BatchNorm running statistics) must match within the stated
-tolerance; the largest deviations are printed at the end of the run.
+gradient accumulation. The loss of every step, the final weights (and the BatchNorm running
+statistics) must match within the stated tolerance; the largest deviations are printed at the end
+of the run.
 """
 import numpy as np
 import pytest
