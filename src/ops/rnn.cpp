@@ -168,25 +168,6 @@ RnnParams parseParams(const ir::Node& n, Cell cell) {
   return p;
 }
 
-std::vector<double> readDoubles(const NDArray& a, const std::string& what) {
-  std::vector<double> v(static_cast<size_t>(a.numel()));
-  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = a.data<T>();
-    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
-  });
-  return v;
-}
-
-void writeDoubles(NDArray& out, const std::vector<double>& v) {
-  dispatch<kFloats>(out.dtype(), "RNN output", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = out.data<T>();
-    for (int64_t i = 0; i < out.numel(); ++i) p[i] = static_cast<T>(static_cast<ComputeType<T>>(v[i]));
-  });
-}
-
-
 namespace {
 
 void checkShape(const NDArray& a, const Shape& want, const std::string& what, const char* name) {
@@ -225,11 +206,11 @@ RnnInputs RnnInputs::read(const RnnParams& p, const KernelContext& k, size_t off
     GRAFT_CHECK(a.dtype() == X.dtype(), "{}: input {} must have X's type {}, got {}", what, name, dtypeName(X.dtype()),
                 dtypeName(a.dtype()));
     checkShape(a, shape, what, name);
-    return readDoubles(a, what);
+    return readAsDoubles(a, what);
   };
-  in.x = readDoubles(X, what);
-  in.W = readDoubles(Wt, what);
-  in.R = readDoubles(Rt, what);
+  in.x = readAsDoubles(X, what);
+  in.W = readAsDoubles(Wt, what);
+  in.R = readAsDoubles(Rt, what);
   in.B = optional(3, {D, 2 * G * H}, "B");
   in.h0 = optional(5, in.stateShape(), "initial_h");
   if (p.cell == Cell::Lstm) {
@@ -360,9 +341,9 @@ KernelFactory recurrentKernel(Cell cell) {
           std::copy(c.begin(), c.end(), Yc.begin() + in.stateAt(d, b));
         }
       }
-      if (k.wantsOutput(0)) writeDoubles(k.allocOutputUninit(0, in.dtype, in.yShape()), Y);
-      if (k.wantsOutput(1)) writeDoubles(k.allocOutputUninit(1, in.dtype, in.stateShape()), Yh);
-      if (p.cell == Cell::Lstm && k.wantsOutput(2)) writeDoubles(k.allocOutputUninit(2, in.dtype, in.stateShape()), Yc);
+      if (k.wantsOutput(0)) k.setOutput(0, arrayFromDoubles(Y, in.dtype, in.yShape(), what));
+      if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(Yh, in.dtype, in.stateShape(), what));
+      if (p.cell == Cell::Lstm && k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(Yc, in.dtype, in.stateShape(), what));
     };
   };
 }

@@ -43,10 +43,6 @@ struct RnnParams {
 /// carry the same attributes); throws graft::Error naming the node on bad values.
 RnnParams parseParams(const ir::Node& n, Cell cell);
 
-std::vector<double> readDoubles(const NDArray& a, const std::string& what);
-/// Writes `v` into `out` converted to out's dtype (a floating-point type).
-void writeDoubles(NDArray& out, const std::vector<double>& v);
-
 /// The inputs of a recurrent node (X, W, R, B, sequence_lens, initial_h, initial_c, P), read
 /// from a kernel's inputs starting at `offset`, checked, and converted to double. Absent
 /// optional inputs are empty vectors.

@@ -18,6 +18,7 @@
 // would be).
 #include <algorithm>
 
+#include "ops/dtype_dispatch.hpp"
 #include "ops/grad.hpp"
 #include "ops/registry.hpp"
 #include "ops/rnn_cell.hpp"
@@ -138,7 +139,7 @@ KernelFactory recurrentGradKernel(Cell cell) {
         const NDArray& a = k.input(i);
         GRAFT_CHECK(a.shape() == shape, "{}: {} must have shape {}, got {}", what, name, shapeToString(shape),
                     shapeToString(a.shape()));
-        return readDoubles(a, what);
+        return readAsDoubles(a, what);
       };
       std::vector<double> dY = dyOf(0, in.yShape(), "dY");
       std::vector<double> dYh = dyOf(1, in.stateShape(), "dY_h");
@@ -185,14 +186,14 @@ KernelFactory recurrentGradKernel(Cell cell) {
         }
       }
       Shape xShape = in.batchFirst ? Shape{N, in.S, I} : Shape{in.S, N, I};
-      writeDoubles(k.allocOutputUninit(0, in.dtype, xShape), dX);
-      writeDoubles(k.allocOutputUninit(1, in.dtype, {D, G * H, I}), dW);
-      writeDoubles(k.allocOutputUninit(2, in.dtype, {D, G * H, H}), dR);
-      writeDoubles(k.allocOutputUninit(3, in.dtype, {D, 2 * G * H}), dB);
-      writeDoubles(k.allocOutputUninit(4, in.dtype, in.stateShape()), dh0);
+      k.setOutput(0, arrayFromDoubles(dX, in.dtype, xShape, what));
+      k.setOutput(1, arrayFromDoubles(dW, in.dtype, {D, G * H, I}, what));
+      k.setOutput(2, arrayFromDoubles(dR, in.dtype, {D, G * H, H}, what));
+      k.setOutput(3, arrayFromDoubles(dB, in.dtype, {D, 2 * G * H}, what));
+      k.setOutput(4, arrayFromDoubles(dh0, in.dtype, in.stateShape(), what));
       if (cell == Cell::Lstm) {
-        writeDoubles(k.allocOutputUninit(5, in.dtype, in.stateShape()), dc0);
-        writeDoubles(k.allocOutputUninit(6, in.dtype, {D, 3 * H}), dP);
+        k.setOutput(5, arrayFromDoubles(dc0, in.dtype, in.stateShape(), what));
+        k.setOutput(6, arrayFromDoubles(dP, in.dtype, {D, 3 * H}, what));
       }
     };
   };
