@@ -102,6 +102,8 @@ def run_ort(mode, zoo, stem, threads, budget, max_reps, res):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if os.environ.get("BENCH_ORT_NO_SPIN"):
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     t0 = time.perf_counter()
     sess = ort.InferenceSession(os.path.join(zoo, f"{stem}.onnx"), so, providers=["CPUExecutionProvider"])
     res["prepare_s"] = time.perf_counter() - t0

@@ -26,8 +26,18 @@ ALL_MODELS = ["mlp", "resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "b
 SMALL_BATCH = {"mlp": 1, "resnet18": 1, "resnet50": 1, "mobilenet_v2": 1, "squeezenet1_1": 1, "bert4": 1, "lstm2": 1}
 
 
+SPIN = False  # set from --spin
+
+
 def child_env(threads):
     env = dict(os.environ)
+    # Spinning OpenMP threads (graft, oneDNN, PyTorch) collapse on a machine with more runnable
+    # threads than cores: a barrier waits a scheduler slice for a descheduled teammate (measured
+    # here: graft's MLP at batch 1, 2 threads, 180 ms spinning vs 11 ms passive). Passive waiting
+    # (and ONNX Runtime without spinning) by default; --spin for an idle machine.
+    if not SPIN:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env["BENCH_ORT_NO_SPIN"] = "1"
     env["OMP_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
     env.pop("PYTHONPATH", None)
@@ -118,9 +128,13 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on 2 cores)")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--spin", action="store_true",
+                    help="let OpenMP and ONNX Runtime threads spin (default: passive waits, see child_env)")
     ap.add_argument("--no-profile", action="store_true")
     a = ap.parse_args()
     models = a.models.split(",")
+    global SPIN
+    SPIN = a.spin
     started = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
 
@@ -210,7 +224,7 @@ def make_report(rows, a, sgemm, total):
     tr_r = [r["train_torch_over_graft"] for r in rows if r.get("train_torch_over_graft")]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "threads": a.threads, "quick": a.quick, "torch_compile": a.compile, "sgemm_gflops": sgemm,
+        "threads": a.threads, "spin": a.spin, "quick": a.quick, "torch_compile": a.compile, "sgemm_gflops": sgemm,
         "env": env_info(), "total_minutes": total / 60,
         "summary": {
             "infer_geomean_ort_over_graft": geomean(ort_r), "infer_min_ort_over_graft": min(ort_r) if ort_r else None,
@@ -241,7 +255,8 @@ def write_outputs(rep, out):
              f"onnxruntime {env['onnxruntime']}; sgemm 2048^3 (torch.mm) {f2(rep['sgemm_gflops'], '.0f')} GFLOP/s. "
              f"Times are medians per step (batch) in ms; ratios > 1 mean graft is faster. Peak memory is the "
              f"process RSS high-water mark in MB (it includes each framework's own libraries). "
-             f"{'Quick mode. ' if rep['quick'] else ''}torch.compile {'timed' if rep['torch_compile'] else 'not timed (eager only)'}. "
+             f"{'Quick mode. ' if rep['quick'] else ''}"
+             f"{'Threads spin. ' if rep.get('spin') else 'Threads wait passively (OMP_WAIT_POLICY=PASSIVE, ORT without spinning). '}torch.compile {'timed' if rep['torch_compile'] else 'not timed (eager only)'}. "
              f"Total {rep['total_minutes']:.1f} min.\n")
     L.append(f"**Inference**: geometric mean ORT/graft = {f2(s['infer_geomean_ort_over_graft'])} "
              f"(min {f2(s['infer_min_ort_over_graft'])}), PyTorch/graft = {f2(s['infer_geomean_torch_over_graft'])}. "

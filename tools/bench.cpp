@@ -103,6 +103,7 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   FixedStepIO io;
   std::vector<std::string> lines;
   std::mt19937_64 rng(o.seed);
+  std::set<std::string> usedDims;
   for (const auto& id : session->inputIds()) {
     auto f = files.find(id);
     if (f != files.end()) {
@@ -115,12 +116,15 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
                 info.str(), id);
     Shape shape;
     for (const Dim& d : info.dims()) {
+      if (!d.known()) usedDims.insert(d.param);
       auto g = d.known() ? dims.end() : dims.find(d.param);
       shape.push_back(d.known() ? d.value : g != dims.end() ? g->second : 1);
     }
     io.inputs[id] = randomArray(info.dataType(), shape, rng, id);
     lines.push_back(fmt::format("{}  {} {}  random", id, dtypeName(info.dataType()), shapeToString(shape)));
   }
+  for (const auto& [name, v] : dims)
+    GRAFT_CHECK(usedDims.count(name), "--dim {}: no random input of the model has a dimension named '{}'", name, name);
   for (const auto& [name, path] : files)
     GRAFT_CHECK(io.inputs.count(name), "--input {}: the model has no input '{}'", name, name);
 
