@@ -9,7 +9,6 @@ FRAMEWORK: graft | ort | torch | torch_compile; MODE: infer | train.
 """
 import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -18,10 +17,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 
-def rss_mb():
+def rss_mb(field="VmRSS"):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return 0.0
 
@@ -172,7 +171,8 @@ def main():
         msg = str(e).strip().splitlines()
         res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}"[:400]
         res["traceback"] = traceback.format_exc()[-2000:]
-    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so it would report the parent's.
+    res["peak_rss_mb"] = rss_mb("VmHWM")
     print("RESULT " + json.dumps(res), flush=True)
 
 

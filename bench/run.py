@@ -148,9 +148,8 @@ def main():
     rows = []
     profiles = {}
     for name in models:
-        import zoo as Z
-
-        small, large = Z.batches(name)
+        sizes = sorted({v["batch"] for v in meta.values() if v["model"] == name})
+        small, large = sizes[0], sizes[-1]
         for batch in ([small] if a.quick else [small, large]):
             stem = f"{name}_b{batch}"
             m = meta[stem]
