@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python demo bench fuzz test-asan clean format
+.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick fuzz test-asan clean format
 
 all: build
 
@@ -45,8 +45,21 @@ demo: build
 	  --eval image=$(FASHION_MNIST)/t10k-images-idx3-ubyte.gz --eval label=$(FASHION_MNIST)/t10k-labels-idx1-ubyte.gz \
 	  --output $(BUILD)/demo/$(DEMO_MODEL)_trained.onnx
 
-bench: build
-	$(PY) bench/run.py
+# The benchmark harness (bench/run.py; docs/benchmarks.md): its own venv .venv-bench with PyTorch,
+# torchvision and ONNX Runtime, so that the project venv keeps its versions. graft's module comes
+# from the build tree. BENCH_ARGS: e.g. --quick, --models mlp,resnet18, --compile.
+BENCH_PY := .venv-bench/bin/python
+BENCH_ARGS ?=
+.venv-bench/.installed: bench/requirements.txt
+	python3 -m venv .venv-bench
+	$(BENCH_PY) -m pip install -q -r bench/requirements.txt
+	touch $@
+
+bench: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py $(BENCH_ARGS)
+
+bench-quick: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py --quick $(BENCH_ARGS)
 
 # Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
 # models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.

@@ -125,6 +125,25 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                    "auto (a bar on a terminal, else a line per tenth of an epoch), bar, "
                    "lines or none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  BenchOptions bo;
+  auto* bench = app.add_subcommand("bench", "Time a model's inference steps: prepare, warm-up, median step; "
+                                            "--profile: time per op type and the kernels used");
+  bench->add_option("model", bo.model, "ONNX model file")->required();
+  bench->add_option("--input,-i", bo.inputs, "Input from a .npy file (repeatable); other inputs are random")
+      ->type_name("NAME=FILE.npy");
+  bench->add_option("--dim", bo.dims, "Size of a symbolic dimension for random inputs (repeatable; default 1)")
+      ->type_name("NAME=SIZE");
+  bench->add_option("--batches-per-step", bo.batchesPerStep, "Batches per step (DataFlow batchesPerStep)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--device", bo.device, "cpu (fast kernels) or reference (golden model)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  bench->add_option("--threads", bo.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  bench->add_option("--warmup", bo.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
+  bench->add_option("--steps", bo.steps, "Timed steps (at least; the median is reported)")->check(CLI::PositiveNumber);
+  bench->add_option("--min-time", bo.minSeconds, "Keep timing steps for at least this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--seed", bo.seed, "Seed of the random inputs");
+  bench->add_flag("--profile", bo.profile, "Print time per op type and which kernels ran (fast or reference)");
 
   app.add_subcommand("ops", "List the ops graft implements, by domain");
 
@@ -140,6 +159,7 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   try {
     if (inspect->parsed()) inspectCommand(io, out);
     else if (run->parsed()) runCommand(ro, out);
+    else if (bench->parsed()) benchCommand(bo, out);
     else if (train->parsed()) {
       bool terminal = &err == &std::cerr && isatty(STDERR_FILENO);
       to.progress = progressMode == "bar"     ? ProgressMode::Bar

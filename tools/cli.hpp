@@ -1,5 +1,5 @@
 #pragma once
-// The `graft` command line: subcommands inspect, run, train and ops. The entry point takes its
+// The `graft` command line: subcommands inspect, run, train, bench and ops. The entry point takes its
 // arguments and output streams as parameters so that tests can run it in-process.
 #include <cstdint>
 #include <iosfwd>
@@ -62,6 +62,21 @@ struct TrainOptions {
   ProgressMode progress = ProgressMode::Lines;
 };
 
+/// Options of `graft bench`.
+struct BenchOptions {
+  std::string model;
+  std::vector<std::string> inputs;  ///< "name=file.npy"; other inputs are random
+  std::vector<std::string> dims;    ///< "symbol=value" for symbolic dimensions of random inputs
+  int batchesPerStep = 1;
+  std::string device = "cpu";
+  int threads = 0;         ///< 0: the device's default
+  int warmup = 2;          ///< untimed steps after prepareDevice
+  int steps = 20;          ///< timed steps (at least)
+  double minSeconds = 0;   ///< keep timing steps until this much time has passed
+  uint64_t seed = 0;
+  bool profile = false;    ///< per-op-type times and the kernels used
+};
+
 /// Prints the model summary; throws graft::Error when the model cannot be loaded.
 void inspectCommand(const InspectOptions& options, std::ostream& out);
 /// Runs the model and prints per-output summaries and timings; throws graft::Error on bad input.
@@ -69,6 +84,9 @@ void runCommand(const RunOptions& options, std::ostream& out);
 /// Trains the model; the report goes to `out` and the progress bar to `progress`. Throws
 /// graft::Error on bad options, data or models.
 void trainCommand(const TrainOptions& options, std::ostream& out, std::ostream& progress);
+/// Times inference steps of the model on random (or given) inputs; prints prepare, warm-up and
+/// median step times and, with `profile`, per-op-type times and kernels.
+void benchCommand(const BenchOptions& options, std::ostream& out);
 /// Lists the registered ops by domain.
 void opsCommand(std::ostream& out);
 
