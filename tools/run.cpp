@@ -27,33 +27,6 @@ namespace graft::tools {
 namespace fs = std::filesystem;
 namespace {
 
-// Feeds prepared per-batch arrays and collects every returned anchor chunk.
-class ArrayStepIO : public IStepIO {
- public:
-  std::map<TensorId, std::vector<NDArray>> inputs;
-  std::map<TensorId, std::vector<NDArray>> outputs;
-
-  void reset() {
-    next_.clear();
-    outputs.clear();
-  }
-  NDArray in(const TensorId& id, const TensorInfo&, bool) override {
-    auto it = inputs.find(id);
-    GRAFT_CHECK(it != inputs.end(), "no data for model input '{}'", id);
-    size_t& k = next_[id];
-    GRAFT_ASSERT(k < it->second.size(), "input '{}' read more than {} times in one step", id, it->second.size());
-    return it->second[k++];
-  }
-  NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override {
-    NDArray a(dtype, shape);
-    outputs[id].push_back(a);
-    return a;
-  }
-
- private:
-  std::map<TensorId, size_t> next_;
-};
-
 NDArray stack(const std::vector<NDArray>& parts) {
   const NDArray& first = parts.front();
   Shape s = first.shape();

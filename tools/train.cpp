@@ -21,6 +21,7 @@
 #include "ops/cast_util.hpp"
 #include "optimizer_spec.hpp"
 #include "progress.hpp"
+#include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
 #include "train_data.hpp"
@@ -54,33 +55,6 @@ std::string lossKindList() {
 std::string idList(const std::vector<TensorId>& ids) {
   return ids.empty() ? std::string("none") : fmt::format("{}", fmt::join(ids, ", "));
 }
-
-// Hands out prepared per-batch arrays and keeps every returned anchor chunk.
-class BatchStepIO : public IStepIO {
- public:
-  std::map<TensorId, std::vector<NDArray>> inputs;
-  std::map<TensorId, std::vector<NDArray>> outputs;
-
-  void reset() {
-    next_.clear();
-    outputs.clear();
-  }
-  NDArray in(const TensorId& id, const TensorInfo&, bool) override {
-    auto it = inputs.find(id);
-    GRAFT_ASSERT(it != inputs.end(), "no data for model input '{}'", id);
-    size_t& k = next_[id];
-    GRAFT_ASSERT(k < it->second.size(), "input '{}' read more than {} times in one step", id, it->second.size());
-    return it->second[k++];
-  }
-  NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override {
-    NDArray a(dtype, shape);
-    outputs[id].push_back(a);
-    return a;
-  }
-
- private:
-  std::map<TensorId, size_t> next_;
-};
 
 // One array fed to a model input: its samples along the first axis, in the model's element type.
 struct Feed {
@@ -320,7 +294,7 @@ struct EvalResult {
 EvalResult evaluate(InferenceSession& session, const std::vector<Feed>& feeds, int64_t samples, int64_t batch,
                     bool fixedBatch, const LossSetup& loss) {
   EvalResult r;
-  BatchStepIO io;
+  ArrayStepIO io;
   std::vector<int64_t> rows;
   for (int64_t start = 0; start < samples; start += batch) {
     int64_t n = std::min(batch, samples - start);
@@ -481,7 +455,7 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
         InferenceSession::createFromOnnxModel(lossModel, DataFlow(1, anchors, AnchorReturnType("All")), device, {}, eo);
   }
 
-  BatchStepIO io;
+  ArrayStepIO io;
   for (const auto& f : feeds)
     for (int k = 0; k < bps; ++k)
       io.inputs[f.id].push_back(NDArray::uninitialized(f.data.dtype(), batchShape(batch, f.sample)));
