@@ -66,8 +66,10 @@ std::map<std::string, KernelUse> kernelUse(const ir::Graph& g, bool cpu) {
     KernelUse& u = use[n->type()];
     ++u.nodes;
     const backends::cpu::CpuKernelDef* d = cpu ? backends::cpu::CpuKernelRegistry::instance().find(*n) : nullptr;
-    if (d) u.fast.insert(d->name);
-    else ++u.reference;
+    if (d)
+      u.fast.insert(d->name);
+    else
+      ++u.reference;
   }
   return use;
 }
@@ -81,24 +83,17 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   GRAFT_CHECK(o.warmup >= 0, "--warmup must be >= 0, got {}", o.warmup);
   GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
   GRAFT_CHECK(o.minSeconds >= 0, "--min-time must be >= 0, got {}", o.minSeconds);
-  GRAFT_CHECK(o.device == "cpu" || o.device == "reference", "--device must be cpu or reference, got '{}'", o.device);
+  auto device = deviceNamed(o.device);
   std::map<std::string, int64_t> dims = parseDims(o.dims);
-  std::map<TensorId, std::string> files;
-  for (const auto& a : o.inputs) {
-    auto [name, path] = splitAssignment(a, "--input", "NAME=FILE.npy");
-    GRAFT_CHECK(!files.count(name), "--input {} is given twice", name);
-    files[name] = path;
-  }
+  std::map<TensorId, std::string> files = inputFiles(o.inputs);
 
   std::vector<TensorId> outputs = graphOutputs(o.model);
-  auto& dm = DeviceManager::createDeviceManager();
-  auto device = o.device == "reference" ? dm.createReferenceDevice() : dm.createCpuDevice();
   SessionOptions opts;
   opts.numThreads = o.threads;
   opts.enableProfiling = o.profile;
   int bps = o.batchesPerStep;
-  auto session = InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device,
-                                                       {}, opts);
+  auto session =
+      InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device, {}, opts);
 
   FixedStepIO io;
   std::vector<std::string> lines;
@@ -155,9 +150,10 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   if (!warm.empty())
     out << "warm-up   " << warm.size() << " step" << (warm.size() == 1 ? "" : "s") << ", first "
         << humanSeconds(warm.front()) << "\n";
-  out << "step      median " << humanSeconds(med) << fmt::format(" of {} steps (min {}, max {})", times.size(),
-                                                                   humanSeconds(*std::min_element(times.begin(), times.end())),
-                                                                   humanSeconds(*std::max_element(times.begin(), times.end())))
+  out << "step      median " << humanSeconds(med)
+      << fmt::format(" of {} steps (min {}, max {})", times.size(),
+                     humanSeconds(*std::min_element(times.begin(), times.end())),
+                     humanSeconds(*std::max_element(times.begin(), times.end())))
       << "\n";
   if (bps > 1) out << "batch     " << humanSeconds(med / bps) << fmt::format(" ({} batches per step)", bps) << "\n";
   out << fmt::format("rate      {:.2f} batches/s\n", bps / med);
@@ -170,8 +166,10 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   double total = 0;
   for (const auto& e : prof) total += e.seconds;
   int runs = o.warmup + static_cast<int>(times.size());
-  out << fmt::format("profile   per step, over {} steps (warm-up included); kernels: fast ones by name, "
-                     "'reference' for nodes without a fast kernel\n", runs);
+  out << fmt::format(
+      "profile   per step, over {} steps (warm-up included); kernels: fast ones by name, "
+      "'reference' for nodes without a fast kernel\n",
+      runs);
   out << fmt::format("  {:<24} {:>6} {:>11} {:>6}  {}\n", "op", "calls", "ms/step", "%", "kernels");
   for (const auto& e : prof) {
     const KernelUse& u = use[e.opType];

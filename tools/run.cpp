@@ -18,8 +18,8 @@
 #include "cli.hpp"
 #include "format_util.hpp"
 #include "npy.hpp"
-#include "run_util.hpp"
 #include "ops/dtype_dispatch.hpp"
+#include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
 
@@ -84,6 +84,22 @@ std::pair<std::string, std::string> splitAssignment(const std::string& arg, cons
   return {arg.substr(0, eq), arg.substr(eq + 1)};
 }
 
+std::map<TensorId, std::string> inputFiles(const std::vector<std::string>& args) {
+  std::map<TensorId, std::string> files;
+  for (const auto& a : args) {
+    auto [name, path] = splitAssignment(a, "--input", "NAME=FILE.npy");
+    GRAFT_CHECK(!files.count(name), "--input {} is given twice", name);
+    files[name] = path;
+  }
+  return files;
+}
+
+std::shared_ptr<DeviceInfo> deviceNamed(const std::string& name) {
+  GRAFT_CHECK(name == "cpu" || name == "reference", "--device must be cpu or reference, got '{}'", name);
+  auto& dm = DeviceManager::createDeviceManager();
+  return name == "reference" ? dm.createReferenceDevice() : dm.createCpuDevice();
+}
+
 std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
   std::map<std::string, int64_t> dims;
   for (const auto& a : args) {
@@ -99,10 +115,10 @@ std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
 }
 
 NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id) {
-  GRAFT_CHECK(dt != DataType::String && dt != DataType::Complex64 && dt != DataType::Complex128 &&
-                  dt != DataType::Undefined,
-              "input '{}' is {}: graft run cannot make random values of that type; give the input with --input {}=FILE.npy",
-              id, dtypeName(dt), id);
+  GRAFT_CHECK(
+      dt != DataType::String && dt != DataType::Complex64 && dt != DataType::Complex128 && dt != DataType::Undefined,
+      "input '{}' is {}: graft run cannot make random values of that type; give the input with --input {}=FILE.npy", id,
+      dtypeName(dt), id);
   NDArray a = NDArray::uninitialized(dt, shape);
   ops::dispatch<ops::kNumericBool>(dt, "random input '" + id + "'", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -125,23 +141,16 @@ void runCommand(const RunOptions& o, std::ostream& out) {
   GRAFT_CHECK(o.batchesPerStep >= 1, "--batches-per-step must be at least 1, got {}", o.batchesPerStep);
   GRAFT_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
   GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
-  GRAFT_CHECK(o.device == "cpu" || o.device == "reference", "--device must be cpu or reference, got '{}'", o.device);
+  auto device = deviceNamed(o.device);
   std::map<std::string, int64_t> dims = parseDims(o.dims);
-  std::map<TensorId, std::string> files;
-  for (const auto& a : o.inputs) {
-    auto [name, path] = splitAssignment(a, "--input", "NAME=FILE.npy");
-    GRAFT_CHECK(!files.count(name), "--input {} is given twice", name);
-    files[name] = path;
-  }
+  std::map<TensorId, std::string> files = inputFiles(o.inputs);
 
   std::vector<TensorId> outputs = graphOutputs(o.model);
-  auto& dm = DeviceManager::createDeviceManager();
-  auto device = o.device == "reference" ? dm.createReferenceDevice() : dm.createCpuDevice();
   SessionOptions opts;
   opts.numThreads = o.threads;
   int bps = o.batchesPerStep;
-  auto session = InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device,
-                                                       {}, opts);
+  auto session =
+      InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device, {}, opts);
   const std::vector<TensorId> inputIds = session->inputIds();
   for (const ir::Tensor* t : session->impl().model.graph->inputs())
     GRAFT_CHECK(t->type().isTensor(), "input '{}' is a {}; graft run feeds tensors only (use the C++ or Python API)",
@@ -163,9 +172,10 @@ void runCommand(const RunOptions& o, std::ostream& out) {
     std::vector<NDArray> batches;
     bool stepArray = bps > 1 && info.hasShape() && a.rank() == info.rank() + 1;
     if (stepArray) {
-      GRAFT_CHECK(a.dim(0) == bps, "--input {}: '{}' has shape {}; with --batches-per-step {} a step array needs a "
-                  "leading dimension of {} (or give one batch of rank {})", id, f->second, shapeToString(a.shape()), bps,
-                  bps, info.rank());
+      GRAFT_CHECK(a.dim(0) == bps,
+                  "--input {}: '{}' has shape {}; with --batches-per-step {} a step array needs a "
+                  "leading dimension of {} (or give one batch of rank {})",
+                  id, f->second, shapeToString(a.shape()), bps, bps, info.rank());
       Shape s(a.shape().begin() + 1, a.shape().end());
       for (int64_t b = 0; b < bps; ++b) {
         NDArray chunk(a.dtype(), s);
@@ -182,14 +192,16 @@ void runCommand(const RunOptions& o, std::ostream& out) {
         const Dim& dim = info.dims()[d];
         if (dim.known() || dim.param.empty()) continue;
         auto [it, fresh] = bound.emplace(dim.param, std::make_pair(one[d], id));
-        GRAFT_CHECK(fresh || it->second.first == one[d], "--input {}: dimension '{}' is {} here but {} in input '{}'", id,
-                    dim.param, one[d], it->second.first, it->second.second);
+        GRAFT_CHECK(fresh || it->second.first == one[d], "--input {}: dimension '{}' is {} here but {} in input '{}'",
+                    id, dim.param, one[d], it->second.first, it->second.second);
         auto given = dims.find(dim.param);
-        GRAFT_CHECK(given == dims.end() || given->second == one[d], "--dim {}={} contradicts --input {}, where '{}' is {}",
-                    dim.param, given == dims.end() ? 0 : given->second, id, dim.param, one[d]);
+        GRAFT_CHECK(given == dims.end() || given->second == one[d],
+                    "--dim {}={} contradicts --input {}, where '{}' is {}", dim.param,
+                    given == dims.end() ? 0 : given->second, id, dim.param, one[d]);
       }
-    inputLines.push_back(fmt::format("{}  {}  from {}{}", id, summarizeArray(batches.front(), 0), f->second,
-                                     bps > 1 ? (stepArray ? " (one batch per row)" : " (the same for every batch)") : ""));
+    inputLines.push_back(
+        fmt::format("{}  {}  from {}{}", id, summarizeArray(batches.front(), 0), f->second,
+                    bps > 1 ? (stepArray ? " (one batch per row)" : " (the same for every batch)") : ""));
     io.inputs[id] = std::move(batches);
   }
   std::set<std::string> usedDims;
@@ -218,8 +230,9 @@ void runCommand(const RunOptions& o, std::ostream& out) {
     }
     std::vector<NDArray> batches;
     for (int b = 0; b < bps; ++b) batches.push_back(randomArray(info.dataType(), shape, rng, id));
-    inputLines.push_back(fmt::format("{}  {} {}  random{}", id, dtypeName(info.dataType()), shapeToString(shape),
-                                     notes.empty() ? "" : fmt::format(" ({}; set with --dim)", fmt::join(notes, ", "))));
+    inputLines.push_back(
+        fmt::format("{}  {} {}  random{}", id, dtypeName(info.dataType()), shapeToString(shape),
+                    notes.empty() ? "" : fmt::format(" ({}; set with --dim)", fmt::join(notes, ", "))));
     io.inputs[id] = std::move(batches);
   }
   for (const auto& [name, v] : dims)
@@ -228,8 +241,10 @@ void runCommand(const RunOptions& o, std::ostream& out) {
 
   out << "model     " << o.model << "\n";
   out << "device    " << device->str();
-  if (o.threads && o.device == "reference") out << " (the reference device runs on one thread)";
-  else if (o.threads) out << fmt::format(" (--threads {})", o.threads);
+  if (o.threads && o.device == "reference")
+    out << " (the reference device runs on one thread)";
+  else if (o.threads)
+    out << fmt::format(" (--threads {})", o.threads);
   out << "\n";
   out << (inputLines.empty() ? "inputs    none\n" : "inputs\n");
   for (const auto& l : inputLines) out << "  " << l << "\n";

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -46,6 +47,11 @@ class ArrayStepIO : public IStepIO {
 std::vector<TensorId> graphOutputs(const std::string& path);
 /// Splits "NAME=VALUE" of `option`; throws graft::Error saying `form` when it is not of that form.
 std::pair<std::string, std::string> splitAssignment(const std::string& arg, const char* option, const char* form);
+/// The files of `--input NAME=FILE.npy` arguments by input name; throws graft::Error on a malformed
+/// or repeated one.
+std::map<TensorId, std::string> inputFiles(const std::vector<std::string>& args);
+/// The device `--device` names: "cpu" or "reference"; throws graft::Error for any other name.
+std::shared_ptr<DeviceInfo> deviceNamed(const std::string& name);
 /// Random values for input `id`: floats uniform in [-1, 1), integers in [0, 10), fair bools.
 NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id);
 

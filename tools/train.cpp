@@ -342,7 +342,7 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   GRAFT_CHECK(o.batchSize >= 0, "--batch-size must be positive, got {}", o.batchSize);
   GRAFT_CHECK(o.evalBatchSize >= 0, "--eval-batch-size must be positive, got {}", o.evalBatchSize);
   GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
-  GRAFT_CHECK(o.device == "cpu" || o.device == "reference", "--device must be cpu or reference, got '{}'", o.device);
+  auto device = deviceNamed(o.device);
   GRAFT_CHECK(!o.inputs.empty(), "no training data: give each model input with --input NAME=FILE");
   ParsedOptimizer optimizer = parseOptimizerSpec(o.optimizer);
 
@@ -413,8 +413,6 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   }
   int64_t evalBatch = fixedBatch ? *fixedBatch : o.evalBatchSize ? o.evalBatchSize : 256;
 
-  auto& dm = DeviceManager::createDeviceManager();
-  auto device = o.device == "reference" ? dm.createReferenceDevice() : dm.createCpuDevice();
   SessionOptions so;
   so.numThreads = o.threads;
   so.enableProfiling = o.profile;
