@@ -8,6 +8,7 @@
 
 #include "../unit_test_util.hpp"
 #include "cli.hpp"
+#include "cli_test_util.hpp"
 #include "demo_model.hpp"
 #include "ir/graph.hpp"
 #include "npy.hpp"
@@ -16,19 +17,9 @@
 namespace graft::tools {
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "graft");
-  std::ostringstream out, err;
-  int code = cliMain(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using testing::cli;
+using testing::contains;
+using testing::Result;
 
 // y = Relu(x @ W + b), x FLOAT [batch, 2], W = [[1, -1, 0], [2, 0, -3]], b = [0.5, 0, 1].
 void writeSmallModel(const std::string& path) {

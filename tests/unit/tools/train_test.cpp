@@ -14,6 +14,7 @@
 
 #include "../unit_test_util.hpp"
 #include "cli.hpp"
+#include "cli_test_util.hpp"
 #include "demo_model.hpp"
 #include "idx.hpp"
 #include "npy.hpp"
@@ -24,19 +25,9 @@
 namespace graft::tools {
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "graft");
-  std::ostringstream out, err;
-  int code = cliMain(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using testing::cli;
+using testing::contains;
+using testing::Result;
 
 // The train loss of every epoch, from lines "epoch E/N  train loss X ...".
 std::vector<double> epochLosses(const std::string& out) {
