@@ -19,6 +19,33 @@ struct PoolConfig {
   Window win;
 };
 
+// The window and algorithm of MaxPool / AveragePool (or their gradients) with the attributes of
+// `n` over c.x; false where oneDNN cannot run it: dilated average pools, and included padding
+// that ceil_mode extends past the input's end.
+bool resolvePoolWindow(const ir::Node& n, bool max, PoolConfig& c) {
+  Shape in(c.x.begin() + 2, c.x.end());
+  auto ks = n.attrInts("kernel_shape", {});
+  if (ks.size() != in.size()) return false;
+  if (!max && n.attrs().has("dilations")) return false;
+  auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), n.attrInt("ceil_mode", 0) != 0,
+                         /*paddingOnlyWindows=*/false);
+  if (!w) return false;
+  c.win = *w;
+  bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
+  if (includePad && c.win.extendedEnd) return false;
+  c.alg = max          ? dnnl::algorithm::pooling_max
+          : includePad ? dnnl::algorithm::pooling_avg_include_padding
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
+  return true;
+}
+
+// Whether the window's output shape is the node's pooled shape c.y.
+bool outputMatchesWindow(const PoolConfig& c) {
+  Shape want = {c.x[0], c.x[1]};
+  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
+  return want == c.y;
+}
+
 std::optional<PoolConfig> poolConfig(const ir::Node& n) {
   NodeLayout l = nodeLayout(n);
   bool global = l.op == "GlobalAveragePool" || l.op == "GlobalMaxPool";
@@ -42,22 +69,9 @@ std::optional<PoolConfig> poolConfig(const ir::Node& n) {
     c.alg = max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
   } else {
     if (max && n.attrInt("storage_order", 0) != 0) return std::nullopt;  // only matters for Indices
-    auto ks = n.attrInts("kernel_shape", {});
-    if (ks.size() != in.size()) return std::nullopt;
-    bool ceil = n.attrInt("ceil_mode", 0) != 0;
-    if (!max && n.attrs().has("dilations")) return std::nullopt;
-    auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), ceil, /*paddingOnlyWindows=*/false);
-    if (!w) return std::nullopt;
-    c.win = *w;
-    bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
-    if (includePad && c.win.extendedEnd) return std::nullopt;
-    c.alg = max          ? dnnl::algorithm::pooling_max
-            : includePad ? dnnl::algorithm::pooling_avg_include_padding
-                         : dnnl::algorithm::pooling_avg_exclude_padding;
+    if (!resolvePoolWindow(n, max, c)) return std::nullopt;
   }
-  Shape want = {c.x[0], c.x[1]};
-  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
-  if (want != c.y) return std::nullopt;
+  if (!outputMatchesWindow(c)) return std::nullopt;
   return c;
 }
 
@@ -134,22 +148,7 @@ std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
     return std::nullopt;
   for (int64_t d : c.x)
     if (d == 0) return std::nullopt;
-  Shape in(c.x.begin() + 2, c.x.end());
-  auto ks = n.attrInts("kernel_shape", {});
-  if (ks.size() != in.size()) return std::nullopt;
-  if (!max && n.attrs().has("dilations")) return std::nullopt;
-  auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), n.attrInt("ceil_mode", 0) != 0,
-                         /*paddingOnlyWindows=*/false);
-  if (!w) return std::nullopt;
-  c.win = *w;
-  bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
-  if (includePad && c.win.extendedEnd) return std::nullopt;
-  c.alg = max          ? dnnl::algorithm::pooling_max
-          : includePad ? dnnl::algorithm::pooling_avg_include_padding
-                       : dnnl::algorithm::pooling_avg_exclude_padding;
-  Shape want = {c.x[0], c.x[1]};
-  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
-  if (want != c.y) return std::nullopt;
+  if (!resolvePoolWindow(n, max, c) || !outputMatchesWindow(c)) return std::nullopt;
   return c;
 }
 
