@@ -57,4 +57,36 @@ const std::vector<std::string>& inferencePipeline() {
   return p;
 }
 
+// The fusions of kernel libraries (conv/matmul + bias + activation) go before fuse-elementwise,
+// which then takes the elementwise ops that remain.
+const std::vector<std::string>& cpuInferencePipeline() {
+  static const std::vector<std::string> p = {
+      "infer-shapes",      // exact dtypes and shapes for the input shapes being compiled
+      "fold-constants",    // evaluate what depends only on constants
+      "infer-shapes",      // shapes that depended on folded values
+      "dce",               // drop what no output needs
+      "cse",               // compute equal expressions once (equal small constants merged first)
+      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
+      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
+      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
+      "dce",               // what the rewrites left unused
+  };
+  return p;
+}
+
+const std::vector<std::string>& cpuTrainingPipeline() {
+  static const std::vector<std::string> p = {
+      "infer-shapes",      // exact dtypes and shapes (the backward graph's too)
+      "fold-constants",    // constants only: weights change every step
+      "infer-shapes",      // shapes that depended on folded values
+      "dce",               // drop what no output or update needs
+      "cse",               // autodiff repeats subexpressions and constants
+      "fuse-layernorm",    // only where the backward pass reads no intermediate
+      "fuse-gelu",         // likewise
+      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
+      "dce",               // what the rewrites left unused
+  };
+  return p;
+}
+
 }  // namespace graft::passes

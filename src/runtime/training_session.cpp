@@ -20,6 +20,7 @@ struct TrainingImpl : Session::Impl {
   std::vector<TensorId> weights;
 
   bool weightsAreConstant() const override { return false; }
+  bool training() const override { return true; }
   int accumulationFactor() const override {
     return options.enableGradientAccumulation ? options.accumulationFactor : 1;
   }
