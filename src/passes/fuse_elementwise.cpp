@@ -5,6 +5,7 @@
 // output shape and type match and everything else they read comes from before the group
 // (which keeps the graph acyclic). Inputs of other shapes broadcast; scalar constants become program constants. A group
 // output is every member output read outside the group. Groups of one node stay as they are.
+#include <algorithm>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -135,6 +136,26 @@ std::optional<Mapping> mapNode(const ir::Node& n) {
   return std::nullopt;
 }
 
+// The broadcast of the inputs' dims as FusedElementwise infers it (nullopt for an input of
+// unknown rank).
+std::optional<std::vector<Dim>> broadcastDims(const std::vector<ir::Tensor*>& inputs) {
+  size_t rank = 0;
+  for (const ir::Tensor* t : inputs) {
+    if (!t->info().hasShape()) return std::nullopt;
+    rank = std::max(rank, t->info().dims().size());
+  }
+  std::vector<Dim> out(rank, Dim(1));
+  for (const ir::Tensor* t : inputs) {
+    const auto& d = t->info().dims();
+    for (size_t i = 0; i < d.size(); ++i) {
+      Dim& o = out[rank - d.size() + i];
+      if (d[i].known() && d[i].value == 1) continue;
+      if (d[i].known() || (o.known() && o.value == 1)) o = d[i];
+    }
+  }
+  return out;
+}
+
 struct Group {
   std::vector<ir::Node*> members;
   std::vector<Dim> dims;
@@ -259,6 +280,21 @@ class FuseElementwise : public Pass {
       }
     for (ir::Tensor* t : external)
       if (!(embedConstants && scalarValue(t))) addInput(t);
+    // The inputs must broadcast to the group's shape; with zeros and constants turned into
+    // immediates they may not: then a tensor of the full shape comes along (unread).
+    if (broadcastDims(inputs) != grp.dims) {
+      ir::Tensor* carrier = nullptr;
+      for (ir::Node* n : grp.members)
+        for (ir::Tensor* t : n->inputs())
+          if (t && isZeros(t) && t->producer()->input(0) && t->producer()->input(0)->info().dims() == grp.dims) {
+            ir::Tensor* c = t->producer()->input(0);
+            // Read from before the group, like every other input (no cycle).
+            if (!c->producer() || pos_[c->producer()] < grp.firstPos) carrier = c;
+          }
+      if (!carrier) return false;
+      addInput(carrier);
+      if (broadcastDims(inputs) != grp.dims) return false;
+    }
     if (inputs.size() > kMaxInputs) return false;
     prog.numInputs = static_cast<int>(inputs.size());
     auto emit = [&](Code c, int a, int b, int cc, float imm) {
@@ -302,6 +338,8 @@ class FuseElementwise : public Pass {
           if (members.count(a)) before.push_back(x);
     std::vector<std::string> outIds;
     for (ir::Tensor* t : outputs) outIds.push_back(t->id());
+    int64_t firstId = grp.members.front()->id();
+    for (ir::Node* n : grp.members) firstId = std::min(firstId, n->id());
     for (ir::Node* n : grp.members) g.removeNode(n);
     for (ir::Node* n : grp.members) groupOf_.erase(n);
     ir::Attributes attrs;
@@ -309,6 +347,7 @@ class FuseElementwise : public Pass {
     if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
     ir::Node* f = g.addNode("FusedElementwise", ops::kGraftDomain, inputs, outIds, std::move(attrs),
                             "fused_" + outIds.back());
+    g.reuseNodeId(f, firstId);  // run where the chain began
     for (ir::Node* a : after) f->addRunsAfter(a);
     for (ir::Node* b : before) b->addRunsAfter(f);
     // Member outputs only read inside the group are gone.

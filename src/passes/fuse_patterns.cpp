@@ -62,12 +62,19 @@ bool isFloat(const ir::Tensor* t) {
 ir::Node* replaceWith(ir::Graph& g, const std::vector<ir::Node*>& remove, ir::Tensor* out, const std::string& type,
                       const std::string& domain, const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs) {
   std::string id = out->id();
-  for (ir::Node* n : remove) g.removeNode(n);
+  int64_t firstId = remove.front()->id();
+  for (ir::Node* n : remove) firstId = std::min(firstId, n->id());
+  std::vector<ir::Tensor*> outs;
   for (ir::Node* n : remove)
     for (ir::Tensor* t : n->outputs())
-      if (t && t != out && !t->producer() && t->uses().empty() && !t->isGraphOutput()) g.removeTensor(t);
+      if (t && t != out) outs.push_back(t);
+  for (ir::Node* n : remove) g.removeNode(n);
+  for (ir::Tensor* t : outs)
+    if (!t->producer() && t->uses().empty() && !t->isGraphOutput()) g.removeTensor(t);
   if (!domain.empty() && !g.otherOpsets.count(domain)) g.otherOpsets[domain] = 1;
-  return g.addNode(type, domain, inputs, {id}, std::move(attrs), "fused_" + id);
+  ir::Node* n = g.addNode(type, domain, inputs, {id}, std::move(attrs), "fused_" + id);
+  g.reuseNodeId(n, firstId);  // run where the pattern began
+  return n;
 }
 
 bool noControlDeps(const std::vector<ir::Node*>& nodes, const std::vector<ir::Node*>& all) {

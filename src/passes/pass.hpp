@@ -48,10 +48,11 @@ void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassCon
 // Pipelines.
 /// Before compiling a graph for inference: exact types and shapes, constants folded, dead ops gone.
 const std::vector<std::string>& inferencePipeline();
-/// The cpu backend's pipeline for inference: inferencePipeline(), then common subexpressions,
-/// pattern fusions and elementwise-chain fusion (in-place reuse is decided by the memory plan).
+/// The cpu backend's inference pipeline: inferencePipeline() plus weight freezing, fusions into
+/// ai.graft ops (oneDNN post-ops) and the channel-blocked layout assignment.
 const std::vector<std::string>& cpuInferencePipeline();
-/// The cpu backend's pipeline for a training step (forward, backward and optimizer graph).
+/// The cpu backend's pipeline for a training step (forward, backward and optimizer graph): common
+/// subexpressions and elementwise fusion; in-place reuse is decided by the memory plan.
 const std::vector<std::string>& cpuTrainingPipeline();
 
 }  // namespace graft::passes

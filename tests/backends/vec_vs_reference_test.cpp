@@ -287,6 +287,18 @@ GRAFT_BACKEND_CASES(vec_norm) {
     c.atol = 1e-5;
     cases.push_back(c);
   }
+  for (const char* type : {"Softmax", "LogSoftmax"}) {
+    for (const auto& [s, axis] : std::vector<std::pair<Shape, int64_t>>{
+             {{4, 10}, -1}, {{4, 10}, 0}, {{2, 3, 50}, 1}, {{512, 128}, -1}, {{16, 12, 128, 128}, -1}, {{7}, 0}}) {
+      BackendCase c = make(fmt::format("{} axis {}", shapeToString(s), axis), type, {rnd(DataType::Float, s, seed++, -10, 10)},
+                           attrs({{"axis", axis}}));
+      c.rtol = 1e-5;
+      c.atol = 1e-6;
+      cases.push_back(c);
+    }
+    cases.push_back(make("special values", type, {values(DataType::Float, {3, 9}, kSpecial)}, attrs({{"axis", int64_t{1}}})));
+    cases.push_back(make("large values", type, {rnd(DataType::Float, {8, 33}, seed++, 1e4, 1e5)}));
+  }
   cases.push_back(make("scale does not broadcast", "LayerNormalization",
                        {rnd(DataType::Float, {4, 6}, 1), rnd(DataType::Float, {5}, 2)}));
   cases.back().expectFast = false;

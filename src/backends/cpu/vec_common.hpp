@@ -10,6 +10,7 @@
 // - conversions of half types in blocks (F16C where the CPU has it).
 // Results never depend on the number of threads: elementwise work is split by position, and
 // reductions accumulate each output in a fixed order.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>

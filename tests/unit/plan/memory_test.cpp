@@ -5,6 +5,7 @@
 
 #include <graft/graft.hpp>
 
+#include <cstring>
 #include <random>
 
 #include "backends/backend.hpp"
@@ -66,12 +67,16 @@ TEST(MemoryPlan, ChainReusesTwoBuffers) {
   for (int i = 0; i < 6; ++i) v = b.op("Exp", {v});
   ir::Tensor* out = b.op("Exp", {v});
   b.finish({out});
-  MemoryPlan p = b.plan();
+  MemoryPlan p = b.plan(false);
   // Each Exp reads the previous value while writing the next: two regions of 1 KiB suffice.
   EXPECT_EQ(p.arenaBytes, 2048u);
   EXPECT_EQ(p.unsharedBytes, 6u * 1024);
   EXPECT_EQ(entry(p, out).placement, Placement::Heap);
   EXPECT_EQ(entry(p, out).reason, "graph output");
+  // In place, every Exp overwrites its input: one region.
+  MemoryPlan q = b.plan(true);
+  EXPECT_EQ(q.arenaBytes, 1024u);
+  EXPECT_EQ(q.buffers.size(), 1u);
 }
 
 TEST(MemoryPlan, InPlaceWhenTheInputDies) {

@@ -1,5 +1,5 @@
-// graft's fused ops (domain ai.graft), created by the fusion passes (src/passes/fuse_*.cpp),
-// never by models: FusedElementwise (a chain of elementwise ops in one loop, see
+// graft's fused elementwise ops (domain ai.graft), created by the passes fuse-elementwise and
+// fuse-gelu, never by models: FusedElementwise (a chain of elementwise ops in one loop, see
 // fused_program.hpp) and GeluErf (GELU in its erf form, x/2 (1 + erf(x / sqrt 2))).
 #include "ops/fused_program.hpp"
 
@@ -236,8 +236,8 @@ std::vector<ir::ValueType> inferFused(const ir::Node& n, const std::vector<ir::V
 
 }  // namespace
 
-GRAFT_REGISTER_OPS(fused) {
-  r.add("FusedElementwise", kGraftDomain).setReference(fusedReference).setInfer(inferFused).elementwise();
+GRAFT_REGISTER_OPS(fused_elementwise) {
+  r.add("FusedElementwise", kGraftDomain).setReference(fusedReference).setInfer(inferFused).elementwise().inplace(0);
   r.add("GeluErf", kGraftDomain)
       .setReference(unaryKernel<kFloats>([](auto x) {
         using C = decltype(x);

@@ -1,4 +1,4 @@
-// Tests of src/ops/fused.cpp: ai.graft::FusedElementwise (programs checked against the same
+// Tests of src/ops/fused_elementwise.cpp: ai.graft::FusedElementwise (programs checked against the same
 // arithmetic written out here) and ai.graft::GeluErf.
 #include <cmath>
 
