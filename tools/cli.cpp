@@ -1,4 +1,5 @@
 #include "cli.hpp"
+#include "inspect_memory.hpp"
 
 #include <graft/error.hpp>
 
@@ -45,6 +46,8 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                                 "graft does not support");
   inspect->add_option("model", io.model, "ONNX model file")->required();
   inspect->add_flag("--graph", io.graph, "Also print the imported graph (graft IR)");
+  MemoryInspectOptions mo;
+  addMemoryOptions(*inspect, mo);
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "Run a model on given or random inputs; print the outputs and the time per step");
@@ -76,7 +79,10 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return code == 0 ? 0 : 2;
   }
   try {
-    if (inspect->parsed()) inspectCommand(io, out);
+    if (inspect->parsed()) {
+      inspectCommand(io, out);
+      if (mo.memory) printMemoryPlan(io.model, mo, out);
+    }
     else if (run->parsed()) runCommand(ro, out);
     else opsCommand(out);
   } catch (const InternalError& e) {

@@ -1,7 +1,7 @@
 #pragma once
-// Cases for the cpu backend's kernels, each run both through the cpu backend and through the op's
-// reference kernel (backend_vs_reference_test.cpp compares them). Kernel families register their
-// cases with GRAFT_BACKEND_CASES; the coverage check fails when a registered cpu kernel has none.
+// Cases for the cpu backend's vectorised kernels, each run both through the cpu backend and
+// through the op's reference kernel (vec_runner_test.cpp compares them). Families register their
+// cases with GRAFT_VEC_CASES; the coverage check fails when a registered vec_* kernel has none.
 #include <functional>
 #include <string>
 #include <vector>
@@ -10,7 +10,7 @@
 
 namespace graft::testing {
 
-struct BackendCase {
+struct VecCase {
   std::string label;  ///< shown on failure
   OpCase op;
   double rtol = 1e-5, atol = 1e-6;
@@ -20,13 +20,13 @@ struct BackendCase {
   bool expectFast = true;
 };
 
-/// Every registered case, from every GRAFT_BACKEND_CASES block.
-std::vector<BackendCase>& backendCases();
+/// Every registered case, from every GRAFT_VEC_CASES block.
+std::vector<VecCase>& vecCases();
 
 }  // namespace graft::testing
 
-#define GRAFT_BACKEND_CASES(name)                                                                \
-  static void graftBackendCases_##name(std::vector<::graft::testing::BackendCase>& cases);       \
-  [[maybe_unused]] static const bool graftBackendCasesAdded_##name =                             \
-      (graftBackendCases_##name(::graft::testing::backendCases()), true);                        \
-  static void graftBackendCases_##name(std::vector<::graft::testing::BackendCase>& cases)
+#define GRAFT_VEC_CASES(name)                                                                \
+  static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases);       \
+  [[maybe_unused]] static const bool graftVecCasesAdded_##name =                             \
+      (graftVecCases_##name(::graft::testing::vecCases()), true);                        \
+  static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases)

@@ -39,9 +39,9 @@ double tolFor(DataType dt, double floatTol) {
   return floatTol;
 }
 
-BackendCase make(std::string label, std::string type, std::vector<NDArray> in, ir::Attributes a = {}, int nout = 1,
+VecCase make(std::string label, std::string type, std::vector<NDArray> in, ir::Attributes a = {}, int nout = 1,
                  std::string domain = "") {
-  BackendCase c;
+  VecCase c;
   c.label = std::move(label);
   c.op = OpCase{std::move(type), std::move(in), std::move(a), nout, std::move(domain)};
   return c;
@@ -59,7 +59,7 @@ struct UnaryOp {
   bool special = true;
 };
 
-GRAFT_BACKEND_CASES(vec_unary) {
+GRAFT_VEC_CASES(vec_unary) {
   std::vector<UnaryOp> floatOps = {
       {"Exp", -80, 80, {}},       {"Log", 1e-3, 1e4, {}},     {"Tanh", -12, 12, {}},     {"Erf", -5, 5, {}},
       {"Sigmoid", -30, 30, {}},   {"Softplus", -30, 30, {}},  {"Sqrt", 0, 100, {}},      {"Reciprocal", 0.1, 10, {}},
@@ -77,13 +77,13 @@ GRAFT_BACKEND_CASES(vec_unary) {
   for (const UnaryOp& op : floatOps) {
     for (DataType dt : {DataType::Float, DataType::Double, DataType::Float16}) {
       for (const Shape& s : kUnaryShapes) {
-        BackendCase c = make(fmt::format("{} {}", dtypeName(dt), shapeToString(s)), op.type, {rnd(dt, s, seed++, op.lo, op.hi)},
+        VecCase c = make(fmt::format("{} {}", dtypeName(dt), shapeToString(s)), op.type, {rnd(dt, s, seed++, op.lo, op.hi)},
                              op.attrs, 1, op.domain);
         c.rtol = tolFor(dt, 2e-6);
         c.atol = dt == DataType::Float ? 1e-6 : c.rtol * 1e-3;
         cases.push_back(c);
       }
-      BackendCase sp = make(fmt::format("{} special values", dtypeName(dt)), op.type, {values(dt, {27}, kSpecial)}, op.attrs, 1,
+      VecCase sp = make(fmt::format("{} special values", dtypeName(dt)), op.type, {values(dt, {27}, kSpecial)}, op.attrs, 1,
                             op.domain);
       sp.rtol = tolFor(dt, 2e-6);
       sp.atol = 1e-6;
@@ -126,13 +126,13 @@ const std::vector<std::pair<Shape, Shape>> kPatterns = {
     {{0, 3}, {3}},             {{64, 1, 128}, {64, 128, 1}},
 };
 
-GRAFT_BACKEND_CASES(vec_binary) {
+GRAFT_VEC_CASES(vec_binary) {
   uint64_t seed = 100;
   for (const char* type : {"Add", "Sub", "Mul", "Div"}) {
     for (DataType dt : {DataType::Float, DataType::Double, DataType::Float16, DataType::Int32, DataType::Int64}) {
       for (const auto& [sa, sb] : kPatterns) {
         double lo = isFloatingPoint(dt) ? -3 : -5, hi = isFloatingPoint(dt) ? 3 : 5;
-        BackendCase c = make(fmt::format("{} {} {}", dtypeName(dt), shapeToString(sa), shapeToString(sb)), type,
+        VecCase c = make(fmt::format("{} {} {}", dtypeName(dt), shapeToString(sa), shapeToString(sb)), type,
                              {rnd(dt, sa, seed++, lo, hi), rnd(dt, sb, seed++, lo, hi)});
         c.rtol = tolFor(dt, 1e-6);
         cases.push_back(c);
@@ -215,7 +215,7 @@ GRAFT_BACKEND_CASES(vec_binary) {
 
 // ---- reductions ------------------------------------------------------------------------------
 
-GRAFT_BACKEND_CASES(vec_reduce) {
+GRAFT_VEC_CASES(vec_reduce) {
   uint64_t seed = 500;
   const std::vector<std::vector<int64_t>> axesList = {{}, {0}, {1}, {2}, {-1}, {0, 2}, {1, 2}, {0, 1, 2}};
   for (const char* type : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2",
@@ -233,7 +233,7 @@ GRAFT_BACKEND_CASES(vec_reduce) {
             } else if (!axes.empty()) {
               a.set("axes", axes);
             }
-            BackendCase c = make(fmt::format("{} {} axes {} keepdims {}", dtypeName(dt), shapeToString(s), shapeToString(axes), keep),
+            VecCase c = make(fmt::format("{} {} axes {} keepdims {}", dtypeName(dt), shapeToString(s), shapeToString(axes), keep),
                                  type, in, a);
             c.rtol = dt == DataType::Float ? 2e-6 : 1e-12;
             cases.push_back(c);
@@ -267,7 +267,7 @@ GRAFT_BACKEND_CASES(vec_reduce) {
 
 // ---- normalisation ---------------------------------------------------------------------------
 
-GRAFT_BACKEND_CASES(vec_norm) {
+GRAFT_VEC_CASES(vec_norm) {
   uint64_t seed = 900;
   struct LN {
     Shape x, scale, bias;
@@ -281,7 +281,7 @@ GRAFT_BACKEND_CASES(vec_norm) {
                                       {{128, 3, 20}, {3, 20}, {1, 20}, -2}}) {
     std::vector<NDArray> in{rnd(DataType::Float, l.x, seed++, -2, 5), rnd(DataType::Float, l.scale, seed++)};
     if (!l.bias.empty()) in.push_back(rnd(DataType::Float, l.bias, seed++));
-    BackendCase c = make(fmt::format("{} axis {}", shapeToString(l.x), l.axis), "LayerNormalization", in,
+    VecCase c = make(fmt::format("{} axis {}", shapeToString(l.x), l.axis), "LayerNormalization", in,
                          attrs({{"axis", l.axis}, {"epsilon", 1e-3f}}), 3);
     c.rtol = 1e-5;
     c.atol = 1e-5;
@@ -290,7 +290,7 @@ GRAFT_BACKEND_CASES(vec_norm) {
   for (const char* type : {"Softmax", "LogSoftmax"}) {
     for (const auto& [s, axis] : std::vector<std::pair<Shape, int64_t>>{
              {{4, 10}, -1}, {{4, 10}, 0}, {{2, 3, 50}, 1}, {{512, 128}, -1}, {{16, 12, 128, 128}, -1}, {{7}, 0}}) {
-      BackendCase c = make(fmt::format("{} axis {}", shapeToString(s), axis), type, {rnd(DataType::Float, s, seed++, -10, 10)},
+      VecCase c = make(fmt::format("{} axis {}", shapeToString(s), axis), type, {rnd(DataType::Float, s, seed++, -10, 10)},
                            attrs({{"axis", axis}}));
       c.rtol = 1e-5;
       c.atol = 1e-6;
@@ -314,7 +314,7 @@ void program(DataType to, const std::vector<ops::fused::Instr>& instrs, std::vec
   p.toAttributes(a);
 }
 
-GRAFT_BACKEND_CASES(vec_fused) {
+GRAFT_VEC_CASES(vec_fused) {
   using ops::fused::Code;
   uint64_t seed = 1300;
   for (DataType dt : {DataType::Float, DataType::Double, DataType::Float16}) {
@@ -322,7 +322,7 @@ GRAFT_BACKEND_CASES(vec_fused) {
     ir::Attributes a;
     program(dt, {{Code::Mul, 0, 1}, {Code::Add, 3, 2}, {Code::Relu, 4}}, {5, 3}, a);
     for (const auto& [sx, sy] : std::vector<std::pair<Shape, Shape>>{{{300, 257}, {257}}, {{4, 5}, {4, 1}}, {{7}, {}}}) {
-      BackendCase c = make(fmt::format("{} mul add relu {} {}", dtypeName(dt), shapeToString(sx), shapeToString(sy)),
+      VecCase c = make(fmt::format("{} mul add relu {} {}", dtypeName(dt), shapeToString(sx), shapeToString(sy)),
                            "FusedElementwise", {rnd(dt, sx, seed++), rnd(dt, sy, seed++), rnd(dt, {1}, seed++)}, a, 2, "ai.graft");
       c.rtol = tolFor(dt, 1e-6);
       cases.push_back(c);
@@ -356,7 +356,7 @@ GRAFT_BACKEND_CASES(vec_fused) {
     acc = add({Code::Where, both, acc, add({Code::Neg, acc})});
     acc = add({Code::Add, acc, cmp});
     program(dt, all, {acc}, b);
-    BackendCase c = make(fmt::format("{} every code", dtypeName(dt)), "FusedElementwise",
+    VecCase c = make(fmt::format("{} every code", dtypeName(dt)), "FusedElementwise",
                          {rnd(dt, {300, 257}, seed++), rnd(DataType::Bool, {257}, seed++)}, b, 1, "ai.graft");
     c.rtol = tolFor(dt, 1e-5);
     c.atol = dt == DataType::Float16 ? 1e-2 : 1e-5;
@@ -373,27 +373,27 @@ GRAFT_BACKEND_CASES(vec_fused) {
 
 NDArray f(float v) { return NDArray::scalar<float>(DataType::Float, v); }
 
-GRAFT_BACKEND_CASES(vec_optim) {
+GRAFT_VEC_CASES(vec_optim) {
   uint64_t seed = 1700;
   for (DataType dt : {DataType::Float, DataType::Double}) {
     Shape s{300, 257};
     auto w = [&] { return rnd(dt, s, seed++); };
     auto pos = [&] { return rnd(dt, s, seed++, 0, 1); };
     for (int64_t nesterov : {0, 1}) {
-      BackendCase c = make(fmt::format("{} momentum nesterov {}", dtypeName(dt), nesterov), "SGDUpdate",
+      VecCase c = make(fmt::format("{} momentum nesterov {}", dtypeName(dt), nesterov), "SGDUpdate",
                            {w(), w(), f(0.1f), f(0.01f), f(0.9f), f(0.1f), f(1.0f), f(2.0f), w()},
                            attrs({{"nesterov", nesterov}}), 0, "ai.graft");
       c.mutatedInputs = {0, 8};
       c.rtol = tolFor(dt, 1e-6);
       cases.push_back(c);
     }
-    BackendCase plain = make(fmt::format("{} plain", dtypeName(dt)), "SGDUpdate",
+    VecCase plain = make(fmt::format("{} plain", dtypeName(dt)), "SGDUpdate",
                              {w(), w(), f(0.1f), f(0.01f), f(0.0f), f(0.0f), f(1.0f), f(1.0f)}, {}, 0, "ai.graft");
     plain.mutatedInputs = {0};
     cases.push_back(plain);
     for (int64_t mode : {0, 1, 2, 3, 4})
       for (int64_t decay : {0, 1}) {
-        BackendCase c = make(fmt::format("{} mode {} decay {}", dtypeName(dt), mode, decay), "AdamUpdate",
+        VecCase c = make(fmt::format("{} mode {} decay {}", dtypeName(dt), mode, decay), "AdamUpdate",
                              {w(), w(), w(), pos(), f(3.0f), f(0.01f), f(0.01f), f(0.9f), f(0.999f), f(1e-6f), f(2.0f), f(5.0f)},
                              attrs({{"mode", mode}, {"decay_mode", decay}}), 0, "ai.graft");
         c.mutatedInputs = {0, 2, 3, 4};
@@ -405,20 +405,20 @@ GRAFT_BACKEND_CASES(vec_optim) {
       for (int64_t tf : {0, 1}) {
         bool two = mode == 2 || mode == 3;
         std::vector<NDArray> in{w(), w(), pos(), two ? pos() : NDArray(), w(), f(0.01f), f(0.01f), f(0.9f), f(0.5f), f(1e-6f), f(2.0f)};
-        BackendCase c = make(fmt::format("{} mode {} tf {}", dtypeName(dt), mode, tf), "AdaptiveUpdate", in,
+        VecCase c = make(fmt::format("{} mode {} tf {}", dtypeName(dt), mode, tf), "AdaptiveUpdate", in,
                              attrs({{"mode", mode}, {"tf_variant", tf}}), 0, "ai.graft");
         c.mutatedInputs = two ? std::vector<int>{0, 2, 3, 4} : std::vector<int>{0, 2, 4};
         c.rtol = tolFor(dt, 1e-5);
         c.atol = 1e-5;
         cases.push_back(c);
       }
-    BackendCase acc = make(std::string(dtypeName(dt)), "Accumulate", {w(), w()}, {}, 0, "ai.graft");
+    VecCase acc = make(std::string(dtypeName(dt)), "Accumulate", {w(), w()}, {}, 0, "ai.graft");
     acc.mutatedInputs = {0};
     cases.push_back(acc);
     for (const auto& [sg, st] : std::vector<std::pair<Shape, Shape>>{{{300, 257}, {257}}, {{300, 257}, {300, 1}}, {{300, 257}, {}},
                                                                       {{4, 5, 6}, {5, 1}}, {{4, 5, 6}, {4, 5, 6}}, {{4, 5, 6}, {1, 1, 1}},
                                                                       {{2, 300000}, {1}}}) {
-      BackendCase c = make(fmt::format("{} {} to {}", dtypeName(dt), shapeToString(sg), shapeToString(st)), "UnbroadcastTo",
+      VecCase c = make(fmt::format("{} {} to {}", dtypeName(dt), shapeToString(sg), shapeToString(st)), "UnbroadcastTo",
                            {rnd(dt, sg, seed++), rnd(dt, st, seed++)}, {}, 1, "ai.graft");
       c.rtol = dt == DataType::Float ? 1e-5 : 1e-12;
       cases.push_back(c);
