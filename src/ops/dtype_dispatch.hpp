@@ -2,10 +2,12 @@
 // Mapping between DataType and C++ element types, and dispatch of a generic kernel body over
 // the element types an op accepts.
 #include <graft/dtype.hpp>
+#include <graft/ndarray.hpp>
 
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "support/check.hpp"
 #include "support/float16.hpp"
@@ -82,6 +84,28 @@ decltype(auto) dispatch(DataType dt, const std::string& what, F&& f) {
     default: break;
   }
   GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(dt));
+}
+
+/// The elements of a floating-point array as doubles (for kernels that compute in double).
+inline std::vector<double> readAsDoubles(const NDArray& a, const std::string& what) {
+  std::vector<double> v(static_cast<size_t>(a.numel()));
+  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = a.data<T>();
+    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
+  });
+  return v;
+}
+
+/// A new floating-point array of type `dt` holding `v` rounded to the element type.
+inline NDArray arrayFromDoubles(const std::vector<double>& v, DataType dt, const Shape& shape, const std::string& what) {
+  NDArray out = NDArray::uninitialized(dt, shape);
+  dispatch<kFloats>(dt, what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = out.data<T>();
+    for (int64_t i = 0; i < out.numel(); ++i) p[i] = static_cast<T>(static_cast<ComputeType<T>>(v[i]));
+  });
+  return out;
 }
 
 }  // namespace graft::ops

@@ -11,29 +11,13 @@
 namespace graft::ops {
 namespace {
 
-std::vector<double> readDoubles(const NDArray& a, const std::string& what) {
-  std::vector<double> v(static_cast<size_t>(a.numel()));
-  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(a.data<T>()[i]));
-  });
-  return v;
-}
 
-NDArray fromDoubles(const std::vector<double>& v, DataType dt, const Shape& shape, const std::string& what) {
-  NDArray out = NDArray::uninitialized(dt, shape);
-  dispatch<kFloats>(dt, what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = static_cast<T>(static_cast<ComputeType<T>>(v[i]));
-  });
-  return out;
-}
 
 // A per-channel parameter: a [C] tensor (any float type) read as doubles.
 std::vector<double> channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
   GRAFT_CHECK(p.rank() == 1 && p.dim(0) == C, "{}: {} must have shape [{}] (one value per channel), got {}", what, name, C,
               shapeToString(p.shape()));
-  return readDoubles(p, what);
+  return readAsDoubles(p, what);
 }
 
 // The flat offset into `p` of each element of `target`, p broadcasting (numpy-style) to it.
@@ -67,7 +51,7 @@ KernelFn batchNormKernel(CompileContext& c) {
     auto bias = channelParam(k.input(2), C, what, "B");
     auto mean = channelParam(k.input(3), C, what, "input_mean");
     auto var = channelParam(k.input(4), C, what, "input_var");
-    auto xs = readDoubles(x, what);
+    auto xs = readAsDoubles(x, what);
     auto at = [&](int64_t b, int64_t ch, int64_t i) { return (b * C + ch) * inner + i; };
     std::vector<double> useMean = mean, useVar = var;
     if (training) {
@@ -89,7 +73,7 @@ KernelFn batchNormKernel(CompileContext& c) {
         double a = scale[ch] / std::sqrt(useVar[ch] + eps);
         for (int64_t i = 0; i < inner; ++i) ys[at(b, ch, i)] = (xs[at(b, ch, i)] - useMean[ch]) * a + bias[ch];
       }
-    k.setOutput(0, fromDoubles(ys, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
     // Outside training mode the running statistics do not move; models converted from opsets
     // before 14 may still name those outputs, so they get the inputs' values.
     std::vector<double> rm = mean, rv = var;
@@ -98,8 +82,8 @@ KernelFn batchNormKernel(CompileContext& c) {
         rm[ch] = mean[ch] * momentum + useMean[ch] * (1 - momentum);
         rv[ch] = var[ch] * momentum + useVar[ch] * (1 - momentum);
       }
-    if (k.wantsOutput(1)) k.setOutput(1, fromDoubles(rm, k.input(3).dtype(), {C}, what));
-    if (k.wantsOutput(2)) k.setOutput(2, fromDoubles(rv, k.input(4).dtype(), {C}, what));
+    if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(rm, k.input(3).dtype(), {C}, what));
+    if (k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(rv, k.input(4).dtype(), {C}, what));
   };
 }
 
@@ -115,7 +99,7 @@ KernelFn instanceNormKernel(CompileContext& c) {
     int64_t C = x.dim(1), groups = x.dim(0) * C, inner = shapeProduct(x.shape(), 2, x.rank());
     auto scale = channelParam(k.input(1), C, what, "scale");
     auto bias = channelParam(k.input(2), C, what, "B");
-    auto xs = readDoubles(x, what);
+    auto xs = readAsDoubles(x, what);
     std::vector<double> ys(xs.size());
     for (int64_t g = 0; g < groups; ++g) {
       const double* p = xs.data() + g * inner;
@@ -127,7 +111,7 @@ KernelFn instanceNormKernel(CompileContext& c) {
       double a = scale[g % C] / std::sqrt(v + eps);
       for (int64_t i = 0; i < inner; ++i) ys[g * inner + i] = (p[i] - m) * a + bias[g % C];
     }
-    k.setOutput(0, fromDoubles(ys, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
   };
 }
 
@@ -149,14 +133,14 @@ KernelFn layerNormKernel(CompileContext& c) {
     Shape norm(x.shape().begin() + axis, x.shape().end());
     int64_t rows = shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
     auto sOff = broadcastOffsets(k.input(1).shape(), norm, what, "Scale");
-    auto scale = readDoubles(k.input(1), what);
+    auto scale = readAsDoubles(k.input(1), what);
     std::vector<int64_t> bOff;
     std::vector<double> bias;
     if (k.hasInput(2)) {
       bOff = broadcastOffsets(k.input(2).shape(), norm, what, "B");
-      bias = readDoubles(k.input(2), what);
+      bias = readAsDoubles(k.input(2), what);
     }
-    auto xs = readDoubles(x, what);
+    auto xs = readAsDoubles(x, what);
     std::vector<double> ys(xs.size()), means(rows), invStd(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const double* p = xs.data() + r * cols;
@@ -173,11 +157,11 @@ KernelFn layerNormKernel(CompileContext& c) {
         ys[r * cols + j] = y;
       }
     }
-    k.setOutput(0, fromDoubles(ys, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
     Shape statShape(x.shape().begin(), x.shape().begin() + axis);
     statShape.resize(x.shape().size(), 1);
-    if (k.wantsOutput(1)) k.setOutput(1, fromDoubles(means, stashType, statShape, what));
-    if (k.wantsOutput(2)) k.setOutput(2, fromDoubles(invStd, stashType, statShape, what));
+    if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(means, stashType, statShape, what));
+    if (k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(invStd, stashType, statShape, what));
   };
 }
 
@@ -195,7 +179,7 @@ KernelFn lrnKernel(CompileContext& c) {
     int64_t N = x.dim(0), C = x.dim(1), inner = shapeProduct(x.shape(), 2, x.rank());
     // The window over channels is [c - floor((size-1)/2), c + ceil((size-1)/2)], clipped.
     int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
-    auto xs = readDoubles(x, what);
+    auto xs = readAsDoubles(x, what);
     std::vector<double> ys(xs.size());
     for (int64_t b = 0; b < N; ++b)
       for (int64_t ch = 0; ch < C; ++ch)
@@ -208,7 +192,7 @@ KernelFn lrnKernel(CompileContext& c) {
           int64_t o = (b * C + ch) * inner + i;
           ys[o] = xs[o] / std::pow(bias + alpha / static_cast<double>(size) * sq, beta);
         }
-    k.setOutput(0, fromDoubles(ys, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
   };
 }
 
@@ -227,7 +211,7 @@ KernelFn mvnKernel(CompileContext& c) {
     for (size_t d = 0; d < reduced.size(); ++d) keptShape.push_back(reduced[d] ? 1 : x.dim(static_cast<int64_t>(d)));
     auto group = broadcastOffsets(keptShape, x.shape(), what, "statistics");
     int64_t groups = shapeNumel(keptShape);
-    auto xs = readDoubles(x, what);
+    auto xs = readAsDoubles(x, what);
     std::vector<double> sum(groups, 0.0), sq(groups, 0.0), cnt(groups, 0.0);
     for (size_t i = 0; i < xs.size(); ++i) {
       sum[group[i]] += xs[i];
@@ -241,7 +225,7 @@ KernelFn mvnKernel(CompileContext& c) {
       int64_t g = group[i];
       ys[i] = (xs[i] - sum[g]) / (std::sqrt(sq[g] / cnt[g]) + 1e-9);
     }
-    k.setOutput(0, fromDoubles(ys, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
   };
 }
 
@@ -264,8 +248,8 @@ KernelFn batchNormGradKernel(CompileContext& c) {
     int64_t N = x.dim(0), C = x.rank() >= 2 ? x.dim(1) : 1;
     int64_t inner = x.rank() >= 2 ? shapeProduct(x.shape(), 2, x.rank()) : 1;
     auto scale = channelParam(k.input(2), C, what, "scale");
-    auto xs = readDoubles(x, what);
-    auto dy = readDoubles(dyA, what);
+    auto xs = readAsDoubles(x, what);
+    auto dy = readAsDoubles(dyA, what);
     auto at = [&](int64_t b, int64_t ch, int64_t i) { return (b * C + ch) * inner + i; };
     auto count = static_cast<double>(N * inner);
     std::vector<double> mean(C, 0.0), var(C, 0.0);
@@ -299,9 +283,9 @@ KernelFn batchNormGradKernel(CompileContext& c) {
           dx[o] = scale[ch] * inv * (dy[o] - dB[ch] / count - xhat * dScale[ch] / count);
         }
     }
-    k.setOutput(0, fromDoubles(dx, x.dtype(), x.shape(), what));
-    if (k.wantsOutput(1)) k.setOutput(1, fromDoubles(dScale, k.input(2).dtype(), {C}, what));
-    if (k.wantsOutput(2)) k.setOutput(2, fromDoubles(dB, k.input(2).dtype(), {C}, what));
+    k.setOutput(0, arrayFromDoubles(dx, x.dtype(), x.shape(), what));
+    if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(dScale, k.input(2).dtype(), {C}, what));
+    if (k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(dB, k.input(2).dtype(), {C}, what));
   };
 }
 
@@ -323,8 +307,8 @@ KernelFn lrnGradKernel(CompileContext& c) {
     int64_t N = x.dim(0), C = x.dim(1), inner = shapeProduct(x.shape(), 2, x.rank());
     int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
     double a = alpha / static_cast<double>(size);
-    auto xs = readDoubles(x, what);
-    auto dy = readDoubles(dyA, what);
+    auto xs = readAsDoubles(x, what);
+    auto dy = readAsDoubles(dyA, what);
     std::vector<double> d(xs.size()), t(xs.size()), dx(xs.size());
     auto at = [&](int64_t b, int64_t ch, int64_t i) { return (b * C + ch) * inner + i; };
     // d = bias + a * (window sum of x^2); t = dy * x * d^(-beta-1).
@@ -347,7 +331,7 @@ KernelFn lrnGradKernel(CompileContext& c) {
           int64_t o = at(b, ch, i);
           dx[o] = dy[o] * std::pow(d[o], -beta) - 2.0 * beta * a * xs[o] * s;
         }
-    k.setOutput(0, fromDoubles(dx, x.dtype(), x.shape(), what));
+    k.setOutput(0, arrayFromDoubles(dx, x.dtype(), x.shape(), what));
   };
 }
 

@@ -62,14 +62,6 @@ double scalarDouble(const NDArray& a, const std::string& what, const char* name)
   return v;
 }
 
-std::vector<double> readDoubles(const NDArray& a, const std::string& what) {
-  std::vector<double> v(static_cast<size_t>(a.numel()));
-  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(a.data<T>()[i]));
-  });
-  return v;
-}
 
 // Writes `v` into a new array of type dt (saturating for integer types).
 NDArray fromDoubles(DataType dt, Shape shape, const std::vector<double>& v, const std::string& what) {
@@ -109,7 +101,7 @@ KernelFn dftKernel(CompileContext& c) {
     Shape os = x.shape();
     os[axis] = outLen;
     os.back() = realOut ? 1 : 2;
-    std::vector<double> in = readDoubles(x, what);
+    std::vector<double> in = readAsDoubles(x, what);
     std::vector<double> out(static_cast<size_t>(shapeNumel(os)));
     const int64_t ci = complexIn ? 2 : 1, co = realOut ? 1 : 2;
     // The transform reads at most `length` input samples (shorter inputs are zero-padded); an
@@ -149,7 +141,7 @@ KernelFn stftKernel(CompileContext& c) {
     if (k.hasInput(2)) {
       const NDArray& w = k.input(2);
       GRAFT_CHECK(w.rank() == 1, "{}: window must be 1-D, got shape {}", what, shapeToString(w.shape()));
-      window = readDoubles(w, what);
+      window = readAsDoubles(w, what);
     }
     int64_t frameLength = k.hasInput(2) ? static_cast<int64_t>(window.size()) : L;
     if (k.hasInput(3)) {
@@ -163,7 +155,7 @@ KernelFn stftKernel(CompileContext& c) {
     if (window.empty()) window.assign(static_cast<size_t>(frameLength), 1.0);
     const int64_t frames = (L - frameLength) / step + 1;
     const int64_t bins = onesided ? frameLength / 2 + 1 : frameLength;
-    std::vector<double> in = readDoubles(x, what);
+    std::vector<double> in = readAsDoubles(x, what);
     std::vector<double> out(static_cast<size_t>(B * frames * bins * 2));
     const int64_t ci = complexIn ? 2 : 1;
     std::vector<Complex> frame(static_cast<size_t>(frameLength)), spec(static_cast<size_t>(bins));

@@ -12,23 +12,7 @@
 namespace graft::ops {
 namespace {
 
-std::vector<double> readDoubles(const NDArray& a, const std::string& what) {
-  std::vector<double> v(static_cast<size_t>(a.numel()));
-  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(a.data<T>()[i]));
-  });
-  return v;
-}
 
-NDArray fromDoubles(const std::vector<double>& v, DataType dt, const Shape& shape, const std::string& what) {
-  NDArray out = NDArray::uninitialized(dt, shape);
-  dispatch<kFloats>(dt, what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<T>()[i] = static_cast<T>(static_cast<ComputeType<T>>(v[i]));
-  });
-  return out;
-}
 
 enum class SoftmaxKind { Softmax, LogSoftmax, Hardmax };
 
@@ -68,9 +52,9 @@ KernelFactory softmaxKernel(SoftmaxKind kind) {
     return [=](KernelContext& k) {
       const NDArray& x = k.input(0);
       int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
-      auto v = readDoubles(x, what);
+      auto v = readAsDoubles(x, what);
       softmaxInPlace(v, x.shape(), axis, kind);
-      k.setOutput(0, fromDoubles(v, x.dtype(), x.shape(), what));
+      k.setOutput(0, arrayFromDoubles(v, x.dtype(), x.shape(), what));
     };
   };
 }
@@ -115,7 +99,7 @@ void nllLoss(KernelContext& k, const std::vector<double>& logp, const Shape& inS
     const NDArray& wt = k.input(2);
     GRAFT_CHECK(wt.rank() == 1 && wt.dim(0) == C, "{}: the weight must have shape [{}] (one per class), got {}", what, C,
                 shapeToString(wt.shape()));
-    w = readDoubles(wt, what);
+    w = readAsDoubles(wt, what);
   }
   std::vector<double> loss(t.size()), lw(t.size());
   for (int64_t b = 0; b < N; ++b)
@@ -133,7 +117,7 @@ void nllLoss(KernelContext& k, const std::vector<double>& logp, const Shape& inS
       loss[i] = -logp[(b * C + cls) * D + d] * lw[i];
     }
   if (a.reduction == Reduction::None) {
-    k.setOutput(0, fromDoubles(loss, dt, want, what));
+    k.setOutput(0, arrayFromDoubles(loss, dt, want, what));
     return;
   }
   double s = 0, ws = 0;
@@ -143,7 +127,7 @@ void nllLoss(KernelContext& k, const std::vector<double>& logp, const Shape& inS
   }
   // Mean divides by the total weight of the counted elements (0/0 = NaN when none count).
   double r = a.reduction == Reduction::Sum ? s : (ws != 0 ? s / ws : std::numeric_limits<double>::quiet_NaN());
-  k.setOutput(0, fromDoubles({r}, dt, {}, what));
+  k.setOutput(0, arrayFromDoubles({r}, dt, {}, what));
 }
 
 KernelFn nllLossKernel(CompileContext& c) {
@@ -151,7 +135,7 @@ KernelFn nllLossKernel(CompileContext& c) {
   LossAttrs a = parseLossAttrs(c.node(), what);
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    nllLoss(k, readDoubles(x, what), x.shape(), x.dtype(), a, what);
+    nllLoss(k, readAsDoubles(x, what), x.shape(), x.dtype(), a, what);
   };
 }
 
@@ -161,10 +145,10 @@ KernelFn sceLossKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.rank() >= 2, "{}: the scores must have shape [N, C, ...], got {}", what, shapeToString(x.shape()));
-    auto logp = readDoubles(x, what);
+    auto logp = readAsDoubles(x, what);
     softmaxInPlace(logp, x.shape(), 1, SoftmaxKind::LogSoftmax);
     nllLoss(k, logp, x.shape(), x.dtype(), a, what);
-    if (k.wantsOutput(1)) k.setOutput(1, fromDoubles(logp, x.dtype(), x.shape(), what));
+    if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(logp, x.dtype(), x.shape(), what));
   };
 }
 
