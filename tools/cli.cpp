@@ -46,6 +46,12 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                                 "graft does not support");
   inspect->add_option("model", io.model, "ONNX model file")->required();
   inspect->add_flag("--graph", io.graph, "Also print the imported graph (graft IR)");
+  inspect->add_flag("--stages", io.stages, "Also print the split over virtual devices: the model's annotations "
+                                           "(__ipu_number, __pipeline_stage) or, without any, graft's Auto split");
+  inspect->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
+      ->check(CLI::PositiveNumber);
+  inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages and --memory (repeatable; default 1)")
+      ->type_name("NAME=SIZE");
   MemoryInspectOptions mo;
   addMemoryOptions(*inspect, mo);
 
@@ -81,7 +87,10 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   try {
     if (inspect->parsed()) {
       inspectCommand(io, out);
-      if (mo.memory) printMemoryPlan(io.model, mo, out);
+      if (mo.memory) {
+        mo.dims = io.dims;
+        printMemoryPlan(io.model, mo, out);
+      }
     }
     else if (run->parsed()) runCommand(ro, out);
     else opsCommand(out);

@@ -3,6 +3,7 @@
 // arguments and output streams as parameters so that tests can run it in-process.
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,11 @@ namespace graft::tools {
 struct InspectOptions {
   std::string model;
   bool graph = false;  ///< also print the IR (ir::printGraph)
+  /// Also print the split over virtual devices (ops, parameters, FLOPs, memory per stage): the
+  /// model's own annotations (Manual mode) or, without any, graft's Auto split.
+  bool stages = false;
+  int virtualDevices = 0;          ///< 0: the annotations' count, or 2 for Auto
+  std::vector<std::string> dims;   ///< "symbol=value" for symbolic input dimensions (default 1)
 };
 
 /// Options of `graft run`.
@@ -28,6 +34,8 @@ struct RunOptions {
   int show = 6;  ///< values printed per output
 };
 
+/// Parses --dim NAME=SIZE arguments; throws graft::Error on a malformed or repeated one.
+std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args);
 /// Prints the model summary; throws graft::Error when the model cannot be loaded.
 void inspectCommand(const InspectOptions& options, std::ostream& out);
 /// Runs the model and prints per-output summaries and timings; throws graft::Error on bad input.

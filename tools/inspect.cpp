@@ -46,6 +46,38 @@ std::string nodeLabel(const ir::Node& n) {
   return fmt::format("#{}", n.id());
 }
 
+// Compiles the model as a pipelined inference session and prints its programs.
+void printStages(const InspectOptions& o, const ir::Graph& g, std::ostream& out) {
+  int64_t maxVg = -1;
+  for (const ir::Node* n : g.nodes())
+    if (n->virtualGraph) maxVg = std::max(maxVg, *n->virtualGraph);
+  bool annotated = maxVg >= 0;
+  int count = o.virtualDevices > 0 ? o.virtualDevices : annotated ? static_cast<int>(maxVg + 1) : 2;
+  std::map<std::string, int64_t> dims = parseDims(o.dims);
+  InputShapeInfo shapes;
+  for (const ir::Tensor* t : g.inputs()) {
+    const TensorInfo& info = t->info();
+    if (!t->type().isTensor() || !info.hasShape() || info.isStatic()) continue;
+    Shape s;
+    for (const Dim& d : info.dims()) {
+      auto it = dims.find(d.param);
+      s.push_back(d.known() ? d.value : it != dims.end() ? it->second : 1);
+    }
+    shapes.add(t->id(), TensorInfo(info.dataType(), s));
+  }
+  SessionOptions so;
+  so.virtualGraphMode = annotated ? VirtualGraphMode::Manual : VirtualGraphMode::Auto;
+  so.enablePipelining = true;
+  std::vector<TensorId> outs;
+  for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
+  auto session = InferenceSession::createFromOnnxModel(o.model, DataFlow(1, outs),
+                                                       DeviceManager::createDeviceManager().createCpuDevice(count, 1), shapes, so);
+  session->prepareDevice();
+  out << fmt::format("stages      {} split over {} virtual device{}\n", annotated ? "annotated (Manual)" : "Auto", count,
+                     count == 1 ? "" : "s");
+  out << session->stagesText();
+}
+
 }  // namespace
 
 void inspectCommand(const InspectOptions& o, std::ostream& out) {
@@ -104,6 +136,7 @@ void inspectCommand(const InspectOptions& o, std::ostream& out) {
       out << fmt::format("  {:<{}}  {:>6}  {}\n", op, opWidth, names.size(), shown);
     }
   }
+  if (o.stages) printStages(o, g, out);
   if (o.graph) out << "\n" << ir::printGraph(g);
 }
 

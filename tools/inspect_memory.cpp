@@ -16,8 +16,6 @@ void addMemoryOptions(CLI::App& inspect, MemoryInspectOptions& o) {
   inspect.add_flag("--memory", o.memory, "Compile for the cpu device and print the static memory plan");
   inspect.add_option("--loss", o.loss, "With --memory: plan a training step (SGD) that minimises this tensor")
       ->type_name("TENSOR");
-  inspect.add_option("--dim", o.dims, "With --memory: size of a symbolic input dimension (repeatable; default 1)")
-      ->type_name("NAME=SIZE");
 }
 
 void printMemoryPlan(const std::string& model, const MemoryInspectOptions& o, std::ostream& out) {

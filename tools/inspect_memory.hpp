@@ -19,7 +19,8 @@ struct MemoryInspectOptions {
   bool perValue = true;             ///< one line per value
 };
 
-/// Adds --memory, --loss and --dim to the `inspect` subcommand.
+/// Adds --memory and --loss to the `inspect` subcommand (which has --dim already: the caller
+/// copies its values into MemoryInspectOptions::dims).
 void addMemoryOptions(CLI::App& inspect, MemoryInspectOptions& options);
 
 /// Prints the memory plan of `model`; throws graft::Error for a bad model or option.

@@ -59,20 +59,6 @@ std::pair<std::string, std::string> splitAssignment(const std::string& arg, cons
   return {arg.substr(0, eq), arg.substr(eq + 1)};
 }
 
-std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
-  std::map<std::string, int64_t> dims;
-  for (const auto& a : args) {
-    auto [name, text] = splitAssignment(a, "--dim", "NAME=SIZE, for example --dim batch=8");
-    int64_t v = -1;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    GRAFT_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0,
-                "--dim {}: the size must be a non-negative integer, got '{}'", name, text);
-    GRAFT_CHECK(!dims.count(name), "--dim {} is given twice", name);
-    dims[name] = v;
-  }
-  return dims;
-}
-
 // Output names from the ModelProto; when it does not parse, the full import reports why.
 std::vector<TensorId> graphOutputs(const std::string& path) {
   std::error_code ec;
@@ -145,6 +131,21 @@ double median(std::vector<double> v) {
 }
 
 }  // namespace
+
+std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& a : args) {
+    auto [name, text] = splitAssignment(a, "--dim", "NAME=SIZE, for example --dim batch=8");
+    int64_t v = -1;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    GRAFT_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0,
+                "--dim {}: the size must be a non-negative integer, got '{}'", name, text);
+    GRAFT_CHECK(!dims.count(name), "--dim {} is given twice", name);
+    dims[name] = v;
+  }
+  return dims;
+}
+
 
 void runCommand(const RunOptions& o, std::ostream& out) {
   GRAFT_CHECK(!o.model.empty(), "no model file given");

@@ -40,6 +40,14 @@ struct SessionOptions {
   std::string dumpGraphAfterPass;
   /// Folder for logs and dumps (empty: none written).
   std::string logDir;
+  /// After every step, write what each thread did (per virtual device: busy and idle time, each
+  /// program and micro-batch) as a Chrome trace JSON file here (open it in chrome://tracing or
+  /// ui.perfetto.dev). "{step}" in the path is replaced by the step number (from 0), to keep one
+  /// file per step; otherwise each step overwrites the file. Empty: nothing is written.
+  std::string timelinePath;
+  /// Pipelining: micro-batches inside the pipeline at once (bounds every queue between stages);
+  /// 0: twice the number of programs.
+  int pipelineDepth = 0;
 };
 
 }  // namespace graft

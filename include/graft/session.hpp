@@ -84,11 +84,19 @@ class Session {
   double lastCompileSeconds() const;
   /// Per-op-type kernel times, slowest first (needs SessionOptions::enableProfiling).
   std::vector<OpProfile> profile() const;
-  /// The compiled graph as text (after prepareDevice).
+  /// The compiled graph as text (after prepareDevice); with virtual graphs, one graph per program.
   std::string graphText() const;
   /// The memory plan of the compiled step (after prepareDevice); with `perValue`, `text` lists
   /// every value with its placement, offset and live range over the schedule.
   MemoryPlanSummary memoryPlan(bool perValue = false) const;
+  /// With virtualGraphMode Manual or Auto: the split of the compiled model into programs (ops,
+  /// parameters, FLOPs and memory per program and the virtual device running it); "" otherwise.
+  std::string stagesText() const;
+  /// What every thread did during the last step as a Chrome trace JSON (chrome://tracing or
+  /// ui.perfetto.dev): per virtual device busy (program, micro-batch) and idle time. Recorded for
+  /// sessions with virtual graphs, and for others when SessionOptions::timelinePath is set; ""
+  /// before the first step.
+  std::string timelineJson() const;
   /// Copies weights (and, in training, optimizer state) into the arrays of `io`, which must have
   /// the tensors' types and shapes.
   void readWeights(WeightsIO& io) const;

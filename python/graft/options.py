@@ -85,7 +85,7 @@ class SessionOptions(_graft._SessionOptionsCore):
     """Session options. graft's own fields: enableGradientAccumulation, accumulationFactor,
     accumulationAndReplicationReductionType, virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
     replicatedGraphCount, constantWeights, numThreads, enableProfiling, verifyPasses,
-    dumpGraphAfterPass, logDir. PopART's other option names are accepted with a warning and
+    dumpGraphAfterPass, logDir, timelinePath, pipelineDepth. PopART's other option names are accepted with a warning and
     ignored; unknown names raise graft.Error."""
 
     def __init__(self, **options):

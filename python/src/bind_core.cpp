@@ -217,7 +217,9 @@ void bindOptions(pyb::module_& m) {
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)
       .def_readwrite("dumpGraphAfterPass", &SessionOptions::dumpGraphAfterPass)
-      .def_readwrite("logDir", &SessionOptions::logDir);
+      .def_readwrite("logDir", &SessionOptions::logDir)
+      .def_readwrite("timelinePath", &SessionOptions::timelinePath)
+      .def_readwrite("pipelineDepth", &SessionOptions::pipelineDepth);
 
   pyb::enum_<PatternsLevel>(m, "PatternsLevel")
       .value("NoPatterns", PatternsLevel::NoPatterns)

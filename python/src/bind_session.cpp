@@ -142,6 +142,8 @@ void bindSession(pyb::module_& m) {
       .def("lastCompileSeconds", &Session::lastCompileSeconds)
       .def("profile", &Session::profile)
       .def("graphText", &Session::graphText)
+      .def("stagesText", &Session::stagesText)
+      .def("timelineJson", &Session::timelineJson)
       .def("readWeights",
            [](const Session& s, PyWeightsIO& io) {
              io.checkWritable();

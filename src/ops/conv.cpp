@@ -52,6 +52,91 @@ KernelFn convKernel(CompileContext& c) {
   };
 }
 
+/// The window of a ConvTranspose of X by W (X [N, C, in...], W [C, M/group, k...]): output
+/// extents and pads from pads, auto_pad, output_padding and output_shape, as ONNX defines them.
+/// `win.in` is X's spatial extent, `win.out` the output's; pads may be negative when output_shape
+/// asks for more than the input covers. Throws graft::Error naming the node.
+ConvShape transposedConvShape(const WindowAttrs& wa, const Shape& xs, const Shape& ws, int64_t group,
+                              const std::vector<int64_t>& outputPadding, const std::vector<int64_t>& outputShape) {
+  const std::string& what = wa.what;
+  checkConvShapes(wa, xs, ws, group, /*transposed=*/true);
+  ConvShape s;
+  s.batch = xs[0];
+  s.inChannels = xs[1];
+  s.outChannels = ws[1] * group;  // checked above
+  s.group = group;
+  Shape in = spatialDims(xs), kernel = spatialDims(ws);
+  int64_t r = static_cast<int64_t>(in.size());
+  GRAFT_CHECK(outputPadding.empty() || static_cast<int64_t>(outputPadding.size()) == r,
+              "{}: output_padding must have {} values, got {}", what, r, outputPadding.size());
+  Shape outAttr;
+  if (!outputShape.empty()) {
+    // Some exporters write the full [N, C, spatial...] shape; the spatial part is what counts.
+    GRAFT_CHECK(static_cast<int64_t>(outputShape.size()) == r || static_cast<int64_t>(outputShape.size()) == r + 2,
+                "{}: output_shape must have {} values (one per spatial axis), got {}", what, r, outputShape.size());
+    outAttr.assign(outputShape.end() - r, outputShape.end());
+  }
+  Window& win = s.win;
+  win.in = in;
+  win.kernel = kernel;
+  GRAFT_CHECK(wa.strides.empty() || static_cast<int64_t>(wa.strides.size()) == r,
+              "{}: strides must have {} values, got {}", what, r, wa.strides.size());
+  GRAFT_CHECK(wa.dilations.empty() || static_cast<int64_t>(wa.dilations.size()) == r,
+              "{}: dilations must have {} values, got {}", what, r, wa.dilations.size());
+  GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r, "{}: pads must have {} values, got {}",
+              what, 2 * r, wa.pads.size());
+  win.stride = wa.strides.empty() ? Shape(r, 1) : wa.strides;
+  win.dilation = wa.dilations.empty() ? Shape(r, 1) : wa.dilations;
+  win.padBegin.assign(r, 0);
+  win.padEnd.assign(r, 0);
+  win.out.assign(r, 0);
+  bool same = wa.autoPad == AutoPad::SameUpper || wa.autoPad == AutoPad::SameLower;
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t keff = 0;
+    GRAFT_CHECK(!__builtin_mul_overflow(kernel[d] - 1, win.dilation[d], &keff) && keff < (int64_t{1} << 40) &&
+                    in[d] < (int64_t{1} << 40),
+                "{}: sizes too large on spatial axis {}", what, d);
+    keff += 1;
+    int64_t op = outputPadding.empty() ? 0 : outputPadding[d];
+    int64_t full = 0;  // output extent without padding
+    GRAFT_CHECK(!__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50),
+                "{}: output too large on spatial axis {}", what, d);
+    full = full - win.stride[d] + op + keff;
+    if (!wa.pads.empty()) {
+      win.padBegin[d] = wa.pads[d];
+      win.padEnd[d] = wa.pads[d + r];
+    }
+    if (!outAttr.empty() || (same && wa.pads.empty())) {
+      int64_t out = !outAttr.empty() ? outAttr[d] : in[d] * win.stride[d];
+      if (wa.pads.empty()) {
+        // ONNX: total = full - out, split evenly; an odd total puts the extra element at the end
+        // for SAME_UPPER and at the beginning otherwise (floor division: totals can be
+        // negative when output_shape asks for more than the input covers).
+        int64_t total = full - out;
+        int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+        win.padBegin[d] = wa.autoPad == AutoPad::SameUpper ? half : total - half;
+        win.padEnd[d] = total - win.padBegin[d];
+      }
+      win.out[d] = out;
+    } else {
+      win.out[d] = full - win.padBegin[d] - win.padEnd[d];
+    }
+    GRAFT_CHECK(win.out[d] >= 0, "{}: output extent {} on spatial axis {} is negative (pads {} + {} exceed {})", what,
+                win.out[d], d, win.padBegin[d], win.padEnd[d], full);
+  }
+  return s;
+}
+
+void checkOutputAttrs(const std::string& what, const std::vector<int64_t>& outputPadding,
+                      const std::vector<int64_t>& outputShape) {
+  for (int64_t p : outputPadding)
+    GRAFT_CHECK(p >= 0 && p < (int64_t{1} << 40), "{}: output_padding values must be in [0, 2^40), got {}", what,
+                shapeToString(outputPadding));
+  for (int64_t o : outputShape)
+    GRAFT_CHECK(o >= 0 && o < (int64_t{1} << 50), "{}: output_shape values must be in [0, 2^50), got {}", what,
+                shapeToString(outputShape));
+}
+
 KernelFn convTransposeKernel(CompileContext& c) {
   const auto& n = c.node();
   WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
@@ -60,82 +145,14 @@ KernelFn convTransposeKernel(CompileContext& c) {
   std::vector<int64_t> outputShape = n.attrInts("output_shape", {});
   std::string what = wa.what;
   GRAFT_CHECK(group >= 1, "{}: group must be >= 1, got {}", what, group);
-  for (int64_t p : outputPadding)
-    GRAFT_CHECK(p >= 0 && p < (int64_t{1} << 40), "{}: output_padding values must be in [0, 2^40), got {}", what,
-                shapeToString(outputPadding));
-  for (int64_t o : outputShape)
-    GRAFT_CHECK(o >= 0 && o < (int64_t{1} << 50), "{}: output_shape values must be in [0, 2^50), got {}", what,
-                shapeToString(outputShape));
+  checkOutputAttrs(what, outputPadding, outputShape);
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& w = k.input(1);
     GRAFT_CHECK(w.dtype() == x.dtype(), "{}: W has data type {}, X has {}", what, dtypeName(w.dtype()),
                 dtypeName(x.dtype()));
-    checkConvShapes(wa, x.shape(), w.shape(), group, /*transposed=*/true);
-    ConvShape s;
-    s.batch = x.dim(0);
-    s.inChannels = x.dim(1);
-    s.outChannels = w.dim(1) * group;  // checked above
-    s.group = group;
-    Shape in = spatialDims(x.shape()), kernel = spatialDims(w.shape());
-    int64_t r = static_cast<int64_t>(in.size());
-    GRAFT_CHECK(outputPadding.empty() || static_cast<int64_t>(outputPadding.size()) == r,
-                "{}: output_padding must have {} values, got {}", what, r, outputPadding.size());
-    Shape outAttr;
-    if (!outputShape.empty()) {
-      // Some exporters write the full [N, C, spatial...] shape; the spatial part is what counts.
-      GRAFT_CHECK(static_cast<int64_t>(outputShape.size()) == r || static_cast<int64_t>(outputShape.size()) == r + 2,
-                  "{}: output_shape must have {} values (one per spatial axis), got {}", what, r, outputShape.size());
-      outAttr.assign(outputShape.end() - r, outputShape.end());
-    }
-    Window& win = s.win;
-    win.in = in;
-    win.kernel = kernel;
-    GRAFT_CHECK(wa.strides.empty() || static_cast<int64_t>(wa.strides.size()) == r,
-                "{}: strides must have {} values, got {}", what, r, wa.strides.size());
-    GRAFT_CHECK(wa.dilations.empty() || static_cast<int64_t>(wa.dilations.size()) == r,
-                "{}: dilations must have {} values, got {}", what, r, wa.dilations.size());
-    GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r,
-                "{}: pads must have {} values, got {}", what, 2 * r, wa.pads.size());
-    win.stride = wa.strides.empty() ? Shape(r, 1) : wa.strides;
-    win.dilation = wa.dilations.empty() ? Shape(r, 1) : wa.dilations;
-    win.padBegin.assign(r, 0);
-    win.padEnd.assign(r, 0);
-    win.out.assign(r, 0);
-    bool same = wa.autoPad == AutoPad::SameUpper || wa.autoPad == AutoPad::SameLower;
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t keff = 0;
-      GRAFT_CHECK(!__builtin_mul_overflow(kernel[d] - 1, win.dilation[d], &keff) && keff < (int64_t{1} << 40) &&
-                      in[d] < (int64_t{1} << 40),
-                  "{}: sizes too large on spatial axis {}", what, d);
-      keff += 1;
-      int64_t op = outputPadding.empty() ? 0 : outputPadding[d];
-      int64_t full = 0;  // output extent without padding
-      GRAFT_CHECK(!__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50),
-                  "{}: output too large on spatial axis {}", what, d);
-      full = full - win.stride[d] + op + keff;
-      if (!wa.pads.empty()) {
-        win.padBegin[d] = wa.pads[d];
-        win.padEnd[d] = wa.pads[d + r];
-      }
-      if (!outAttr.empty() || (same && wa.pads.empty())) {
-        int64_t out = !outAttr.empty() ? outAttr[d] : in[d] * win.stride[d];
-        if (wa.pads.empty()) {
-          // ONNX: total = full - out, split evenly; an odd total puts the extra element at the end
-          // for SAME_UPPER and at the beginning otherwise (floor division: totals can be
-          // negative when output_shape asks for more than the input covers).
-          int64_t total = full - out;
-          int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
-          win.padBegin[d] = wa.autoPad == AutoPad::SameUpper ? half : total - half;
-          win.padEnd[d] = total - win.padBegin[d];
-        }
-        win.out[d] = out;
-      } else {
-        win.out[d] = full - win.padBegin[d] - win.padEnd[d];
-      }
-      GRAFT_CHECK(win.out[d] >= 0, "{}: output extent {} on spatial axis {} is negative (pads {} + {} exceed {})", what,
-                  win.out[d], d, win.padBegin[d], win.padEnd[d], full);
-    }
+    ConvShape s = transposedConvShape(wa, x.shape(), w.shape(), group, outputPadding, outputShape);
+    const Window& win = s.win;
     NDArray b = checkedBias(k, s.outChannels, x.dtype(), what);
     Shape ys = {s.batch, s.outChannels};
     ys.insert(ys.end(), win.out.begin(), win.out.end());
@@ -167,6 +184,238 @@ KernelFn convTransposeKernel(CompileContext& c) {
 GRAFT_REGISTER_OPS(conv) {
   r.add("Conv").setReference(convKernel);
   r.add("ConvTranspose").setReference(convTransposeKernel);
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+// Both convolutions differentiate into convolutions, so the backward pass runs on the same fast
+// kernels as the forward one:
+//   Conv:          dX = ConvTranspose(dY, W)   dW = Conv(X^T, dY^T) (batch and channels swapped)
+//   ConvTranspose: dX = Conv(dY, W)            dW = the same Conv-of-transposes, roles swapped
+// Pads, strides and dilations are resolved from the known spatial shapes (the batch may be
+// symbolic) when the backward graph is built, and Slice/Pad fix up the rows that windows never
+// reach, so every result has its input's exact
+// shape without relying on output_padding (which oneDNN accepts only up to the end padding).
+#include <algorithm>
+
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+std::vector<int64_t> iota(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// The batch dimension N of an unknown size is written as this placeholder in the shapes the
+// VJPs compute with; nothing built from them depends on N (reshapes copy it, see reshapeN).
+constexpr int64_t kUnknownBatch = -1;
+
+// The shape of `t` with every dimension but the first (the batch) known; an unknown batch is
+// kUnknownBatch. Throws graft::Error naming the node otherwise.
+Shape gradShape(GradBuilder& g, const ir::Tensor* t, bool batchMayBeUnknown) {
+  const TensorInfo& info = t->info();
+  bool ok = info.hasShape() && info.rank() >= 1;
+  for (int64_t d = batchMayBeUnknown ? 1 : 0; ok && d < info.rank(); ++d) ok = info.dims()[d].known();
+  GRAFT_CHECK(ok, "{}: the gradient needs the shape of '{}' (all but the batch dimension), got {}", g.node().describe(),
+              t->id(), info.str());
+  Shape s;
+  for (const Dim& d : info.dims()) s.push_back(d.known() ? d.value : kUnknownBatch);
+  return s;
+}
+
+// Reshape to `s`, where kUnknownBatch marks dimensions that depend on an unknown batch: with none
+// a constant shape (allowzero, so empty tensors stay empty); otherwise 0 (copy the input's
+// dimension) in the first position and -1 (infer) in any other.
+ir::Tensor* reshapeN(GradBuilder& g, ir::Tensor* t, Shape s) {
+  bool unknown = false;
+  for (int64_t& d : s)
+    if (d < 0) unknown = true;
+  if (!unknown) return gradutil::reshapeTo(g, t, g.int64s(s));
+  if (s[0] < 0) s[0] = 0;
+  for (size_t i = 1; i < s.size(); ++i)
+    if (s[i] < 0) s[i] = -1;
+  return g.op("Reshape", {t, g.int64s(s)});
+}
+
+// t[..., cutBegin[d] : extent[d] - cutEnd[d], ...] on the spatial axes (2...) of extents `extent`,
+// then pre[d] zeros added before and post[d] after (all >= 0). Nothing when all are 0.
+ir::Tensor* cropOrPad(GradBuilder& g, ir::Tensor* t, const Shape& extent, const Shape& cutBegin, const Shape& cutEnd,
+                      const Shape& pre, const Shape& post) {
+  int64_t r = static_cast<int64_t>(extent.size());
+  auto anyNonZero = [](const Shape& v) { return std::any_of(v.begin(), v.end(), [](int64_t x) { return x != 0; }); };
+  if (anyNonZero(cutBegin) || anyNonZero(cutEnd)) {
+    Shape ends(r);
+    for (int64_t d = 0; d < r; ++d) ends[d] = extent[d] - cutEnd[d];
+    t = g.op("Slice", {t, g.int64s(cutBegin), g.int64s(ends), g.int64s(iota(2, r + 2))});
+  }
+  if (anyNonZero(pre) || anyNonZero(post)) {
+    std::vector<int64_t> pads(2 * (r + 2), 0);
+    for (int64_t d = 0; d < r; ++d) {
+      pads[d + 2] = pre[d];
+      pads[d + 2 + r + 2] = post[d];
+    }
+    t = g.op("Pad", {t, g.int64s(pads)});
+  }
+  return t;
+}
+
+ir::Attributes convAttrs(const Shape& strides, const Shape& dilations, const Shape& padBegin, const Shape& padEnd,
+                         int64_t group) {
+  ir::Attributes a;
+  std::vector<int64_t> pads(padBegin.begin(), padBegin.end());
+  pads.insert(pads.end(), padEnd.begin(), padEnd.end());
+  a.set("strides", std::vector<int64_t>(strides.begin(), strides.end()));
+  a.set("dilations", std::vector<int64_t>(dilations.begin(), dilations.end()));
+  a.set("pads", pads);
+  a.set("group", group);
+  return a;
+}
+
+/// The gradient of W [M, C/group, k...] of a convolution whose taps read x [N, C, in...] at
+/// o * stride - padBegin + k * dilation for output positions o of dy [N, M, out...] (pads may be
+/// negative: rows outside the padded input are never read):
+///   dW[m, c, k] = sum_n sum_o dy[n, m, o] * x[n, group(m) * C/group + c, o * s - pb + k * d].
+/// That is a convolution of x with batch and channels swapped ([C/g, g * N, in...]) by dy as
+/// weights ([M, N, out...]) with strides and dilations swapped, grouped by `group`.
+ir::Tensor* weightGrad(GradBuilder& g, ir::Tensor* x, ir::Tensor* dy, const Window& win, int64_t group, const Shape& xs,
+                       const Shape& ys) {
+  int64_t r = win.rank(), N = xs[0], C = xs[1], M = ys[1], cg = C / group;
+  Shape cutBegin(r, 0), cutEnd(r, 0), none(r, 0), pb(r), pe(r), in = win.in;
+  for (int64_t d = 0; d < r; ++d) {
+    // Rows of x past the last tap of the last window (or before the first) take no part.
+    int64_t reach = (win.kernel[d] - 1) * win.dilation[d] + (win.out[d] - 1) * win.stride[d] + 1;
+    int64_t slack = win.in[d] + win.padBegin[d] + win.padEnd[d] - reach;
+    pb[d] = win.padBegin[d];
+    pe[d] = win.padEnd[d] - slack;
+    if (pb[d] < 0) cutBegin[d] = -pb[d], pb[d] = 0;
+    if (pe[d] < 0) cutEnd[d] = -pe[d], pe[d] = 0;
+    in[d] -= cutBegin[d] + cutEnd[d];
+  }
+  x = cropOrPad(g, x, win.in, cutBegin, cutEnd, none, none);
+  std::vector<int64_t> swap01 = iota(0, r + 2);
+  std::swap(swap01[0], swap01[1]);
+  ir::Tensor *xt, *wt;
+  if (group == 1) {
+    xt = gradutil::transpose(g, x, swap01);   // [C, N, in...]
+    wt = gradutil::transpose(g, dy, swap01);  // [M, N, out...]
+  } else {
+    Shape xg = {N, group, cg}, yg = {N, group, M / group};
+    xg.insert(xg.end(), in.begin(), in.end());
+    yg.insert(yg.end(), win.out.begin(), win.out.end());
+    std::vector<int64_t> px = {2, 1, 0}, py = {1, 2, 0};
+    for (int64_t d = 0; d < r; ++d) px.push_back(d + 3), py.push_back(d + 3);
+    Shape xt3 = {cg, N < 0 ? kUnknownBatch : group * N}, yt3 = {M, N};
+    xt3.insert(xt3.end(), in.begin(), in.end());
+    yt3.insert(yt3.end(), win.out.begin(), win.out.end());
+    xt = reshapeN(g, gradutil::transpose(g, reshapeN(g, x, xg), px), xt3);   // [C/g, g * N, in...]
+    wt = reshapeN(g, gradutil::transpose(g, reshapeN(g, dy, yg), py), yt3);  // [M, N, out...]
+  }
+  ir::Tensor* dwt = g.op("Conv", {xt, wt}, convAttrs(win.dilation, win.stride, pb, pe, group));  // [C/g, M, k...]
+  return gradutil::transpose(g, dwt, swap01);
+}
+
+ir::Tensor* biasGrad(GradBuilder& g, ir::Tensor* dy, int64_t rank) {
+  std::vector<int64_t> axes = iota(0, rank);
+  axes.erase(axes.begin() + 1);
+  ir::Attributes a;
+  a.set("keepdims", int64_t{0});
+  return g.op("ReduceSum", {dy, g.int64s(axes)}, a);
+}
+
+void convVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
+  int64_t group = n.attrInt("group", 1);
+  Shape xs = gradShape(g, g.in(0), true);
+  Shape ws = gradShape(g, g.in(1), false);
+  ConvShape s = convShapeOf(wa, xs, ws, group);
+  const Window& win = s.win;
+  int64_t r = win.rank();
+  Shape ys = {s.batch, s.outChannels};
+  ys.insert(ys.end(), win.out.begin(), win.out.end());
+  ir::Tensor* dy = g.dy(0);
+  if (g.wants(0)) {
+    // ConvTranspose of dY by W gives (out - 1) * s + keff - pb - pe' rows; with pe' = pe - slack
+    // that is exactly X's extent. A negative pe' (rows at the end no window reaches) becomes
+    // zero rows appended.
+    Shape pe(r), extra(r, 0), none(r, 0), got(win.in);
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t keff = (win.kernel[d] - 1) * win.dilation[d] + 1;
+      int64_t slack = win.in[d] + win.padBegin[d] + win.padEnd[d] - ((win.out[d] - 1) * win.stride[d] + keff);
+      pe[d] = win.padEnd[d] - slack;
+      if (pe[d] < 0) extra[d] = -pe[d], pe[d] = 0;
+      got[d] -= extra[d];
+    }
+    ir::Tensor* dx = g.op("ConvTranspose", {dy, g.in(1)}, convAttrs(win.stride, win.dilation, win.padBegin, pe, group));
+    g.setDx(0, cropOrPad(g, dx, got, none, none, none, extra));
+  }
+  if (g.wants(1)) g.setDx(1, weightGrad(g, g.in(0), dy, win, group, xs, ys));
+  if (g.in(2) && g.wants(2)) g.setDx(2, biasGrad(g, dy, r + 2));
+}
+
+void convTransposeVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
+  int64_t group = n.attrInt("group", 1);
+  std::vector<int64_t> outputPadding = n.attrInts("output_padding", {});
+  std::vector<int64_t> outputShape = n.attrInts("output_shape", {});
+  checkOutputAttrs(wa.what, outputPadding, outputShape);
+  Shape xs = gradShape(g, g.in(0), true);
+  Shape ws = gradShape(g, g.in(1), false);
+  ConvShape s = transposedConvShape(wa, xs, ws, group, outputPadding, outputShape);
+  const Window& win = s.win;  // in: X's extent, out: Y's
+  int64_t r = win.rank();
+  Shape ys = {s.batch, s.outChannels};
+  ys.insert(ys.end(), win.out.begin(), win.out.end());
+  ir::Tensor* dy = g.dy(0);
+  if (g.wants(0)) {
+    // X[i] feeds Y[i * s - pb + k * d]: a Conv of dY by W over those taps. Negative pads
+    // (output_shape beyond what X covers) are rows of Y nothing writes: cut from dY. Rows past
+    // the last window (output_padding >= stride) are cut from the result; too short a dY
+    // (output_shape below what X covers) is padded.
+    Shape pb(r), pe(r), cutB(r, 0), cutE(r, 0), none(r, 0), cut(r, 0), outExt(r);
+    for (int64_t d = 0; d < r; ++d) {
+      pb[d] = win.padBegin[d];
+      pe[d] = win.padEnd[d];
+      if (pb[d] < 0) cutB[d] = -pb[d], pb[d] = 0;
+      if (pe[d] < 0) cutE[d] = -pe[d], pe[d] = 0;
+      int64_t keff = (win.kernel[d] - 1) * win.dilation[d] + 1;
+      int64_t have = win.out[d] - cutB[d] - cutE[d] + pb[d] + pe[d];
+      int64_t need = (win.in[d] - 1) * win.stride[d] + keff;
+      if (have < need) pe[d] += need - have, have = need;
+      outExt[d] = (have - keff) / win.stride[d] + 1;
+      cut[d] = outExt[d] - win.in[d];
+    }
+    ir::Tensor* padded = cropOrPad(g, dy, win.out, cutB, cutE, none, none);
+    ir::Tensor* dx = g.op("Conv", {padded, g.in(1)}, convAttrs(win.stride, win.dilation, pb, pe, group));
+    g.setDx(0, cropOrPad(g, dx, outExt, none, cut, none, none));
+  }
+  if (g.wants(1)) {
+    // The taps of dY read by X[i] are those of a Conv over dY, with X in the role of its output
+    // gradient: dW[c, m, k] = sum X[n, c, i] * dY[n, group(c) * M/g + m, i * s - pb + k * d].
+    Window cw;
+    cw.in = win.out;
+    cw.out = win.in;
+    cw.kernel = win.kernel;
+    cw.stride = win.stride;
+    cw.dilation = win.dilation;
+    cw.padBegin = win.padBegin;
+    cw.padEnd = win.padEnd;
+    g.setDx(1, weightGrad(g, dy, g.in(0), cw, group, ys, xs));
+  }
+  if (g.in(2) && g.wants(2)) g.setDx(2, biasGrad(g, dy, r + 2));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(conv_vjp) {
+  r.add("Conv").setVjp(convVjp);
+  r.add("ConvTranspose").setVjp(convTransposeVjp);
 }
 
 }  // namespace graft::ops

@@ -261,6 +261,95 @@ KernelFn globalPoolKernel(CompileContext& c, GlobalKind kind) {
   };
 }
 
+// ---- Gradient ops (ai.graft) -----------------------------------------------------------------
+// MaxPoolGrad(dY, X) and AveragePoolGrad(dY, X) -> dX, with the forward node's window attributes:
+// each output gradient goes back to the window's first maximum (as MaxPool picks it), or spread
+// evenly over its taps with the forward's divisor. X gives the shape (and, for MaxPool, the
+// maxima); recomputing the argmax costs one extra pass but keeps the Indices output optional.
+
+/// Checks dY against the pooled shape of X and returns dX's accumulator.
+std::vector<double> poolGradSetup(const WindowAttrs& wa, const NDArray& dy, const NDArray& x, const Window& w) {
+  Shape ys = pooledShape(x, w);
+  GRAFT_CHECK(dy.shape() == ys, "{}: dY must have the pooled shape {} of X {}, got {}", wa.what, shapeToString(ys),
+              shapeToString(x.shape()), shapeToString(dy.shape()));
+  GRAFT_CHECK(dy.dtype() == x.dtype(), "{}: dY has data type {}, X has {}", wa.what, dtypeName(dy.dtype()),
+              dtypeName(x.dtype()));
+  return std::vector<double>(static_cast<size_t>(x.numel()), 0.0);
+}
+
+KernelFn maxPoolGradKernel(CompileContext& c) {
+  WindowAttrs wa = parseWindowAttrs(c.node(), /*hasDilations=*/true, /*hasCeilMode=*/true);
+  return [=](KernelContext& k) {
+    const NDArray& dy = k.input(0);
+    const NDArray& x = k.input(1);
+    Window w = poolWindow(wa, x);
+    std::vector<double> dx = poolGradSetup(wa, dy, x, w);
+    int64_t planes = planesOf(x, wa.what), inBlock = shapeNumel(w.in), outBlock = shapeNumel(w.out);
+    dispatch<kFloats>(x.dtype(), wa.what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* xp = x.data<T>();
+      const T* gp = dy.data<T>();
+      forEachWindow(w, planes, [&](int64_t p, int64_t op, const auto& taps) {
+        if (taps.empty()) return;
+        const T* plane = xp + p * inBlock;
+        int64_t best = taps.front().second;
+        double bv = toDouble(plane[best]);
+        for (const auto& t : taps) {
+          double v = toDouble(plane[t.second]);
+          if (!std::isnan(bv) && (v > bv || std::isnan(v))) {
+            bv = v;
+            best = t.second;
+          }
+        }
+        dx[p * inBlock + best] += toDouble(gp[p * outBlock + op]);
+      });
+      T* out = k.allocOutputUninit(0, x.dtype(), x.shape()).data<T>();
+      for (size_t i = 0; i < dx.size(); ++i) out[i] = fromDouble<T>(dx[i]);
+    });
+  };
+}
+
+KernelFn averagePoolGradKernel(CompileContext& c) {
+  WindowAttrs wa = parseWindowAttrs(c.node(), /*hasDilations=*/false, /*hasCeilMode=*/true);
+  bool includePad = c.node().attrInt("count_include_pad", 0) != 0;
+  return [=](KernelContext& k) {
+    const NDArray& dy = k.input(0);
+    const NDArray& x = k.input(1);
+    Window w = poolWindow(wa, x);
+    std::vector<double> dx = poolGradSetup(wa, dy, x, w);
+    int64_t planes = planesOf(x, wa.what), inBlock = shapeNumel(w.in), outBlock = shapeNumel(w.out);
+    dispatch<kFloats>(x.dtype(), wa.what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* gp = dy.data<T>();
+      std::vector<int64_t> start(w.rank());
+      forEachWindow(w, planes, [&](int64_t p, int64_t op, const auto& taps) {
+        if (taps.empty()) return;
+        double cnt = static_cast<double>(taps.size());
+        if (includePad) {
+          // As the forward: the part of the window inside the padded input.
+          cnt = 1;
+          int64_t rest = op;
+          for (int64_t d = w.rank() - 1; d >= 0; --d) {
+            int64_t o = rest % w.out[d];
+            rest /= w.out[d];
+            int64_t b = o * w.stride[d] - w.padBegin[d];
+            cnt *= static_cast<double>(std::min(b + w.kernel[d], w.in[d] + w.padEnd[d]) - b);
+          }
+        }
+        double v = toDouble(gp[p * outBlock + op]) / cnt;
+        for (const auto& t : taps) dx[p * inBlock + t.second] += v;
+      });
+      T* out = k.allocOutputUninit(0, x.dtype(), x.shape()).data<T>();
+      for (size_t i = 0; i < dx.size(); ++i) out[i] = fromDouble<T>(dx[i]);
+    });
+  };
+}
+
+std::vector<ir::ValueType> likeInput1(const ir::Node&, const std::vector<ir::ValueType>& in,
+                                      const std::vector<const NDArray*>&) {
+  return {in.at(1)};
+}
+
 // ---- MaxUnpool --------------------------------------------------------------------------------
 
 KernelFn maxUnpoolKernel(CompileContext& c) {
@@ -533,9 +622,111 @@ GRAFT_REGISTER_OPS(pool) {
   r.add("GlobalAveragePool").setReference([](CompileContext& c) { return globalPoolKernel(c, GlobalKind::Average); });
   r.add("GlobalMaxPool").setReference([](CompileContext& c) { return globalPoolKernel(c, GlobalKind::Max); });
   r.add("GlobalLpPool").setReference([](CompileContext& c) { return globalPoolKernel(c, GlobalKind::Lp); });
+  r.add("MaxPoolGrad", kGraftDomain).setReference(maxPoolGradKernel).setInfer(likeInput1);
+  r.add("AveragePoolGrad", kGraftDomain).setReference(averagePoolGradKernel).setInfer(likeInput1);
   r.add("MaxUnpool").setReference(maxUnpoolKernel).noGradient({1, 2});
   r.add("MaxRoiPool").setReference(maxRoiPoolKernel).noGradient({1});
   r.add("RoiAlign").setReference(roiAlignKernel).noGradient({1, 2});
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+// MaxPool and AveragePool differentiate into the ai.graft gradient ops above (kernel libraries
+// have pooling-backward primitives for them); the global pools and the Lp pools into forward
+// ops around them.
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+namespace {
+
+ir::Attributes windowAttrsOf(const ir::Node& n, std::initializer_list<const char*> names) {
+  ir::Attributes a;
+  for (const char* name : names)
+    if (const ir::AttrValue* v = n.attrs().find(name)) a.set(name, *v);
+  return a;
+}
+
+Shape staticSpatial(GradBuilder& g, const ir::Tensor* x) {
+  const TensorInfo& info = x->info();
+  bool ok = info.hasShape() && info.rank() >= 2;
+  Shape s;
+  for (int64_t d = 2; ok && d < info.rank(); ++d) {
+    ok = info.dims()[d].known();
+    s.push_back(info.dims()[d].value);
+  }
+  GRAFT_CHECK(ok, "{}: the gradient needs the spatial shape of '{}' ([N, C, spatial...]), got {}", g.node().describe(),
+              x->id(), info.str());
+  return s;
+}
+
+// Scatters every element of t (pooled like by an AveragePool with these window attributes) over
+// its window's taps: the adjoint of a sum over windows without ceil_mode.
+ir::Tensor* windowSumAdjoint(GradBuilder& g, ir::Tensor* t, ir::Tensor* x, ir::Attributes a, int64_t taps) {
+  a.set("count_include_pad", int64_t{1});
+  return g.op("AveragePoolGrad", {g.scale(t, static_cast<double>(taps)), x}, a, kGraftDomain);
+}
+
+// d/dx (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) y^(1-p); 0 where y is 0 (all-zero windows).
+ir::Tensor* lpOuter(GradBuilder& g, int64_t p) {
+  ir::Tensor *dy = g.dy(0), *y = g.out(0);
+  if (p == 1) return dy;
+  ir::Tensor* zero = g.scalarLike(0, y);
+  ir::Tensor* safe = g.where(g.op("Equal", {y, zero}), g.scalarLike(1, y), y);
+  ir::Tensor* scaled = g.mul(dy, g.op("Pow", {safe, g.scalarLike(static_cast<double>(1 - p), y)}));
+  return g.where(g.op("Equal", {y, zero}), zero, scaled);
+}
+ir::Tensor* lpInner(GradBuilder& g, ir::Tensor* x, int64_t p) {
+  if (p == 1) return g.op("Sign", {x});
+  if (p == 2) return x;
+  return g.mul(g.op("Sign", {x}), g.op("Pow", {g.op("Abs", {x}), g.scalarLike(static_cast<double>(p - 1), x)}));
+}
+
+void lpPoolVjp(GradBuilder& g, bool global) {
+  ir::Tensor* x = g.in(0);
+  int64_t p = g.node().attrInt("p", 2);
+  GRAFT_CHECK(p >= 1, "{}: p must be >= 1, got {}", g.node().describe(), p);
+  Shape spatial = staticSpatial(g, x);
+  ir::Tensor* outer = lpOuter(g, p);
+  ir::Tensor* spread;
+  if (global) {
+    spread = g.op("Expand", {outer, gradutil::shapeOf(g, x)});
+  } else {
+    ir::Attributes a = windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad"});
+    spread = windowSumAdjoint(g, outer, x, a, shapeNumel(Shape(g.node().attrInts("kernel_shape"))));
+  }
+  g.setDx(0, g.mul(spread, lpInner(g, x, p)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_OPS(pool_vjp) {
+  r.add("MaxPool").setVjp([](GradBuilder& g) {
+    ir::Attributes a =
+        windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad", "dilations", "ceil_mode"});
+    g.setDx(0, g.op("MaxPoolGrad", {g.dy(0), g.in(0)}, a, kGraftDomain));
+  });
+  r.add("AveragePool").setVjp([](GradBuilder& g) {
+    ir::Attributes a =
+        windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"});
+    g.setDx(0, g.op("AveragePoolGrad", {g.dy(0), g.in(0)}, a, kGraftDomain));
+  });
+  r.add("GlobalMaxPool").setVjp([](GradBuilder& g) {
+    Shape spatial = staticSpatial(g, g.in(0));
+    if (spatial.empty()) return g.setDx(0, g.dy(0));  // [N, C]: the identity
+    ir::Attributes a;
+    a.set("kernel_shape", std::vector<int64_t>(spatial.begin(), spatial.end()));
+    g.setDx(0, g.op("MaxPoolGrad", {g.dy(0), g.in(0)}, a, kGraftDomain));
+  });
+  r.add("GlobalAveragePool").setVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    Shape spatial = staticSpatial(g, x);
+    double k = static_cast<double>(shapeNumel(spatial));
+    g.setDx(0, g.op("Expand", {g.scale(g.dy(0), k > 0 ? 1.0 / k : 0.0), gradutil::shapeOf(g, x)}));
+  });
+  r.add("LpPool").setVjp([](GradBuilder& g) { lpPoolVjp(g, false); });
+  r.add("GlobalLpPool").setVjp([](GradBuilder& g) { lpPoolVjp(g, true); });
 }
 
 }  // namespace graft::ops

@@ -168,62 +168,123 @@ std::vector<double> floatValues(const NDArray& a, const std::string& what, const
   return v;
 }
 
+/// Resize's geometry for one call: the output shape and the taps of every output coordinate
+/// along every axis, from X's shape and the roi/scales/sizes inputs (k's inputs `roiInput`,
+/// +1, +2).
+struct ResizeGeometry {
+  Shape out;
+  std::vector<std::vector<AxisTaps>> axes;
+};
+
+ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, const Shape& xShape, bool buildTaps,
+                              size_t roiInput = 1) {
+  const std::string& what = a.what;
+  size_t roiIn = roiInput, scalesIn = roiInput + 1, sizesIn = roiInput + 2;
+  int64_t r = static_cast<int64_t>(xShape.size());
+  GRAFT_CHECK(r >= 1, "{}: input X must have rank >= 1", what);
+  bool hasSizes = k.hasInput(sizesIn) && k.input(sizesIn).numel() > 0;
+  bool hasScales = k.hasInput(scalesIn) && k.input(scalesIn).numel() > 0;
+  GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}", what,
+              hasSizes ? "both" : "neither");
+  ResizeGeometry geo;
+  Shape& out = geo.out;
+  out.assign(r, 0);
+  std::vector<double> scales(r);
+  if (hasSizes) {
+    GRAFT_CHECK(k.input(sizesIn).dtype() == DataType::Int64, "{}: sizes must be int64, got {}", what,
+                dtypeName(k.input(sizesIn).dtype()));
+    out = toInt64Vector(k.input(sizesIn));
+    GRAFT_CHECK(static_cast<int64_t>(out.size()) == r, "{}: sizes must have {} values (the rank of X), got {}", what, r,
+                out.size());
+    for (int64_t d = 0; d < r; ++d) {
+      GRAFT_CHECK(out[d] >= 0, "{}: sizes {} has a negative value", what, shapeToString(out));
+      GRAFT_CHECK(xShape[d] > 0 || out[d] == 0, "{}: cannot resize the empty axis {} of X {} to {}", what, d,
+                  shapeToString(xShape), out[d]);
+      scales[d] = xShape[d] > 0 ? static_cast<double>(out[d]) / static_cast<double>(xShape[d]) : 1.0;
+    }
+  } else {
+    scales = floatValues(k.input(scalesIn), what, "scales");
+    GRAFT_CHECK(static_cast<int64_t>(scales.size()) == r, "{}: scales must have {} values (the rank of X), got {}",
+                what, r, scales.size());
+    for (int64_t d = 0; d < r; ++d) {
+      GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
+                  scales[d]);
+      // ONNX's shape inference multiplies in float: do the same so the shapes agree.
+      double o = std::floor(static_cast<double>(static_cast<float>(xShape[d]) * static_cast<float>(scales[d])));
+      GRAFT_CHECK(o < 9e15, "{}: output extent {} on axis {} is too large", what, o, d);
+      out[d] = static_cast<int64_t>(o);
+    }
+  }
+  shapeNumel(out);  // throws on overflow
+  std::vector<double> roi;
+  if (a.coord == Coord::TfCropAndResize) {
+    GRAFT_CHECK(k.hasInput(roiIn), "{}: tf_crop_and_resize needs the 'roi' input", what);
+    roi = floatValues(k.input(roiIn), what, "roi");
+    GRAFT_CHECK(static_cast<int64_t>(roi.size()) == 2 * r, "{}: roi must have {} values (starts then ends), got {}",
+                what, 2 * r, roi.size());
+    for (double v : roi) GRAFT_CHECK(std::isfinite(v), "{}: roi values must be finite", what);
+  }
+  if (!buildTaps) return geo;
+  geo.axes.resize(r);
+  for (int64_t d = 0; d < r; ++d)
+    geo.axes[d] = axisTaps(a, xShape[d], out[d], scales[d],
+                           hasSizes ? static_cast<double>(out[d]) : scales[d] * static_cast<double>(xShape[d]),
+                           roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
+  return geo;
+}
+
+/// Calls f(output offset, outside, taps) for every output element, where taps is the cartesian
+/// product of the axes' taps as (input offset, weight) pairs; `outside`: a tf_crop_and_resize
+/// position outside the input (no taps).
+template <class F>
+void forEachResizeOutput(const ResizeGeometry& geo, const Shape& xShape, F&& f) {
+  int64_t r = static_cast<int64_t>(xShape.size());
+  std::vector<int64_t> xs = stridesOf(xShape);
+  std::vector<const AxisTaps*> cur(r);
+  std::vector<size_t> ti(r);
+  std::vector<std::pair<int64_t, double>> taps;
+  Odometer o(geo.out);
+  int64_t yi = 0;
+  do {
+    bool outside = false;
+    for (int64_t d = 0; d < r; ++d) {
+      cur[d] = &geo.axes[d][o.idx[d]];
+      outside |= cur[d]->outside;
+    }
+    taps.clear();
+    if (!outside) {
+      std::fill(ti.begin(), ti.end(), 0);
+      while (true) {
+        double w = 1;
+        int64_t off = 0;
+        for (int64_t d = 0; d < r; ++d) {
+          const auto& tp = cur[d]->taps[ti[d]];
+          w *= tp.second;
+          off += tp.first * xs[d];
+        }
+        taps.emplace_back(off, w);
+        int64_t d = r - 1;
+        for (; d >= 0; --d) {
+          if (++ti[d] < cur[d]->taps.size()) break;
+          ti[d] = 0;
+        }
+        if (d < 0) break;
+      }
+    }
+    f(yi++, outside, taps);
+  } while (o.next());
+}
+
 KernelFn resizeKernel(CompileContext& c) {
   ResizeAttrs a = parseResizeAttrs(c.node());
   return [a](KernelContext& k) {
     const std::string& what = a.what;
     const NDArray& x = k.input(0);
-    int64_t r = x.rank();
-    GRAFT_CHECK(r >= 1, "{}: input X must have rank >= 1", what);
-    bool hasSizes = k.hasInput(3) && k.input(3).numel() > 0;
-    bool hasScales = k.hasInput(2) && k.input(2).numel() > 0;
-    GRAFT_CHECK(hasSizes != hasScales, "{}: exactly one of 'scales' and 'sizes' must be given (non-empty), got {}",
-                what, hasSizes ? "both" : "neither");
-    Shape out(r);
-    std::vector<double> scales(r);
-    if (hasSizes) {
-      GRAFT_CHECK(k.input(3).dtype() == DataType::Int64, "{}: sizes must be int64, got {}", what,
-                  dtypeName(k.input(3).dtype()));
-      out = toInt64Vector(k.input(3));
-      GRAFT_CHECK(static_cast<int64_t>(out.size()) == r, "{}: sizes must have {} values (the rank of X), got {}", what,
-                  r, out.size());
-      for (int64_t d = 0; d < r; ++d) {
-        GRAFT_CHECK(out[d] >= 0, "{}: sizes {} has a negative value", what, shapeToString(out));
-        GRAFT_CHECK(x.dim(d) > 0 || out[d] == 0, "{}: cannot resize the empty axis {} of X {} to {}", what, d,
-                    shapeToString(x.shape()), out[d]);
-        scales[d] = x.dim(d) > 0 ? static_cast<double>(out[d]) / static_cast<double>(x.dim(d)) : 1.0;
-      }
-    } else {
-      scales = floatValues(k.input(2), what, "scales");
-      GRAFT_CHECK(static_cast<int64_t>(scales.size()) == r, "{}: scales must have {} values (the rank of X), got {}",
-                  what, r, scales.size());
-      for (int64_t d = 0; d < r; ++d) {
-        GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
-                    scales[d]);
-        // ONNX's shape inference multiplies in float: do the same so the shapes agree.
-        double o = std::floor(static_cast<double>(static_cast<float>(x.dim(d)) * static_cast<float>(scales[d])));
-        GRAFT_CHECK(o < 9e15, "{}: output extent {} on axis {} is too large", what, o, d);
-        out[d] = static_cast<int64_t>(o);
-      }
-    }
-    shapeNumel(out);  // throws on overflow
-    std::vector<double> roi;
-    if (a.coord == Coord::TfCropAndResize) {
-      GRAFT_CHECK(k.hasInput(1), "{}: tf_crop_and_resize needs the 'roi' input", what);
-      roi = floatValues(k.input(1), what, "roi");
-      GRAFT_CHECK(static_cast<int64_t>(roi.size()) == 2 * r, "{}: roi must have {} values (starts then ends), got {}",
-                  what, 2 * r, roi.size());
-      for (double v : roi) GRAFT_CHECK(std::isfinite(v), "{}: roi values must be finite", what);
-    }
+    ResizeGeometry geo = resizeGeometry(a, k, x.shape(), false);
     // Allocate first: the size limits apply before any per-axis table is built.
-    NDArray& y = k.allocOutput(0, x.dtype(), out);
+    NDArray& y = k.allocOutput(0, x.dtype(), geo.out);
     if (y.numel() == 0) return;
-    std::vector<std::vector<AxisTaps>> axes(r);
-    for (int64_t d = 0; d < r; ++d)
-      axes[d] = axisTaps(a, x.dim(d), out[d], scales[d],
-                         hasSizes ? static_cast<double>(out[d]) : scales[d] * static_cast<double>(x.dim(d)),
-                         roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
-    std::vector<int64_t> xs = stridesOf(x.shape());
+    geo = resizeGeometry(a, k, x.shape(), true);
     uint32_t types = a.interp == Interp::Nearest ? kAll : kNumeric;
     dispatch<kAll>(x.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -231,52 +292,52 @@ KernelFn resizeKernel(CompileContext& c) {
                   a.interp == Interp::Linear ? "linear" : "cubic", dtypeName(x.dtype()));
       const T* xp = x.data<T>();
       T* yp = y.data<T>();
-      std::vector<const AxisTaps*> cur(r);
-      std::vector<size_t> ti(r);
-      Odometer o(out);
-      int64_t yi = 0;
-      do {
-        bool outside = false;
-        for (int64_t d = 0; d < r; ++d) {
-          cur[d] = &axes[d][o.idx[d]];
-          outside |= cur[d]->outside;
-        }
+      forEachResizeOutput(geo, x.shape(), [&](int64_t yi, bool outside, const auto& taps) {
         if (a.interp == Interp::Nearest) {
-          int64_t off = 0;
-          if (!outside)
-            for (int64_t d = 0; d < r; ++d) off += cur[d]->taps[0].first * xs[d];
           // An exact copy, so any element type works.
           if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>)
-            yp[yi] = outside ? T{} : xp[off];
+            yp[yi] = outside ? T{} : xp[taps[0].first];
           else
-            yp[yi] = outside ? convertElement<T>(a.extrapolation) : xp[off];
+            yp[yi] = outside ? convertElement<T>(a.extrapolation) : xp[taps[0].first];
         } else if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>) {
           double acc = a.extrapolation;
           if (!outside) {
-            // Sum over the cartesian product of the axes' taps (each axis has at least one).
             acc = 0;
-            std::fill(ti.begin(), ti.end(), 0);
-            while (true) {
-              double w = 1;
-              int64_t off = 0;
-              for (int64_t d = 0; d < r; ++d) {
-                const auto& tp = cur[d]->taps[ti[d]];
-                w *= tp.second;
-                off += tp.first * xs[d];
-              }
-              acc += w * static_cast<double>(static_cast<ComputeType<T>>(xp[off]));
-              int64_t d = r - 1;
-              for (; d >= 0; --d) {
-                if (++ti[d] < cur[d]->taps.size()) break;
-                ti[d] = 0;
-              }
-              if (d < 0) break;
-            }
+            for (const auto& [off, w] : taps) acc += w * static_cast<double>(static_cast<ComputeType<T>>(xp[off]));
           }
           yp[yi] = fromInterpolated<T>(acc);
         }
-        ++yi;
-      } while (o.next());
+      });
+    });
+  };
+}
+
+/// ai.graft ResizeGrad(dY, X, roi, scales, sizes) -> dX with Resize's attributes: every output
+/// gradient goes back to the output's taps with their interpolation weights (the adjoint of
+/// Resize as a linear map of X); extrapolated positions take no part.
+KernelFn resizeGradKernel(CompileContext& c) {
+  ResizeAttrs a = parseResizeAttrs(c.node());
+  return [a](KernelContext& k) {
+    const std::string& what = a.what;
+    const NDArray& dy = k.input(0);
+    const NDArray& x = k.input(1);
+    ResizeGeometry geo = resizeGeometry(a, k, x.shape(), false, 2);
+    GRAFT_CHECK(dy.shape() == geo.out, "{}: dY must have Resize's output shape {}, got {}", what,
+                shapeToString(geo.out), shapeToString(dy.shape()));
+    GRAFT_CHECK(dy.dtype() == x.dtype(), "{}: dY has data type {}, X has {}", what, dtypeName(dy.dtype()),
+                dtypeName(x.dtype()));
+    std::vector<double> g = floatValues(dy, what, "dY");
+    std::vector<double> dx(static_cast<size_t>(x.numel()), 0.0);
+    if (!g.empty()) {
+      geo = resizeGeometry(a, k, x.shape(), true, 2);
+      forEachResizeOutput(geo, x.shape(), [&](int64_t yi, bool, const auto& taps) {
+        for (const auto& [off, w] : taps) dx[off] += w * g[yi];
+      });
+    }
+    dispatch<kFloats>(x.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* out = k.allocOutputUninit(0, x.dtype(), x.shape()).data<T>();
+      for (size_t i = 0; i < dx.size(); ++i) out[i] = convertElement<T>(dx[i]);
     });
   };
 }
@@ -398,7 +459,30 @@ KernelFn gridSampleKernel(CompileContext& c) {
 
 GRAFT_REGISTER_OPS(resize) {
   r.add("Resize").setReference(resizeKernel).noGradient({1, 2, 3});
+  r.add("ResizeGrad", kGraftDomain)
+      .setReference(resizeGradKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        return std::vector<ir::ValueType>{in.at(1)};
+      });
   r.add("GridSample").setReference(gridSampleKernel);
+}
+
+}  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+
+namespace graft::ops {
+
+GRAFT_REGISTER_OPS(resize_vjp) {
+  // Resize is linear in X: its adjoint scatters dY back over the interpolation taps.
+  r.add("Resize").setVjp([](GradBuilder& g) {
+    const ir::Node& n = g.node();
+    std::vector<ir::Tensor*> in = {g.dy(0), g.in(0)};
+    for (size_t i = 1; i < 4; ++i) in.push_back(i < n.numInputs() ? g.in(i) : nullptr);
+    while (!in.back()) in.pop_back();
+    g.setDx(0, g.op("ResizeGrad", in, n.attrs(), kGraftDomain));
+  });
 }
 
 }  // namespace graft::ops

@@ -1,8 +1,14 @@
-// The optimizer ops of the ai.onnx.preview.training domain: Adagrad, Adam and Momentum.
+// The ops of the ai.onnx.preview.training domain: the optimizers Adagrad, Adam and Momentum, and
+// Gradient.
 //
-// Each takes a learning rate R and an update count T, then n tensors to optimize and their
-// gradients and optimizer states, and returns the new tensors and states. (That domain's
-// Gradient op is not a kernel: it stands for a graph transformation, so it has no entry here.)
+// Each optimizer takes a learning rate R and an update count T, then n tensors to optimize and
+// their gradients and optimizer states, and returns the new tensors and states.
+//
+// Gradient is not a kernel: it stands for the backward graph of part of the graph it sits in
+// (its attributes name tensors of that graph), which the expand-gradient pass
+// (passes/expand_gradient.cpp) builds with graft's autodiff before anything is folded or
+// compiled. Its entry here types its outputs (each like the value of the x it belongs to) and
+// lets a session accept it; its "kernel" only reports a Gradient node that was not expanded.
 #include <cmath>
 
 #include "ops/dtype_dispatch.hpp"
@@ -147,9 +153,24 @@ KernelFn momentumKernel(CompileContext& c) {
   };
 }
 
+// Gradient's inputs are the values of xs and then of zs; output i is d(sum of y) / d(xs[i]).
+std::vector<ir::ValueType> inferGradient(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                         const std::vector<const NDArray*>&) {
+  GRAFT_CHECK(n.numOutputs() <= in.size(), "{}: {} outputs but only {} inputs; output i is the gradient for input i",
+              n.describe(), n.numOutputs(), in.size());
+  return {in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n.numOutputs())};
+}
+
+KernelFn unexpandedGradient(CompileContext& c) {
+  GRAFT_THROW("{}: Gradient has no kernel of its own; the expand-gradient pass, which sessions run before compiling, "
+              "replaces it with the graph computing its outputs (Gradient nodes inside subgraphs are not expanded)",
+              c.node().describe());
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(training_ops) {
+  r.add("Gradient", kTrainingDomain).setInfer(inferGradient).setReference(unexpandedGradient);
   r.add("Adagrad", kTrainingDomain).setReference(adagradKernel);
   r.add("Adam", kTrainingDomain).setReference(adamKernel);
   r.add("Momentum", kTrainingDomain).setReference(momentumKernel);

@@ -49,10 +49,11 @@ void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassCon
 
 const std::vector<std::string>& inferencePipeline() {
   static const std::vector<std::string> p = {
-      "infer-shapes",    // exact dtypes and shapes for the input shapes being compiled
-      "fold-constants",  // evaluate what depends only on constants (Shape of static tensors too)
-      "infer-shapes",    // shapes that depended on folded values (Reshape targets, ...)
-      "dce",             // drop what no output needs
+      "infer-shapes",     // exact dtypes and shapes for the input shapes being compiled
+      "expand-gradient",  // Gradient nodes become backward graphs (before folding: it reads the forward graph)
+      "fold-constants",   // evaluate what depends only on constants (Shape of static tensors too)
+      "infer-shapes",     // shapes that depended on folded values (Reshape targets, ...)
+      "dce",              // drop what no output needs
   };
   return p;
 }
@@ -62,6 +63,7 @@ const std::vector<std::string>& inferencePipeline() {
 const std::vector<std::string>& cpuInferencePipeline() {
   static const std::vector<std::string> p = {
       "infer-shapes",      // exact dtypes and shapes for the input shapes being compiled
+      "expand-gradient",   // Gradient nodes become backward graphs (before folding: it reads the forward graph)
       "fold-constants",    // evaluate what depends only on constants (Shape of static tensors too)
       "infer-shapes",      // shapes that depended on folded values (Reshape targets, ...)
       "dce",               // drop what no output needs
@@ -82,6 +84,7 @@ const std::vector<std::string>& cpuInferencePipeline() {
 const std::vector<std::string>& cpuTrainingPipeline() {
   static const std::vector<std::string> p = {
       "infer-shapes",      // exact dtypes and shapes (the backward graph's too)
+      "expand-gradient",   // Gradient nodes become backward graphs (before folding: it reads the forward graph)
       "fold-constants",    // constants only: weights change every step
       "infer-shapes",      // shapes that depended on folded values
       "dce",               // drop what no output or update needs

@@ -84,6 +84,7 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   for (const auto& id : dataFlow.anchors()) checkAnchor(id);
   auto unsupported = plan::unsupportedNodes(g, *backend);
   GRAFT_CHECK(unsupported.empty(), "{}", plan::unsupportedOpsMessage(unsupported));
+  checkStages();
 }
 
 std::optional<std::vector<Shape>> Session::Impl::staticInputShapes() const {
@@ -129,6 +130,13 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
     ir::Tensor& t = g.tensor(inputIds[i]);
     if (t.type().isTensor()) t.setType(ir::ValueType::tensor(TensorInfo(inputInfos.at(inputIds[i]).dataType(), shapes[i])));
   }
+  if (options.virtualGraphMode == VirtualGraphMode::Auto) {
+    // Auto mode balances the forward graph; autodiff then places each gradient with its op.
+    passes::PassContext actx;
+    passes::runPipeline(g, {"infer-shapes"}, actx);
+    std::string split = passes::autoAssignStages(g, device->numVirtualDevices());
+    fmt::print(stderr, "graft: {}", split);
+  }
   transform(g, *p);
   std::vector<ir::Tensor*> outs;
   for (const auto& id : dataFlow.anchors()) {
@@ -141,9 +149,13 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   ctx.weightsAreConstant = weightsAreConstant();
   ctx.verifyEachPass = options.verifyPasses;
   ctx.dumpAfter = options.dumpGraphAfterPass;
-  passes::runPipeline(g, pipeline(), ctx);
-  p->exe = plan::compile(g, *backend, *pool);
-  p->exe->setProfiling(options.enableProfiling);
+  if (usesStages()) {
+    compileStaged(*p);
+  } else {
+    passes::runPipeline(g, pipeline(), ctx);
+    p->exe = plan::compile(g, *backend, *pool);
+    p->exe->setProfiling(options.enableProfiling);
+  }
   if (p->applyGraph) {
     passes::runPipeline(*p->applyGraph, pipeline(), ctx);
     p->applyExe = plan::compile(*p->applyGraph, *backend, *pool);
@@ -155,7 +167,7 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
                    for (const auto& sh : shapes) s.push_back(shapeToString(sh));
                    return s;
                  }(), " "),
-                 lastCompileSeconds, p->exe->numSteps());
+                 lastCompileSeconds, p->exe ? p->exe->numSteps() : g.numNodes());
   Plan& ref = *p;
   plans.emplace(shapes, std::move(p));
   return ref;
@@ -175,11 +187,7 @@ Session::Impl::Plan& Session::Impl::anyPlan() const {
   return *lastPlan;
 }
 
-void Session::Impl::run(IStepIO& io) {
-  auto t0 = std::chrono::steady_clock::now();
-  int bps = dataFlow.batchesPerStep();
-  int accum = accumulationFactor();
-  Shape leading = leadingDims();
+void Session::Impl::beginStep(IStepIO& io) {
   if (auto* s = dynamic_cast<StepIO*>(&io)) {
     for (const auto& [id, a] : s->inputs())
       GRAFT_CHECK(inputInfos.count(id), "the StepIO has an input array for '{}', which is not an input of the model "
@@ -187,67 +195,97 @@ void Session::Impl::run(IStepIO& io) {
     for (const auto& [id, a] : s->outputs())
       GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
                   "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
-    s->beginStep(leading);
+    s->beginStep(leadingDims());
   }
-  std::map<TensorId, NDArray> sums;
-  int runs = bps * accum;
+}
+
+std::vector<ops::Value> Session::Impl::readInputs(IStepIO& io) {
+  Shape leading = leadingDims();
+  std::vector<ops::Value> values;
+  std::map<std::string, int64_t> symbols;
+  for (const auto& id : inputIds) {
+    const TensorInfo& info = inputInfos.at(id);
+    NDArray a = io.in(id, info, false);
+    GRAFT_CHECK(a.valid(), "input '{}': the StepIO returned no array", id);
+    GRAFT_CHECK(a.dtype() == info.dataType(), "input '{}' is {} ({}), but the model expects {}", id,
+                dtypeName(a.dtype()), dtypeNumpyName(a.dtype()), info.str());
+    if (info.hasShape()) {
+      bool ok = a.rank() == info.rank();
+      for (int64_t d = 0; ok && d < a.rank(); ++d) {
+        const Dim& dim = info.dims()[d];
+        if (dim.known()) ok = dim.value == a.dim(d);
+        else if (!dim.param.empty()) {
+          auto [it, fresh] = symbols.emplace(dim.param, a.dim(d));
+          GRAFT_CHECK(fresh || it->second == a.dim(d), "input '{}' has {} = {} in dimension {}, but another input set "
+                      "'{}' to {}", id, dim.param, a.dim(d), d, dim.param, it->second);
+        }
+      }
+      GRAFT_CHECK(ok, "input '{}' has shape {}, but the model expects {}{}", id, shapeToString(a.shape()), info.str(),
+                  leading.empty() ? "" : fmt::format(" (per model run; StepIO arrays carry the leading dimensions {})",
+                                                     shapeToString(leading)));
+    }
+    values.push_back(ops::Value::fromTensor(std::move(a)));
+  }
+  return values;
+}
+
+void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& outs, int r, AnchorSums& sums) {
+  const int runs = dataFlow.batchesPerStep() * accumulationFactor();
+  const int b = r / accumulationFactor();  // the batch this micro-batch belongs to
+  const auto& anchors = dataFlow.anchors();
+  for (size_t i = 0; i < anchors.size(); ++i) {
+    const TensorId& id = anchors[i];
+    const ops::Value& v = outs[i];
+    GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
+    const AnchorReturnType& art = dataFlow.art(id);
+    bool deliver = false;
+    const NDArray* value = &v.tensor;
+    switch (art.id()) {
+      case AnchorReturnTypeId::All: deliver = true; break;
+      case AnchorReturnTypeId::EveryN: deliver = (b + 1) % art.rp() == 0; break;
+      case AnchorReturnTypeId::Final: deliver = r == runs - 1; break;
+      case AnchorReturnTypeId::Sum: {
+        auto it = sums.find(id);
+        if (it == sums.end()) it = sums.emplace(id, v.tensor.clone()).first;
+        else addInto(it->second, v.tensor);
+        deliver = r == runs - 1;
+        value = &it->second;
+        break;
+      }
+    }
+    if (!deliver) continue;
+    NDArray dst = io.out(id, value->dtype(), value->shape());
+    dst.copyFrom(*value);
+    io.outComplete(id);
+  }
+}
+
+void Session::Impl::run(IStepIO& io) {
+  if (usesStages()) {
+    runStaged(io);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  int runs = dataFlow.batchesPerStep() * accumulationFactor();
+  int accum = accumulationFactor();
+  bool trace = !options.timelinePath.empty();
+  lastTimeline = trace ? std::make_unique<pipeline::Timeline>(std::vector<std::string>{"host"}) : nullptr;
+  beginStep(io);
+  AnchorSums sums;
   for (int r = 0; r < runs; ++r) {
-    int b = r / accum;  // the batch this micro-batch belongs to
-    std::vector<ops::Value> values;
-    std::map<std::string, int64_t> symbols;
-    for (const auto& id : inputIds) {
-      const TensorInfo& info = inputInfos.at(id);
-      NDArray a = io.in(id, info, false);
-      GRAFT_CHECK(a.valid(), "input '{}': the StepIO returned no array", id);
-      GRAFT_CHECK(a.dtype() == info.dataType(), "input '{}' is {} ({}), but the model expects {}", id,
-                  dtypeName(a.dtype()), dtypeNumpyName(a.dtype()), info.str());
-      if (info.hasShape()) {
-        bool ok = a.rank() == info.rank();
-        for (int64_t d = 0; ok && d < a.rank(); ++d) {
-          const Dim& dim = info.dims()[d];
-          if (dim.known()) ok = dim.value == a.dim(d);
-          else if (!dim.param.empty()) {
-            auto [it, fresh] = symbols.emplace(dim.param, a.dim(d));
-            GRAFT_CHECK(fresh || it->second == a.dim(d), "input '{}' has {} = {} in dimension {}, but another input set "
-                        "'{}' to {}", id, dim.param, a.dim(d), d, dim.param, it->second);
-          }
-        }
-        GRAFT_CHECK(ok, "input '{}' has shape {}, but the model expects {}{}", id, shapeToString(a.shape()), info.str(),
-                    leading.empty() ? "" : fmt::format(" (per model run; StepIO arrays carry the leading dimensions {})",
-                                                       shapeToString(leading)));
-      }
-      values.push_back(ops::Value::fromTensor(std::move(a)));
-    }
-    std::vector<ops::Value> outs = execute(std::move(values));
+    double s0 = trace ? lastTimeline->now() : 0;
+    std::vector<ops::Value> outs = execute(readInputs(io));
+    if (trace) lastTimeline->add({0, "model", s0, lastTimeline->now() - s0, r});
     for (const auto& id : inputIds) io.inComplete(id);
-    const auto& anchors = dataFlow.anchors();
-    for (size_t i = 0; i < anchors.size(); ++i) {
-      const TensorId& id = anchors[i];
-      const ops::Value& v = outs[i];
-      GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
-      const AnchorReturnType& art = dataFlow.art(id);
-      bool deliver = false;
-      const NDArray* value = &v.tensor;
-      switch (art.id()) {
-        case AnchorReturnTypeId::All: deliver = true; break;
-        case AnchorReturnTypeId::EveryN: deliver = (b + 1) % art.rp() == 0; break;
-        case AnchorReturnTypeId::Final: deliver = r == runs - 1; break;
-        case AnchorReturnTypeId::Sum: {
-          auto it = sums.find(id);
-          if (it == sums.end()) it = sums.emplace(id, v.tensor.clone()).first;
-          else addInto(it->second, v.tensor);
-          deliver = r == runs - 1;
-          value = &it->second;
-          break;
-        }
-      }
-      if (!deliver) continue;
-      NDArray dst = io.out(id, value->dtype(), value->shape());
-      dst.copyFrom(*value);
-      io.outComplete(id);
+    deliverAnchors(io, outs, r, sums);
+    if (lastPlan->applyExe && (r + 1) % accum == 0) {
+      double a0 = trace ? lastTimeline->now() : 0;
+      lastPlan->applyExe->run({});
+      if (trace) lastTimeline->add({0, "optimizer step", a0, lastTimeline->now() - a0, r});
     }
-    if (lastPlan->applyExe && (r + 1) % accum == 0) lastPlan->applyExe->run({});
   }
+  ++steps;
+  writeTimeline();
   lastRunSeconds = secondsSince(t0);
 }
 
@@ -335,11 +373,41 @@ double Session::lastCompileSeconds() const { return impl_->lastCompileSeconds; }
 std::vector<OpProfile> Session::profile() const {
   std::vector<OpProfile> out;
   if (!impl_->lastPlan) return out;
-  for (const auto& e : impl_->lastPlan->exe->profile()) out.push_back({e.opType, e.calls, e.seconds});
+  std::vector<plan::ProfileEntry> entries;
+  if (impl_->lastPlan->exe) entries = impl_->lastPlan->exe->profile();
+  if (impl_->lastPlan->staged) {
+    std::map<std::string, plan::ProfileEntry> merged;
+    for (const auto& exe : impl_->lastPlan->staged->exes)
+      for (const auto& e : exe->profile()) {
+        auto& m = merged[e.opType];
+        m.opType = e.opType;
+        m.calls += e.calls;
+        m.seconds += e.seconds;
+      }
+    for (const auto& [k, e] : merged) entries.push_back(e);
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  }
+  for (const auto& e : entries) out.push_back({e.opType, e.calls, e.seconds});
   return out;
 }
 
-std::string Session::graphText() const { return ir::printGraph(*impl_->anyPlan().graph); }
+std::string Session::graphText() const {
+  const Impl::Plan& p = impl_->anyPlan();
+  if (!p.staged) return ir::printGraph(*p.graph);
+  std::string out;
+  for (size_t i = 0; i < p.staged->graphs.size(); ++i)
+    out += fmt::format("# program {}: {} on virtual device {}\n{}\n", i, p.staged->assignment.programs[i].name,
+                       p.staged->assignment.programs[i].device, ir::printGraph(*p.staged->graphs[i].graph));
+  return out;
+}
+
+std::string Session::stagesText() const {
+  const Impl::Plan& p = impl_->anyPlan();
+  if (!p.staged) return "";
+  return p.staged->summary;
+}
+
+std::string Session::timelineJson() const { return impl_->lastTimeline ? impl_->lastTimeline->chromeTraceJson() : ""; }
 
 MemoryPlanSummary Session::memoryPlan(bool perValue) const {
   const Impl::Plan& p = impl_->anyPlan();
@@ -362,7 +430,9 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
         s.persistentBytes += static_cast<int64_t>(t->data()->nbytes());
     s.text += fmt::format("{} ({} steps)\n{}", title, exe.numSteps(), m.summary(perValue));
   };
-  add(*p.exe, *p.graph, p.applyExe ? "step (forward, backward, accumulation)" : "step");
+  // Sessions split over virtual devices compile one executable per program (not summarised here).
+  if (p.exe) add(*p.exe, *p.graph, p.applyExe ? "step (forward, backward, accumulation)" : "step");
+  else s.text += "step split over virtual devices: one plan per program (not summarised)\n";
   if (p.applyExe) add(*p.applyExe, *p.applyGraph, "optimizer step (every accumulationFactor micro-batches)");
   s.text += fmt::format("persistent  {} bytes of weights, optimizer state and constants\n", s.persistentBytes);
   return s;

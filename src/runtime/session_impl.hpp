@@ -9,7 +9,9 @@
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
+#include "passes/pipeline_stages.hpp"
 #include "plan/executable.hpp"
+#include "runtime/pipeline.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft {
@@ -33,11 +35,31 @@ struct Session::Impl {
     /// accumulationFactor micro-batches.
     std::unique_ptr<ir::Graph> applyGraph;
     std::unique_ptr<plan::Executable> applyExe;
+    /// Sharding and pipelining (virtualGraphMode Manual or Auto): the graph split into programs
+    /// that run on the virtual devices; `exe` is null then.
+    struct Staged {
+      /// Destroys the kernels on the workers that created them (oneDNN's per-thread state).
+      ~Staged();
+      pipeline::VirtualDevices* devices = nullptr;
+      passes::ProgramAssignment assignment;
+      std::vector<passes::ProgramGraph> graphs;
+      std::vector<std::unique_ptr<plan::Executable>> exes;
+      std::unique_ptr<pipeline::PipelineExecutor> executor;
+      /// describePrograms() of the split.
+      std::string summary;
+    };
+    std::unique_ptr<Staged> staged;
   };
+  /// Worker threads of the virtual devices (created with the first staged plan; they outlive the
+  /// plans, whose kernels they run).
+  std::unique_ptr<pipeline::VirtualDevices> virtualDevices;
   std::map<std::vector<Shape>, std::unique_ptr<Plan>> plans;
   Plan* lastPlan = nullptr;
   bool prepared = false;
   double lastRunSeconds = 0, lastCompileSeconds = 0;
+  /// What every thread did during the last step (SessionOptions::timelinePath writes it).
+  std::unique_ptr<pipeline::Timeline> lastTimeline;
+  int64_t steps = 0;
 
   /// Loads the model, checks anchors, inputs and op support.
   void init(const std::string& modelArg, const DataFlow& df, std::shared_ptr<DeviceInfo> dev, const InputShapeInfo& shapes,
@@ -56,6 +78,9 @@ struct Session::Impl {
   virtual void checkAnchor(const TensorId& id) const;
   /// Micro-batches per batch (gradient accumulation factor; 1 for inference).
   virtual int accumulationFactor() const { return 1; }
+  virtual bool isTraining() const { return false; }
+  /// Training: the tensor the backward pass starts from (backward nodes depend on it).
+  virtual const ir::Tensor* lossGradientSeed(const ir::Graph&) const { return nullptr; }
   /// Leading dimensions of StepIO arrays: [batchesPerStep, accumulationFactor], each if > 1.
   Shape leadingDims() const;
   /// Persistent tensors a user may read and write with WeightsIO.
@@ -66,6 +91,29 @@ struct Session::Impl {
   /// Shapes from the model (with InputShapeInfo applied) when all are static.
   std::optional<std::vector<Shape>> staticInputShapes() const;
   void run(IStepIO& io);
+
+  // Sharding and pipelining (runtime/pipeline_session.cpp).
+  /// True when virtualGraphMode is Manual or Auto: plans are split into programs.
+  bool usesStages() const { return options.virtualGraphMode != VirtualGraphMode::Off; }
+  passes::StageConfig stageConfig() const;
+  /// Checks the options and the model's annotations at session creation.
+  void checkStages() const;
+  /// Splits a plan's graph (input shapes set, session transform done) into programs and compiles
+  /// them on the virtual devices.
+  void compileStaged(Plan& p);
+  void runStaged(IStepIO& io);
+  /// Writes lastTimeline where SessionOptions::timelinePath says.
+  void writeTimeline() const;
+
+  // Shared by run() and runStaged().
+  /// Checks a StepIO's arrays and starts its step.
+  void beginStep(IStepIO& io);
+  /// The inputs of the next micro-batch from `io`, checked against the model's input types.
+  std::vector<ops::Value> readInputs(IStepIO& io);
+  /// Running sums of Sum anchors within a step.
+  using AnchorSums = std::map<TensorId, NDArray>;
+  /// Hands micro-batch r's anchors (DataFlow order) to `io` as their AnchorReturnTypes say.
+  void deliverAnchors(IStepIO& io, const std::vector<ops::Value>& outs, int r, AnchorSums& sums);
   /// One batch through the plan for these inputs (tensors, sequences or optionals, in
   /// inputIds order); returns the anchors in DataFlow order. `shapes` keys the plan cache.
   std::vector<ops::Value> execute(std::vector<ops::Value> inputs);

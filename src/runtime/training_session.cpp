@@ -21,6 +21,8 @@ struct TrainingImpl : Session::Impl {
   std::vector<TensorId> weights;
 
   bool weightsAreConstant() const override { return false; }
+  bool isTraining() const override { return true; }
+  const ir::Tensor* lossGradientSeed(const ir::Graph& g) const override { return g.findTensor(optim::kLossScalingId); }
   // Training graphs run the cpu backend's training pipeline: no weight freezing, and fusions
   // that keep every value the backward pass reads.
   const std::vector<std::string>& pipeline() const override {
@@ -84,8 +86,9 @@ struct TrainingImpl : Session::Impl {
 
   void transform(ir::Graph& g, Plan& p) override {
     passes::PassContext ctx;
-    // Batch statistics and dropout, before the backward pass is grown from them.
-    passes::runPipeline(g, {"infer-shapes", "fold-constants", "infer-shapes", "training-mode"}, ctx);
+    // Gradient nodes of the model, batch statistics and dropout, before the backward pass is grown
+    // from them.
+    passes::runPipeline(g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
     GRAFT_CHECK(li.hasShape() && (!li.isStatic() || li.nelms() == 1),

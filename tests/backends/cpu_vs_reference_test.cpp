@@ -261,7 +261,16 @@ void poolCases() {
       {"GlobalMaxPool", {2, 8, 7, 7}, {}, "2d"},
       {"GlobalMaxPool", {1, 3, 3, 4, 5}, {}, "3d"},
   };
-  for (const P& p : pools) add(p.op + "_" + p.tag, OpCase{p.op, {rnd(p.x, p.op + p.tag)}, p.a});
+  for (const P& p : pools) {
+    NDArray x = rnd(p.x, p.op + p.tag);
+    add(p.op + "_" + p.tag, OpCase{p.op, {x}, p.a});
+    if (p.op != "MaxPool" && p.op != "AveragePool") continue;
+    // The backward pass (ai.graft MaxPoolGrad / AveragePoolGrad) of the same window.
+    Shape ys = runReference(OpCase{p.op, {x}, p.a}).at(0).shape();
+    OpCase g{p.op + "Grad", {rnd(ys, p.tag + "dy"), x}, p.a};
+    g.domain = "ai.graft";
+    add(p.op + "Grad_" + p.tag, g);
+  }
   // Channel-blocked pools, BatchNormalization and LRN.
   for (int64_t b : {8, 16})
     for (int64_t C : {8, 13}) {

@@ -22,7 +22,8 @@ def test_graft_fields():
     assert names == {"enableGradientAccumulation", "accumulationFactor", "accumulationAndReplicationReductionType",
                      "virtualGraphMode", "enablePipelining",
                      "autoRecomputation", "enableReplicatedGraphs", "replicatedGraphCount", "constantWeights",
-                     "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir"}
+                     "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir",
+                     "timelinePath", "pipelineDepth"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):
         o.numThreads = "four"
     assert graft.SessionOptions(numThreads=3).numThreads == 3

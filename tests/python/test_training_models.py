@@ -92,16 +92,22 @@ OPTIMIZERS = {
 
 
 # Parameters whose true gradient is zero: the attention's key bias adds the same q.b_k to every
-# score of a query's row, which softmax ignores. Both frameworks compute rounding noise (~1e-9) for
+# score of a query's row, which softmax ignores; the bias of a Conv followed by a training-mode
+# BatchNorm is removed again with the batch mean. Both frameworks compute rounding noise (~1e-9) for
 # it, and Adam's m / sqrt(v) turns noise of either sign into full-size steps, so these entries are
 # left out of the comparison (every other weight is compared).
-ZERO_GRADIENT_ENTRIES = {"transformer_encoder": {"enc.self_attn.in_proj_bias": slice(8, 16)}}
+ZERO_GRADIENT_ENTRIES = {"transformer_encoder": {"enc.self_attn.in_proj_bias": slice(8, 16)},
+                         "cnn_batchnorm": {"0.bias": slice(None)}}
 
 
 def drop_zero_gradient_entries(model_name, weights):
     out = dict(weights)
     for name, where in ZERO_GRADIENT_ENTRIES.get(model_name, {}).items():
-        out[name] = np.delete(out[name], np.arange(out[name].size)[where])
+        kept = np.delete(out[name], np.arange(out[name].size)[where])
+        if kept.size:
+            out[name] = kept
+        else:
+            del out[name]
     return out
 
 

@@ -1,5 +1,6 @@
 // oneDNN pooling for MaxPool (without the Indices output), AveragePool, GlobalAveragePool and
-// GlobalMaxPool, on plain or (ai.graft::ChannelBlocked) channel-blocked activations. Float,
+// GlobalMaxPool, on plain or (ai.graft::ChannelBlocked) channel-blocked activations, and their
+// backward passes (ai.graft MaxPoolGrad, AveragePoolGrad) on plain activations. Float,
 // 1-D to 3-D. Windows that cover padding only, and AveragePool's count_include_pad together
 // with ceil_mode's extra end windows, are left to the reference kernel: ONNX defines them
 // differently from oneDNN.
@@ -50,8 +51,9 @@ std::optional<PoolConfig> poolConfig(const ir::Node& n) {
     c.win = *w;
     bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
     if (includePad && c.win.extendedEnd) return std::nullopt;
-    c.alg = max ? dnnl::algorithm::pooling_max
-                : includePad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
+    c.alg = max          ? dnnl::algorithm::pooling_max
+            : includePad ? dnnl::algorithm::pooling_avg_include_padding
+                         : dnnl::algorithm::pooling_avg_exclude_padding;
   }
   Shape want = {c.x[0], c.x[1]};
   want.insert(want.end(), c.win.out.begin(), c.win.out.end());
@@ -63,7 +65,9 @@ bool supportsPool(const ir::Node& n) { return poolConfig(n).has_value(); }
 
 struct PoolState {
   dnnl::primitive prim;
-  memory::desc x, y;
+  memory::desc x, y, xPrim, yPrim;  // the node's layouts and the primitive's
+  dnnl::reorder xIn, yOut;
+  bool reorder = false;
   Shape yShape;
   int threads = 1;
 };
@@ -78,19 +82,161 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   st->yShape = n.output(0)->info().shape();
   st->x = layoutDesc(c.x, c.block);
   st->y = layoutDesc(c.y, c.block);
+  // oneDNN pools plain activations with a simple loop; its jit kernels want channel blocks.
+  // Plain activations (outside the cpu-layout pass: training graphs) go through blocked copies.
+  int block = c.block ? c.block : preferredChannelBlock();
+  st->reorder = block != c.block;
+  st->xPrim = layoutDesc(c.x, block);
+  st->yPrim = layoutDesc(c.y, block);
   setThreads(st->threads);
   try {
     using PF = dnnl::pooling_v2_forward;
-    PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->x, st->y, c.win.strides, c.win.kernel, c.win.dilation,
-               c.win.padBegin, c.win.padEnd);
+    PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
+               c.win.dilation, c.win.padBegin, c.win.padEnd);
     st->prim = PF(PF::primitive_desc(d, engine()));
+    if (st->reorder) {
+      auto none = [](const memory::desc& m) { return memory(m, engine(), DNNL_MEMORY_NONE); };
+      st->xIn = dnnl::reorder(none(st->x), none(st->xPrim));
+      st->yOut = dnnl::reorder(none(st->yPrim), none(st->y));
+    }
   } catch (const dnnl::error&) {
     return referenceKernel(ctx);
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
-    execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+    if (!st->reorder) {
+      execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+      return;
+    }
+    NDArray xb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->xPrim.get_size())});
+    NDArray yb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->yPrim.get_size())});
+    memory xm = wrap(st->xPrim, xb), ym = wrap(st->yPrim, yb);
+    execute(st->xIn, {{DNNL_ARG_FROM, wrap(st->x, k.input(0))}, {DNNL_ARG_TO, xm}});
+    execute(st->prim, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DST, ym}});
+    execute(st->yOut, {{DNNL_ARG_FROM, ym}, {DNNL_ARG_TO, wrap(st->y, y)}});
+  };
+}
+
+// ai.graft MaxPoolGrad / AveragePoolGrad (dY, X) -> dX on plain layouts, with the forward's
+// window rules (and the same cases left to the reference kernel). oneDNN's max-pooling backward
+// reads the argmax from a workspace its training forward writes: the kernel runs that forward
+// on X first (the recomputation the reference kernel does too). Padded channels of a blocked
+// layout are zero in X and dY and dropped from dX.
+std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
+  bool max = n.type() == "MaxPoolGrad";
+  if (n.numInputs() != 2 || n.numOutputs() != 1) return std::nullopt;
+  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  PoolConfig c;
+  c.x = n.input(1)->info().shape();
+  c.y = n.input(0)->info().shape();
+  if (c.x.size() < 3 || c.x.size() > 5 || c.y.size() != c.x.size() || n.output(0)->info().shape() != c.x)
+    return std::nullopt;
+  for (int64_t d : c.x)
+    if (d == 0) return std::nullopt;
+  Shape in(c.x.begin() + 2, c.x.end());
+  auto ks = n.attrInts("kernel_shape", {});
+  if (ks.size() != in.size()) return std::nullopt;
+  if (!max && n.attrs().has("dilations")) return std::nullopt;
+  auto w = resolveWindow(n, in, Shape(ks.begin(), ks.end()), n.attrInt("ceil_mode", 0) != 0,
+                         /*paddingOnlyWindows=*/false);
+  if (!w) return std::nullopt;
+  c.win = *w;
+  bool includePad = !max && n.attrInt("count_include_pad", 0) != 0;
+  if (includePad && c.win.extendedEnd) return std::nullopt;
+  c.alg = max          ? dnnl::algorithm::pooling_max
+          : includePad ? dnnl::algorithm::pooling_avg_include_padding
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
+  Shape want = {c.x[0], c.x[1]};
+  want.insert(want.end(), c.win.out.begin(), c.win.out.end());
+  if (want != c.y) return std::nullopt;
+  return c;
+}
+
+bool supportsPoolGrad(const ir::Node& n) { return poolGradConfig(n).has_value(); }
+
+// oneDNN's pooling on plain activations is a simple loop; its jit kernels want channel-blocked
+// ones. The gradient kernel therefore reorders X and dY into the preferred block and dX back
+// (three cheap passes) unless no block is preferred.
+struct PoolGradState {
+  dnnl::primitive fwd, bwd;
+  memory::desc x, y, ws, xPrim, yPrim;  // user (plain) and primitive layouts
+  dnnl::reorder xIn, yIn, dxOut;
+  bool blocked = false, max = false;
+  Shape xShape;
+  int threads = 1;
+  NDArray scratch(const memory::desc& d) const {
+    return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(d.get_size())});
+  }
+};
+
+ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = poolGradConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makePoolGrad on an unsupported node", n.describe());
+  const PoolConfig& c = *cfg;
+  auto st = std::make_shared<PoolGradState>();
+  st->threads = ctx.pool().numThreads();
+  st->xShape = c.x;
+  st->x = plainDesc(c.x);
+  st->y = plainDesc(c.y);
+  int block = preferredChannelBlock();
+  st->blocked = block > 0;
+  st->xPrim = layoutDesc(c.x, block);
+  st->yPrim = layoutDesc(c.y, block);
+  st->max = c.alg == dnnl::algorithm::pooling_max;
+  setThreads(st->threads);
+  try {
+    using PF = dnnl::pooling_v2_forward;
+    using PB = dnnl::pooling_v2_backward;
+    PF::desc fd(dnnl::prop_kind::forward_training, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
+                c.win.dilation, c.win.padBegin, c.win.padEnd);
+    PF::primitive_desc fpd(fd, engine());
+    PB::desc bd(c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin, c.win.padEnd);
+    PB::primitive_desc bpd(bd, engine(), fpd);
+    if (st->max) {
+      st->fwd = PF(fpd);
+      st->ws = fpd.workspace_desc();
+    }
+    st->bwd = PB(bpd);
+    if (st->blocked) {
+      auto none = [](const memory::desc& d) { return memory(d, engine(), DNNL_MEMORY_NONE); };
+      st->xIn = dnnl::reorder(none(st->x), none(st->xPrim));
+      st->yIn = dnnl::reorder(none(st->y), none(st->yPrim));
+      st->dxOut = dnnl::reorder(none(st->xPrim), none(st->x));
+    }
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->xShape);
+    NDArray xb, dyb, dxb, y, ws;
+    memory x = wrap(st->x, k.input(1)), dy = wrap(st->y, k.input(0)), dxm = wrap(st->x, dx);
+    if (st->blocked) {
+      dyb = st->scratch(st->yPrim);
+      memory m = wrap(st->yPrim, dyb);
+      execute(st->yIn, {{DNNL_ARG_FROM, dy}, {DNNL_ARG_TO, m}});
+      dy = m;
+      dxb = st->scratch(st->xPrim);
+      dxm = wrap(st->xPrim, dxb);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_SRC, dxm}};
+    if (st->max) {
+      if (st->blocked) {
+        xb = st->scratch(st->xPrim);
+        memory m = wrap(st->xPrim, xb);
+        execute(st->xIn, {{DNNL_ARG_FROM, x}, {DNNL_ARG_TO, m}});
+        x = m;
+      }
+      y = st->scratch(st->yPrim);
+      ws = st->scratch(st->ws);
+      memory wsm = wrap(st->ws, ws);
+      execute(st->fwd, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, wrap(st->yPrim, y)}, {DNNL_ARG_WORKSPACE, wsm}});
+      args[DNNL_ARG_WORKSPACE] = wsm;
+    }
+    execute(st->bwd, args);
+    if (st->blocked) execute(st->dxOut, {{DNNL_ARG_FROM, dxm}, {DNNL_ARG_TO, wrap(st->x, dx)}});
   };
 }
 
@@ -102,4 +248,6 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_pool) {
   for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
     r.add({"", op, "onednn_pool", supportsPool, makePool});
   r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_pool", supportsPool, makePool});
+  for (const char* op : {"MaxPoolGrad", "AveragePoolGrad"})
+    r.add({graft::ops::kGraftDomain, op, "onednn_pool_grad", supportsPoolGrad, makePoolGrad});
 }

@@ -100,6 +100,19 @@ TEST_F(Cli, InspectSummarisesTheModel) {
   EXPECT_TRUE(contains(g.out, "y:0 = Relu(add)")) << g.out;
 }
 
+TEST_F(Cli, InspectStagesShowsTheSplit) {
+  // The demo model has no annotations: graft's Auto split over 2 virtual devices.
+  Result r = cli({"inspect", model, "--stages", "--dim", "batch=4"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "stages      Auto split over 2 virtual devices")) << r.out;
+  EXPECT_TRUE(contains(r.out, "0: stage 0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1: stage 1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "FLOPs")) << r.out;
+  Result one = cli({"inspect", model, "--stages", "--virtual-devices", "1"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_FALSE(contains(one.out, "1: stage 1")) << one.out;
+}
+
 TEST_F(Cli, InspectListsUnsupportedOpsAndTheOriginalOpset) {
   auto m = testing::makeModel(17);
   auto* d = m.add_opset_import();
