@@ -55,7 +55,7 @@ struct UnaryOp {
   const char* type;
   double lo, hi;
   ir::Attributes attrs;
-  std::string domain;
+  std::string domain = "";
   bool special = true;
 };
 

@@ -1,7 +1,7 @@
 // Vectorised LayerNormalization (ai.onnx opset 17) for float data: one pass for the mean, one
 // for the variance (both accumulated in double), one that normalises, scales and shifts; and
-// Softmax / LogSoftmax (opset 13: along one axis) for float data, registered below the priority
-// of kernel-library versions so that those win where they apply. Rows are split over the
+// Softmax / LogSoftmax (opset 13: along one axis) for float data, the cpu table's only softmax
+// (measured against oneDNN's: see onednn_norm.cpp). Rows are split over the
 // threads; each row is computed by one thread in a fixed order.
 #include <cmath>
 
@@ -191,9 +191,9 @@ bool layerNormSupported(const ir::Node& n) {
 GRAFT_REGISTER_CPU_KERNELS(vec_norm) {
   r.add({"", "LayerNormalization", "vec_layernorm", layerNormSupported, layerNormKernel});
   auto isFloat = [](const ir::Node& n) { return typeIn(n.input(0), 1u << static_cast<int>(DataType::Float)); };
-  // Priority -1: a kernel library's softmax (priority 0) wins where its predicate holds.
-  r.add({"", "Softmax", "vec_softmax", isFloat, softmaxKernel(false), -1});
-  r.add({"", "LogSoftmax", "vec_logsoftmax", isFloat, softmaxKernel(true), -1});
+  // The only softmax kernels of the cpu table (see onednn_norm.cpp for the measurements).
+  r.add({"", "Softmax", "vec_softmax", isFloat, softmaxKernel(false)});
+  r.add({"", "LogSoftmax", "vec_logsoftmax", isFloat, softmaxKernel(true)});
 }
 
 }  // namespace graft::backends::cpu

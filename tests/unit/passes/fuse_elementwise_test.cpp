@@ -164,7 +164,8 @@ TEST(FuseElementwise, CpuPipelineFusesAnMlp) {
   auto counts = opCounts(*b.g);
   EXPECT_EQ(counts["Add"], 0);
   EXPECT_EQ(counts["Tanh"], 0);
-  EXPECT_TRUE(close(runGraph(*b.g, {randomFloats({32, 64}, 5)})[0], before[0]));
+  // FusedMatMul accumulates in float, in another order than MatMul, Add and Tanh apart.
+  EXPECT_TRUE(close(runGraph(*b.g, {randomFloats({32, 64}, 5)})[0], before[0], 1e-4, 1e-5));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // training step.
 #include <gtest/gtest.h>
 
+#include <graft/error.hpp>
+
 #include <sstream>
 
 #include "inspect_memory.hpp"
