@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python demo bench fuzz test-asan clean format
+.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick fuzz test-asan clean format
 
 all: build
 
@@ -21,18 +21,45 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# ctest runs JOBS test processes at once, each with its own OpenMP team: passive waiting keeps
+# their idle threads from spinning on the cores the others need.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(PY) -m pytest -q tests/python
+	cd $(BUILD) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
 
-# The demo model is written by the build (tools/make_demo_model.cpp); `graft run` runs it on random
-# inputs and prints its outputs and the time per step.
+# Trains a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist, which make setup installs) with
+# `graft train`: the model is written by the build (tools/demo_model.cpp) and takes the dataset's IDX
+# files as they are. Prints the progress, the test accuracy after each epoch, and writes the trained
+# model. DEMO_MODEL=fashion_mlp trains an MLP instead. OpenMP threads sleep rather than spin while
+# they wait (docs/cli.md: on a busy machine spinning threads slow every step down).
+FASHION_MNIST ?= /usr/share/datasets/fashion-mnist
+DEMO_MODEL ?= fashion_cnn
+DEMO_EPOCHS ?= 2
 demo: build
-	$(BUILD)/tools/graft run $(BUILD)/demo/mlp.onnx --dim batch=32 --batches-per-step 4 --steps 20 \
-	  --output-dir $(BUILD)/demo/outputs
+	@test -f $(FASHION_MNIST)/train-images-idx3-ubyte.gz || { echo "make demo: no Fashion-MNIST in" \
+	  "$(FASHION_MNIST) (the Debian package dataset-fashion-mnist; make setup installs it)"; exit 1; }
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(BUILD)/tools/graft train $(BUILD)/demo/$(DEMO_MODEL).onnx \
+	  --input image=$(FASHION_MNIST)/train-images-idx3-ubyte.gz \
+	  --label label=$(FASHION_MNIST)/train-labels-idx1-ubyte.gz \
+	  --loss softmax-ce --optimizer sgd:lr=0.01,momentum=0.9 --batch-size 64 --epochs $(DEMO_EPOCHS) \
+	  --eval image=$(FASHION_MNIST)/t10k-images-idx3-ubyte.gz --eval label=$(FASHION_MNIST)/t10k-labels-idx1-ubyte.gz \
+	  --output $(BUILD)/demo/$(DEMO_MODEL)_trained.onnx
 
-bench: build
-	$(PY) bench/run.py
+# The benchmark harness (bench/run.py; docs/benchmarks.md): its own venv .venv-bench with PyTorch,
+# torchvision and ONNX Runtime, so that the project venv keeps its versions. graft's module comes
+# from the build tree. BENCH_ARGS: e.g. --quick, --models mlp,resnet18, --compile.
+BENCH_PY := .venv-bench/bin/python
+BENCH_ARGS ?=
+.venv-bench/.installed: bench/requirements.txt
+	python3 -m venv .venv-bench
+	$(BENCH_PY) -m pip install -q -r bench/requirements.txt
+	touch $@
+
+bench: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py $(BENCH_ARGS)
+
+bench-quick: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py --quick $(BENCH_ARGS)
 
 # Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
 # models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.

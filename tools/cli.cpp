@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <iostream>
 #include <new>
 
@@ -37,7 +39,7 @@ void opsCommand(std::ostream& out) {
 }
 
 int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"graft: compile and run ONNX models on CPUs", "graft"};
+  CLI::App app{"graft: compile, run and train ONNX models on CPUs", "graft"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(versionString()));
 
@@ -73,6 +75,79 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   run->add_option("--seed", ro.seed, "Seed of the random inputs");
   run->add_option("--show", ro.show, "Values printed per output")->check(CLI::NonNegativeNumber);
 
+  TrainOptions to;
+  std::string progressMode = "auto";
+  auto* train = app.add_subcommand("train",
+                                   "Train a model on data in .npy (or IDX) files; report the loss and test "
+                                   "accuracy; write the trained model");
+  train->add_option("model", to.model, "ONNX model file")->required();
+  train
+      ->add_option("--input,-i", to.inputs,
+                   "Training data of a model input (repeatable); the first axis counts samples")
+      ->type_name("NAME=FILE");
+  train->add_option("--label,-l", to.labels, "The target the loss compares the prediction with (a new input)")
+      ->type_name("NAME=FILE");
+  train
+      ->add_option("--loss", to.loss,
+                   "nll, softmax-ce, mse or l1 (KIND:TENSOR names the prediction; default: the "
+                   "model's only output), or a scalar loss tensor of the model")
+      ->required()
+      ->type_name("KIND[:TENSOR]|TENSOR");
+  train
+      ->add_option("--optimizer", to.optimizer,
+                   "sgd, adam, adamw, adamax, lamb, rmsprop, centered-rmsprop, adagrad or "
+                   "adadelta with parameters (lr is required)")
+      ->type_name("KIND:lr=X,...")
+      ->capture_default_str();
+  train
+      ->add_option("--batch-size,-b", to.batchSize,
+                   "Samples per batch (default: the model's fixed batch size, else 32)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--epochs,-e", to.epochs, "Passes over the training data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  train->add_option("--batches-per-step", to.batchesPerStep, "Batches per session run (DataFlow batchesPerStep)")
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--eval", to.eval,
+                   "Test data, named like the training data (repeatable): loss and accuracy after "
+                   "each epoch")
+      ->type_name("NAME=FILE");
+  train->add_option("--eval-batch-size", to.evalBatchSize, "Samples per evaluation batch (default 256)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--output,-o", to.output, "Write the trained model (the input model with trained weights)")
+      ->type_name("FILE.onnx");
+  train->add_option("--device", to.device, "cpu (fast kernels) or reference (golden model)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  train->add_option("--threads", to.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  train->add_option("--seed", to.seed, "Seed of the shuffling");
+  train->add_flag("!--no-shuffle", to.shuffle, "Keep the samples in file order");
+  train->add_flag("--profile", to.profile, "Print the time spent per op type");
+  train
+      ->add_option("--progress", progressMode,
+                   "auto (a bar on a terminal, else a line per tenth of an epoch), bar, "
+                   "lines or none")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  BenchOptions bo;
+  auto* bench = app.add_subcommand("bench", "Time a model's inference steps: prepare, warm-up, median step; "
+                                            "--profile: time per op type and the kernels used");
+  bench->add_option("model", bo.model, "ONNX model file")->required();
+  bench->add_option("--input,-i", bo.inputs, "Input from a .npy file (repeatable); other inputs are random")
+      ->type_name("NAME=FILE.npy");
+  bench->add_option("--dim", bo.dims, "Size of a symbolic dimension for random inputs (repeatable; default 1)")
+      ->type_name("NAME=SIZE");
+  bench->add_option("--batches-per-step", bo.batchesPerStep, "Batches per step (DataFlow batchesPerStep)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--device", bo.device, "cpu (fast kernels) or reference (golden model)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+  bench->add_option("--threads", bo.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  bench->add_option("--warmup", bo.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
+  bench->add_option("--steps", bo.steps, "Timed steps (at least; the median is reported)")->check(CLI::PositiveNumber);
+  bench->add_option("--min-time", bo.minSeconds, "Keep timing steps for at least this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--seed", bo.seed, "Seed of the random inputs");
+  bench->add_flag("--profile", bo.profile, "Print time per op type and which kernels ran (fast or reference)");
+
   app.add_subcommand("ops", "List the ops graft implements, by domain");
 
   std::vector<const char*> argv;
@@ -93,7 +168,17 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       }
     }
     else if (run->parsed()) runCommand(ro, out);
-    else opsCommand(out);
+    else if (bench->parsed()) benchCommand(bo, out);
+    else if (train->parsed()) {
+      bool terminal = &err == &std::cerr && isatty(STDERR_FILENO);
+      to.progress = progressMode == "bar"     ? ProgressMode::Bar
+                    : progressMode == "lines" ? ProgressMode::Lines
+                    : progressMode == "none"  ? ProgressMode::None
+                    : terminal                ? ProgressMode::Bar
+                                              : ProgressMode::Lines;
+      trainCommand(to, out, err);
+    } else
+      opsCommand(out);
   } catch (const InternalError& e) {
     out.flush();
     err << "graft: " << e.what() << "\n(this is a bug in graft; please report it)\n";

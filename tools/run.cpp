@@ -18,6 +18,7 @@
 #include "cli.hpp"
 #include "format_util.hpp"
 #include "npy.hpp"
+#include "run_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
@@ -25,77 +26,6 @@
 namespace graft::tools {
 namespace fs = std::filesystem;
 namespace {
-
-// Feeds prepared per-batch arrays and collects every returned anchor chunk.
-class ArrayStepIO : public IStepIO {
- public:
-  std::map<TensorId, std::vector<NDArray>> inputs;
-  std::map<TensorId, std::vector<NDArray>> outputs;
-
-  void reset() {
-    next_.clear();
-    outputs.clear();
-  }
-  NDArray in(const TensorId& id, const TensorInfo&, bool) override {
-    auto it = inputs.find(id);
-    GRAFT_CHECK(it != inputs.end(), "no data for model input '{}'", id);
-    size_t& k = next_[id];
-    GRAFT_ASSERT(k < it->second.size(), "input '{}' read more than {} times in one step", id, it->second.size());
-    return it->second[k++];
-  }
-  NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override {
-    NDArray a(dtype, shape);
-    outputs[id].push_back(a);
-    return a;
-  }
-
- private:
-  std::map<TensorId, size_t> next_;
-};
-
-std::pair<std::string, std::string> splitAssignment(const std::string& arg, const char* option, const char* form) {
-  auto eq = arg.find('=');
-  GRAFT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < arg.size(), "{} '{}': expected {}", option, arg, form);
-  return {arg.substr(0, eq), arg.substr(eq + 1)};
-}
-
-// Output names from the ModelProto; when it does not parse, the full import reports why.
-std::vector<TensorId> graphOutputs(const std::string& path) {
-  std::error_code ec;
-  GRAFT_CHECK(fs::exists(path, ec), "model file '{}' does not exist", path);
-  std::ifstream f(path, std::ios::binary);
-  ::onnx::ModelProto m;
-  if (!f || !m.ParseFromIstream(&f)) {
-    (void)loadModelArgument(path);
-    GRAFT_THROW("model '{}' cannot be read as ONNX", path);
-  }
-  std::vector<TensorId> ids;
-  for (const auto& o : m.graph().output()) ids.push_back(o.name());
-  GRAFT_CHECK(!ids.empty(), "model '{}' has no graph outputs: there is nothing to run", path);
-  return ids;
-}
-
-NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id) {
-  GRAFT_CHECK(dt != DataType::String && dt != DataType::Complex64 && dt != DataType::Complex128 &&
-                  dt != DataType::Undefined,
-              "input '{}' is {}: graft run cannot make random values of that type; give the input with --input {}=FILE.npy",
-              id, dtypeName(dt), id);
-  NDArray a = NDArray::uninitialized(dt, shape);
-  ops::dispatch<ops::kNumericBool>(dt, "random input '" + id + "'", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = a.data<T>();
-    if constexpr (std::is_same_v<T, bool>) {
-      for (int64_t i = 0; i < a.numel(); ++i) p[i] = (rng() & 1u) != 0;
-    } else if constexpr (ops::kIsFloat<T>) {
-      std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-      for (int64_t i = 0; i < a.numel(); ++i) p[i] = static_cast<T>(d(rng));
-    } else {
-      // Small non-negative integers: valid as indices and counts for most models.
-      for (int64_t i = 0; i < a.numel(); ++i) p[i] = static_cast<T>(rng() % 10);
-    }
-  });
-  return a;
-}
 
 NDArray stack(const std::vector<NDArray>& parts) {
   const NDArray& first = parts.front();
@@ -132,6 +62,28 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+// Output names from the ModelProto; when it does not parse, the full import reports why.
+std::vector<TensorId> graphOutputs(const std::string& path) {
+  std::error_code ec;
+  GRAFT_CHECK(fs::exists(path, ec), "model file '{}' does not exist", path);
+  std::ifstream f(path, std::ios::binary);
+  ::onnx::ModelProto m;
+  if (!f || !m.ParseFromIstream(&f)) {
+    (void)loadModelArgument(path);
+    GRAFT_THROW("model '{}' cannot be read as ONNX", path);
+  }
+  std::vector<TensorId> ids;
+  for (const auto& o : m.graph().output()) ids.push_back(o.name());
+  GRAFT_CHECK(!ids.empty(), "model '{}' has no graph outputs: there is nothing to run", path);
+  return ids;
+}
+
+std::pair<std::string, std::string> splitAssignment(const std::string& arg, const char* option, const char* form) {
+  auto eq = arg.find('=');
+  GRAFT_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < arg.size(), "{} '{}': expected {}", option, arg, form);
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
 std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
   std::map<std::string, int64_t> dims;
   for (const auto& a : args) {
@@ -146,6 +98,27 @@ std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
   return dims;
 }
 
+NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id) {
+  GRAFT_CHECK(dt != DataType::String && dt != DataType::Complex64 && dt != DataType::Complex128 &&
+                  dt != DataType::Undefined,
+              "input '{}' is {}: graft run cannot make random values of that type; give the input with --input {}=FILE.npy",
+              id, dtypeName(dt), id);
+  NDArray a = NDArray::uninitialized(dt, shape);
+  ops::dispatch<ops::kNumericBool>(dt, "random input '" + id + "'", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = a.data<T>();
+    if constexpr (std::is_same_v<T, bool>) {
+      for (int64_t i = 0; i < a.numel(); ++i) p[i] = (rng() & 1u) != 0;
+    } else if constexpr (ops::kIsFloat<T>) {
+      std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+      for (int64_t i = 0; i < a.numel(); ++i) p[i] = static_cast<T>(d(rng));
+    } else {
+      // Small non-negative integers: valid as indices and counts for most models.
+      for (int64_t i = 0; i < a.numel(); ++i) p[i] = static_cast<T>(rng() % 10);
+    }
+  });
+  return a;
+}
 
 void runCommand(const RunOptions& o, std::ostream& out) {
   GRAFT_CHECK(!o.model.empty(), "no model file given");

@@ -1,46 +1,33 @@
 #pragma once
-// A fixed pool of worker threads for data-parallel loops inside kernels.
-#include <condition_variable>
+// The threads kernels use for data-parallel loops. They are OpenMP's: oneDNN (the cpu backend's
+// heavy kernels) runs on OpenMP too, so graft's own loops and oneDNN's primitives share one team
+// of threads instead of two sets competing for the cores (OpenMP's idle threads spin for a while
+// after each region, which would steal a core from a separate pool's workers).
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 namespace graft::support {
 
 class ThreadPool {
  public:
-  /// `numThreads` counts the calling thread: 1 means no workers are started.
+  /// `numThreads` counts the calling thread: 1 means loops run on the caller only.
   explicit ThreadPool(int numThreads);
-  ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int numThreads() const { return static_cast<int>(workers_.size()) + 1; }
+  int numThreads() const { return threads_; }
 
   /// Splits [0, n) into contiguous chunks of at least `grain` items and runs fn(begin, end) on
-  /// them, the calling thread included; returns when all are done. Not re-entrant: a nested call
-  /// from inside fn runs serially. Exceptions from fn are rethrown (the first one).
+  /// them, the calling thread included; returns when all are done. A nested call from inside fn
+  /// (or from inside any other parallel region) runs serially. Exceptions from fn are rethrown
+  /// (the first one).
   void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   /// Number of threads of the machine (std::thread::hardware_concurrency, at least 1).
   static int hardwareThreads();
 
  private:
-  void workerLoop(int index);
-
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable done_cv_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0, numChunks_ = 0;
-  int64_t nextChunk_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  bool busy_ = false;
-  std::exception_ptr error_;
+  int threads_;
 };
 
 }  // namespace graft::support

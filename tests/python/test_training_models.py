@@ -1,9 +1,10 @@
 """Models exported from PyTorch with fixed random weights, trained in graft and in PyTorch on the
 same batches: a small CNN with BatchNormalization (trained in training mode, with running
-statistics), an LSTM and a GRU sequence classifier, and a transformer encoder layer. For each:
-SGD with momentum and weight decay, Adam, AdamW, and SGD with gradient accumulation. The loss of
-every step, the final weights (and the BatchNorm running statistics) must match within the stated
-tolerance; the largest deviations are printed at the end of the run.
+statistics), LSTM and GRU sequence classifiers (one layer, and two bidirectional layers), and a
+transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
+gradient accumulation. The loss of every step, the final weights (and the BatchNorm running
+statistics) must match within the stated tolerance; the largest deviations are printed at the end
+of the run.
 """
 import numpy as np
 import pytest
@@ -34,11 +35,11 @@ def make_cnn():
 class SequenceClassifier(torch.nn.Module):
     """An LSTM or GRU over [batch, time, features]; the last step's output goes through a Linear."""
 
-    def __init__(self, cell):
+    def __init__(self, cell, **kwargs):
         super().__init__()
         torch.manual_seed(12)
-        self.rnn = cell(5, 7, batch_first=True)
-        self.fc = torch.nn.Linear(7, CLASSES)
+        self.rnn = cell(5, 7, batch_first=True, **kwargs)
+        self.fc = torch.nn.Linear(7 * (2 if kwargs.get("bidirectional") else 1), CLASSES)
 
     def forward(self, x):
         out, _ = self.rnn(x)
@@ -71,6 +72,12 @@ MODELS = {
     "cnn_batchnorm": (make_cnn, (4, 1, 8, 8), True),
     "lstm": (lambda: SequenceClassifier(torch.nn.LSTM), (3, 4, 5), False),
     "gru": (lambda: SequenceClassifier(torch.nn.GRU), (3, 4, 5), False),
+    # Two bidirectional layers: forward and reverse directions, the second layer's input is the
+    # first one's output.
+    "lstm_bidirectional_2layers": (lambda: SequenceClassifier(torch.nn.LSTM, num_layers=2, bidirectional=True),
+                                   (3, 4, 5), False),
+    "gru_bidirectional_2layers": (lambda: SequenceClassifier(torch.nn.GRU, num_layers=2, bidirectional=True),
+                                  (3, 4, 5), False),
     "transformer_encoder": (Encoder, (2, 5, 8), False),
 }
 
@@ -93,7 +100,8 @@ OPTIMIZERS = {
 
 # Parameters whose true gradient is zero: the attention's key bias adds the same q.b_k to every
 # score of a query's row, which softmax ignores; the bias of a Conv followed by a training-mode
-# BatchNorm is removed again with the batch mean. Both frameworks compute rounding noise (~1e-9) for
+# BatchNorm is removed again with the batch mean (that BatchNorm's running mean tracks the bias, so it
+# is left out with it). Both frameworks compute rounding noise (~1e-9) for
 # it, and Adam's m / sqrt(v) turns noise of either sign into full-size steps, so these entries are
 # left out of the comparison (every other weight is compared). The BatchNorm's running mean
 # averages the conv output, bias included, so it inherits those steps (about lr x 0.1 per step

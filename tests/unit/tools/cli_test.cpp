@@ -205,6 +205,32 @@ TEST_F(Cli, RunWithRandomInputsAndSymbolicDims) {
   EXPECT_TRUE(contains(r.out, "x  FLOAT [1, 2]  random (batch=1; set with --dim)")) << r.out;
 }
 
+TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
+  Result r = cli({"bench", model, "--dim", "batch=4", "--steps", "3", "--warmup", "1", "--threads", "2", "--profile"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "x  FLOAT [4, 2]  random")) << r.out;
+  EXPECT_TRUE(contains(r.out, "prepare ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "warm-up   1 step, first")) << r.out;
+  EXPECT_TRUE(contains(r.out, "step      median ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "of 3 steps")) << r.out;
+  // The cpu pipeline fuses MatMul + Add + Relu; the profile names the kernels that ran.
+  EXPECT_TRUE(contains(r.out, "FusedMatMul")) << r.out;
+  EXPECT_TRUE(contains(r.out, "onednn_matmul")) << r.out;
+  r = cli({"bench", model, "--steps", "2", "--device", "reference", "--profile", "--batches-per-step", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "reference (1 of 1 nodes)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(2 batches per step)")) << r.out;
+  auto fails = [&](std::vector<std::string> args, const std::string& part) {
+    Result f = cli(args);
+    EXPECT_EQ(f.code, 1) << f.out;
+    EXPECT_TRUE(contains(f.err, part)) << "expected '" << part << "' in: " << f.err;
+  };
+  fails({"bench", dir.file("absent.onnx")}, "does not exist");
+  fails({"bench", model, "--dim", "height=3"}, "no random input of the model has a dimension named 'height'");
+  fails({"bench", model, "--input", "nope=" + dir.file("x.npy")}, "the model has no input 'nope'");
+  EXPECT_EQ(cli({"bench", model, "--steps", "0"}).code, 2);
+}
+
 TEST_F(Cli, RunErrorsNameTheProblem) {
   auto fails = [&](std::vector<std::string> args, const std::string& part) {
     Result r = cli(args);

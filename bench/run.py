@@ -1,0 +1,344 @@
+"""graft's benchmark harness (`make bench`): graft vs ONNX Runtime vs PyTorch on the model zoo.
+
+Exports the zoo (bench/zoo.py) with PyTorch, checks graft's outputs against PyTorch's, times
+inference (graft, ONNX Runtime, PyTorch) and training steps (graft, PyTorch) with the same thread
+count, each measurement in its own process (bench/child.py: peak RSS per run), and writes
+bench/results/results.{md,json,png}.
+
+Run it with the bench venv's Python (.venv-bench, made by `make bench`); graft's Python module
+comes from the build tree (python/graft, built with -DGRAFT_PYTHON=ON against the same Python).
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+ALL_MODELS = ["mlp", "resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "bert4", "lstm2"]
+SMALL_BATCH = {"mlp": 1, "resnet18": 1, "resnet50": 1, "mobilenet_v2": 1, "squeezenet1_1": 1, "bert4": 1, "lstm2": 1}
+
+
+SPIN = False  # set from --spin
+
+
+def child_env(threads):
+    env = dict(os.environ)
+    # Spinning OpenMP threads (graft, oneDNN, PyTorch) collapse on a machine with more runnable
+    # threads than cores: a barrier waits a scheduler slice for a descheduled teammate (measured
+    # here: graft's MLP at batch 1, 2 threads, 180 ms spinning vs 11 ms passive). Passive waiting
+    # (and ONNX Runtime without spinning) by default; --spin for an idle machine.
+    if not SPIN:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env["BENCH_ORT_NO_SPIN"] = "1"
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_child(args, threads, timeout):
+    cmd = [sys.executable, os.path.join(HERE, "child.py")] + [str(a) for a in args]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads))
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+            res["wall_s"] = time.perf_counter() - t0
+            return res
+    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+    return {"error": f"process exited {p.returncode}: {' | '.join(tail)}"[:400]}
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def geomean(v):
+    v = [x for x in v if x and x > 0]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def measure_sgemm(threads):
+    code = ("import torch,time;torch.set_num_threads(%d);a=torch.randn(2048,2048);b=torch.randn(2048,2048);"
+            "[a@b for _ in range(3)];ts=[]\n"
+            "for _ in range(7):\n t=time.perf_counter();a@b;ts.append(time.perf_counter()-t)\n"
+            "print(2*2048**3/sorted(ts)[3]/1e9)") % threads
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(threads))
+    try:
+        return float(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def graft_profile(model_path, threads, steps):
+    """`graft bench --profile` on one model: where graft's time goes, and which ops run reference kernels."""
+    exe = os.path.join(REPO, "build", "tools", "graft")
+    if not os.path.exists(exe):
+        return "(build/tools/graft not built)"
+    p = subprocess.run([exe, "bench", model_path, "--threads", str(threads), "--steps", str(steps), "--profile"],
+                       capture_output=True, text=True, env=child_env(threads), timeout=600)
+    return (p.stdout + p.stderr).strip()
+
+
+def fmt_ms(r):
+    return f"{r['median_s'] * 1e3:.2f}" if r and "median_s" in r else "-"
+
+
+def status(r):
+    if r is None:
+        return "not run"
+    if "error" in r:
+        return r["error"]
+    return "ok"
+
+
+def summarize(res, flops):
+    if "times" in res and res["times"]:
+        res["median_s"] = median(res["times"])
+        res["reps"] = len(res["times"])
+        if flops:
+            res["gflops"] = flops / res["median_s"] / 1e9
+    return res
+
+
+def best_torch(entries):
+    ok = [e for e in entries if e and "median_s" in e]
+    return min(ok, key=lambda e: e["median_s"]) if ok else (entries[0] if entries else None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="batch 1 only, short timings")
+    ap.add_argument("--models", default=",".join(ALL_MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--zoo", default=os.path.join(REPO, "build", "bench-zoo"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile on 2 cores)")
+    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--spin", action="store_true",
+                    help="let OpenMP and ONNX Runtime threads spin (default: passive waits, see child_env)")
+    ap.add_argument("--no-profile", action="store_true")
+    a = ap.parse_args()
+    models = a.models.split(",")
+    global SPIN
+    SPIN = a.spin
+    started = time.perf_counter()
+    os.makedirs(a.out, exist_ok=True)
+
+    print(f"== exporting the zoo to {a.zoo}", flush=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "export.py"), a.zoo, ",".join(models)] + (["quick"] if a.quick else []),
+                   check=True, env=child_env(a.threads))
+    meta = json.load(open(os.path.join(a.zoo, "meta.json")))
+    sgemm = measure_sgemm(a.threads)
+    print(f"== sgemm 2048^3 (torch.mm, {a.threads} threads): {sgemm and round(sgemm, 1)} GFLOP/s", flush=True)
+
+    rows = []
+    profiles = {}
+    for name in models:
+        sizes = sorted({v["batch"] for v in meta.values() if v["model"] == name})
+        small, large = sizes[0], sizes[-1]
+        for batch in ([small] if a.quick else [small, large]):
+            stem = f"{name}_b{batch}"
+            m = meta[stem]
+            big = m["flops_infer"] > 5e9
+            budget = 1.0 if a.quick else (2.0 if big else 3.0)
+            reps = 5 if a.quick else (5 if big else 15)
+            row = {"model": name, "batch": batch, "params": m["params"], "flops_infer": m["flops_infer"],
+                   "flops_train": m["flops_train"], "infer": {}, "train": {}}
+            fws = ["graft", "ort", "torch"] + (["torch_compile"] if a.compile else [])
+            for fw in fws:
+                r = run_child([fw, "infer", a.zoo, name, batch, a.threads, budget, reps], a.threads, 900)
+                row["infer"][fw] = summarize(r, m["flops_infer"])
+                print(f"   {stem:22s} infer {fw:13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
+            if not a.no_train:
+                for fw in ["graft", "torch"] + (["torch_compile"] if a.compile else []):
+                    r = run_child([fw, "train", a.zoo, name, batch, a.threads, budget, max(3, reps // 2)], a.threads, 900)
+                    row["train"][fw] = summarize(r, m["flops_train"])
+                    if fw == "graft" and "error" in r:
+                        r["unsupported"] = r["error"]
+                    print(f"   {stem:22s} train {fw:13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
+                row["torch_first_loss"] = m["torch_first_loss"]
+            rows.append(row)
+            if not a.no_profile and batch == (small if a.quick else large):
+                profiles[stem] = graft_profile(os.path.join(a.zoo, f"{stem}.onnx"), a.threads, 3)
+
+    total = time.perf_counter() - started
+    report = make_report(rows, a, sgemm, total)
+    report["profiles"] = profiles
+    write_outputs(report, a.out)
+    print(open(os.path.join(a.out, "results.md")).read())
+    print(f"== done in {total / 60:.1f} min; results in {a.out}")
+
+
+def env_info():
+    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    for mod in ("torch", "onnxruntime", "onnx", "numpy"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:
+            info[mod] = None
+    return info
+
+
+def ratio(peer, graft):
+    if peer and graft and "median_s" in peer and "median_s" in graft:
+        return peer["median_s"] / graft["median_s"]
+    return None
+
+
+def make_report(rows, a, sgemm, total):
+    for row in rows:
+        inf = row["infer"]
+        tp = best_torch([inf.get("torch"), inf.get("torch_compile")])
+        row["infer_torch_best"] = tp and tp.get("framework")
+        row["ort_over_graft"] = ratio(inf.get("ort"), inf.get("graft"))
+        row["torch_over_graft"] = ratio(tp, inf.get("graft"))
+        tr = row["train"]
+        if tr:
+            tt = best_torch([tr.get("torch"), tr.get("torch_compile")])
+            row["train_torch_best"] = tt and tt.get("framework")
+            row["train_torch_over_graft"] = ratio(tt, tr.get("graft"))
+    ort_r = [r["ort_over_graft"] for r in rows if r.get("ort_over_graft")]
+    tr_r = [r["train_torch_over_graft"] for r in rows if r.get("train_torch_over_graft")]
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "threads": a.threads, "spin": a.spin, "quick": a.quick, "torch_compile": a.compile, "sgemm_gflops": sgemm,
+        "env": env_info(), "total_minutes": total / 60,
+        "summary": {
+            "infer_geomean_ort_over_graft": geomean(ort_r), "infer_min_ort_over_graft": min(ort_r) if ort_r else None,
+            "infer_geomean_torch_over_graft": geomean([r["torch_over_graft"] for r in rows if r.get("torch_over_graft")]),
+            "train_geomean_torch_over_graft": geomean(tr_r), "train_min_torch_over_graft": min(tr_r) if tr_r else None,
+            "train_models_supported": len(tr_r), "train_models_total": sum(1 for r in rows if r["train"]),
+        },
+        "rows": rows,
+    }
+
+
+def f2(v, spec=".2f"):
+    return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+
+def mb(r):
+    return f"{r['peak_rss_mb']:.0f}" if r and "peak_rss_mb" in r and "error" not in r else "-"
+
+
+def write_outputs(rep, out):
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(rep, f, indent=1)
+    s = rep["summary"]
+    env = rep["env"]
+    L = []
+    L.append(f"# graft benchmark ({rep['date']})\n")
+    L.append(f"{env.get('cpu', '?')}, {rep['threads']} threads for every framework; torch {env['torch']}, "
+             f"onnxruntime {env['onnxruntime']}; sgemm 2048^3 (torch.mm) {f2(rep['sgemm_gflops'], '.0f')} GFLOP/s. "
+             f"Times are medians per step (batch) in ms; ratios > 1 mean graft is faster. Peak memory is the "
+             f"process RSS high-water mark in MB (it includes each framework's own libraries). "
+             f"{'Quick mode. ' if rep['quick'] else ''}"
+             f"{'Threads spin. ' if rep.get('spin') else 'Threads wait passively (OMP_WAIT_POLICY=PASSIVE, ORT without spinning). '}torch.compile {'timed' if rep['torch_compile'] else 'not timed (eager only)'}. "
+             f"Total {rep['total_minutes']:.1f} min.\n")
+    L.append(f"**Inference**: geometric mean ORT/graft = {f2(s['infer_geomean_ort_over_graft'])} "
+             f"(min {f2(s['infer_min_ort_over_graft'])}), PyTorch/graft = {f2(s['infer_geomean_torch_over_graft'])}. "
+             f"**Training**: PyTorch/graft = {f2(s['train_geomean_torch_over_graft'])} "
+             f"(min {f2(s['train_min_torch_over_graft'])}) over {s['train_models_supported']} of "
+             f"{s['train_models_total']} model/batch pairs graft can train.\n")
+    L.append("## Inference\n")
+    L.append("| model | batch | GFLOP | graft ms | ORT ms | PyTorch ms | ORT/graft | PyTorch/graft | graft GFLOP/s | "
+             "ORT GFLOP/s | graft prepare s | ORT create s | peak MB graft / ORT / PyTorch | graft max rel err |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rep["rows"]:
+        i = r["infer"]
+        g, o = i.get("graft"), i.get("ort")
+        t = best_torch([i.get("torch"), i.get("torch_compile")])
+        err = f"{g['max_rel_err']:.1e}" if g and "max_rel_err" in g else (g or {}).get("error", "-")[:60]
+        L.append(f"| {r['model']} | {r['batch']} | {r['flops_infer'] / 1e9:.2f} | {fmt_ms(g)} | {fmt_ms(o)} | "
+                 f"{fmt_ms(t)}{' (compile)' if t and t.get('framework') == 'torch_compile' else ''} | "
+                 f"{f2(r['ort_over_graft'])} | {f2(r['torch_over_graft'])} | {f2((g or {}).get('gflops'), '.1f')} | "
+                 f"{f2((o or {}).get('gflops'), '.1f')} | {f2((g or {}).get('prepare_s'))} | {f2((o or {}).get('prepare_s'))} | "
+                 f"{mb(g)} / {mb(o)} / {mb(t)} | {err} |")
+    if any(r["train"] for r in rep["rows"]):
+        L.append("\n## Training step (forward, backward, SGD update)\n")
+        L.append("| model | batch | GFLOP | graft ms | PyTorch ms | PyTorch/graft | graft GFLOP/s | PyTorch GFLOP/s | "
+                 "peak MB graft / PyTorch | first loss graft / PyTorch | graft status |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rep["rows"]:
+            tr = r["train"]
+            if not tr:
+                continue
+            g = tr.get("graft")
+            t = best_torch([tr.get("torch"), tr.get("torch_compile")])
+            st = "ok" if g and "error" not in g else f"unsupported: {(g or {}).get('error', 'not run')}"
+            st = st.replace("|", "/").replace("\n", " ")[:160]
+            gl = f"{g['first_loss']:.4g}" if g and "first_loss" in g else "-"
+            L.append(f"| {r['model']} | {r['batch']} | {r['flops_train'] / 1e9:.2f} | {fmt_ms(g)} | {fmt_ms(t)} | "
+                     f"{f2(r.get('train_torch_over_graft'))} | {f2((g or {}).get('gflops'), '.1f')} | "
+                     f"{f2((t or {}).get('gflops'), '.1f')} | {mb(g)} / {mb(t)} | {gl} / {r['torch_first_loss']:.4g} | {st} |")
+    errs = [(r["model"], r["batch"], fw, e["error"]) for r in rep["rows"] for mode in ("infer", "train")
+            for fw, e in r[mode].items() if "error" in e and not (mode == "train" and fw == "graft")]
+    if errs:
+        L.append("\n## Errors\n")
+        for m, b, fw, e in errs:
+            L.append(f"- {m} batch {b}, {fw}: {e}")
+    if rep.get("profiles"):
+        L.append("\n## Where graft's inference time goes (`graft bench --profile`, largest batch)\n")
+        for stem, text in rep["profiles"].items():
+            L.append(f"### {stem}\n\n```\n{text}\n```\n")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(L) + "\n")
+    plot(rep, os.path.join(out, "results.png"))
+
+
+def plot(rep, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no chart")
+        return
+    rows = rep["rows"]
+    labels = [f"{r['model']}\nb{r['batch']}" for r in rows]
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.9 * len(rows) + 2), 8))
+    xs = range(len(rows))
+    w = 0.38
+    ax = axes[0]
+    ax.bar([x - w / 2 for x in xs], [r.get("ort_over_graft") or 0 for r in rows], w, label="ONNX Runtime time / graft time")
+    ax.bar([x + w / 2 for x in xs], [r.get("torch_over_graft") or 0 for r in rows], w, label="PyTorch time / graft time")
+    ax.set_title(f"Inference, {rep['threads']} threads (> 1: graft faster)")
+    ax2 = axes[1]
+    ax2.bar(list(xs), [r.get("train_torch_over_graft") or 0 for r in rows], w, color="tab:green",
+            label="PyTorch time / graft time (0: graft cannot train it yet)")
+    ax2.set_title("Training step")
+    for axis in axes:
+        axis.axhline(1.0, color="k", lw=0.8)
+        axis.set_xticks(list(xs))
+        axis.set_xticklabels(labels, fontsize=8)
+        axis.set_yscale("log")
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+if __name__ == "__main__":
+    main()

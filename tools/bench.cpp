@@ -1,0 +1,187 @@
+// graft bench: times one model's inference steps (prepare, warm-up, median step) and, with
+// --profile, where the time goes per op type and which ops run reference kernels.
+#include <graft/graft.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <ostream>
+#include <random>
+#include <set>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "cli.hpp"
+#include "format_util.hpp"
+#include "npy.hpp"
+#include "ops/registry.hpp"
+#include "run_util.hpp"
+#include "runtime/session_impl.hpp"
+#include "support/check.hpp"
+
+namespace graft::tools {
+namespace {
+
+// The same prepared batch for every read; outputs are allocated once per anchor and reused, so
+// that the timed loop measures the session, not the allocator.
+class FixedStepIO : public IStepIO {
+ public:
+  std::map<TensorId, NDArray> inputs;
+
+  NDArray in(const TensorId& id, const TensorInfo&, bool) override {
+    auto it = inputs.find(id);
+    GRAFT_CHECK(it != inputs.end(), "no data for model input '{}'", id);
+    return it->second;
+  }
+  NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override {
+    auto it = outputs_.find(id);
+    if (it == outputs_.end() || it->second.dtype() != dtype || it->second.shape() != shape)
+      it = outputs_.insert_or_assign(id, NDArray(dtype, shape)).first;
+    return it->second;
+  }
+
+ private:
+  std::map<TensorId, NDArray> outputs_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Per op type of the compiled graph: node count and how many have no fast kernel on the cpu
+// backend (they run the op's reference kernel), with the fast kernels' names.
+struct KernelUse {
+  int nodes = 0, reference = 0;
+  std::set<std::string> fast;
+};
+
+std::map<std::string, KernelUse> kernelUse(const ir::Graph& g, bool cpu) {
+  std::map<std::string, KernelUse> use;
+  for (const ir::Node* n : g.nodes()) {
+    KernelUse& u = use[n->type()];
+    ++u.nodes;
+    const backends::cpu::CpuKernelDef* d = cpu ? backends::cpu::CpuKernelRegistry::instance().find(*n) : nullptr;
+    if (d) u.fast.insert(d->name);
+    else ++u.reference;
+  }
+  return use;
+}
+
+}  // namespace
+
+void benchCommand(const BenchOptions& o, std::ostream& out) {
+  GRAFT_CHECK(!o.model.empty(), "no model file given");
+  GRAFT_CHECK(o.batchesPerStep >= 1, "--batches-per-step must be at least 1, got {}", o.batchesPerStep);
+  GRAFT_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
+  GRAFT_CHECK(o.warmup >= 0, "--warmup must be >= 0, got {}", o.warmup);
+  GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
+  GRAFT_CHECK(o.minSeconds >= 0, "--min-time must be >= 0, got {}", o.minSeconds);
+  GRAFT_CHECK(o.device == "cpu" || o.device == "reference", "--device must be cpu or reference, got '{}'", o.device);
+  std::map<std::string, int64_t> dims = parseDims(o.dims);
+  std::map<TensorId, std::string> files;
+  for (const auto& a : o.inputs) {
+    auto [name, path] = splitAssignment(a, "--input", "NAME=FILE.npy");
+    GRAFT_CHECK(!files.count(name), "--input {} is given twice", name);
+    files[name] = path;
+  }
+
+  std::vector<TensorId> outputs = graphOutputs(o.model);
+  auto& dm = DeviceManager::createDeviceManager();
+  auto device = o.device == "reference" ? dm.createReferenceDevice() : dm.createCpuDevice();
+  SessionOptions opts;
+  opts.numThreads = o.threads;
+  opts.enableProfiling = o.profile;
+  int bps = o.batchesPerStep;
+  auto session = InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device,
+                                                       {}, opts);
+
+  FixedStepIO io;
+  std::vector<std::string> lines;
+  std::mt19937_64 rng(o.seed);
+  std::set<std::string> usedDims;
+  for (const auto& id : session->inputIds()) {
+    auto f = files.find(id);
+    if (f != files.end()) {
+      io.inputs[id] = readNpy(f->second);
+      lines.push_back(fmt::format("{}  {}  from {}", id, summarizeArray(io.inputs[id], 0), f->second));
+      continue;
+    }
+    TensorInfo info = session->inputInfo(id);
+    GRAFT_CHECK(info.hasShape(), "input '{}' has no declared shape ({}); give it with --input {}=FILE.npy", id,
+                info.str(), id);
+    Shape shape;
+    for (const Dim& d : info.dims()) {
+      if (!d.known()) usedDims.insert(d.param);
+      auto g = d.known() ? dims.end() : dims.find(d.param);
+      shape.push_back(d.known() ? d.value : g != dims.end() ? g->second : 1);
+    }
+    io.inputs[id] = randomArray(info.dataType(), shape, rng, id);
+    lines.push_back(fmt::format("{}  {} {}  random", id, dtypeName(info.dataType()), shapeToString(shape)));
+  }
+  for (const auto& [name, v] : dims)
+    GRAFT_CHECK(usedDims.count(name), "--dim {}: no random input of the model has a dimension named '{}'", name, name);
+  for (const auto& [name, path] : files)
+    GRAFT_CHECK(io.inputs.count(name), "--input {}: the model has no input '{}'", name, name);
+
+  out << "model     " << o.model << "\n";
+  out << "device    " << device->str() << (o.threads ? fmt::format(" (--threads {})", o.threads) : "") << "\n";
+  for (const auto& l : lines) out << "input     " << l << "\n";
+  out.flush();
+
+  auto t0 = std::chrono::steady_clock::now();
+  session->prepareDevice();
+  double prepare = seconds(t0);
+  // Symbolic input shapes compile at the first run: the first warm-up step includes it.
+  std::vector<double> warm;
+  for (int i = 0; i < o.warmup; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    session->run(io);
+    warm.push_back(seconds(t0));
+  }
+  std::vector<double> times;
+  auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(times.size()) < o.steps || seconds(start) < o.minSeconds) {
+    t0 = std::chrono::steady_clock::now();
+    session->run(io);
+    times.push_back(seconds(t0));
+  }
+  double med = median(times);
+  out << "prepare   " << humanSeconds(prepare) << " (prepareDevice: import passes, compile, weight packing)\n";
+  if (!warm.empty())
+    out << "warm-up   " << warm.size() << " step" << (warm.size() == 1 ? "" : "s") << ", first "
+        << humanSeconds(warm.front()) << "\n";
+  out << "step      median " << humanSeconds(med) << fmt::format(" of {} steps (min {}, max {})", times.size(),
+                                                                   humanSeconds(*std::min_element(times.begin(), times.end())),
+                                                                   humanSeconds(*std::max_element(times.begin(), times.end())))
+      << "\n";
+  if (bps > 1) out << "batch     " << humanSeconds(med / bps) << fmt::format(" ({} batches per step)", bps) << "\n";
+  out << fmt::format("rate      {:.2f} batches/s\n", bps / med);
+
+  if (!o.profile) return;
+  const auto* plan = session->impl().lastPlan;
+  GRAFT_ASSERT(plan && plan->graph, "no compiled plan after running");
+  auto use = kernelUse(*plan->graph, o.device == "cpu");
+  auto prof = session->profile();
+  double total = 0;
+  for (const auto& e : prof) total += e.seconds;
+  int runs = o.warmup + static_cast<int>(times.size());
+  out << fmt::format("profile   per step, over {} steps (warm-up included); kernels: fast ones by name, "
+                     "'reference' for nodes without a fast kernel\n", runs);
+  out << fmt::format("  {:<24} {:>6} {:>11} {:>6}  {}\n", "op", "calls", "ms/step", "%", "kernels");
+  for (const auto& e : prof) {
+    const KernelUse& u = use[e.opType];
+    std::string k = fmt::format("{}", fmt::join(u.fast, ", "));
+    if (u.reference) k += fmt::format("{}reference ({} of {} nodes)", k.empty() ? "" : ", ", u.reference, u.nodes);
+    out << fmt::format("  {:<24} {:>6} {:>11.3f} {:>5.1f}%  {}\n", e.opType, e.calls / std::max(1, runs),
+                       e.seconds / runs * 1e3, total > 0 ? 100 * e.seconds / total : 0.0, k);
+  }
+  out << fmt::format("  {:<24} {:>6} {:>11.3f}  (kernels; the rest of a step is the session's own work)\n", "total", "",
+                     total / runs * 1e3);
+}
+
+}  // namespace graft::tools
