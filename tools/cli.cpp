@@ -1,4 +1,5 @@
 #include "cli.hpp"
+#include "inspect_memory.hpp"
 
 #include <graft/error.hpp>
 
@@ -51,8 +52,10 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                            "(__ipu_number, __pipeline_stage) or, without any, graft's Auto split");
   inspect->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
       ->check(CLI::PositiveNumber);
-  inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages (repeatable; default 1)")
+  inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages and --memory (repeatable; default 1)")
       ->type_name("NAME=SIZE");
+  MemoryInspectOptions mo;
+  addMemoryOptions(*inspect, mo);
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "Run a model on given or random inputs; print the outputs and the time per step");
@@ -157,7 +160,13 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return code == 0 ? 0 : 2;
   }
   try {
-    if (inspect->parsed()) inspectCommand(io, out);
+    if (inspect->parsed()) {
+      inspectCommand(io, out);
+      if (mo.memory) {
+        mo.dims = io.dims;
+        printMemoryPlan(io.model, mo, out);
+      }
+    }
     else if (run->parsed()) runCommand(ro, out);
     else if (bench->parsed()) benchCommand(bo, out);
     else if (train->parsed()) {

@@ -33,6 +33,17 @@ struct OpProfile {
   double seconds = 0;
 };
 
+/// The static memory plan of a compiled step (Session::memoryPlan): one arena holds every value
+/// whose size is known when compiling; views and in-place results share their input's region.
+struct MemoryPlanSummary {
+  int64_t arenaBytes = 0;     ///< peak: the size of the arena(s)
+  int64_t unsharedBytes = 0;  ///< what the arena values would take without reusing regions
+  int64_t arenaValues = 0, viewValues = 0, inplaceValues = 0;
+  int64_t heapValues = 0;       ///< values allocated when produced (run-time shapes, graph outputs, sequences)
+  int64_t persistentBytes = 0;  ///< weights, optimizer state and constants
+  std::string text;             ///< the plan, printable (graft inspect --memory)
+};
+
 class Session {
  public:
   virtual ~Session();
@@ -75,6 +86,9 @@ class Session {
   std::vector<OpProfile> profile() const;
   /// The compiled graph as text (after prepareDevice); with virtual graphs, one graph per program.
   std::string graphText() const;
+  /// The memory plan of the compiled step (after prepareDevice); with `perValue`, `text` lists
+  /// every value with its placement, offset and live range over the schedule.
+  MemoryPlanSummary memoryPlan(bool perValue = false) const;
   /// With virtualGraphMode Manual or Auto: the split of the compiled model into programs (ops,
   /// parameters, FLOPs and memory per program and the virtual device running it); "" otherwise.
   std::string stagesText() const;

@@ -255,6 +255,14 @@ void Graph::removeNode(Node* n) {
   nodes_.erase(n->self_);
 }
 
+void Graph::reuseNodeId(Node* n, int64_t removedId) {
+  GRAFT_ASSERT(&n->graph() == this && removedId >= 0 && removedId < nextNodeId_, "{}: id {} was never given out", n->describe(),
+               removedId);
+  for (const auto& up : nodes_)
+    GRAFT_ASSERT(up.get() == n || up->id_ != removedId, "{}: id {} belongs to {}", n->describe(), removedId, up->describe());
+  n->id_ = removedId;
+}
+
 void Graph::replaceAllUses(Tensor* from, Tensor* to) {
   if (from == to) return;
   auto uses = from->uses_;

@@ -196,6 +196,10 @@ class Graph {
   void setOutput(Node* n, size_t index, Tensor* t);
   /// Disconnects and deletes a node; its output tensors stay, without producer.
   void removeNode(Node* n);
+  /// Gives `n` the id of a node already removed from this graph, so that `n` takes that node's
+  /// place in schedule() (which prefers lower ids among ready nodes): a node that replaces
+  /// others (a fusion) then runs where they ran instead of after everything else that is ready.
+  void reuseNodeId(Node* n, int64_t removedId);
   /// Every use of `from` (node inputs, implicit inputs, graph outputs) now reads `to`.
   void replaceAllUses(Tensor* from, Tensor* to);
   /// Nodes in insertion order.

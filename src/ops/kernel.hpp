@@ -3,6 +3,7 @@
 // Kernels do not validate: inputs were checked once, when the graph was compiled.
 #include <graft/ndarray.hpp>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -45,6 +46,16 @@ struct Value {
 
 class KernelContext;
 
+/// Where the static memory plan (plan/memory.hpp) puts one output of a step: allocOutput hands
+/// out this region when the kernel asks for exactly this dtype and shape.
+struct PlannedOutput {
+  void* data = nullptr;  ///< nullptr: not planned (heap)
+  DataType dtype = DataType::Undefined;
+  Shape shape;
+  /// The region is an input's buffer (in place): it must not be zero-filled.
+  bool inplace = false;
+};
+
 /// Runs a compiled subgraph (If/Loop/Scan/SequenceMap bodies). The subgraph is compiled once, when
 /// the owning node is; run() may then be called any number of times (a Loop body once per
 /// iteration) and reuses the compiled plan and its slots.
@@ -63,8 +74,10 @@ class SubgraphRunner {
 class KernelContext {
  public:
   KernelContext(Value* slots, const int* in, size_t nin, const int* out, size_t nout, const int* implicit, size_t nimp,
-                support::ThreadPool* pool)
-      : slots_(slots), in_(in), out_(out), implicit_(implicit), nin_(nin), nout_(nout), nimp_(nimp), pool_(pool) {}
+                support::ThreadPool* pool, const PlannedOutput* planned = nullptr,
+                const std::shared_ptr<void>* arena = nullptr)
+      : slots_(slots), in_(in), out_(out), implicit_(implicit), nin_(nin), nout_(nout), nimp_(nimp), pool_(pool),
+        planned_(planned), arena_(arena) {}
 
   size_t numInputs() const { return nin_; }
   size_t numOutputs() const { return nout_; }
@@ -81,10 +94,21 @@ class KernelContext {
   }
   /// True when output i is consumed or returned (not omitted in the model).
   bool wantsOutput(size_t i) const { return i < nout_ && out_[i] >= 0; }
-  /// Allocates output i zero-filled and returns it.
-  NDArray& allocOutput(size_t i, DataType dt, Shape shape) { return setOutput(i, NDArray(dt, std::move(shape))); }
-  /// Allocates output i without zero-filling; the kernel must write every element.
+  /// Allocates output i zero-filled and returns it (in its planned arena region when the memory
+  /// plan has one for this dtype and shape).
+  NDArray& allocOutput(size_t i, DataType dt, Shape shape) {
+    if (const PlannedOutput* p = plannedFor(i, dt, shape); p && !p->inplace) {
+      NDArray& a = setOutput(i, NDArray::wrap(p->data, dt, std::move(shape), *arena_));
+      if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+      return a;
+    }
+    return setOutput(i, NDArray(dt, std::move(shape)));
+  }
+  /// Allocates output i without zero-filling; the kernel must write every element. For an op
+  /// with the inplaceInput trait the region may be that input's buffer: the kernel must then
+  /// read each input element before writing the output element at the same position.
   NDArray& allocOutputUninit(size_t i, DataType dt, Shape shape) {
+    if (const PlannedOutput* p = plannedFor(i, dt, shape)) return setOutput(i, NDArray::wrap(p->data, dt, std::move(shape), *arena_));
     return setOutput(i, NDArray::uninitialized(dt, std::move(shape)));
   }
   /// Sets output i (for example to a view of an input: Reshape, Identity).
@@ -105,10 +129,17 @@ class KernelContext {
   support::ThreadPool& pool() const { return *pool_; }
 
  private:
+  const PlannedOutput* plannedFor(size_t i, DataType dt, const Shape& shape) const {
+    if (!planned_ || i >= nout_ || !wantsOutput(i)) return nullptr;
+    const PlannedOutput& p = planned_[i];
+    return p.data && p.dtype == dt && p.shape == shape ? &p : nullptr;
+  }
   Value* slots_;
   const int *in_, *out_, *implicit_;
   size_t nin_, nout_, nimp_;
   support::ThreadPool* pool_;
+  const PlannedOutput* planned_;
+  const std::shared_ptr<void>* arena_;
   NDArray scratch_;
 };
 

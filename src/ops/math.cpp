@@ -212,23 +212,23 @@ GRAFT_REGISTER_OPS(math) {
     if constexpr (std::is_floating_point_v<decltype(a)>) if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
     return a < b ? a : b;
   }, false)).elementwise();
-  r.add("Where").setReference(whereKernel()).elementwise().noGradient({0});
+  r.add("Where").setReference(whereKernel()).elementwise().inplace(1).noGradient({0});
 
   // Unary math.
   r.add("Abs").setReference(unaryKernel<kNumeric>([](auto x) {
     using C = decltype(x);
     if constexpr (std::is_unsigned_v<C>) return x;
     else return static_cast<C>(x < 0 ? -x : x);
-  })).elementwise();
-  r.add("Neg").setReference(unaryKernel<kSignedNumeric>([](auto x) { return static_cast<decltype(x)>(-x); })).elementwise();
+  })).elementwise().inplace(0);
+  r.add("Neg").setReference(unaryKernel<kSignedNumeric>([](auto x) { return static_cast<decltype(x)>(-x); })).elementwise().inplace(0);
   r.add("Sign").setReference(unaryKernel<kNumeric>([](auto x) {
     using C = decltype(x);
     return static_cast<C>(x > C(0) ? 1 : (x < C(0) ? -1 : 0));
   })).elementwise();
-  r.add("Exp").setReference(unaryKernel<kFloats>([](auto x) { return std::exp(x); })).elementwise();
-  r.add("Log").setReference(unaryKernel<kFloats>([](auto x) { return std::log(x); })).elementwise();
-  r.add("Sqrt").setReference(unaryKernel<kFloats>([](auto x) { return std::sqrt(x); })).elementwise();
-  r.add("Reciprocal").setReference(unaryKernel<kFloats>([](auto x) { return decltype(x)(1) / x; })).elementwise();
+  r.add("Exp").setReference(unaryKernel<kFloats>([](auto x) { return std::exp(x); })).elementwise().inplace(0);
+  r.add("Log").setReference(unaryKernel<kFloats>([](auto x) { return std::log(x); })).elementwise().inplace(0);
+  r.add("Sqrt").setReference(unaryKernel<kFloats>([](auto x) { return std::sqrt(x); })).elementwise().inplace(0);
+  r.add("Reciprocal").setReference(unaryKernel<kFloats>([](auto x) { return decltype(x)(1) / x; })).elementwise().inplace(0);
   r.add("Floor").setReference(unaryKernel<kFloats>([](auto x) { return std::floor(x); })).elementwise();
   r.add("Ceil").setReference(unaryKernel<kFloats>([](auto x) { return std::ceil(x); })).elementwise();
   r.add("Round").setReference(unaryKernel<kFloats>([](auto x) { return roundHalfEven(x); })).elementwise();
@@ -243,7 +243,7 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Asinh").setReference(unaryKernel<kFloats>([](auto x) { return std::asinh(x); })).elementwise();
   r.add("Acosh").setReference(unaryKernel<kFloats>([](auto x) { return std::acosh(x); })).elementwise();
   r.add("Atanh").setReference(unaryKernel<kFloats>([](auto x) { return std::atanh(x); })).elementwise();
-  r.add("Erf").setReference(unaryKernel<kFloats>([](auto x) { return std::erf(x); })).elementwise();
+  r.add("Erf").setReference(unaryKernel<kFloats>([](auto x) { return std::erf(x); })).elementwise().inplace(0);
   r.add("IsNaN").setReference(isNanKernel()).elementwise();
   r.add("IsInf").setReference(isInfKernel()).elementwise();
 }

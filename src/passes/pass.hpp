@@ -51,6 +51,9 @@ const std::vector<std::string>& inferencePipeline();
 /// The cpu backend's inference pipeline: inferencePipeline() plus weight freezing, fusions into
 /// ai.graft ops (oneDNN post-ops) and the channel-blocked layout assignment.
 const std::vector<std::string>& cpuInferencePipeline();
+/// The cpu backend's pipeline for a training step (forward, backward and optimizer graph): common
+/// subexpressions and elementwise fusion; in-place reuse is decided by the memory plan.
+const std::vector<std::string>& cpuTrainingPipeline();
 
 }  // namespace graft::passes
 

@@ -58,6 +58,8 @@ const std::vector<std::string>& inferencePipeline() {
   return p;
 }
 
+// The fusions of kernel libraries (conv/matmul + bias + activation) go before fuse-elementwise,
+// which then takes the elementwise ops that remain (on blocked arrays too: it runs position-wise).
 const std::vector<std::string>& cpuInferencePipeline() {
   static const std::vector<std::string> p = {
       "infer-shapes",      // exact dtypes and shapes for the input shapes being compiled
@@ -65,12 +67,32 @@ const std::vector<std::string>& cpuInferencePipeline() {
       "fold-constants",    // evaluate what depends only on constants (Shape of static tensors too)
       "infer-shapes",      // shapes that depended on folded values (Reshape targets, ...)
       "dce",               // drop what no output needs
+      "cse",               // compute equal expressions once (equal small constants merged first)
       "constant-weights",  // constantWeights sessions: weights become constants (packed once)
       "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
+      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
+      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
       "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
       "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
       "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges
+      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
       "dce",               // weights folding left unused, reorders nobody reads
+  };
+  return p;
+}
+
+const std::vector<std::string>& cpuTrainingPipeline() {
+  static const std::vector<std::string> p = {
+      "infer-shapes",      // exact dtypes and shapes (the backward graph's too)
+      "expand-gradient",   // Gradient nodes become backward graphs (before folding: it reads the forward graph)
+      "fold-constants",    // constants only: weights change every step
+      "infer-shapes",      // shapes that depended on folded values
+      "dce",               // drop what no output or update needs
+      "cse",               // autodiff repeats subexpressions and constants
+      "fuse-layernorm",    // only where the backward pass reads no intermediate
+      "fuse-gelu",         // likewise
+      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
+      "dce",               // what the rewrites left unused
   };
   return p;
 }

@@ -1,6 +1,7 @@
 #include "plan/executable.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -29,15 +30,15 @@ class SubgraphRunnerImpl : public ops::SubgraphRunner {
 class PlanCompileContext : public ops::CompileContext {
  public:
   PlanCompileContext(const ir::Node& n, KernelProvider& provider, support::ThreadPool& pool,
-                     std::vector<std::shared_ptr<Executable>>& children)
-      : node_(n), provider_(provider), pool_(pool), children_(children) {}
+                     std::vector<std::shared_ptr<Executable>>& children, const CompileOptions& options)
+      : node_(n), provider_(provider), pool_(pool), children_(children), options_(options) {}
   const ir::Node& node() const override { return node_; }
   const NDArray* constantInput(size_t i) const override {
     const ir::Tensor* t = node_.input(i);
     return t && t->kind() == ir::TensorKind::Constant ? t->data() : nullptr;
   }
   std::shared_ptr<ops::SubgraphRunner> compileSubgraph(const ir::Graph& g) override {
-    std::shared_ptr<Executable> exe = compile(g, provider_, pool_);
+    std::shared_ptr<Executable> exe = compile(g, provider_, pool_, options_);
     std::vector<int> map;
     for (const std::string& id : exe->outerIds()) {
       const auto& imp = node_.implicitInputs();
@@ -55,6 +56,7 @@ class PlanCompileContext : public ops::CompileContext {
   KernelProvider& provider_;
   support::ThreadPool& pool_;
   std::vector<std::shared_ptr<Executable>>& children_;
+  const CompileOptions& options_;
 };
 
 std::string withNode(const ir::Node* n, const std::string& msg) {
@@ -64,7 +66,8 @@ std::string withNode(const ir::Node* n, const std::string& msg) {
 
 }  // namespace
 
-std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool) {
+std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool,
+                                    const CompileOptions& options) {
   auto exe = std::make_unique<Executable>();
   exe->pool_ = &pool;
   std::unordered_map<const ir::Tensor*, int> slot;
@@ -101,7 +104,7 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
     for (const ir::Tensor* t : n->inputs()) st.in.push_back(t ? slotOf(t) : -1);
     for (const ir::Tensor* t : n->outputs()) st.out.push_back(t ? slotOf(t) : -1);
     for (const ir::Tensor* t : n->implicitInputs()) st.implicit.push_back(slotOf(t));
-    PlanCompileContext cc(*n, provider, pool, exe->children_);
+    PlanCompileContext cc(*n, provider, pool, exe->children_, options);
     try {
       st.fn = provider.createKernel(cc);
     } catch (const InternalError&) {
@@ -137,7 +140,69 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
   }
   exe->slots_.resize(slot.size());
   for (auto& [s, v] : persistent) exe->slots_[s] = std::move(v);
+
+  exe->region_.assign(slot.size(), {0, 0});
+  for (Step& st : exe->steps_) {
+    st.planned.assign(st.out.size(), ops::PlannedOutput{});
+    st.plannedOffset.assign(st.out.size(), -1);
+  }
+  if (options.planMemory) {
+    MemoryPlanOptions mo;
+    mo.inplace = options.inplace;
+    exe->memory_ = planMemory(g, order, mo);
+    if (options.verifyPlan) exe->memory_.verify();
+    for (Step& st : exe->steps_) {
+      for (size_t k = 0; k < st.out.size(); ++k) {
+        const ir::Tensor* t = st.node->output(k);
+        const MemoryEntry* e = t ? exe->memory_.find(t) : nullptr;
+        if (!e || e->buffer < 0) continue;
+        const Buffer& b = exe->memory_.buffers[e->buffer];
+        exe->region_[st.out[k]] = {b.offset, b.offset + static_cast<int64_t>(b.bytes)};
+        if (e->placement == Placement::View || !e->reason.empty()) continue;  // views are set, not allocated
+        st.plannedOffset[k] = b.offset;
+        st.planned[k].dtype = t->info().dataType();
+        st.planned[k].shape = t->info().shape();
+        st.planned[k].inplace = e->placement == Placement::InPlace;
+      }
+    }
+  }
   return exe;
+}
+
+void Executable::allocateArena() {
+  size_t bytes = std::max<size_t>(memory_.arenaBytes, 64);
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw Error(fmt::format("out of memory allocating the {}-byte activation arena", bytes));
+  arena_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  arenaBase_ = static_cast<std::byte*>(p);
+  for (Step& st : steps_)
+    for (size_t k = 0; k < st.planned.size(); ++k)
+      if (st.plannedOffset[k] >= 0) st.planned[k].data = arenaBase_ + st.plannedOffset[k];
+}
+
+void Executable::keepOutOfArena(ops::Value& v, int slot) const {
+  const std::byte* lo = arenaBase_;
+  const std::byte* hi = arenaBase_ + memory_.arenaBytes;
+  auto inArena = [&](const NDArray& a) {
+    const auto* p = static_cast<const std::byte*>(a.rawData());
+    return p && p >= lo && p < hi;
+  };
+  if (v.isTensor()) {
+    if (!inArena(v.tensor)) return;
+    const auto* p = static_cast<const std::byte*>(v.tensor.rawData());
+    auto [first, last] = region_[slot];
+    if (p >= lo + first && p + v.tensor.nbytes() <= lo + last) return;
+    // A kernel returned a view the plan does not know about: its buffer may be reused while the
+    // view lives, so the value moves to the heap.
+    v.tensor = v.tensor.clone();
+  } else if (v.isSequence()) {
+    bool any = false;
+    for (const NDArray& a : *v.sequence) any |= inArena(a);
+    if (!any) return;
+    std::vector<NDArray> copy;
+    for (const NDArray& a : *v.sequence) copy.push_back(inArena(a) ? a.clone() : a);
+    v = ops::Value::fromSequence(std::move(copy));
+  }
 }
 
 ops::Value* Executable::persistent(const std::string& id) {
@@ -156,9 +221,10 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
   } reset{running_};
   for (size_t i = 0; i < inputs.size(); ++i) slots_[inputSlots_[i]] = std::move(inputs[i]);
   for (size_t i = 0; i < outer.size(); ++i) slots_[outerSlots_[i]] = *outer[i];
+  if (!arena_ && memory_.arenaBytes > 0) allocateArena();
   for (Step& st : steps_) {
     ops::KernelContext kc(slots_.data(), st.in.data(), st.in.size(), st.out.data(), st.out.size(), st.implicit.data(),
-                          st.implicit.size(), pool_);
+                          st.implicit.size(), pool_, st.planned.data(), &arena_);
     try {
       if (profiling_) {
         auto t0 = std::chrono::steady_clock::now();
@@ -180,6 +246,9 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
     } catch (const std::exception& e) {
       throw InternalError(withNode(st.node, e.what()));
     }
+    if (arenaBase_)
+      for (int s : st.out)
+        if (s >= 0) keepOutOfArena(slots_[s], s);
     for (int s : st.release) slots_[s] = ops::Value{};
   }
   std::vector<ops::Value> out;

@@ -9,6 +9,7 @@
 
 #include "ir/graph.hpp"
 #include "ops/kernel.hpp"
+#include "plan/memory.hpp"
 
 namespace graft::plan {
 
@@ -27,6 +28,19 @@ struct Step {
   std::vector<int> in, out, implicit;
   std::vector<int> release;  ///< slots whose last use is this step
   const ir::Node* node = nullptr;
+  /// Per output: its region of the arena (data set once the arena exists).
+  std::vector<ops::PlannedOutput> planned;
+  std::vector<int64_t> plannedOffset;  ///< -1: not planned
+};
+
+/// How compile() prepares an executable.
+struct CompileOptions {
+  /// Place values with static sizes in one arena (plan/memory.hpp).
+  bool planMemory = true;
+  /// Let ops with the inplaceInput trait overwrite a dying input (needs planMemory).
+  bool inplace = true;
+  /// Check that no two live buffers overlap (slow for large graphs; for debugging and tests).
+  bool verifyPlan = false;
 };
 
 /// Per-op-type timing of runs, collected when profiling is on.
@@ -53,9 +67,15 @@ class Executable {
   void setProfiling(bool on);
   /// Accumulated per-op-type times (slowest first), including nested subgraphs' ops.
   std::vector<ProfileEntry> profile() const;
+  /// The static memory plan of the values this executable produces.
+  const MemoryPlan& memoryPlan() const { return memory_; }
 
  private:
-  friend std::unique_ptr<Executable> compile(const ir::Graph&, KernelProvider&, support::ThreadPool&);
+  friend std::unique_ptr<Executable> compile(const ir::Graph&, KernelProvider&, support::ThreadPool&,
+                                             const CompileOptions&);
+  void allocateArena();
+  /// Moves a value that points into the arena outside the region planned for `slot` to the heap.
+  void keepOutOfArena(ops::Value& v, int slot) const;
   std::vector<Step> steps_;
   std::vector<ops::Value> slots_;
   std::vector<int> inputSlots_, outputSlots_, outerSlots_;
@@ -69,11 +89,17 @@ class Executable {
   std::vector<std::shared_ptr<Executable>> children_;
   void collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const;
   bool running_ = false;
+  MemoryPlan memory_;
+  std::shared_ptr<void> arena_;
+  std::byte* arenaBase_ = nullptr;
+  /// Per slot: the arena byte range [first, second) its value may point into; (0, 0) if none.
+  std::vector<std::pair<int64_t, int64_t>> region_;
 };
 
 /// Compiles `g` (types already inferred) with kernels from `provider`. Throws graft::Error naming
 /// the node when a kernel cannot be created.
-std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool);
+std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider, support::ThreadPool& pool,
+                                    const CompileOptions& options = {});
 
 /// Every node of `g` (and its subgraphs) that `provider` has no kernel for.
 std::vector<const ir::Node*> unsupportedNodes(const ir::Graph& g, const KernelProvider& provider);

@@ -409,6 +409,35 @@ std::string Session::stagesText() const {
 
 std::string Session::timelineJson() const { return impl_->lastTimeline ? impl_->lastTimeline->chromeTraceJson() : ""; }
 
+MemoryPlanSummary Session::memoryPlan(bool perValue) const {
+  const Impl::Plan& p = impl_->anyPlan();
+  MemoryPlanSummary s;
+  std::set<std::string> counted;
+  auto add = [&](const plan::Executable& exe, const ir::Graph& g, const char* title) {
+    const plan::MemoryPlan& m = exe.memoryPlan();
+    s.arenaBytes += static_cast<int64_t>(m.arenaBytes);
+    s.unsharedBytes += static_cast<int64_t>(m.unsharedBytes);
+    for (const plan::MemoryEntry& e : m.entries) {
+      switch (e.placement) {
+        case plan::Placement::Arena: ++s.arenaValues; break;
+        case plan::Placement::View: ++s.viewValues; break;
+        case plan::Placement::InPlace: ++s.inplaceValues; break;
+        case plan::Placement::Heap: ++s.heapValues; break;
+      }
+    }
+    for (const ir::Tensor* t : g.initializers())
+      if (t->data() && t->data()->dtype() != DataType::String && counted.insert(t->id()).second)
+        s.persistentBytes += static_cast<int64_t>(t->data()->nbytes());
+    s.text += fmt::format("{} ({} steps)\n{}", title, exe.numSteps(), m.summary(perValue));
+  };
+  // Sessions split over virtual devices compile one executable per program (not summarised here).
+  if (p.exe) add(*p.exe, *p.graph, p.applyExe ? "step (forward, backward, accumulation)" : "step");
+  else s.text += "step split over virtual devices: one plan per program (not summarised)\n";
+  if (p.applyExe) add(*p.applyExe, *p.applyGraph, "optimizer step (every accumulationFactor micro-batches)");
+  s.text += fmt::format("persistent  {} bytes of weights, optimizer state and constants\n", s.persistentBytes);
+  return s;
+}
+
 std::string Session::modelBytes() const { return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info); }
 
 void Session::modelToHost(const std::string& path) { onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info); }

@@ -103,7 +103,9 @@ OPTIMIZERS = {
 # BatchNorm is removed again with the batch mean (that BatchNorm's running mean tracks the bias, so it
 # is left out with it). Both frameworks compute rounding noise (~1e-9) for
 # it, and Adam's m / sqrt(v) turns noise of either sign into full-size steps, so these entries are
-# left out of the comparison (every other weight is compared).
+# left out of the comparison (every other weight is compared). The BatchNorm's running mean
+# averages the conv output, bias included, so it inherits those steps (about lr x 0.1 per step
+# with AdamW): it is left out too.
 ZERO_GRADIENT_ENTRIES = {"transformer_encoder": {"enc.self_attn.in_proj_bias": slice(8, 16)},
                          "cnn_batchnorm": {"0.bias": slice(None), "1.running_mean": slice(None)}}
 

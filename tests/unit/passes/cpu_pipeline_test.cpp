@@ -1,5 +1,5 @@
-// The cpu inference pipeline (fold-batchnorm, fuse-conv, fuse-matmul, constant-weights,
-// cpu-layout) on small convolutional and dense models: the graph it produces, and its results on
+// The cpu inference pipeline (cse, fold-batchnorm, fuse-layernorm, fuse-gelu, fuse-conv,
+// fuse-matmul, constant-weights, cpu-layout, fuse-elementwise) on small convolutional and dense models: the graph it produces, and its results on
 // the cpu backend against the original graph on the reference backend. Sessions: weights written
 // after compilation reach the packed kernels.
 #include <gtest/gtest.h>
@@ -201,6 +201,50 @@ TEST(CpuPipeline, FusionKeepsValuesOthersRead) {
 
 // Sessions: weights written after prepareDevice must be used, whether the session folds them
 // (constantWeights: recompiles) or reads them at run time (re-packs every run).
+// A transformer-style block as exporters write it: LayerNorm spelled out (mean, variance,
+// normalise, scale, shift), GELU as x/2 (1 + erf(x / sqrt 2)), the same subexpression computed
+// twice, and a residual elementwise tail. cse, fuse-layernorm, fuse-gelu and fuse-elementwise
+// rewrite it; the cpu backend (memory plan checked for overlaps) matches the reference backend.
+TEST(CpuPipeline, CseAndElementwiseFusionMatchReference) {
+  Builder b;
+  ir::Tensor* x = b.input("x", {16, 24, 64});
+  auto scalar = [&](float v) { return b.g.addInitializer(b.g.uniqueId("c"), NDArray::scalar<float>(DataType::Float, v)); };
+  ir::Attributes last;
+  last.set("axes", std::vector<int64_t>{-1});
+  auto mean = [&](ir::Tensor* t) { return b.op("ReduceMean", {t}, last); };
+  ir::Tensor* mu = mean(x);
+  ir::Tensor* d = b.op("Sub", {x, mu});
+  ir::Tensor* var = mean(b.op("Pow", {d, scalar(2.f)}));
+  ir::Tensor* nrm = b.op("Div", {d, b.op("Sqrt", {b.op("Add", {var, scalar(1e-5f)})})});
+  ir::Tensor* ln = b.op("Add", {b.op("Mul", {nrm, b.weight({64}, 0.5f, 1.5f)}), b.weight({64})});
+  ir::Tensor* h = b.op("Add", {b.op("MatMul", {ln, b.weight({64, 64})}), b.weight({64})});
+  ir::Tensor* erf = b.op("Erf", {b.op("Div", {h, scalar(1.4142135f)})});
+  ir::Tensor* gelu = b.op("Mul", {b.op("Mul", {h, b.op("Add", {erf, scalar(1.f)})}), scalar(0.5f)});
+  // Twice the same sigmoid gate: cse keeps one.
+  ir::Tensor* g1 = b.op("Sigmoid", {gelu});
+  ir::Tensor* g2 = b.op("Sigmoid", {gelu});
+  ir::Tensor* y = b.op("Add", {b.op("Mul", {b.op("Mul", {gelu, g1}), b.op("Tanh", {g2})}), x});
+  b.g.addOutput(b.op("Mul", {y, scalar(0.25f)}));
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(2);
+  NDArray xv = randomArray({16, 24, 64}, 11);
+  auto want = runGraph(b.g, passes::inferencePipeline(), true, *ref, {xv});
+  std::unique_ptr<ir::Graph> compiled;
+  auto got = runGraph(b.g, passes::cpuInferencePipeline(), true, *cpu, {xv}, nullptr, &compiled);
+  expectClose(got.at(0), want.at(0), 1e-4);
+  auto ops = countOps(*compiled);
+  EXPECT_EQ(ops["LayerNormalization"], 1) << ir::printGraph(*compiled);
+  EXPECT_EQ(ops["Sigmoid"] + ops["Erf"] + ops["Tanh"] + ops["ReduceMean"], 0) << ir::printGraph(*compiled);
+  EXPECT_GE(ops["FusedElementwise"], 1) << ir::printGraph(*compiled);
+  // The plan of the compiled graph never places two live values over each other.
+  support::ThreadPool pool(2);
+  plan::CompileOptions o;
+  o.verifyPlan = true;
+  auto exe = plan::compile(*compiled, *cpu, pool, o);
+  EXPECT_GT(exe->memoryPlan().arenaBytes, 0u);
+  EXPECT_LE(exe->memoryPlan().arenaBytes, exe->memoryPlan().unsharedBytes);
+}
+
 TEST(CpuPipeline, WrittenWeightsReachPackedKernels) {
   for (bool constant : {true, false}) {
     auto g = convModel(1);

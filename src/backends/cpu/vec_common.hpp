@@ -1,0 +1,116 @@
+#pragma once
+// Shared machinery of the cpu backend's vectorised kernels (vec_*.cpp):
+// - GRAFT_VEC_CLONES compiles a hot loop for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and the
+//   baseline, chosen once at load time by the CPU it runs on (GCC function multiversioning), so
+//   that one binary is both fast here and safe on older x86-64 machines;
+// - data-parallel helpers over the session's thread pool, with grain sizes that keep small
+//   tensors on one thread;
+// - broadcasting with adjacent dimensions merged, so that most patterns run as long contiguous
+//   or scalar-operand inner loops;
+// - conversions of half types in blocks (F16C where the CPU has it).
+// Results never depend on the number of threads: elementwise work is split by position, and
+// reductions accumulate each output in a fixed order.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "ir/graph.hpp"
+#include "ops/dtype_dispatch.hpp"
+#include "ops/kernel.hpp"
+#include "support/float16.hpp"
+#include "support/thread_pool.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(GRAFT_NO_VEC_CLONES)
+#define GRAFT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GRAFT_VEC_CLONES
+#endif
+
+namespace graft::backends::cpu {
+
+/// Elements per thread below which an elementwise loop is not split: cheap ops (add, compare),
+/// and ops that cost tens of cycles per element (exp, erf, tanh).
+inline constexpr int64_t kGrainCheap = 32768;
+inline constexpr int64_t kGrainCostly = 4096;
+/// Block of elements converted from half types at a time (fits in L1 with its float copy).
+inline constexpr int64_t kBlock = 1024;
+
+/// Runs fn(begin, end) over [0, n) split into at most numThreads contiguous ranges of at least
+/// `grain` items (one range, on the calling thread, when n is small).
+template <class F>
+void parallelRanges(support::ThreadPool& pool, int64_t n, int64_t grain, F&& fn) {
+  if (n <= 0) return;
+  if (n <= grain || pool.numThreads() == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool.parallelFor(n, grain, [&](int64_t b, int64_t e) { fn(b, e); });
+}
+
+/// True for the types the vector loops compute in float (float, half, bfloat16).
+template <class T>
+constexpr bool kComputesInFloat = std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <class T>
+constexpr bool kIsHalfType = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+/// Half and bfloat16 <-> float over n elements.
+void toFloat(const Half* src, float* dst, int64_t n);
+void toFloat(const BFloat16* src, float* dst, int64_t n);
+void fromFloat(const float* src, Half* dst, int64_t n);
+void fromFloat(const float* src, BFloat16* dst, int64_t n);
+
+/// An output shape with one broadcast input shape per operand, adjacent dimensions merged where
+/// every operand allows it. strides[k][d] is 0 where operand k is broadcast along dimension d.
+struct Broadcast {
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides;
+  int64_t numel = 0;
+
+  static Broadcast make(const Shape& out, const std::vector<const Shape*>& inputs);
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+  int64_t inner() const { return dims.back(); }
+  /// Stride of operand k along the innermost dimension (0 or 1).
+  int64_t innerStride(size_t k) const { return strides[k].back(); }
+  /// Walks positions [begin, end) of the output in runs along the innermost dimension:
+  /// fn(outOffset, const int64_t* inOffsets, runLength). `offs` is scratch of size operands.
+  template <class F>
+  void forEachRun(int64_t begin, int64_t end, F&& fn) const {
+    size_t nk = strides.size();
+    int64_t r = rank();
+    std::vector<int64_t> idx(r, 0), offs(nk, 0);
+    int64_t rest = begin;
+    for (int64_t d = r - 1; d >= 0; --d) {
+      idx[d] = rest % dims[d];
+      rest /= dims[d];
+      for (size_t k = 0; k < nk; ++k) offs[k] += idx[d] * strides[k][d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      int64_t len = std::min(dims[r - 1] - idx[r - 1], end - pos);
+      fn(pos, offs.data(), len);
+      pos += len;
+      if (pos >= end) break;
+      // Next run: the innermost index wraps to 0, carrying into outer dimensions.
+      for (size_t k = 0; k < nk; ++k) offs[k] -= idx[r - 1] * strides[k][r - 1];
+      idx[r - 1] = 0;
+      for (int64_t d = r - 2; d >= 0; --d) {
+        ++idx[d];
+        for (size_t k = 0; k < nk; ++k) offs[k] += strides[k][d];
+        if (idx[d] < dims[d]) break;
+        for (size_t k = 0; k < nk; ++k) offs[k] -= strides[k][d] * dims[d];
+        idx[d] = 0;
+      }
+    }
+  }
+};
+
+/// The element types the vector kernels accept (everything but strings and complex).
+inline constexpr uint32_t kVecTypes = ops::kNumericBool;
+
+/// True when `t` is a tensor value of a known type in `set`.
+bool typeIn(const ir::Tensor* t, uint32_t set);
+
+}  // namespace graft::backends::cpu

@@ -1,0 +1,199 @@
+// Vectorised LayerNormalization (ai.onnx opset 17) for float data: one pass for the mean, one
+// for the variance (both accumulated in double), one that normalises, scales and shifts; and
+// Softmax / LogSoftmax (opset 13: along one axis) for float data, the cpu table's only softmax
+// (measured against oneDNN's: see onednn_norm.cpp). Rows are split over the
+// threads; each row is computed by one thread in a fixed order.
+#include <cmath>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/vec_common.hpp"
+#include "backends/cpu/vec_math.hpp"
+#include "ops/registry.hpp"
+#include "ops/shape_util.hpp"
+
+namespace graft::backends::cpu {
+namespace {
+
+GRAFT_VEC_CLONES double rowSum(const float* p, int64_t n) {
+  constexpr int kW = 16;
+  double acc[kW] = {};
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    for (int l = 0; l < kW; ++l) acc[l] += static_cast<double>(p[i + l]);
+  for (int w = kW / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  for (; i < n; ++i) acc[0] += static_cast<double>(p[i]);
+  return acc[0];
+}
+
+GRAFT_VEC_CLONES double rowSquaredDeviation(const float* p, int64_t n, double mean) {
+  constexpr int kW = 16;
+  double acc[kW] = {};
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    for (int l = 0; l < kW; ++l) {
+      double d = static_cast<double>(p[i + l]) - mean;
+      acc[l] += d * d;
+    }
+  for (int w = kW / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  for (; i < n; ++i) {
+    double d = static_cast<double>(p[i]) - mean;
+    acc[0] += d * d;
+  }
+  return acc[0];
+}
+
+GRAFT_VEC_CLONES void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean, float inv) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * inv * g[j] + b[j];
+}
+
+// A parameter broadcast to the normalized shape, as a dense float row.
+std::vector<float> expandParam(const NDArray& p, const Shape& norm, float fill, const std::string& what, const char* name) {
+  int64_t cols = shapeNumel(norm);
+  std::vector<float> out(static_cast<size_t>(cols), fill);
+  if (!p.valid()) return out;
+  GRAFT_CHECK(p.dtype() == DataType::Float, "{}: {} must be FLOAT, got {}", what, name, dtypeName(p.dtype()));
+  GRAFT_CHECK(p.rank() <= static_cast<int64_t>(norm.size()) && ops::broadcastShapes(p.shape(), norm, what) == norm,
+              "{}: {} of shape {} does not broadcast to {}", what, name, shapeToString(p.shape()), shapeToString(norm));
+  std::array<std::vector<int64_t>, 1> st{ops::broadcastStrides(p.shape(), norm)};
+  const float* src = p.data<float>();
+  int64_t o = 0;
+  ops::forEachBroadcastRun<1>(norm, st, [&](const auto& off, const auto& inner, int64_t len) {
+    for (int64_t j = 0; j < len; ++j) out[o++] = src[off[0] + j * inner[0]];
+  });
+  return out;
+}
+
+ops::KernelFn layerNormKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axisAttr = n.attrInt("axis", -1);
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  return [=](ops::KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() == DataType::Float, "{}: X must be FLOAT, got {}", what, dtypeName(x.dtype()));
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    int64_t axis = ops::normalizeAxis(axisAttr, x.rank(), what);
+    Shape norm(x.shape().begin() + axis, x.shape().end());
+    int64_t rows = ops::shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
+    std::vector<float> g = expandParam(k.input(1), norm, 1.0f, what, "Scale");
+    std::vector<float> b = expandParam(k.hasInput(2) ? k.input(2) : NDArray(), norm, 0.0f, what, "B");
+    Shape statShape(x.shape().begin(), x.shape().begin() + axis);
+    statShape.resize(x.shape().size(), 1);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, x.shape());
+    float* meanOut = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, statShape).data<float>() : nullptr;
+    float* invOut = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, statShape).data<float>() : nullptr;
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, cols));
+    parallelRanges(k.pool(), rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = xp + r * cols;
+        double m = cols ? rowSum(row, cols) / static_cast<double>(cols) : 0.0;
+        double var = cols ? rowSquaredDeviation(row, cols, m) / static_cast<double>(cols) : 0.0;
+        double inv = 1.0 / std::sqrt(var + eps);
+        normalizeRow(row, yp + r * cols, g.data(), b.data(), cols, static_cast<float>(m), static_cast<float>(inv));
+        if (meanOut) meanOut[r] = static_cast<float>(m);
+        if (invOut) invOut[r] = static_cast<float>(inv);
+      }
+    });
+  };
+}
+
+// ---- Softmax, LogSoftmax ---------------------------------------------------------------------
+
+// exp(x - m) into e; returns the sum (in double, 16 interleaved accumulators).
+GRAFT_VEC_CLONES double expShiftSum(const float* x, float* e, int64_t n, float m) {
+  for (int64_t j = 0; j < n; ++j) e[j] = vecmath::exp(x[j] - m);
+  constexpr int kW = 16;
+  double acc[kW] = {};
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    for (int l = 0; l < kW; ++l) acc[l] += static_cast<double>(e[i + l]);
+  for (int w = kW / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  for (; i < n; ++i) acc[0] += static_cast<double>(e[i]);
+  return acc[0];
+}
+
+// The maximum as std::max folds it (NaNs are skipped), in 16 lanes so that it vectorises.
+GRAFT_VEC_CLONES float rowMax(const float* x, int64_t n) {
+  constexpr int kW = 16;
+  float m[kW];
+  for (int l = 0; l < kW; ++l) m[l] = -vecmath::kInf;
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    for (int l = 0; l < kW; ++l) m[l] = m[l] < x[i + l] ? x[i + l] : m[l];
+  for (; i < n; ++i) m[0] = m[0] < x[i] ? x[i] : m[0];
+  float r = m[0];
+  for (int l = 1; l < kW; ++l) r = r < m[l] ? m[l] : r;
+  return r;
+}
+
+GRAFT_VEC_CLONES void scaleRow(float* y, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) y[j] *= s;
+}
+
+GRAFT_VEC_CLONES void logSoftmaxRow(const float* x, float* y, int64_t n, float shift) {
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
+}
+
+ops::KernelFactory softmaxKernel(bool log) {
+  return [log](ops::CompileContext& c) -> ops::KernelFn {
+    std::string what = c.node().describe();
+    int64_t axisAttr = c.node().attrInt("axis", -1);
+    return [=](ops::KernelContext& k) {
+      const NDArray& x = k.input(0);
+      GRAFT_CHECK(x.dtype() == DataType::Float, "{}: expected FLOAT, got {}", what, dtypeName(x.dtype()));
+      int64_t axis = ops::normalizeAxis(axisAttr, x.rank(), what);
+      int64_t len = x.dim(axis), inner = ops::shapeProduct(x.shape(), axis + 1, x.rank());
+      int64_t rows = ops::shapeProduct(x.shape(), 0, axis) * inner;
+      NDArray& y = k.allocOutputUninit(0, DataType::Float, x.shape());
+      if (y.numel() == 0) return;
+      const float* xp = x.data<float>();
+      float* yp = y.data<float>();
+      int64_t grain = std::max<int64_t>(1, kGrainCostly / std::max<int64_t>(1, len));
+      parallelRanges(k.pool(), rows, grain, [&](int64_t r0, int64_t r1) {
+        std::vector<float> in, out;
+        if (inner > 1) in.resize(static_cast<size_t>(len)), out.resize(static_cast<size_t>(len));
+        for (int64_t r = r0; r < r1; ++r) {
+          int64_t base = (r / inner) * len * inner + r % inner;
+          // Rows along a non-innermost axis are strided: gather them first.
+          const float* row = xp + base;
+          float* dst = yp + base;
+          if (inner > 1) {
+            for (int64_t j = 0; j < len; ++j) in[j] = xp[base + j * inner];
+            row = in.data();
+            dst = out.data();
+          }
+          float m = rowMax(row, len);
+          if (std::isinf(m)) m = 0;  // an infinite maximum propagates, as in the reference
+          double s = expShiftSum(row, dst, len, m);
+          if (log) logSoftmaxRow(row, dst, len, static_cast<float>(static_cast<double>(m) + std::log(s)));
+          else scaleRow(dst, len, static_cast<float>(1.0 / s));
+          if (inner > 1)
+            for (int64_t j = 0; j < len; ++j) yp[base + j * inner] = out[j];
+        }
+      });
+    };
+  };
+}
+
+bool layerNormSupported(const ir::Node& n) {
+  auto f = [](const ir::Tensor* t) { return typeIn(t, 1u << static_cast<int>(DataType::Float)); };
+  return f(n.input(0)) && f(n.input(1)) && (!n.input(2) || f(n.input(2))) &&
+         n.attrInt("stash_type", static_cast<int64_t>(DataType::Float)) == static_cast<int64_t>(DataType::Float);
+}
+
+}  // namespace
+
+GRAFT_REGISTER_CPU_KERNELS(vec_norm) {
+  r.add({"", "LayerNormalization", "vec_layernorm", layerNormSupported, layerNormKernel});
+  auto isFloat = [](const ir::Node& n) { return typeIn(n.input(0), 1u << static_cast<int>(DataType::Float)); };
+  // The only softmax kernels of the cpu table (see onednn_norm.cpp for the measurements).
+  r.add({"", "Softmax", "vec_softmax", isFloat, softmaxKernel(false)});
+  r.add({"", "LogSoftmax", "vec_logsoftmax", isFloat, softmaxKernel(true)});
+}
+
+}  // namespace graft::backends::cpu

@@ -1,0 +1,329 @@
+// Vectorised training kernels: the in-place optimizer updates (SGDUpdate, AdamUpdate,
+// AdaptiveUpdate, as in ops/optimizer_ops.cpp) and the gradient helpers UnbroadcastTo,
+// ZerosLike and Accumulate. Updates compute in double per element with the reference's
+// formulas, split by position over the threads (so results do not depend on the thread count);
+// Lamb's norms fold fixed blocks in order.
+#include <cmath>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/vec_common.hpp"
+#include "backends/cpu/vec_reduce.hpp"
+#include "ops/registry.hpp"
+#include "ops/shape_util.hpp"
+
+namespace graft::backends::cpu {
+namespace {
+
+double scalarOf(const ops::KernelContext& k, size_t i) {
+  const NDArray& a = k.input(i);
+  GRAFT_ASSERT(a.numel() == 1 && a.dtype() == DataType::Float, "hyper-parameter input {} must be a FLOAT scalar", i);
+  return a.data<float>()[0];
+}
+
+void checkSame(const NDArray& w, const NDArray& x, const std::string& what, const char* name) {
+  GRAFT_CHECK(x.dtype() == w.dtype() && x.shape() == w.shape(), "{}: {} is {} {}, the weight {} {}", what, name,
+              dtypeName(x.dtype()), shapeToString(x.shape()), dtypeName(w.dtype()), shapeToString(w.shape()));
+}
+
+constexpr int64_t kUpdateGrain = 16384;
+
+// ---- SGD -------------------------------------------------------------------------------------
+
+struct SgdParams {
+  double lr, wd, mm, dm, vs, ls;
+};
+
+template <class T>
+GRAFT_VEC_CLONES void sgdPlain(T* w, const T* g, int64_t n, SgdParams p) {
+  for (int64_t i = 0; i < n; ++i) {
+    double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
+    w[i] = static_cast<T>(wi - p.lr * (1 - p.dm) * (gi / p.ls + p.wd * wi));
+  }
+}
+
+template <class T>
+GRAFT_VEC_CLONES void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p, bool nesterov) {
+  for (int64_t i = 0; i < n; ++i) {
+    double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
+    double vi = static_cast<double>(v[i]) * p.mm + (1 - p.dm) * p.vs * (gi / p.ls + p.wd * wi);
+    v[i] = static_cast<T>(vi);
+    w[i] = static_cast<T>(nesterov ? wi - p.lr / p.vs * (p.vs * (gi / p.ls + p.wd * wi) + p.mm * vi) : wi - p.lr / p.vs * vi);
+  }
+}
+
+ops::KernelFn sgdKernel(ops::CompileContext& c) {
+  bool nesterov = c.node().attrInt("nesterov", 0) != 0;
+  std::string what = c.node().describe();
+  return [=](ops::KernelContext& k) {
+    NDArray w = k.input(0);
+    const NDArray& g = k.input(1);
+    checkSame(w, g, what, "the gradient");
+    SgdParams p{scalarOf(k, 2), scalarOf(k, 3), scalarOf(k, 4), scalarOf(k, 5), scalarOf(k, 6), scalarOf(k, 7)};
+    bool momentum = k.hasInput(8);
+    NDArray v = momentum ? k.input(8) : NDArray();
+    if (momentum) checkSame(w, v, what, "the velocity");
+    ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T* wp = w.data<T>();
+        const T* gp = g.data<T>();
+        T* vp = momentum ? v.data<T>() : nullptr;
+        parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+          if (momentum) sgdMomentum(wp + b, gp + b, vp + b, e - b, p, nesterov);
+          else sgdPlain(wp + b, gp + b, e - b, p);
+        });
+      } else {
+        GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
+      }
+    });
+  };
+}
+
+// ---- Adam family -----------------------------------------------------------------------------
+
+struct AdamParams {
+  double lr, wd, b1, b2, eps, ls, c1, c2;
+  bool l2, adamax;
+};
+
+// Updates m and v and returns the step direction x of one element.
+template <class T>
+inline double adamDirection(const T* w, const T* g, T* m, T* v, int64_t i, const AdamParams& p) {
+  double wi = static_cast<double>(w[i]);
+  double s = static_cast<double>(g[i]) / p.ls;
+  if (p.l2) s += p.wd * wi;
+  double mi = p.b1 * static_cast<double>(m[i]) + (1 - p.b1) * s;
+  double vprev = static_cast<double>(v[i]);
+  double vi = p.adamax ? std::max(p.b2 * vprev, std::fabs(s)) : p.b2 * vprev + (1 - p.b2) * s * s;
+  m[i] = static_cast<T>(mi);
+  v[i] = static_cast<T>(vi);
+  double xi = (mi / p.c1) / (std::sqrt(vi / p.c2) + p.eps);
+  if (!p.l2) xi += p.wd * wi;
+  return xi;
+}
+
+template <class T>
+GRAFT_VEC_CLONES void adamRange(T* w, const T* g, T* m, T* v, int64_t n, AdamParams p) {
+  for (int64_t i = 0; i < n; ++i) {
+    double xi = adamDirection(w, g, m, v, i, p);
+    w[i] = static_cast<T>(static_cast<double>(w[i]) - p.lr * xi);
+  }
+}
+
+ops::KernelFn adamKernel(ops::CompileContext& c) {
+  int mode = static_cast<int>(c.node().attrInt("mode", 0));
+  bool l2 = c.node().attrInt("decay_mode", 0) == 1;
+  std::string what = c.node().describe();
+  return [=](ops::KernelContext& k) {
+    NDArray w = k.input(0), m = k.input(2), v = k.input(3), t = k.input(4);
+    const NDArray& g = k.input(1);
+    checkSame(w, g, what, "the gradient");
+    checkSame(w, m, what, "the first moment");
+    checkSame(w, v, what, "the second moment");
+    GRAFT_ASSERT(t.dtype() == DataType::Float && t.numel() == 1, "{}: step counter must be a FLOAT scalar", what);
+    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), b1 = scalarOf(k, 7), b2 = scalarOf(k, 8), eps = scalarOf(k, 9),
+           ls = scalarOf(k, 10), mwn = scalarOf(k, 11);
+    float& step = t.data<float>()[0];
+    step += 1.0f;
+    bool bias = mode == 0 || mode == 2 || mode == 3;
+    bool lamb = mode == 3 || mode == 4;
+    AdamParams p{lr, wd, b1, b2, eps, ls, bias ? 1.0 - std::pow(b1, step) : 1.0, bias ? 1.0 - std::pow(b2, step) : 1.0, l2,
+                 mode == 2};
+    ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T *wp = w.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
+        const T* gp = g.data<T>();
+        int64_t n = w.numel();
+        if (!lamb) {
+          parallelRanges(k.pool(), n, kUpdateGrain, [&](int64_t b, int64_t e) { adamRange(wp + b, gp + b, mp + b, vp + b, e - b, p); });
+          return;
+        }
+        // Lamb scales the step by ||w|| / ||x||: directions first, norms over fixed blocks.
+        constexpr int64_t kB = 8192;
+        int64_t nb = (n + kB - 1) / kB;
+        std::vector<double> x(static_cast<size_t>(n)), r1(static_cast<size_t>(nb)), r2(static_cast<size_t>(nb));
+        parallelRanges(k.pool(), nb, 1, [&](int64_t b, int64_t e) {
+          for (int64_t blk = b; blk < e; ++blk) {
+            double s1 = 0, s2 = 0;
+            for (int64_t i = blk * kB; i < std::min(n, (blk + 1) * kB); ++i) {
+              double wi = static_cast<double>(wp[i]);
+              x[i] = adamDirection(wp, gp, mp, vp, i, p);
+              s1 += wi * wi;
+              s2 += x[i] * x[i];
+            }
+            r1[blk] = s1;
+            r2[blk] = s2;
+          }
+        });
+        double n1 = 0, n2 = 0;
+        for (int64_t blk = 0; blk < nb; ++blk) n1 += r1[blk], n2 += r2[blk];
+        double phi = std::min(std::sqrt(n1), mwn);
+        n2 = std::sqrt(n2);
+        double ratio = (phi == 0.0 || n2 == 0.0) ? 1.0 : phi / n2;
+        parallelRanges(k.pool(), n, kUpdateGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) wp[i] = static_cast<T>(static_cast<double>(wp[i]) - ratio * lr * x[i]);
+        });
+      } else {
+        GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
+      }
+    });
+  };
+}
+
+// ---- Adaptive (Adagrad, RMSProp, centered RMSProp, AdaDelta) -----------------------------------
+
+struct AdaptiveParams {
+  double lr, wd, a, mm, eps, ls;
+  bool l2, tf, centered, adadelta, adagrad, rmsMode;
+};
+
+template <class T>
+GRAFT_VEC_CLONES void adaptiveRange(T* w, const T* g, T* p1, T* p2, T* p3, int64_t n, AdaptiveParams q) {
+  for (int64_t i = 0; i < n; ++i) {
+    double wi = static_cast<double>(w[i]);
+    double s = static_cast<double>(g[i]) / q.ls;
+    if (q.l2) s += q.wd * wi;
+    double a1 = q.adagrad ? static_cast<double>(p1[i]) + s * s : q.a * static_cast<double>(p1[i]) + (1 - q.a) * s * s;
+    p1[i] = static_cast<T>(a1);
+    double x;
+    if (q.adadelta) {
+      double a2 = static_cast<double>(p2[i]);
+      x = s * std::sqrt(a2 + q.eps) / std::sqrt(a1 + q.eps);
+      p2[i] = static_cast<T>(q.a * a2 + (1 - q.a) * x * x);
+    } else if (q.centered) {
+      double a2 = q.a * static_cast<double>(p2[i]) + (1 - q.a) * s;
+      p2[i] = static_cast<T>(a2);
+      x = q.tf ? s / std::sqrt(a1 - a2 * a2 + q.eps) : s / (std::sqrt(a1 - a2 * a2) + q.eps);
+    } else {
+      x = (q.tf && !q.adagrad) ? s / std::sqrt(a1 + q.eps) : s / (std::sqrt(a1) + q.eps);
+    }
+    bool tfMomentum = q.tf && q.mm > 0 && (q.rmsMode || q.centered);
+    double step = tfMomentum ? q.lr * x : x;
+    double u = p3 ? q.mm * static_cast<double>(p3[i]) + step : step;
+    if (p3) p3[i] = static_cast<T>(u);
+    double decay = q.l2 ? 0.0 : q.wd * wi;
+    w[i] = static_cast<T>(tfMomentum ? wi - (decay + u) : wi - q.lr * (decay + u));
+  }
+}
+
+ops::KernelFn adaptiveKernel(ops::CompileContext& c) {
+  int mode = static_cast<int>(c.node().attrInt("mode", 1));
+  bool l2 = c.node().attrInt("decay_mode", 0) == 1;
+  bool tf = c.node().attrInt("tf_variant", 0) != 0;
+  std::string what = c.node().describe();
+  return [=](ops::KernelContext& k) {
+    NDArray w = k.input(0), v1 = k.input(2);
+    const NDArray& g = k.input(1);
+    NDArray v2 = k.hasInput(3) ? k.input(3) : NDArray();
+    NDArray v3 = k.hasInput(4) ? k.input(4) : NDArray();
+    checkSame(w, g, what, "the gradient");
+    checkSame(w, v1, what, "accumulator 1");
+    if (v2.valid()) checkSame(w, v2, what, "accumulator 2");
+    if (v3.valid()) checkSame(w, v3, what, "accumulator 3");
+    AdaptiveParams q{scalarOf(k, 5), scalarOf(k, 6), scalarOf(k, 7), scalarOf(k, 8), scalarOf(k, 9), scalarOf(k, 10),
+                     l2, tf, mode == 2, mode == 3, mode == 0, mode == 1};
+    GRAFT_ASSERT(!(q.centered || q.adadelta) || v2.valid(), "{}: mode needs a second accumulator", what);
+    ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T *wp = w.data<T>(), *a1 = v1.data<T>();
+        T* a2 = v2.valid() ? v2.data<T>() : nullptr;
+        T* a3 = v3.valid() ? v3.data<T>() : nullptr;
+        const T* gp = g.data<T>();
+        parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+          adaptiveRange(wp + b, gp + b, a1 + b, a2 ? a2 + b : nullptr, a3 ? a3 + b : nullptr, e - b, q);
+        });
+      } else {
+        GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
+      }
+    });
+  };
+}
+
+// ---- gradient helpers ------------------------------------------------------------------------
+
+template <class T>
+GRAFT_VEC_CLONES void addInto(T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] + b[i];
+}
+
+ops::KernelFn accumulateKernel(ops::CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](ops::KernelContext& k) {
+    NDArray acc = k.input(0);
+    const NDArray& g = k.input(1);
+    GRAFT_CHECK(acc.shape() == g.shape() && acc.dtype() == g.dtype(), "{}: accumulator {} {} vs gradient {} {}", what,
+                dtypeName(acc.dtype()), shapeToString(acc.shape()), dtypeName(g.dtype()), shapeToString(g.shape()));
+    ops::dispatch<ops::kFloats>(acc.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        T* a = acc.data<T>();
+        const T* b = g.data<T>();
+        parallelRanges(k.pool(), acc.numel(), kGrainCheap, [&](int64_t s, int64_t e) { addInto(a + s, b + s, e - s); });
+      } else {
+        GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(acc.dtype()));
+      }
+    });
+  };
+}
+
+ops::KernelFn zerosLikeKernel(ops::CompileContext&) {
+  return [](ops::KernelContext& k) {
+    const NDArray& x = k.input(0);
+    NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
+    auto* p = static_cast<unsigned char*>(y.rawData());
+    size_t bytes = y.nbytes();
+    parallelRanges(k.pool(), static_cast<int64_t>(bytes), int64_t{1} << 20,
+                   [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
+  };
+}
+
+// UnbroadcastTo(g, like): the sum of g over the axes along which `like` was broadcast.
+ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](ops::KernelContext& k) {
+    const NDArray& g = k.input(0);
+    const Shape& target = k.input(1).shape();
+    GRAFT_CHECK(ops::broadcastShapes(target, g.shape(), what) == g.shape(), "{}: {} does not broadcast to {}", what,
+                shapeToString(target), shapeToString(g.shape()));
+    std::vector<bool> reduced(g.shape().size(), false);
+    size_t lead = g.shape().size() - target.size();
+    for (size_t d = 0; d < g.shape().size(); ++d) reduced[d] = d < lead || (target[d - lead] == 1 && g.shape()[d] != 1);
+    ops::dispatch<ops::kFloats>(g.dtype(), what, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        NDArray& y = k.allocOutputUninit(0, g.dtype(), target);
+        if (g.shape() == target) {
+          if (g.nbytes()) std::memcpy(y.rawData(), g.rawData(), g.nbytes());
+          return;
+        }
+        std::vector<double> acc(static_cast<size_t>(y.numel()));
+        reduceAxes<T>(k.pool(), g.data<T>(), g.shape(), reduced, FoldKind::Sum, acc.data());
+        T* yp = y.data<T>();
+        for (int64_t i = 0; i < y.numel(); ++i) yp[i] = static_cast<T>(acc[i]);
+      } else {
+        GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(g.dtype()));
+      }
+    });
+  };
+}
+
+bool floatOrDouble(const ir::Tensor* t) {
+  return typeIn(t, (1u << static_cast<int>(DataType::Float)) | (1u << static_cast<int>(DataType::Double)));
+}
+
+}  // namespace
+
+GRAFT_REGISTER_CPU_KERNELS(vec_optim) {
+  const std::string d = ops::kGraftDomain;
+  auto weightTyped = [](const ir::Node& n) { return floatOrDouble(n.input(0)); };
+  r.add({d, "SGDUpdate", "vec_sgd", weightTyped, sgdKernel});
+  r.add({d, "AdamUpdate", "vec_adam", weightTyped, adamKernel});
+  r.add({d, "AdaptiveUpdate", "vec_adaptive", weightTyped, adaptiveKernel});
+  r.add({d, "Accumulate", "vec_accumulate", weightTyped, accumulateKernel});
+  r.add({d, "UnbroadcastTo", "vec_unbroadcast", weightTyped, unbroadcastKernel});
+  r.add({d, "ZerosLike", "vec_zeros", [](const ir::Node& n) { return typeIn(n.input(0), kVecTypes); }, zerosLikeKernel});
+}
+
+}  // namespace graft::backends::cpu

@@ -1,0 +1,32 @@
+#pragma once
+// Cases for the cpu backend's vectorised kernels, each run both through the cpu backend and
+// through the op's reference kernel (vec_runner_test.cpp compares them). Families register their
+// cases with GRAFT_VEC_CASES; the coverage check fails when a registered vec_* kernel has none.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../ops/op_test_util.hpp"
+
+namespace graft::testing {
+
+struct VecCase {
+  std::string label;  ///< shown on failure
+  OpCase op;
+  double rtol = 1e-5, atol = 1e-6;
+  /// In-place ops without outputs (optimizer updates): compare these inputs after the run.
+  std::vector<int> mutatedInputs;
+  /// The cpu backend must pick a fast kernel (not the reference) for this case.
+  bool expectFast = true;
+};
+
+/// Every registered case, from every GRAFT_VEC_CASES block.
+std::vector<VecCase>& vecCases();
+
+}  // namespace graft::testing
+
+#define GRAFT_VEC_CASES(name)                                                                \
+  static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases);       \
+  [[maybe_unused]] static const bool graftVecCasesAdded_##name =                             \
+      (graftVecCases_##name(::graft::testing::vecCases()), true);                        \
+  static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases)
