@@ -20,13 +20,19 @@ struct VecCase {
   bool expectFast = true;
 };
 
-/// Every registered case, from every GRAFT_VEC_CASES block.
-std::vector<VecCase>& vecCases();
+using VecCaseBuilder = void (*)(std::vector<VecCase>&);
+
+/// The GRAFT_VEC_CASES blocks. They run on the first call of vecCases(), not at start-up: their
+/// random inputs would otherwise be drawn by every process ctest starts for a single test.
+std::vector<VecCaseBuilder>& vecCaseBuilders();
+
+/// Every registered case, from every GRAFT_VEC_CASES block (built once, on first use).
+const std::vector<VecCase>& vecCases();
 
 }  // namespace graft::testing
 
 #define GRAFT_VEC_CASES(name)                                                                \
   static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases);       \
   [[maybe_unused]] static const bool graftVecCasesAdded_##name =                             \
-      (graftVecCases_##name(::graft::testing::vecCases()), true);                        \
+      (::graft::testing::vecCaseBuilders().push_back(&graftVecCases_##name), true);                        \
   static void graftVecCases_##name(std::vector<::graft::testing::VecCase>& cases)

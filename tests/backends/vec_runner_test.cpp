@@ -11,8 +11,17 @@
 
 namespace graft::testing {
 
-std::vector<VecCase>& vecCases() {
-  static std::vector<VecCase> cases;
+std::vector<VecCaseBuilder>& vecCaseBuilders() {
+  static std::vector<VecCaseBuilder> builders;
+  return builders;
+}
+
+const std::vector<VecCase>& vecCases() {
+  static const std::vector<VecCase> cases = [] {
+    std::vector<VecCase> all;
+    for (VecCaseBuilder build : vecCaseBuilders()) build(all);
+    return all;
+  }();
   return cases;
 }
 

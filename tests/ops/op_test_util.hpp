@@ -22,9 +22,9 @@ namespace graft::testing {
 struct OpCase {
   std::string type;
   std::vector<NDArray> inputs;
-  ir::Attributes attrs;
+  ir::Attributes attrs = {};
   int numOutputs = 1;
-  std::string domain;
+  std::string domain = {};  // empty: the default ONNX domain
 };
 
 /// A graph holding the single node of `c`, with typed inputs (constant when `constInputs`).
