@@ -189,10 +189,10 @@ GRAFT_REGISTER_OPS(conv) {
 }  // namespace graft::ops
 
 // ---- gradients ----------------------------------------------------------------------------------
-// Both convolutions differentiate into convolutions, so the backward pass runs on the same fast
-// kernels as the forward one:
-//   Conv:          dX = ConvTranspose(dY, W)   dW = Conv(X^T, dY^T) (batch and channels swapped)
-//   ConvTranspose: dX = Conv(dY, W)            dW = the same Conv-of-transposes, roles swapped
+// Conv differentiates into the ai.graft gradient ops of conv_grad.cpp (kernel libraries have
+// backward-data and backward-weights primitives for them); ConvTranspose into convolutions:
+//   Conv:          dX = ConvGradInput(dY, W)   dW, dB = ConvGradWeight(X, dY)
+//   ConvTranspose: dX = Conv(dY, W)            dW = Conv(dY^T, X^T) (batch and channels swapped)
 // Pads, strides and dilations are resolved from the known spatial shapes (the batch may be
 // symbolic) when the backward graph is built, and Slice/Pad fix up the rows that windows never
 // reach, so every result has its input's exact
@@ -336,26 +336,23 @@ void convVjp(GradBuilder& g) {
   ConvShape s = convShapeOf(wa, xs, ws, group);
   const Window& win = s.win;
   int64_t r = win.rank();
-  Shape ys = {s.batch, s.outChannels};
-  ys.insert(ys.end(), win.out.begin(), win.out.end());
   ir::Tensor* dy = g.dy(0);
+  // The window resolved (auto_pad applied), so the gradient ops need no shapes to find it.
+  ir::Attributes a = convAttrs(win.stride, win.dilation, win.padBegin, win.padEnd, group);
+  a.set("kernel_shape", std::vector<int64_t>(win.kernel.begin(), win.kernel.end()));
   if (g.wants(0)) {
-    // ConvTranspose of dY by W gives (out - 1) * s + keff - pb - pe' rows; with pe' = pe - slack
-    // that is exactly X's extent. A negative pe' (rows at the end no window reaches) becomes
-    // zero rows appended.
-    Shape pe(r), extra(r, 0), none(r, 0), got(win.in);
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t keff = (win.kernel[d] - 1) * win.dilation[d] + 1;
-      int64_t slack = win.in[d] + win.padBegin[d] + win.padEnd[d] - ((win.out[d] - 1) * win.stride[d] + keff);
-      pe[d] = win.padEnd[d] - slack;
-      if (pe[d] < 0) extra[d] = -pe[d], pe[d] = 0;
-      got[d] -= extra[d];
-    }
-    ir::Tensor* dx = g.op("ConvTranspose", {dy, g.in(1)}, convAttrs(win.stride, win.dilation, win.padBegin, pe, group));
-    g.setDx(0, cropOrPad(g, dx, got, none, none, none, extra));
+    ir::Attributes ai = a;
+    ai.set("input_spatial", std::vector<int64_t>(win.in.begin(), win.in.end()));
+    g.setDx(0, g.op("ConvGradInput", {dy, g.in(1)}, ai, kGraftDomain));
   }
-  if (g.wants(1)) g.setDx(1, weightGrad(g, g.in(0), dy, win, group, xs, ys));
-  if (g.in(2) && g.wants(2)) g.setDx(2, biasGrad(g, dy, r + 2));
+  bool bias = g.in(2) && g.wants(2);
+  if (g.wants(1)) {
+    auto d = g.opN("ConvGradWeight", {g.in(0), dy}, bias ? 2 : 1, a, kGraftDomain);
+    g.setDx(1, d[0]);
+    if (bias) g.setDx(2, d[1]);
+  } else if (bias) {
+    g.setDx(2, biasGrad(g, dy, r + 2));
+  }
 }
 
 void convTransposeVjp(GradBuilder& g) {
