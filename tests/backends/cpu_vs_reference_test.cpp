@@ -112,6 +112,23 @@ void convCases() {
       add(n, OpCase{"Conv", in, g.a}, {false, variant == 0, variant == 0});
     }
   }
+  // The backward pass (ai.graft ConvGradInput / ConvGradWeight) of the same geometries.
+  for (const G& g : geos) {
+    Shape ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+    ir::Attributes a = g.a;
+    a.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
+    ir::Attributes ai = a;
+    ai.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+    for (bool constw : {true, false}) {
+      std::string n = "ConvGradInput_" + g.tag + (constw ? "_constw" : "_runtimew");
+      OpCase c{"ConvGradInput", {rnd(ys, n + "dy"), rnd(g.w, n + "w")}, ai, 1, "ai.graft"};
+      add(n, c, {false, constw});
+    }
+    for (int outs : {1, 2}) {
+      std::string n = "ConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
+      add(n, OpCase{"ConvGradWeight", {rnd(g.x, n + "x"), rnd(ys, n + "dy")}, a, outs, "ai.graft"});
+    }
+  }
   // A double convolution: the cpu backend runs the reference kernel.
   add("Conv_double", OpCase{"Conv", {randomArray(DataType::Double, {1, 2, 4, 4}, 1), randomArray(DataType::Double, {2, 2, 3, 3}, 2)}});
 

@@ -1,5 +1,6 @@
-// oneDNN convolutions: ai.onnx Conv and ConvTranspose, and ai.graft FusedConv (bias, residual
-// sum and activation as post-ops, activations optionally channel-blocked). Float only; 1-D to
+// oneDNN convolutions: ai.onnx Conv and ConvTranspose, ai.graft FusedConv (bias, residual sum
+// and activation as post-ops, activations optionally channel-blocked), and Conv's backward pass
+// (ai.graft ConvGradInput, ConvGradWeight). Float only; 1-D to
 // 3-D; any pads, strides, dilations and groups. Primitives and packed weights are made at
 // compile time; combinations oneDNN has no implementation for run the reference kernel.
 #include <cstring>
@@ -319,6 +320,186 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
   };
 }
 
+// ai.graft ConvGradInput (dY, W) -> dX and ConvGradWeight (X, dY) -> dW [, dB]: Conv's backward
+// pass on oneDNN's backward-data and backward-weights primitives, plain activations in and out.
+// As for plain forward convolutions, oneDNN picks the activation layouts (its direct kernels
+// want channel-blocked ones) and the kernel reorders at the node; weights and weight gradients
+// are graft's [M, C/g, k...] (oneDNN's grouped view when grouped).
+struct ConvGradConfig {
+  Shape x, w, y;  // the forward convolution's X, W, Y
+  int64_t group = 1;
+  Window win;
+  bool bias = false;  // ConvGradWeight's dB output
+};
+
+std::optional<ConvGradConfig> convGradConfig(const ir::Node& n) {
+  bool input = n.type() == "ConvGradInput";
+  if (n.numInputs() != 2 || n.numOutputs() < 1 || n.numOutputs() > (input ? 1u : 2u)) return std::nullopt;
+  for (const ir::Tensor* t : n.inputs())
+    if (!isStaticFloat(t)) return std::nullopt;
+  for (const ir::Tensor* t : n.outputs())
+    if (!isStaticFloat(t)) return std::nullopt;
+  ConvGradConfig c;
+  c.group = n.attrInt("group", 1);
+  c.bias = !input && n.numOutputs() == 2;
+  if (input) {
+    c.y = n.input(0)->info().shape();
+    c.w = n.input(1)->info().shape();
+    c.x = n.output(0)->info().shape();
+  } else {
+    c.x = n.input(0)->info().shape();
+    c.y = n.input(1)->info().shape();
+    c.w = n.output(0)->info().shape();
+  }
+  size_t nd = c.x.size();
+  if (nd < 3 || nd > 5 || c.w.size() != nd || c.y.size() != nd || c.group < 1) return std::nullopt;
+  for (const Shape* s : {&c.x, &c.w, &c.y})
+    for (int64_t d : *s)
+      if (d <= 0) return std::nullopt;
+  if (c.w[0] % c.group != 0 || c.x[1] != c.w[1] * c.group || c.y[1] != c.w[0] || c.y[0] != c.x[0]) return std::nullopt;
+  Shape kernel = spatial(c.w);
+  auto ks = n.attrInts("kernel_shape", {});
+  if (!ks.empty() && Shape(ks.begin(), ks.end()) != kernel) return std::nullopt;
+  auto win = resolveWindow(n, spatial(c.x), kernel);
+  if (!win || spatial(c.y) != Shape(win->out.begin(), win->out.end())) return std::nullopt;
+  c.win = *win;
+  if (c.bias && n.output(1)->info().shape() != Shape{c.w[0]}) return std::nullopt;
+  return c;
+}
+
+bool supportsConvGrad(const ir::Node& n) { return convGradConfig(n).has_value(); }
+
+// The training forward convolution the backward primitives take as their hint.
+dnnl::convolution_forward::primitive_desc forwardHint(const ConvGradConfig& c, const memory::desc& x,
+                                                      const memory::desc& w, const memory::desc* b,
+                                                      const memory::desc& y) {
+  using CF = dnnl::convolution_forward;
+  auto fd = b ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x, w, *b, y,
+                         c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
+              : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
+                         c.win.dilation, c.win.padBegin, c.win.padEnd);
+  return CF::primitive_desc(fd, engine());
+}
+
+struct ConvGradState {
+  dnnl::primitive prim;
+  Adapter a, b, out;         // data operands: a/b the inputs (b unused for dX), out the result
+  PackedOperand weights;     // ConvGradInput's W
+  memory::desc biasDesc;
+  dnnl::reorder dwToUser;    // ConvGradWeight: the primitive's dW layout to graft's
+  memory::desc dwUser, dwPrim;
+  bool dwReorder = false, bias = false;
+  Shape outShape;
+  int threads = 1;
+};
+
+// Wraps input `a` for the primitive, reordering into `scratch` when the layouts differ.
+memory toPrim(const Adapter& ad, const NDArray& a, NDArray& scratch) {
+  memory m = wrap(ad.user, a);
+  if (!ad.needed) return m;
+  scratch = ad.scratch();
+  memory p = wrap(ad.prim, scratch);
+  execute(ad.toPrim, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, p}});
+  return p;
+}
+
+ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = convGradConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makeConvGradInput on an unsupported node", n.describe());
+  const ConvGradConfig& c = *cfg;
+  auto st = std::make_shared<ConvGradState>();
+  st->threads = ctx.pool().numThreads();
+  st->outShape = c.x;
+  setThreads(st->threads);
+  auto any = memory::format_tag::any;
+  auto f32 = memory::data_type::f32;
+  memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), f32, any), wAny(weightDims(c.w, c.group), f32, any);
+  try {
+    using CB = dnnl::convolution_backward_data;
+    auto hint = forwardHint(c, xAny, wAny, nullptr, yAny);
+    CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
+               c.win.padEnd);
+    CB::primitive_desc pd(d, engine(), hint);
+    st->prim = CB(pd);
+    st->a.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
+    st->out.init(plainDesc(c.x), pd.diff_src_desc(), false, true);
+    st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->outShape);
+    NDArray dyScratch, dxScratch;
+    memory dy = toPrim(st->a, k.input(0), dyScratch);
+    memory dst = wrap(st->out.user, dx);
+    if (st->out.needed) {
+      dxScratch = st->out.scratch();
+      dst = wrap(st->out.prim, dxScratch);
+    }
+    execute(st->prim,
+            {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DIFF_SRC, dst}});
+    if (st->out.needed) execute(st->out.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->out.user, dx)}});
+  };
+}
+
+ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = convGradConfig(n);
+  GRAFT_ASSERT(cfg, "{}: makeConvGradWeight on an unsupported node", n.describe());
+  const ConvGradConfig& c = *cfg;
+  auto st = std::make_shared<ConvGradState>();
+  st->threads = ctx.pool().numThreads();
+  st->outShape = c.w;
+  st->bias = c.bias;
+  setThreads(st->threads);
+  auto any = memory::format_tag::any;
+  auto f32 = memory::data_type::f32;
+  memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), f32, any), wAny(weightDims(c.w, c.group), f32, any);
+  st->biasDesc = plainDesc({c.w[0]});
+  try {
+    using CW = dnnl::convolution_backward_weights;
+    auto hint = forwardHint(c, xAny, wAny, c.bias ? &st->biasDesc : nullptr, yAny);
+    auto d = c.bias ? CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, st->biasDesc, yAny, c.win.strides,
+                               c.win.dilation, c.win.padBegin, c.win.padEnd)
+                    : CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation,
+                               c.win.padBegin, c.win.padEnd);
+    CW::primitive_desc pd(d, engine(), hint);
+    st->prim = CW(pd);
+    st->a.init(plainDesc(c.x), pd.src_desc(), true, false);
+    st->b.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
+    st->dwUser = plainWeights(c.w, c.group);
+    st->dwPrim = pd.diff_weights_desc();
+    st->dwReorder = st->dwUser != st->dwPrim;
+    if (st->dwReorder)
+      st->dwToUser = dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE),
+                                   memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
+    if (c.bias && pd.diff_bias_desc() != st->biasDesc) return referenceKernel(ctx);
+  } catch (const dnnl::error&) {
+    return referenceKernel(ctx);
+  }
+  return [st](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& dw = k.allocOutputUninit(0, DataType::Float, st->outShape);
+    NDArray xScratch, dyScratch, dwScratch;
+    memory x = toPrim(st->a, k.input(0), xScratch);
+    memory dy = toPrim(st->b, k.input(1), dyScratch);
+    memory dwm = wrap(st->dwUser, dw);
+    if (st->dwReorder) {
+      dwScratch = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->dwPrim.get_size())});
+      dwm = wrap(st->dwPrim, dwScratch);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
+    if (st->bias) {
+      NDArray& db = k.allocOutputUninit(1, DataType::Float, {st->outShape[0]});
+      args[DNNL_ARG_DIFF_BIAS] = wrap(st->biasDesc, db);
+    }
+    execute(st->prim, args);
+    if (st->dwReorder) execute(st->dwToUser, {{DNNL_ARG_FROM, dwm}, {DNNL_ARG_TO, wrap(st->dwUser, dw)}});
+  };
+}
+
 }  // namespace
 
 // For the cpu-layout pass: whether oneDNN, free to choose, lays a plain Conv/FusedConv's input
@@ -353,4 +534,6 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_conv) {
   r.add({"", "Conv", "onednn_conv", supportsConv, makeConv});
   r.add({graft::ops::kGraftDomain, "FusedConv", "onednn_conv", supportsConv, makeConv});
   r.add({"", "ConvTranspose", "onednn_deconv", supportsDeconv, makeDeconv});
+  r.add({graft::ops::kGraftDomain, "ConvGradInput", "onednn_conv_bwd_data", supportsConvGrad, makeConvGradInput});
+  r.add({graft::ops::kGraftDomain, "ConvGradWeight", "onednn_conv_bwd_weights", supportsConvGrad, makeConvGradWeight});
 }
