@@ -192,7 +192,8 @@ GRAFT_REGISTER_OPS(conv) {
 // Conv differentiates into the ai.graft gradient ops of conv_grad.cpp (kernel libraries have
 // backward-data and backward-weights primitives for them); ConvTranspose into convolutions:
 //   Conv:          dX = ConvGradInput(dY, W)   dW, dB = ConvGradWeight(X, dY)
-//   ConvTranspose: dX = Conv(dY, W)            dW = Conv(dY^T, X^T) (batch and channels swapped)
+//   ConvTranspose: dX = Conv(dY, W)            dW = ConvGradWeight(dY, X) (roles swapped), or
+//                  where output_shape makes pads negative a Conv(dY^T, X^T) (batch and channels swapped)
 // Pads, strides and dilations are resolved from the known spatial shapes (the batch may be
 // symbolic) when the backward graph is built, and Slice/Pad fix up the rows that windows never
 // reach, so every result has its input's exact
@@ -403,7 +404,21 @@ void convTransposeVjp(GradBuilder& g) {
     cw.dilation = win.dilation;
     cw.padBegin = win.padBegin;
     cw.padEnd = win.padEnd;
-    g.setDx(1, weightGrad(g, dy, g.in(0), cw, group, ys, xs));
+    // That Conv is an ordinary one (ConvGradWeight) when its pads are not negative and its
+    // floor-rounded output extent is X's (output_padding below the stride).
+    bool plain = true;
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t keff = (win.kernel[d] - 1) * win.dilation[d] + 1;
+      int64_t span = cw.in[d] + cw.padBegin[d] + cw.padEnd[d] - keff;
+      plain = plain && cw.padBegin[d] >= 0 && cw.padEnd[d] >= 0 && span >= 0 && span / cw.stride[d] + 1 == cw.out[d];
+    }
+    if (plain) {
+      ir::Attributes a = convAttrs(cw.stride, cw.dilation, cw.padBegin, cw.padEnd, group);
+      a.set("kernel_shape", std::vector<int64_t>(cw.kernel.begin(), cw.kernel.end()));
+      g.setDx(1, g.op("ConvGradWeight", {dy, g.in(0)}, a, kGraftDomain));
+    } else {
+      g.setDx(1, weightGrad(g, dy, g.in(0), cw, group, ys, xs));
+    }
   }
   if (g.in(2) && g.wants(2)) g.setDx(2, biasGrad(g, dy, r + 2));
 }
