@@ -68,6 +68,12 @@ NodeCost estimateCost(const ir::Node& n) {
     double perOut = dimOf(w, 0) > 0 ? numelOf(w) / static_cast<double>(dimOf(w, 0)) : 0;
     if (op == "ConvTranspose") perOut = numelOf(w) / std::max<double>(1, static_cast<double>(dimOf(n.input(0), 1)));
     c.flops = 2.0 * numelOf(out) * perOut;
+  } else if (op == "ConvGradInput" || op == "ConvGradWeight") {
+    // Conv's backward halves: as many multiply-adds as the forward, per element of dY.
+    const ir::Tensor* dy = n.input(op == "ConvGradInput" ? 0 : 1);
+    const ir::Tensor* w = op == "ConvGradInput" ? n.input(1) : out;
+    double perOut = dimOf(w, 0) > 0 ? numelOf(w) / static_cast<double>(dimOf(w, 0)) : 0;
+    c.flops = 2.0 * numelOf(dy) * perOut;
   } else if (op == "LSTM" || op == "GRU" || op == "RNN") {
     const ir::Tensor* x = n.input(0);
     bool batchFirst = n.attrInt("layout", 0) != 0;
