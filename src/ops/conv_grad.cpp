@@ -80,8 +80,14 @@ std::vector<ir::ValueType> inferGradInput(const ir::Node& n, const std::vector<i
     return {ir::ValueType::tensor(TensorInfo(dy.info.dataType(), xs))};
   }
   Dim c = dimOf(w, 1);
-  if (c.known()) c = Dim(c.value * group);
-  else c = Dim();
+  int64_t channels = 0;
+  if (c.known()) {
+    GRAFT_CHECK(!__builtin_mul_overflow(c.value, group, &channels), "{}: channels {} x group {} overflow", wa.what,
+                c.value, group);
+    c = Dim(channels);
+  } else {
+    c = Dim();
+  }
   std::vector<Dim> dims = {dimOf(dy, 0), c};
   dims.insert(dims.end(), spatial.begin(), spatial.end());
   return {ir::ValueType::tensor(TensorInfo(dy.info.dataType(), std::move(dims)))};
@@ -105,10 +111,11 @@ std::vector<ir::ValueType> inferGradWeight(const ir::Node& n, const std::vector<
     cg = Dim();
   }
   if (x.info.isStatic() && dy.info.isStatic()) {
-    Shape ws = {dy.info.shape().at(1), cg.value};
+    GRAFT_CHECK(x.info.rank() == static_cast<int64_t>(kernel.size()) + 2 && dy.info.rank() == x.info.rank(),
+                "{}: X and dY must have rank {} ([N, C, spatial...]) for kernel_shape {}, got {} and {}", wa.what,
+                kernel.size() + 2, shapeToString(kernel), shapeToString(x.info.shape()), shapeToString(dy.info.shape()));
+    Shape ws = {dy.info.shape()[1], cg.value};
     ws.insert(ws.end(), kernel.begin(), kernel.end());
-    GRAFT_CHECK(dy.info.rank() == x.info.rank(), "{}: dY has shape {}, X has {} (ranks differ)", wa.what,
-                shapeToString(dy.info.shape()), shapeToString(x.info.shape()));
     checkDy(wa.what, dy.info.shape(), convOutShape(convShapeOf(wa, x.info.shape(), ws, group)));
   }
   std::vector<Dim> dw = {m, cg};

@@ -387,6 +387,10 @@ TEST(Graft_ConvGradWeight, InfersShapesAndRejectsBadInput) {
   EXPECT_THROW(runReference(bad), Error);
   EXPECT_THROW(inferTypes(bad), Error);
   bad = c;
+  bad.inputs[0] = rnd({2, 4, 5}, 1);  // rank 3 for a 2-D kernel
+  EXPECT_THROW(runReference(bad), Error);
+  EXPECT_THROW(inferTypes(bad), Error);
+  bad = c;
   bad.inputs[0] = rnd({2, 5, 5, 5}, 1);  // 5 channels in 2 groups
   EXPECT_THROW(runReference(bad), Error);
   bad = c;

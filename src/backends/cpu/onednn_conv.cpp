@@ -356,7 +356,10 @@ std::optional<ConvGradConfig> convGradConfig(const ir::Node& n) {
   for (const Shape* s : {&c.x, &c.w, &c.y})
     for (int64_t d : *s)
       if (d <= 0) return std::nullopt;
-  if (c.w[0] % c.group != 0 || c.x[1] != c.w[1] * c.group || c.y[1] != c.w[0] || c.y[0] != c.x[0]) return std::nullopt;
+  int64_t channels = 0;
+  if (__builtin_mul_overflow(c.w[1], c.group, &channels) || c.w[0] % c.group != 0 || c.x[1] != channels ||
+      c.y[1] != c.w[0] || c.y[0] != c.x[0])
+    return std::nullopt;
   Shape kernel = spatial(c.w);
   auto ks = n.attrInts("kernel_shape", {});
   if (!ks.empty() && Shape(ks.begin(), ks.end()) != kernel) return std::nullopt;
