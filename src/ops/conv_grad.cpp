@@ -33,8 +33,8 @@ Shape inputSpatial(const ir::Node& n) {
   std::vector<int64_t> v = n.attrInts("input_spatial");
   GRAFT_CHECK(!v.empty(), "{}: input_spatial must have one value per spatial axis, got none", n.describe());
   for (int64_t e : v)
-    GRAFT_CHECK(e >= 0 && e < (int64_t{1} << 40), "{}: input_spatial values must be in [0, 2^40), got {}",
-                n.describe(), shapeToString(v));
+    GRAFT_CHECK(e >= 0 && e < (int64_t{1} << 40), "{}: input_spatial values must be in [0, 2^40), got {}", n.describe(),
+                shapeToString(v));
   return Shape(v.begin(), v.end());
 }
 
@@ -113,7 +113,8 @@ std::vector<ir::ValueType> inferGradWeight(const ir::Node& n, const std::vector<
   if (x.info.isStatic() && dy.info.isStatic()) {
     GRAFT_CHECK(x.info.rank() == static_cast<int64_t>(kernel.size()) + 2 && dy.info.rank() == x.info.rank(),
                 "{}: X and dY must have rank {} ([N, C, spatial...]) for kernel_shape {}, got {} and {}", wa.what,
-                kernel.size() + 2, shapeToString(kernel), shapeToString(x.info.shape()), shapeToString(dy.info.shape()));
+                kernel.size() + 2, shapeToString(kernel), shapeToString(x.info.shape()),
+                shapeToString(dy.info.shape()));
     Shape ws = {dy.info.shape()[1], cg.value};
     ws.insert(ws.end(), kernel.begin(), kernel.end());
     checkDy(wa.what, dy.info.shape(), convOutShape(convShapeOf(wa, x.info.shape(), ws, group)));

@@ -253,7 +253,6 @@ TEST(Conv, GradientNeedsKnownSpatialShapes) {
   }
 }
 
-
 // ---- ai.graft ConvGradInput / ConvGradWeight (what Conv's VJP emits) ---------------------------
 
 OpCase gradInputCase(NDArray dy, NDArray w, Ints spatial, ir::Attributes a = {}) {
@@ -299,9 +298,9 @@ TEST(Graft_ConvGradInput, HandComputed) {
   EXPECT_TRUE(allClose(runReference(gradInputCase(arr<float>({1, 1, 2}, {1, 2}), w, {3})).at(0),
                        arr<float>({1, 1, 3}, {3, 10, 8})));
   // Stride 2 over 5 elements: windows at 0 and 2; element 4 is never read (its gradient is 0).
-  EXPECT_TRUE(allClose(
-      runReference(gradInputCase(arr<float>({1, 1, 2}, {1, 2}), w, {5}, attrs({{"strides", Ints{2}}}))).at(0),
-      arr<float>({1, 1, 5}, {3, 4, 6, 8, 0})));
+  EXPECT_TRUE(
+      allClose(runReference(gradInputCase(arr<float>({1, 1, 2}, {1, 2}), w, {5}, attrs({{"strides", Ints{2}}}))).at(0),
+               arr<float>({1, 1, 5}, {3, 4, 6, 8, 0})));
   // Pad 1 at the start: window o reads X[o - 1 + k].
   EXPECT_TRUE(allClose(
       runReference(gradInputCase(arr<float>({1, 1, 3}, {1, 2, 5}), w, {3}, attrs({{"pads", Ints{1, 0}}}))).at(0),

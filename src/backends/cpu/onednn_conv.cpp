@@ -386,10 +386,10 @@ dnnl::convolution_forward::primitive_desc forwardHint(const ConvGradConfig& c, c
 
 struct ConvGradState {
   dnnl::primitive prim;
-  Adapter a, b, out;         // data operands: a/b the inputs (b unused for dX), out the result
-  PackedOperand weights;     // ConvGradInput's W
+  Adapter a, b, out;      // data operands: a/b the inputs (b unused for dX), out the result
+  PackedOperand weights;  // ConvGradInput's W
   memory::desc biasDesc;
-  dnnl::reorder dwToUser;    // ConvGradWeight: the primitive's dW layout to graft's
+  dnnl::reorder dwToUser;  // ConvGradWeight: the primitive's dW layout to graft's
   memory::desc dwUser, dwPrim;
   bool dwReorder = false, bias = false;
   Shape outShape;
@@ -476,8 +476,8 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     st->dwPrim = pd.diff_weights_desc();
     st->dwReorder = st->dwUser != st->dwPrim;
     if (st->dwReorder)
-      st->dwToUser = dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE),
-                                   memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
+      st->dwToUser =
+          dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE), memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
     if (c.bias && pd.diff_bias_desc() != st->biasDesc) return referenceKernel(ctx);
   } catch (const dnnl::error&) {
     return referenceKernel(ctx);
