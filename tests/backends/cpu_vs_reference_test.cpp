@@ -394,6 +394,70 @@ void rnnCases() {
       }
 }
 
+// RNNGrad, GRUGrad and LSTMGrad (ai.graft): dY, dY_h (, dY_c) then the forward inputs.
+void rnnGradCases() {
+  struct R {
+    std::string op;
+    int64_t gates;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<R> cells = {
+      {"RNN", 1, {}, "tanh"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}}, {"direction", std::string("bidirectional")}}),
+       "sigmoid_bidi"},
+      {"GRU", 3, {}, "default"},
+      {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
+      {"LSTM", 4, {}, "default"},
+      {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
+  };
+  struct Geo {
+    int64_t T, N, I, H;
+  };
+  for (const R& r : cells)
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 5; ++variant) {
+        if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;
+        // variant 0: every optional input and output gradient; 1: no optional inputs, dY only;
+        // 2: sequence_lens partial (the reference at run time); 3: bias and initial_h, no dY;
+        // 4: a larger shape with everything.
+        Geo geo = variant == 4 ? Geo{7, 2, 9, 16} : Geo{5, 3, 4, 6};
+        const int64_t T = geo.T, N = geo.N, I = geo.I, H = geo.H;
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        bool lstm = r.op == "LSTM";
+        std::string n = r.op + "Grad_" + r.tag + "_" + dir + "_v" + std::to_string(variant);
+        ir::Attributes a = r.a;
+        a.set("direction", std::string(dir));
+        a.set("hidden_size", H);
+        std::vector<NDArray> in;
+        in.push_back(variant == 3 ? NDArray() : rnd({T, D, N, H}, n + "dy"));
+        in.push_back(variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyh"));
+        if (lstm) in.push_back(variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyc"));
+        size_t w = in.size() + 1;
+        in.push_back(rnd({T, N, I}, n + "x"));
+        in.push_back(rnd({D, r.gates * H, I}, n + "w"));
+        in.push_back(rnd({D, r.gates * H, H}, n + "r"));
+        if (variant != 1) {
+          in.push_back(rnd({D, 2 * r.gates * H}, n + "b"));
+          NDArray lens(DataType::Int32, {N});
+          for (int64_t b = 0; b < N; ++b) lens.data<int32_t>()[b] = static_cast<int32_t>(variant == 2 ? T - b : T);
+          in.push_back(variant == 3 ? NDArray() : lens);
+          in.push_back(rnd({D, N, H}, n + "h"));
+          if (lstm && variant != 3) {
+            in.push_back(rnd({D, N, H}, n + "c"));
+            in.push_back(rnd({D, 3 * H}, n + "p"));
+          }
+        }
+        OpCase c{r.op + "Grad", in, a, lstm ? 7 : 5};
+        c.domain = "ai.graft";
+        std::vector<bool> constant(in.size(), false);
+        // Constant weights in one variant: the kernel re-packs them either way.
+        if (variant == 0) constant[w] = constant[w + 1] = true;
+        add(n, c, constant, 1e-3);
+      }
+}
+
 const std::vector<BackendCase>& allCases() {
   static bool built = [] {
     convCases();
@@ -402,6 +466,7 @@ const std::vector<BackendCase>& allCases() {
     normCases();
     reorderCases();
     rnnCases();
+    rnnGradCases();
     return true;
   }();
   (void)built;

@@ -10,6 +10,9 @@
 // into oneDNN's [layers, dirs, in, gates, hidden] (gates ifco for LSTM, urc for GRU), then
 // reordered into the primitive's layout: once at compile time when W, R, B and P are constant,
 // on every run otherwise.
+//
+// The gradient ops RNNGrad, GRUGrad and LSTMGrad (ai.graft, rnn_grad.cpp) run here under the same
+// conditions, on oneDNN's training forward and backward primitives (see makeRnnGrad).
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -30,6 +33,7 @@ struct RnnConfig {
   dnnl::algorithm act = dnnl::algorithm::eltwise_tanh;
   dnnl::rnn_direction dir = dnnl::rnn_direction::unidirectional_left2right;
   bool bias = false, seqLens = false, h0 = false, c0 = false, peephole = false;
+  bool grad = false;  // an RNNGrad, GRUGrad or LSTMGrad node
 };
 
 std::string lower(std::string s) {
@@ -37,44 +41,66 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool hasShape(const ir::Node& n, size_t i, const Shape& s) { return isStaticFloat(n.input(i)) && n.input(i)->info().shape() == s; }
-
+// Forward nodes (ai.onnx RNN, GRU, LSTM) and their gradient ops (ai.graft RNNGrad, GRUGrad,
+// LSTMGrad, whose inputs are the gradients of the forward outputs followed by the forward inputs).
 std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
-  if (!n.domain().empty()) return std::nullopt;
   RnnConfig c;
-  if (n.type() == "RNN") c.cell = Cell::Rnn;
-  else if (n.type() == "GRU") c.cell = n.attrInt("linear_before_reset", 0) ? Cell::LbrGru : Cell::Gru;
-  else if (n.type() == "LSTM") c.cell = Cell::Lstm;
-  else return std::nullopt;
+  std::string type = n.type();
+  if (n.domain() == ops::kGraftDomain && type.size() > 4 && type.substr(type.size() - 4) == "Grad") {
+    c.grad = true;
+    type.resize(type.size() - 4);
+  } else if (!n.domain().empty()) {
+    return std::nullopt;
+  }
+  if (type == "RNN")
+    c.cell = Cell::Rnn;
+  else if (type == "GRU")
+    c.cell = n.attrInt("linear_before_reset", 0) ? Cell::LbrGru : Cell::Gru;
+  else if (type == "LSTM")
+    c.cell = Cell::Lstm;
+  else
+    return std::nullopt;
   bool lstm = c.cell == Cell::Lstm;
   c.G = c.cell == Cell::Rnn ? 1 : lstm ? 4 : 3;
+  // The forward inputs start after the output gradients.
+  const size_t o = c.grad ? (lstm ? 3 : 2) : 0;
+  auto in = [&](size_t i) { return o + i < n.numInputs() ? n.input(o + i) : nullptr; };
+  auto hasShape = [&](size_t i, const Shape& s) { return isStaticFloat(in(i)) && in(i)->info().shape() == s; };
   if (n.attrInt("layout", 0) != 0 || n.attrs().has("clip") || n.attrInt("input_forget", 0) != 0) return std::nullopt;
   std::string dir = n.attrString("direction", "forward");
   c.D = dir == "bidirectional" ? 2 : 1;
-  if (dir == "forward") c.dir = dnnl::rnn_direction::unidirectional_left2right;
-  else if (dir == "reverse") c.dir = dnnl::rnn_direction::unidirectional_right2left;
-  else if (dir == "bidirectional") c.dir = dnnl::rnn_direction::bidirectional_concat;
-  else return std::nullopt;
+  if (dir == "forward")
+    c.dir = dnnl::rnn_direction::unidirectional_left2right;
+  else if (dir == "reverse")
+    c.dir = dnnl::rnn_direction::unidirectional_right2left;
+  else if (dir == "bidirectional")
+    c.dir = dnnl::rnn_direction::bidirectional_concat;
+  else
+    return std::nullopt;
   // Activations: the defaults, or for RNN one of tanh/relu/sigmoid shared by the directions.
   auto acts = n.attrStrings("activations", {});
   for (auto& a : acts) a = lower(a);
   std::vector<std::string> def = c.cell == Cell::Rnn ? std::vector<std::string>{"tanh"}
-                                 : lstm             ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
-                                                    : std::vector<std::string>{"sigmoid", "tanh"};
+                                 : lstm              ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                                                     : std::vector<std::string>{"sigmoid", "tanh"};
   if (acts.empty()) acts = def;
   if (acts.size() == def.size() * 2 && std::equal(acts.begin(), acts.begin() + def.size(), acts.begin() + def.size()))
     acts.resize(def.size());
   if (acts.size() != def.size()) return std::nullopt;
   if (c.cell == Cell::Rnn) {
-    if (acts[0] == "tanh") c.act = dnnl::algorithm::eltwise_tanh;
-    else if (acts[0] == "relu") c.act = dnnl::algorithm::eltwise_relu;
-    else if (acts[0] == "sigmoid") c.act = dnnl::algorithm::eltwise_logistic;
-    else return std::nullopt;
+    if (acts[0] == "tanh")
+      c.act = dnnl::algorithm::eltwise_tanh;
+    else if (acts[0] == "relu")
+      c.act = dnnl::algorithm::eltwise_relu;
+    else if (acts[0] == "sigmoid")
+      c.act = dnnl::algorithm::eltwise_logistic;
+    else
+      return std::nullopt;
   } else if (acts != def) {
     return std::nullopt;
   }
-  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.input(2))) return std::nullopt;
-  Shape x = n.input(0)->info().shape(), w = n.input(1)->info().shape(), r = n.input(2)->info().shape();
+  if (!isStaticFloat(in(0)) || !isStaticFloat(in(1)) || !isStaticFloat(in(2))) return std::nullopt;
+  Shape x = in(0)->info().shape(), w = in(1)->info().shape(), r = in(2)->info().shape();
   if (x.size() != 3 || w.size() != 3 || r.size() != 3) return std::nullopt;
   c.T = x[0];
   c.N = x[1];
@@ -83,25 +109,41 @@ std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
   if (c.T <= 0 || c.N <= 0 || c.I <= 0 || c.H <= 0) return std::nullopt;
   if (n.attrs().has("hidden_size") && n.attrInt("hidden_size") != c.H) return std::nullopt;
   if (w != Shape{c.D, c.G * c.H, c.I} || r != Shape{c.D, c.G * c.H, c.H}) return std::nullopt;
-  c.bias = n.hasInput(3);
-  if (c.bias && !hasShape(n, 3, {c.D, 2 * c.G * c.H})) return std::nullopt;
-  c.seqLens = n.hasInput(4);
+  c.bias = in(3) != nullptr;
+  if (c.bias && !hasShape(3, {c.D, 2 * c.G * c.H})) return std::nullopt;
+  c.seqLens = in(4) != nullptr;
   if (c.seqLens) {
-    const ir::Tensor* s = n.input(4);
-    if (s->info().dataType() != DataType::Int32 || !s->info().isStatic() || s->info().shape() != Shape{c.N}) return std::nullopt;
+    const ir::Tensor* s = in(4);
+    if (s->info().dataType() != DataType::Int32 || !s->info().isStatic() || s->info().shape() != Shape{c.N})
+      return std::nullopt;
   }
-  c.h0 = n.hasInput(5);
-  if (c.h0 && !hasShape(n, 5, {c.D, c.N, c.H})) return std::nullopt;
-  c.c0 = lstm && n.hasInput(6);
-  if (c.c0 && !hasShape(n, 6, {c.D, c.N, c.H})) return std::nullopt;
-  c.peephole = lstm && n.hasInput(7);
-  if (c.peephole && !hasShape(n, 7, {c.D, 3 * c.H})) return std::nullopt;
-  if (n.numInputs() > (lstm ? 8u : 6u) || n.numOutputs() > (lstm ? 3u : 2u)) return std::nullopt;
-  Shape yh{c.D, c.N, c.H};
-  if (n.hasOutput(0) && (!isStaticFloat(n.output(0)) || n.output(0)->info().shape() != Shape{c.T, c.D, c.N, c.H}))
-    return std::nullopt;
+  c.h0 = in(5) != nullptr;
+  if (c.h0 && !hasShape(5, {c.D, c.N, c.H})) return std::nullopt;
+  c.c0 = lstm && in(6) != nullptr;
+  if (c.c0 && !hasShape(6, {c.D, c.N, c.H})) return std::nullopt;
+  c.peephole = lstm && in(7) != nullptr;
+  if (c.peephole && !hasShape(7, {c.D, 3 * c.H})) return std::nullopt;
+  if (n.numInputs() > o + (lstm ? 8u : 6u)) return std::nullopt;
+  Shape yh{c.D, c.N, c.H}, y{c.T, c.D, c.N, c.H};
+  auto outputIs = [&](size_t i, const Shape& s) {
+    return !n.hasOutput(i) || (isStaticFloat(n.output(i)) && n.output(i)->info().shape() == s);
+  };
+  if (c.grad) {
+    // dY, dY_h (, dY_c) -> dX, dW, dR, dB, dinitial_h (, dinitial_c, dP).
+    auto dyIs = [&](size_t i, const Shape& s) {
+      return !n.hasInput(i) || (isStaticFloat(n.input(i)) && n.input(i)->info().shape() == s);
+    };
+    if (!dyIs(0, y) || !dyIs(1, yh) || (lstm && !dyIs(2, yh))) return std::nullopt;
+    if (n.numOutputs() > (lstm ? 7u : 5u)) return std::nullopt;
+    std::vector<Shape> outs{{c.T, c.N, c.I}, {c.D, c.G * c.H, c.I}, {c.D, c.G * c.H, c.H}, {c.D, 2 * c.G * c.H}, yh, yh,
+                            {c.D, 3 * c.H}};
+    for (size_t i = 0; i < n.numOutputs(); ++i)
+      if (!outputIs(i, outs[i])) return std::nullopt;
+    return c;
+  }
+  if (n.numOutputs() > (lstm ? 3u : 2u) || !outputIs(0, y)) return std::nullopt;
   for (size_t i = 1; i < n.numOutputs(); ++i)
-    if (n.hasOutput(i) && (!isStaticFloat(n.output(i)) || n.output(i)->info().shape() != yh)) return std::nullopt;
+    if (!outputIs(i, yh)) return std::nullopt;
   return c;
 }
 
@@ -112,6 +154,52 @@ std::vector<int64_t> gateMap(Cell cell) {
   if (cell == Cell::Lstm) return {0, 3, 1, 2};  // ONNX i o f c -> oneDNN i f c o
   if (cell == Cell::Rnn) return {0};
   return {0, 1, 2};  // z r h -> u r c
+}
+
+// Bias gates in oneDNN: LBR-GRU keeps the candidate's recurrent bias apart (scaled by the reset gate).
+int64_t biasGates(const RnnConfig& c) { return c.cell == Cell::LbrGru ? 4 : c.G; }
+
+// ONNX W, R, B, P -> oneDNN ldigo weights, ldgo bias, peephole (plain arrays of the right sizes).
+void packWeights(const RnnConfig& c, const NDArray& W, const NDArray& R, const NDArray* B, const NDArray* P,
+                 NDArray& wlPlain, NDArray& wiPlain, NDArray& bPlain, NDArray& pPlain) {
+  const int64_t D = c.D, G = c.G, H = c.H, I = c.I;
+  auto map = gateMap(c.cell);
+  const float* wp = W.data<float>();
+  const float* rp = R.data<float>();
+  float* wl = wlPlain.data<float>();
+  float* wi = wiPlain.data<float>();
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t h = 0; h < H; ++h) {
+        int64_t row = (d * G + g) * H + h, gd = map[g];
+        for (int64_t i = 0; i < I; ++i) wl[((d * I + i) * G + gd) * H + h] = wp[row * I + i];
+        for (int64_t j = 0; j < H; ++j) wi[((d * H + j) * G + gd) * H + h] = rp[row * H + j];
+      }
+  int64_t Gb = biasGates(c);
+  float* bp = bPlain.data<float>();
+  std::fill(bp, bp + D * Gb * H, 0.f);
+  if (B) {
+    const float* src = B->data<float>();
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t h = 0; h < H; ++h) {
+          float wb = src[d * 2 * G * H + g * H + h], rb = src[d * 2 * G * H + (G + g) * H + h];
+          if (c.cell == Cell::LbrGru && g == 2) {
+            bp[(d * Gb + 2) * H + h] = wb;  // the candidate's input part
+            bp[(d * Gb + 3) * H + h] = rb;  // its recurrent part, scaled by the reset gate
+          } else {
+            bp[(d * Gb + map[g]) * H + h] = wb + rb;
+          }
+        }
+  }
+  if (P) {
+    const float* src = P->data<float>();
+    float* pp = pPlain.data<float>();
+    static const int64_t kPeep[3] = {0, 2, 1};  // oneDNN i f o <- ONNX i o f
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t k = 0; k < 3; ++k)
+        for (int64_t h = 0; h < H; ++h) pp[(d * 3 + k) * H + h] = src[d * 3 * H + kPeep[k] * H + h];
+  }
 }
 
 struct RnnState {
@@ -125,46 +213,8 @@ struct RnnState {
   ops::KernelFn fallback;
   int threads = 1;
 
-  // ONNX W, R, B, P -> oneDNN ldigo weights, ldgo bias, peephole.
   void pack(const NDArray& W, const NDArray& R, const NDArray* B, const NDArray* P) {
-    const int64_t D = c.D, G = c.G, H = c.H, I = c.I;
-    auto map = gateMap(c.cell);
-    const float* wp = W.data<float>();
-    const float* rp = R.data<float>();
-    float* wl = wlPlain.data<float>();
-    float* wi = wiPlain.data<float>();
-    for (int64_t d = 0; d < D; ++d)
-      for (int64_t g = 0; g < G; ++g)
-        for (int64_t h = 0; h < H; ++h) {
-          int64_t row = (d * G + g) * H + h, gd = map[g];
-          for (int64_t i = 0; i < I; ++i) wl[((d * I + i) * G + gd) * H + h] = wp[row * I + i];
-          for (int64_t j = 0; j < H; ++j) wi[((d * H + j) * G + gd) * H + h] = rp[row * H + j];
-        }
-    int64_t Gb = c.cell == Cell::LbrGru ? 4 : G;
-    float* bp = bPlain.data<float>();
-    std::fill(bp, bp + D * Gb * H, 0.f);
-    if (B) {
-      const float* src = B->data<float>();
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t g = 0; g < G; ++g)
-          for (int64_t h = 0; h < H; ++h) {
-            float wb = src[d * 2 * G * H + g * H + h], rb = src[d * 2 * G * H + (G + g) * H + h];
-            if (c.cell == Cell::LbrGru && g == 2) {
-              bp[(d * Gb + 2) * H + h] = wb;  // the candidate's input part
-              bp[(d * Gb + 3) * H + h] = rb;  // its recurrent part, scaled by the reset gate
-            } else {
-              bp[(d * Gb + map[g]) * H + h] = wb + rb;
-            }
-          }
-    }
-    if (P) {
-      const float* src = P->data<float>();
-      float* pp = pPlain.data<float>();
-      static const int64_t kPeep[3] = {0, 2, 1};  // oneDNN i f o <- ONNX i o f
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t k = 0; k < 3; ++k)
-          for (int64_t h = 0; h < H; ++h) pp[(d * 3 + k) * H + h] = src[d * 3 * H + kPeep[k] * H + h];
-    }
+    packWeights(c, W, R, B, P, wlPlain, wiPlain, bPlain, pPlain);
   }
 };
 
@@ -206,7 +256,8 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     memory::desc wlWant, wiWant;
     switch (c.cell) {
       case Cell::Rnn: {
-        dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc, dstIter);
+        dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc,
+                                          dstIter);
         dnnl::vanilla_rnn_forward::primitive_desc pd(d, engine());
         st->prim = dnnl::vanilla_rnn_forward(pd);
         wlWant = pd.weights_layer_desc();
@@ -260,8 +311,10 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     NDArray yScratch, hScratch, cScratch;
     NDArray* y = nullptr;
     // Y is [T, D, N, H]; oneDNN writes [T, N, D*H]: the same bytes for one direction.
-    if (k.wantsOutput(0) && c.D == 1) y = &k.allocOutputUninit(0, DataType::Float, {c.T, 1, c.N, c.H});
-    else yScratch = NDArray::uninitialized(DataType::Float, {c.T, c.N, c.D * c.H});
+    if (k.wantsOutput(0) && c.D == 1)
+      y = &k.allocOutputUninit(0, DataType::Float, {c.T, 1, c.N, c.H});
+    else
+      yScratch = NDArray::uninitialized(DataType::Float, {c.T, c.N, c.D * c.H});
     const NDArray& yArr = y ? *y : yScratch;
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(st->xDesc, k.input(0))},
                                          {DNNL_ARG_WEIGHTS_LAYER, st->wl.get(st->wlPlain)},
@@ -271,7 +324,8 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     if (c.h0) args[DNNL_ARG_SRC_ITER] = wrap(st->hDesc, k.input(5));
     if (c.c0) args[DNNL_ARG_SRC_ITER_C] = wrap(st->hDesc, k.input(6));
     if (c.peephole) args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(st->pDesc, st->pPlain);
-    if (k.wantsOutput(1)) args[DNNL_ARG_DST_ITER] = wrap(st->hDesc, k.allocOutputUninit(1, DataType::Float, {c.D, c.N, c.H}));
+    if (k.wantsOutput(1))
+      args[DNNL_ARG_DST_ITER] = wrap(st->hDesc, k.allocOutputUninit(1, DataType::Float, {c.D, c.N, c.H}));
     if (lstm && k.wantsOutput(2))
       args[DNNL_ARG_DST_ITER_C] = wrap(st->hDesc, k.allocOutputUninit(2, DataType::Float, {c.D, c.N, c.H}));
     execute(st->prim, args);
@@ -282,7 +336,218 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
       for (int64_t t = 0; t < c.T; ++t)
         for (int64_t d = 0; d < 2; ++d)
           for (int64_t b = 0; b < c.N; ++b)
-            std::memcpy(dst + ((t * 2 + d) * c.N + b) * c.H, src + (t * c.N + b) * 2 * c.H + d * c.H, c.H * sizeof(float));
+            std::memcpy(dst + ((t * 2 + d) * c.N + b) * c.H, src + (t * c.N + b) * 2 * c.H + d * c.H,
+                        c.H * sizeof(float));
+    }
+  };
+}
+
+// The gradient ops (ai.graft RNNGrad, GRUGrad, LSTMGrad) run oneDNN's training forward
+// (recomputing the forward: its workspace holds the gates the backward pass reads) and then its
+// backward pass. Absent initial states, output gradients and bias are given as zeros, so one
+// primitive pair serves every combination of optional inputs. oneDNN accumulates the weight
+// gradients, hence the zero-filled arrays.
+struct RnnGradState {
+  RnnConfig c;
+  dnnl::primitive fwd, bwd;
+  memory::desc xDesc, hDesc, yDesc, wlUser, wiUser, bDesc, pDesc, wsDesc;
+  PackedOperand fwdWl, fwdWi, bwdWl, bwdWi;
+  NDArray wlPlain, wiPlain, bPlain, pPlain;
+  ops::KernelFn fallback;
+  int threads = 1;
+};
+
+ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto cfg = rnnConfig(n);
+  GRAFT_ASSERT(cfg && cfg->grad, "{}: makeRnnGrad on an unsupported node", n.describe());
+  auto st = std::make_shared<RnnGradState>();
+  RnnConfig& c = st->c;
+  c = *cfg;
+  st->threads = ctx.pool().numThreads();
+  st->fallback = referenceKernel(ctx);
+  setThreads(st->threads);
+  auto f32 = memory::data_type::f32;
+  using tag = memory::format_tag;
+  const int64_t Gb = biasGates(c);
+  st->xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
+  st->hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
+  st->yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
+  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldigo);
+  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldigo);
+  st->bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
+  st->pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
+  st->wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
+  st->wiPlain = NDArray(DataType::Float, {c.D * c.H * c.G * c.H});
+  st->bPlain = NDArray(DataType::Float, {c.D * Gb * c.H});
+  if (c.peephole) st->pPlain = NDArray(DataType::Float, {c.D * 3 * c.H});
+  memory::desc wlAny({1, c.D, c.I, c.G, c.H}, f32, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, f32, tag::any);
+  const memory::desc &x = st->xDesc, &h = st->hDesc, &y = st->yDesc, &b = st->bDesc, &p = st->pDesc;
+  const memory::desc &wl = st->wlUser, &wi = st->wiUser;
+  const auto fp = dnnl::prop_kind::forward_training, bp = dnnl::prop_kind::backward;
+  auto finish = [&](const auto& fpd, const auto& bpd) {
+    st->fwd = dnnl::primitive(fpd);
+    st->bwd = dnnl::primitive(bpd);
+    st->wsDesc = fpd.workspace_desc();
+    st->fwdWl.init(wl, fpd.weights_layer_desc(), nullptr);
+    st->fwdWi.init(wi, fpd.weights_iter_desc(), nullptr);
+    st->bwdWl.init(wl, bpd.weights_layer_desc(), nullptr);
+    st->bwdWi.init(wi, bpd.weights_iter_desc(), nullptr);
+    // The gradients come back in the user layout: unpacking reads it.
+    if (bpd.diff_weights_layer_desc() != wl || bpd.diff_weights_iter_desc() != wi)
+      throw dnnl::error(dnnl_unimplemented, "diff weights layout");
+  };
+  try {
+    switch (c.cell) {
+      case Cell::Rnn: {
+        dnnl::vanilla_rnn_forward::desc fd(fp, c.act, c.dir, x, h, wlAny, wiAny, b, y, h);
+        dnnl::vanilla_rnn_forward::primitive_desc fpd(fd, engine());
+        dnnl::vanilla_rnn_backward::desc bd(bp, c.act, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        finish(fpd, dnnl::vanilla_rnn_backward::primitive_desc(bd, engine(), fpd));
+        break;
+      }
+      case Cell::Gru: {
+        dnnl::gru_forward::desc fd(fp, c.dir, x, h, wlAny, wiAny, b, y, h);
+        dnnl::gru_forward::primitive_desc fpd(fd, engine());
+        dnnl::gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        finish(fpd, dnnl::gru_backward::primitive_desc(bd, engine(), fpd));
+        break;
+      }
+      case Cell::LbrGru: {
+        dnnl::lbr_gru_forward::desc fd(fp, c.dir, x, h, wlAny, wiAny, b, y, h);
+        dnnl::lbr_gru_forward::primitive_desc fpd(fd, engine());
+        dnnl::lbr_gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        finish(fpd, dnnl::lbr_gru_backward::primitive_desc(bd, engine(), fpd));
+        break;
+      }
+      case Cell::Lstm: {
+        dnnl::lstm_forward::desc fd(fp, c.dir, x, h, h, wlAny, wiAny, p, b, y, h, h);
+        dnnl::lstm_forward::primitive_desc fpd(fd, engine());
+        dnnl::lstm_backward::desc bd(bp, c.dir, x, h, h, wlAny, wiAny, p, b, y, h, h, x, h, h, wl, wi, p, b, y, h, h);
+        finish(fpd, dnnl::lstm_backward::primitive_desc(bd, engine(), fpd));
+        break;
+      }
+    }
+  } catch (const dnnl::error&) {
+    return st->fallback;
+  }
+  return [st](ops::KernelContext& k) {
+    const RnnConfig& c = st->c;
+    const bool lstm = c.cell == Cell::Lstm;
+    const size_t o = lstm ? 3 : 2;  // forward input i is input o + i
+    const int64_t T = c.T, N = c.N, I = c.I, H = c.H, D = c.D, G = c.G, Gb = biasGates(c);
+    if (c.seqLens) {
+      const NDArray& s = k.input(o + 4);
+      const int32_t* sp = s.data<int32_t>();
+      for (int64_t i = 0; i < s.numel(); ++i)
+        if (sp[i] != T) return st->fallback(k);  // shorter sequences: the reference masks them
+    }
+    setThreads(st->threads);
+    packWeights(c, k.input(o + 1), k.input(o + 2), c.bias ? &k.input(o + 3) : nullptr,
+                c.peephole ? &k.input(o + 7) : nullptr, st->wlPlain, st->wiPlain, st->bPlain, st->pPlain);
+    const DataType f = DataType::Float;
+    const Shape state{D, N, H};
+    auto stateOr = [&](bool has, size_t i) { return has ? k.input(i) : NDArray(f, state); };
+    NDArray h0 = stateOr(c.h0, o + 5), c0 = stateOr(c.c0, o + 6);
+    NDArray y = NDArray::uninitialized(f, {T, N, D * H}), hT = NDArray::uninitialized(f, state),
+            cT = NDArray::uninitialized(f, state);
+    NDArray ws = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->wsDesc.get_size())});
+    memory wlF = st->fwdWl.get(st->wlPlain), wiF = st->fwdWi.get(st->wiPlain);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(st->xDesc, k.input(o))},
+                                         {DNNL_ARG_SRC_ITER, wrap(st->hDesc, h0)},
+                                         {DNNL_ARG_WEIGHTS_LAYER, wlF},
+                                         {DNNL_ARG_WEIGHTS_ITER, wiF},
+                                         {DNNL_ARG_BIAS, wrap(st->bDesc, st->bPlain)},
+                                         {DNNL_ARG_DST_LAYER, wrap(st->yDesc, y)},
+                                         {DNNL_ARG_DST_ITER, wrap(st->hDesc, hT)},
+                                         {DNNL_ARG_WORKSPACE, wrap(st->wsDesc, ws)}};
+    if (lstm) {
+      args[DNNL_ARG_SRC_ITER_C] = wrap(st->hDesc, c0);
+      args[DNNL_ARG_DST_ITER_C] = wrap(st->hDesc, cT);
+    }
+    if (c.peephole) args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(st->pDesc, st->pPlain);
+    execute(st->fwd, args);
+
+    // dY [T, D, N, H] -> oneDNN's [T, N, D*H] (the same bytes for one direction).
+    NDArray dy;
+    if (!k.hasInput(0)) {
+      dy = NDArray(f, {T, N, D * H});
+    } else if (D == 1) {
+      dy = k.input(0);
+    } else {
+      dy = NDArray::uninitialized(f, {T, N, D * H});
+      const float* src = k.input(0).data<float>();
+      float* dst = dy.data<float>();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t bb = 0; bb < N; ++bb)
+            std::memcpy(dst + (t * N + bb) * D * H + d * H, src + ((t * D + d) * N + bb) * H, H * sizeof(float));
+    }
+    NDArray dhT = k.hasInput(1) ? k.input(1) : NDArray(f, state);
+    NDArray dcT = lstm && k.hasInput(2) ? k.input(2) : NDArray(f, state);
+    auto out = [&](size_t i, Shape s) {
+      return k.wantsOutput(i) ? k.allocOutputUninit(i, f, std::move(s)) : NDArray::uninitialized(f, std::move(s));
+    };
+    NDArray dx = out(0, {T, N, I}), dh0 = out(4, state), dc0 = lstm ? out(5, state) : NDArray(f, state);
+    NDArray dwl(f, {D * I * G * H}), dwi(f, {D * H * G * H}), db(f, {D * Gb * H});
+    NDArray dp = c.peephole ? NDArray(f, {D * 3 * H}) : NDArray();
+    args[DNNL_ARG_WEIGHTS_LAYER] = st->bwdWl.get(st->wlPlain);
+    args[DNNL_ARG_WEIGHTS_ITER] = st->bwdWi.get(st->wiPlain);
+    args[DNNL_ARG_DIFF_SRC_LAYER] = wrap(st->xDesc, dx);
+    args[DNNL_ARG_DIFF_SRC_ITER] = wrap(st->hDesc, dh0);
+    args[DNNL_ARG_DIFF_WEIGHTS_LAYER] = wrap(st->wlUser, dwl);
+    args[DNNL_ARG_DIFF_WEIGHTS_ITER] = wrap(st->wiUser, dwi);
+    args[DNNL_ARG_DIFF_BIAS] = wrap(st->bDesc, db);
+    args[DNNL_ARG_DIFF_DST_LAYER] = wrap(st->yDesc, dy);
+    args[DNNL_ARG_DIFF_DST_ITER] = wrap(st->hDesc, dhT);
+    if (lstm) {
+      args[DNNL_ARG_DIFF_SRC_ITER_C] = wrap(st->hDesc, dc0);
+      args[DNNL_ARG_DIFF_DST_ITER_C] = wrap(st->hDesc, dcT);
+    }
+    if (c.peephole) args[DNNL_ARG_DIFF_WEIGHTS_PEEPHOLE] = wrap(st->pDesc, dp);
+    execute(st->bwd, args);
+
+    // oneDNN's gradients back to ONNX's layouts and gate orders (the inverse of packWeights).
+    auto map = gateMap(c.cell);
+    if (k.wantsOutput(1) || k.wantsOutput(2)) {
+      NDArray& dW = k.allocOutputUninit(1, f, {D, G * H, I});
+      NDArray& dR = k.allocOutputUninit(2, f, {D, G * H, H});
+      const float *wlp = dwl.data<float>(), *wip = dwi.data<float>();
+      float *dWp = dW.data<float>(), *dRp = dR.data<float>();
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t hh = 0; hh < H; ++hh) {
+            int64_t row = (d * G + g) * H + hh, gd = map[g];
+            for (int64_t i = 0; i < I; ++i) dWp[row * I + i] = wlp[((d * I + i) * G + gd) * H + hh];
+            for (int64_t j = 0; j < H; ++j) dRp[row * H + j] = wip[((d * H + j) * G + gd) * H + hh];
+          }
+    }
+    if (k.wantsOutput(3)) {
+      NDArray& dB = k.allocOutputUninit(3, f, {D, 2 * G * H});
+      const float* src = db.data<float>();
+      float* dst = dB.data<float>();
+      // Wb and Rb enter each gate summed: both get the gate's bias gradient (LBR-GRU's candidate
+      // keeps them apart).
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t hh = 0; hh < H; ++hh) {
+            bool split = c.cell == Cell::LbrGru && g == 2;
+            float wb = src[(d * Gb + map[g]) * H + hh], rb = split ? src[(d * Gb + 3) * H + hh] : wb;
+            dst[d * 2 * G * H + g * H + hh] = wb;
+            dst[d * 2 * G * H + (G + g) * H + hh] = rb;
+          }
+    }
+    if (lstm && k.wantsOutput(6)) {
+      // Like the reference: an absent P gets a zero gradient.
+      NDArray& dP = k.allocOutput(6, f, {D, 3 * H});
+      if (c.peephole) {
+        static const int64_t kPeep[3] = {0, 2, 1};  // oneDNN i f o <- ONNX i o f
+        const float* src = dp.data<float>();
+        float* dst = dP.data<float>();
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t q = 0; q < 3; ++q)
+            for (int64_t hh = 0; hh < H; ++hh) dst[d * 3 * H + kPeep[q] * H + hh] = src[(d * 3 + q) * H + hh];
+      }
     }
   };
 }
@@ -295,4 +560,7 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_rnn) {
   r.add({"", "RNN", "onednn_rnn", supportsRnn, makeRnn});
   r.add({"", "GRU", "onednn_gru", supportsRnn, makeRnn});
   r.add({"", "LSTM", "onednn_lstm", supportsRnn, makeRnn});
+  r.add({graft::ops::kGraftDomain, "RNNGrad", "onednn_rnn_grad", supportsRnn, makeRnnGrad});
+  r.add({graft::ops::kGraftDomain, "GRUGrad", "onednn_gru_grad", supportsRnn, makeRnnGrad});
+  r.add({graft::ops::kGraftDomain, "LSTMGrad", "onednn_lstm_grad", supportsRnn, makeRnnGrad});
 }
