@@ -7,7 +7,8 @@
 // reference kernel.
 //
 // Weights are repacked from ONNX's [dirs, gates*hidden, in] (gates iofc for LSTM, zrh for GRU)
-// into oneDNN's [layers, dirs, in, gates, hidden] (gates ifco for LSTM, urc for GRU), then
+// into oneDNN's ldgoi [layers, dirs, gates, hidden, in] (gates ifco for LSTM, urc for GRU): the
+// same layout with the gate blocks permuted, so whole blocks are copied. Then they are
 // reordered into the primitive's layout: once at compile time when W, R, B and P are constant,
 // on every run otherwise.
 //
@@ -159,7 +160,7 @@ std::vector<int64_t> gateMap(Cell cell) {
 // Bias gates in oneDNN: LBR-GRU keeps the candidate's recurrent bias apart (scaled by the reset gate).
 int64_t biasGates(const RnnConfig& c) { return c.cell == Cell::LbrGru ? 4 : c.G; }
 
-// ONNX W, R, B, P -> oneDNN ldigo weights, ldgo bias, peephole (plain arrays of the right sizes).
+// ONNX W, R, B, P -> oneDNN ldgoi weights, ldgo bias, peephole (plain arrays of the right sizes).
 void packWeights(const RnnConfig& c, const NDArray& W, const NDArray& R, const NDArray* B, const NDArray* P,
                  NDArray& wlPlain, NDArray& wiPlain, NDArray& bPlain, NDArray& pPlain) {
   const int64_t D = c.D, G = c.G, H = c.H, I = c.I;
@@ -169,12 +170,11 @@ void packWeights(const RnnConfig& c, const NDArray& W, const NDArray& R, const N
   float* wl = wlPlain.data<float>();
   float* wi = wiPlain.data<float>();
   for (int64_t d = 0; d < D; ++d)
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t h = 0; h < H; ++h) {
-        int64_t row = (d * G + g) * H + h, gd = map[g];
-        for (int64_t i = 0; i < I; ++i) wl[((d * I + i) * G + gd) * H + h] = wp[row * I + i];
-        for (int64_t j = 0; j < H; ++j) wi[((d * H + j) * G + gd) * H + h] = rp[row * H + j];
-      }
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t from = d * G + g, to = d * G + map[g];
+      std::memcpy(wl + to * H * I, wp + from * H * I, H * I * sizeof(float));
+      std::memcpy(wi + to * H * H, rp + from * H * H, H * H * sizeof(float));
+    }
   int64_t Gb = biasGates(c);
   float* bp = bPlain.data<float>();
   std::fill(bp, bp + D * Gb * H, 0.f);
@@ -234,8 +234,8 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
   st->xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
   st->hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
   st->yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
-  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldigo);
-  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldigo);
+  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldgoi);
+  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldgoi);
   st->bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
   st->pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
   st->wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
@@ -351,6 +351,9 @@ struct RnnGradState {
   RnnConfig c;
   dnnl::primitive fwd, bwd;
   memory::desc xDesc, hDesc, yDesc, wlUser, wiUser, bDesc, pDesc, wsDesc;
+  // The weight gradients come in ldigo (oneDNN computes no other layout): reordered to ldgoi.
+  memory::desc dwlDesc, dwiDesc;
+  dnnl::reorder dwlToUser, dwiToUser;
   PackedOperand fwdWl, fwdWi, bwdWl, bwdWi;
   NDArray wlPlain, wiPlain, bPlain, pPlain;
   ops::KernelFn fallback;
@@ -373,8 +376,8 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
   st->xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
   st->hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
   st->yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
-  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldigo);
-  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldigo);
+  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldgoi);
+  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldgoi);
   st->bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
   st->pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
   st->wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
@@ -384,6 +387,9 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
   memory::desc wlAny({1, c.D, c.I, c.G, c.H}, f32, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, f32, tag::any);
   const memory::desc &x = st->xDesc, &h = st->hDesc, &y = st->yDesc, &b = st->bDesc, &p = st->pDesc;
   const memory::desc &wl = st->wlUser, &wi = st->wiUser;
+  st->dwlDesc = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldigo);
+  st->dwiDesc = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldigo);
+  const memory::desc &dl = st->dwlDesc, &di = st->dwiDesc;
   const auto fp = dnnl::prop_kind::forward_training, bp = dnnl::prop_kind::backward;
   auto finish = [&](const auto& fpd, const auto& bpd) {
     st->fwd = dnnl::primitive(fpd);
@@ -393,37 +399,38 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
     st->fwdWi.init(wi, fpd.weights_iter_desc(), nullptr);
     st->bwdWl.init(wl, bpd.weights_layer_desc(), nullptr);
     st->bwdWi.init(wi, bpd.weights_iter_desc(), nullptr);
-    // The gradients come back in the user layout: unpacking reads it.
-    if (bpd.diff_weights_layer_desc() != wl || bpd.diff_weights_iter_desc() != wi)
+    if (bpd.diff_weights_layer_desc() != dl || bpd.diff_weights_iter_desc() != di)
       throw dnnl::error(dnnl_unimplemented, "diff weights layout");
+    st->dwlToUser = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), dl, engine(), wl));
+    st->dwiToUser = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), di, engine(), wi));
   };
   try {
     switch (c.cell) {
       case Cell::Rnn: {
         dnnl::vanilla_rnn_forward::desc fd(fp, c.act, c.dir, x, h, wlAny, wiAny, b, y, h);
         dnnl::vanilla_rnn_forward::primitive_desc fpd(fd, engine());
-        dnnl::vanilla_rnn_backward::desc bd(bp, c.act, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        dnnl::vanilla_rnn_backward::desc bd(bp, c.act, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, dl, di, b, y, h);
         finish(fpd, dnnl::vanilla_rnn_backward::primitive_desc(bd, engine(), fpd));
         break;
       }
       case Cell::Gru: {
         dnnl::gru_forward::desc fd(fp, c.dir, x, h, wlAny, wiAny, b, y, h);
         dnnl::gru_forward::primitive_desc fpd(fd, engine());
-        dnnl::gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        dnnl::gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, dl, di, b, y, h);
         finish(fpd, dnnl::gru_backward::primitive_desc(bd, engine(), fpd));
         break;
       }
       case Cell::LbrGru: {
         dnnl::lbr_gru_forward::desc fd(fp, c.dir, x, h, wlAny, wiAny, b, y, h);
         dnnl::lbr_gru_forward::primitive_desc fpd(fd, engine());
-        dnnl::lbr_gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, wl, wi, b, y, h);
+        dnnl::lbr_gru_backward::desc bd(bp, c.dir, x, h, wlAny, wiAny, b, y, h, x, h, dl, di, b, y, h);
         finish(fpd, dnnl::lbr_gru_backward::primitive_desc(bd, engine(), fpd));
         break;
       }
       case Cell::Lstm: {
         dnnl::lstm_forward::desc fd(fp, c.dir, x, h, h, wlAny, wiAny, p, b, y, h, h);
         dnnl::lstm_forward::primitive_desc fpd(fd, engine());
-        dnnl::lstm_backward::desc bd(bp, c.dir, x, h, h, wlAny, wiAny, p, b, y, h, h, x, h, h, wl, wi, p, b, y, h, h);
+        dnnl::lstm_backward::desc bd(bp, c.dir, x, h, h, wlAny, wiAny, p, b, y, h, h, x, h, h, dl, di, p, b, y, h, h);
         finish(fpd, dnnl::lstm_backward::primitive_desc(bd, engine(), fpd));
         break;
       }
@@ -495,8 +502,8 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
     args[DNNL_ARG_WEIGHTS_ITER] = st->bwdWi.get(st->wiPlain);
     args[DNNL_ARG_DIFF_SRC_LAYER] = wrap(st->xDesc, dx);
     args[DNNL_ARG_DIFF_SRC_ITER] = wrap(st->hDesc, dh0);
-    args[DNNL_ARG_DIFF_WEIGHTS_LAYER] = wrap(st->wlUser, dwl);
-    args[DNNL_ARG_DIFF_WEIGHTS_ITER] = wrap(st->wiUser, dwi);
+    args[DNNL_ARG_DIFF_WEIGHTS_LAYER] = wrap(st->dwlDesc, dwl);
+    args[DNNL_ARG_DIFF_WEIGHTS_ITER] = wrap(st->dwiDesc, dwi);
     args[DNNL_ARG_DIFF_BIAS] = wrap(st->bDesc, db);
     args[DNNL_ARG_DIFF_DST_LAYER] = wrap(st->yDesc, dy);
     args[DNNL_ARG_DIFF_DST_ITER] = wrap(st->hDesc, dhT);
@@ -510,17 +517,22 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
     // oneDNN's gradients back to ONNX's layouts and gate orders (the inverse of packWeights).
     auto map = gateMap(c.cell);
     if (k.wantsOutput(1) || k.wantsOutput(2)) {
+      NDArray dwlUser = NDArray::uninitialized(f, {D * G * H * I}),
+              dwiUser = NDArray::uninitialized(f, {D * G * H * H});
+      execute(st->dwlToUser, {{DNNL_ARG_FROM, wrap(st->dwlDesc, dwl)}, {DNNL_ARG_TO, wrap(st->wlUser, dwlUser)}});
+      execute(st->dwiToUser, {{DNNL_ARG_FROM, wrap(st->dwiDesc, dwi)}, {DNNL_ARG_TO, wrap(st->wiUser, dwiUser)}});
+      dwl = dwlUser;
+      dwi = dwiUser;
       NDArray& dW = k.allocOutputUninit(1, f, {D, G * H, I});
       NDArray& dR = k.allocOutputUninit(2, f, {D, G * H, H});
       const float *wlp = dwl.data<float>(), *wip = dwi.data<float>();
       float *dWp = dW.data<float>(), *dRp = dR.data<float>();
       for (int64_t d = 0; d < D; ++d)
-        for (int64_t g = 0; g < G; ++g)
-          for (int64_t hh = 0; hh < H; ++hh) {
-            int64_t row = (d * G + g) * H + hh, gd = map[g];
-            for (int64_t i = 0; i < I; ++i) dWp[row * I + i] = wlp[((d * I + i) * G + gd) * H + hh];
-            for (int64_t j = 0; j < H; ++j) dRp[row * H + j] = wip[((d * H + j) * G + gd) * H + hh];
-          }
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t to = d * G + g, from = d * G + map[g];
+          std::memcpy(dWp + to * H * I, wlp + from * H * I, H * I * sizeof(float));
+          std::memcpy(dRp + to * H * H, wip + from * H * H, H * H * sizeof(float));
+        }
     }
     if (k.wantsOutput(3)) {
       NDArray& dB = k.allocOutputUninit(3, f, {D, 2 * G * H});
