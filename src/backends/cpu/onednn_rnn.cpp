@@ -351,7 +351,7 @@ struct RnnGradState {
   RnnConfig c;
   dnnl::primitive fwd, bwd;
   memory::desc xDesc, hDesc, yDesc, wlUser, wiUser, bDesc, pDesc, wsDesc;
-  // The weight gradients come in ldigo (oneDNN computes no other layout): reordered to ldgoi.
+  // The weight gradients come in ldigo (oneDNN 2.6 turns down ldgoi for them): reordered to ldgoi.
   memory::desc dwlDesc, dwiDesc;
   dnnl::reorder dwlToUser, dwiToUser;
   PackedOperand fwdWl, fwdWi, bwdWl, bwdWi;
