@@ -304,6 +304,61 @@ GRAFT_VEC_CASES(vec_norm) {
   cases.back().expectFast = false;
 }
 
+// ---- batch normalisation for training ----------------------------------------------------------
+
+GRAFT_VEC_CASES(vec_batchnorm) {
+  uint64_t seed = 1100;
+  // Shapes: one channel (rank 1 and 4), [N, C], images (several threads), an empty batch.
+  const std::vector<Shape> shapes = {{7}, {16, 5}, {4, 1, 6, 6}, {2, 3, 5, 5}, {8, 32, 28, 28}, {3, 4, 2, 3, 5}, {0, 3, 4}};
+  for (const Shape& s : shapes) {
+    int64_t C = s.size() >= 2 ? s[1] : 1;
+    for (float momentum : {0.0f, 0.9f}) {
+      // Data off zero (the mean matters) and positive variances.
+      std::vector<NDArray> in{rnd(DataType::Float, s, seed++, -2, 5), rnd(DataType::Float, {C}, seed++),
+                              rnd(DataType::Float, {C}, seed++), rnd(DataType::Float, {C}, seed++),
+                              rnd(DataType::Float, {C}, seed++, 0.1, 2)};
+      VecCase c = make(fmt::format("training {} momentum {}", shapeToString(s), momentum), "BatchNormalization", in,
+                       attrs({{"training_mode", int64_t{1}}, {"momentum", momentum}, {"epsilon", 1e-3f}}), 3);
+      c.rtol = 1e-5;
+      c.atol = 1e-5;
+      cases.push_back(c);
+    }
+    // The gradient, given the statistics (as training graphs do) and computing them.
+    NDArray x = rnd(DataType::Float, s, seed++, -2, 5);
+    std::vector<NDArray> in{rnd(DataType::Float, s, seed++), x, rnd(DataType::Float, {C}, seed++)};
+    VecCase own = make(fmt::format("gradient {}", shapeToString(s)), "BatchNormalizationGrad", in,
+                       attrs({{"epsilon", 1e-5f}}), 3, "ai.graft");
+    own.rtol = 1e-4;
+    own.atol = 1e-4;
+    cases.push_back(own);
+    std::vector<NDArray> stats = runReference(OpCase{"BatchNormalization",
+                                                     {x, rnd(DataType::Float, {C}, 1), rnd(DataType::Float, {C}, 2),
+                                                      rnd(DataType::Float, {C}, 3), rnd(DataType::Float, {C}, 4, 0.1, 2)},
+                                                     attrs({{"training_mode", int64_t{1}}, {"momentum", 0.0f}}), 3});
+    VecCase given = own;
+    given.label = fmt::format("gradient {} with statistics", shapeToString(s));
+    given.op.inputs.push_back(stats[1]);
+    given.op.inputs.push_back(stats[2]);
+    cases.push_back(given);
+  }
+  // A constant channel: variance 0, normalised by epsilon alone.
+  cases.push_back(make("constant channel", "BatchNormalization",
+                       {values(DataType::Float, {4, 2, 3}, {1.5}), values(DataType::Float, {2}, {2}),
+                        values(DataType::Float, {2}, {0.5}), values(DataType::Float, {2}, {0}), values(DataType::Float, {2}, {1})},
+                       attrs({{"training_mode", int64_t{1}}}), 3));
+  // Bad input: the kernel refuses it as the reference does.
+  cases.push_back(make("scale of the wrong length", "BatchNormalization",
+                       {rnd(DataType::Float, {2, 3, 4}, seed++), rnd(DataType::Float, {4}, seed++), rnd(DataType::Float, {3}, seed++),
+                        rnd(DataType::Float, {3}, seed++), rnd(DataType::Float, {3}, seed++, 0.1, 1)},
+                       attrs({{"training_mode", int64_t{1}}}), 3));
+  cases.back().expectFast = false;  // shape inference refuses it before any kernel is chosen
+  cases.push_back(make("gradient, dY of another shape", "BatchNormalizationGrad",
+                       {rnd(DataType::Float, {2, 3, 5}, seed++), rnd(DataType::Float, {2, 3, 4}, seed++),
+                        rnd(DataType::Float, {3}, seed++)},
+                       {}, 3, "ai.graft"));
+  cases.back().expectFast = false;  // shape inference refuses it before any kernel is chosen
+}
+
 // ---- fused elementwise -----------------------------------------------------------------------
 
 void program(DataType to, const std::vector<ops::fused::Instr>& instrs, std::vector<int64_t> outputs, ir::Attributes& a) {

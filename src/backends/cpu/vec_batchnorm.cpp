@@ -1,0 +1,229 @@
+// Vectorised batch normalisation for training, float data: BatchNormalization in training mode
+// (batch statistics, running-statistics outputs) and its gradient ai.graft::BatchNormalizationGrad.
+//
+// Why loops rather than oneDNN's batch_normalization forward_training/backward: graft's training
+// graph keeps activations plain (NCHW), where oneDNN's statistics accumulate in float; these
+// accumulate every channel sum in double, as the reference does, for about the same memory
+// traffic. Channels are split over the threads; each channel is folded by one thread in a fixed
+// order, so results do not depend on the thread count. A channel's values are N rows of
+// H*W... contiguous floats; its passes follow each other while the channel is still in cache.
+#include <cmath>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/vec_common.hpp"
+#include "ops/registry.hpp"
+#include "ops/shape_util.hpp"
+
+namespace graft::backends::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+GRAFT_VEC_CLONES double sumOf(const float* p, int64_t n) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(p[i + l]);
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  for (; i < n; ++i) acc[0] += static_cast<double>(p[i]);
+  return acc[0];
+}
+
+GRAFT_VEC_CLONES double squaredDeviation(const float* p, int64_t n, double mean) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      double d = static_cast<double>(p[i + l]) - mean;
+      acc[l] += d * d;
+    }
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  for (; i < n; ++i) {
+    double d = static_cast<double>(p[i]) - mean;
+    acc[0] += d * d;
+  }
+  return acc[0];
+}
+
+// sum(dy) and sum(dy * (x - mean)) over n positions.
+GRAFT_VEC_CLONES void gradSums(const float* dy, const float* x, int64_t n, double mean, double& sDy, double& sDyX) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      double g = static_cast<double>(dy[i + l]);
+      a[l] += g;
+      b[l] += g * (static_cast<double>(x[i + l]) - mean);
+    }
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) a[l] += a[l + w], b[l] += b[l + w];
+  for (; i < n; ++i) {
+    double g = static_cast<double>(dy[i]);
+    a[0] += g;
+    b[0] += g * (static_cast<double>(x[i]) - mean);
+  }
+  sDy += a[0];
+  sDyX += b[0];
+}
+
+GRAFT_VEC_CLONES void normalize(const float* x, float* y, int64_t n, float mean, float a, float b) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * a + b;
+}
+
+// dx = a * dy - k * (x - mean) - c.
+GRAFT_VEC_CLONES void gradRow(const float* dy, const float* x, float* dx, int64_t n, float mean, float a, float k, float c) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = a * dy[i] - k * (x[i] - mean) - c;
+}
+
+// X as [N, C, inner] (a 1-D X is N samples of one channel). A channel's values are `rows` runs of
+// `len` contiguous floats, `stride` apart (one run when C is 1).
+struct Layout {
+  int64_t C = 1, rows = 0, len = 0, stride = 0;
+  double count = 0;
+
+  static Layout of(const NDArray& x) {
+    Layout l;
+    int64_t N = x.dim(0);
+    l.C = x.rank() >= 2 ? x.dim(1) : 1;
+    int64_t inner = x.rank() >= 2 ? ops::shapeProduct(x.shape(), 2, x.rank()) : 1;
+    l.rows = l.C == 1 ? 1 : N;
+    l.len = l.C == 1 ? N * inner : inner;
+    l.stride = l.C * inner;
+    l.count = static_cast<double>(N * inner);
+    return l;
+  }
+  int64_t offset(int64_t ch, int64_t row) const { return row * stride + ch * len; }
+  // Channels per thread range: about kGrainCheap elements.
+  int64_t grain() const { return std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, rows * len)); }
+};
+
+// The batch mean and biased variance of channel ch (NaN for an empty batch, as the reference).
+void channelStats(const float* x, const Layout& l, int64_t ch, double& mean, double& var) {
+  double s = 0;
+  for (int64_t r = 0; r < l.rows; ++r) s += sumOf(x + l.offset(ch, r), l.len);
+  mean = s / l.count;
+  double sq = 0;
+  for (int64_t r = 0; r < l.rows; ++r) sq += squaredDeviation(x + l.offset(ch, r), l.len, mean);
+  var = sq / l.count;
+}
+
+const float* channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
+  GRAFT_CHECK(p.dtype() == DataType::Float, "{}: {} must be FLOAT, got {}", what, name, dtypeName(p.dtype()));
+  GRAFT_CHECK(p.rank() == 1 && p.dim(0) == C, "{}: {} must have shape [{}] (one value per channel), got {}", what, name,
+              C, shapeToString(p.shape()));
+  return p.data<float>();
+}
+
+// BatchNormalization(X, scale, B, input_mean, input_var) -> Y[, running_mean, running_var] in
+// training mode: normalises with the batch statistics; the running outputs are
+// input * momentum + batch statistic * (1 - momentum), the variance biased as ONNX specifies
+// (the training-mode pass sets momentum 0 to read the batch statistics themselves).
+ops::KernelFn batchNormTrainKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  double momentum = n.attrFloat("momentum", 0.9f);
+  return [=](ops::KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() == DataType::Float, "{}: X must be FLOAT, got {}", what, dtypeName(x.dtype()));
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    Layout l = Layout::of(x);
+    const float* scale = channelParam(k.input(1), l.C, what, "scale");
+    const float* bias = channelParam(k.input(2), l.C, what, "B");
+    const float* inMean = channelParam(k.input(3), l.C, what, "input_mean");
+    const float* inVar = channelParam(k.input(4), l.C, what, "input_var");
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, x.shape());
+    float* rm = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {l.C}).data<float>() : nullptr;
+    float* rv = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {l.C}).data<float>() : nullptr;
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        double mean, var;
+        channelStats(xp, l, ch, mean, var);
+        double a = static_cast<double>(scale[ch]) / std::sqrt(var + eps);
+        for (int64_t r = 0; r < l.rows; ++r)
+          normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, static_cast<float>(mean), static_cast<float>(a),
+                    bias[ch]);
+        if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean * (1 - momentum));
+        if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var * (1 - momentum));
+      }
+    });
+  };
+}
+
+// BatchNormalizationGrad(dY, X, scale[, mean, var]) -> dX, dScale, dB (ops/normalization.cpp):
+// with inv = 1 / sqrt(var + eps), dB = sum(dy), dScale = inv * sum(dy (x - mean)) and
+// dx = scale inv (dy - dB / M - (x - mean) inv dScale / M) over the M values of a channel.
+ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  return [=](ops::KernelContext& k) {
+    const NDArray& dyA = k.input(0);
+    const NDArray& x = k.input(1);
+    GRAFT_CHECK(x.dtype() == DataType::Float && dyA.dtype() == DataType::Float, "{}: dY and X must be FLOAT, got {} and {}",
+                what, dtypeName(dyA.dtype()), dtypeName(x.dtype()));
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    Layout l = Layout::of(x);
+    const float* scale = channelParam(k.input(2), l.C, what, "scale");
+    bool given = k.hasInput(3) && k.hasInput(4);
+    const float* meanIn = given ? channelParam(k.input(3), l.C, what, "mean") : nullptr;
+    const float* varIn = given ? channelParam(k.input(4), l.C, what, "var") : nullptr;
+    NDArray& dx = k.allocOutputUninit(0, DataType::Float, x.shape());
+    float* dScale = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {l.C}).data<float>() : nullptr;
+    float* dB = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {l.C}).data<float>() : nullptr;
+    const float* xp = x.data<float>();
+    const float* dyp = dyA.data<float>();
+    float* dxp = dx.data<float>();
+    parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        double mean = 0, var = 0;
+        // The reference leaves the statistics of an empty batch at 0 when it computes them.
+        if (given) mean = meanIn[ch], var = varIn[ch];
+        else if (l.count > 0) channelStats(xp, l, ch, mean, var);
+        double sDy = 0, sDyX = 0;
+        for (int64_t r = 0; r < l.rows; ++r)
+          gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean, sDy, sDyX);
+        // An empty batch has no rows to write and zero sums, whatever its (NaN) statistics.
+        double inv = l.count > 0 ? 1.0 / std::sqrt(var + eps) : 0.0;
+        double ds = sDyX * inv;
+        double a = static_cast<double>(scale[ch]) * inv;
+        double kk = l.count > 0 ? a * inv * ds / l.count : 0.0, cc = l.count > 0 ? a * sDy / l.count : 0.0;
+        for (int64_t r = 0; r < l.rows; ++r)
+          gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, static_cast<float>(mean),
+                  static_cast<float>(a), static_cast<float>(kk), static_cast<float>(cc));
+        if (dScale) dScale[ch] = static_cast<float>(ds);
+        if (dB) dB[ch] = static_cast<float>(sDy);
+      }
+    });
+  };
+}
+
+bool allFloat(const ir::Node& n, size_t from, size_t to) {
+  for (size_t i = from; i < to; ++i)
+    if (!n.input(i) || !typeIn(n.input(i), 1u << static_cast<int>(DataType::Float))) return false;
+  return true;
+}
+
+bool supportsTrain(const ir::Node& n) {
+  return n.numInputs() == 5 && n.attrInt("training_mode", 0) != 0 && allFloat(n, 0, 5);
+}
+
+bool supportsGrad(const ir::Node& n) {
+  if (n.numInputs() != 3 && n.numInputs() != 5) return false;
+  return allFloat(n, 0, n.numInputs());
+}
+
+}  // namespace
+
+GRAFT_REGISTER_CPU_KERNELS(vec_batchnorm) {
+  r.add({"", "BatchNormalization", "vec_batchnorm_train", supportsTrain, batchNormTrainKernel});
+  r.add({graft::ops::kGraftDomain, "BatchNormalizationGrad", "vec_batchnorm_grad", supportsGrad, batchNormGradKernel});
+}
+
+}  // namespace graft::backends::cpu
