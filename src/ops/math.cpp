@@ -164,6 +164,36 @@ C roundHalfEven(C x) {
   return std::nearbyint(x);  // the default rounding mode rounds half to even
 }
 
+// GreaterOrEqual and LessOrEqual (opset 16) are ONNX functions without an inference function of
+// their own in the ONNX library graft links: BOOL of the inputs' broadcast shape, a known size
+// other than 1 winning over a symbolic one.
+std::vector<ir::ValueType> inferCompare(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                        const std::vector<const NDArray*>&) {
+  GRAFT_CHECK(in.size() == 2, "{}: expected 2 inputs, got {}", n.describe(), in.size());
+  DataType a = in[0].info.dataType(), b = in[1].info.dataType();
+  GRAFT_CHECK(a == DataType::Undefined || b == DataType::Undefined || a == b,
+              "{}: both inputs must have one type, got {} and {}", n.describe(), dtypeName(a), dtypeName(b));
+  if (!in[0].info.hasShape() || !in[1].info.hasShape())
+    return {ir::ValueType::tensor(TensorInfo::unranked(DataType::Bool))};
+  size_t rank = std::max(in[0].info.dims().size(), in[1].info.dims().size());
+  std::vector<Dim> dims(rank, Dim(1));
+  for (const auto& t : in) {
+    const auto& d = t.info.dims();
+    for (size_t i = 0; i < d.size(); ++i) {
+      Dim& o = dims[rank - d.size() + i];
+      if (d[i].known() && d[i].value == 1) continue;
+      if (d[i].known()) {
+        GRAFT_CHECK(!o.known() || o.value == 1 || o.value == d[i].value,
+                    "{}: input dimensions {} and {} do not broadcast", n.describe(), o.value, d[i].value);
+        o = d[i];
+      } else if (o.known() && o.value == 1) {
+        o = d[i];
+      }
+    }
+  }
+  return {ir::ValueType::tensor(TensorInfo(DataType::Bool, dims))};
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(math) {
@@ -194,9 +224,9 @@ GRAFT_REGISTER_OPS(math) {
 
   r.add("Equal").setReference(compareKernel<kAll>([](const auto& a, const auto& b) { return a == b; })).elementwise();
   r.add("Less").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a < b; })).elementwise();
-  r.add("LessOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a <= b; })).elementwise();
+  r.add("LessOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a <= b; })).elementwise().setInfer(inferCompare);
   r.add("Greater").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a > b; })).elementwise();
-  r.add("GreaterOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a >= b; })).elementwise();
+  r.add("GreaterOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a >= b; })).elementwise().setInfer(inferCompare);
   r.add("And").setReference(compareKernel<kBool>([](bool a, bool b) { return a && b; })).elementwise();
   r.add("Or").setReference(compareKernel<kBool>([](bool a, bool b) { return a || b; })).elementwise();
   r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();

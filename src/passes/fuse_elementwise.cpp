@@ -5,6 +5,10 @@
 // output shape and type match and everything else they read comes from before the group
 // (which keeps the graph acyclic). Inputs of other shapes broadcast; scalar constants become program constants. A group
 // output is every member output read outside the group. Groups of one node stay as they are.
+// Predicates (comparisons, And/Or/Not: BOOL results) join no group by themselves: they wait for
+// a reader (Where) and join its group with it when all their readers are there, so that an
+// activation's gradient Where(x > 0, dy, 0), whose x is long computed, fuses with its
+// predicate and the BOOL mask never reaches memory.
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -202,21 +206,63 @@ class FuseElementwise : public Pass {
 
   // Joining group gi is safe when everything else n reads comes from before the group's first
   // member: then, along every edge of the graph with groups contracted to nodes, the position
-  // of the first member grows, so no cycle can appear (even through other groups).
-  bool readsOnlyEarlierThan(const ir::Node* n, int gi) {
-    int first = groups_[gi].firstPos;
-    auto early = [&](ir::Node* p) {
-      if (!p) return true;
-      auto it = groupOf_.find(p);
-      return (it != groupOf_.end() && it->second == gi) || pos_[p] < first;
-    };
-    for (ir::Tensor* y : n->inputs())
-      if (y && !isZeros(y) && !early(y->producer())) return false;
+  // of the first member grows, so no cycle can appear (even through other groups). BOOL values
+  // from pending predicates are pulled into the group with n where they can be (`pulled`, in
+  // no particular order); otherwise they too must come from before the group.
+  bool early(ir::Node* p, int gi) {
+    if (!p) return true;
+    auto it = groupOf_.find(p);
+    return (it != groupOf_.end() && it->second == gi) || pos_[p] < groups_[gi].firstPos;
+  }
+
+  bool readsOnlyEarlierThan(ir::Node* n, int gi, std::vector<ir::Node*>& pulled, size_t& budget) {
+    for (ir::Tensor* y : n->inputs()) {
+      if (!y || isZeros(y)) continue;
+      if (tryPull(y->producer(), gi, n, pulled, budget)) continue;
+      if (!early(y->producer(), gi)) return false;
+    }
     for (ir::Tensor* y : n->implicitInputs())
-      if (!early(y->producer())) return false;
+      if (!early(y->producer(), gi)) return false;
     for (ir::Node* a : n->runsAfter())
-      if (!early(a)) return false;
+      if (!early(a, gi)) return false;
     return true;
+  }
+
+  // Whether pending predicate p can join group gi together with its reader `reader` (which is
+  // about to join): every reader of p is then in the group, and what p reads is early or pulled
+  // too. On failure `pulled` and `budget` are as they were.
+  bool tryPull(ir::Node* p, int gi, ir::Node* reader, std::vector<ir::Node*>& pulled, size_t& budget) {
+    if (!p || !pending_.count(p) || groupOf_.count(p)) return false;
+    if (std::find(pulled.begin(), pulled.end(), p) != pulled.end()) return true;
+    const Group& grp = groups_[gi];
+    const PendingPredicate& pp = pending_.at(p);
+    if (pp.dtype != DataType::Bool && pp.dtype != grp.dtype) return false;
+    if (p->output(0)->info().dims() != grp.dims || p->output(0)->isGraphOutput()) return false;
+    if (budget < pp.instructions) return false;
+    for (const ir::Use& u : p->output(0)->uses()) {
+      bool inside = u.node == reader || std::find(pulled.begin(), pulled.end(), u.node) != pulled.end();
+      auto it = groupOf_.find(u.node);
+      if (u.implicit || !(inside || (it != groupOf_.end() && it->second == gi))) return false;
+    }
+    size_t mark = pulled.size(), budgetBefore = budget;
+    pulled.push_back(p);
+    budget -= pp.instructions;
+    if (readsOnlyEarlierThan(p, gi, pulled, budget)) return true;
+    pulled.resize(mark);
+    budget = budgetBefore;
+    return false;
+  }
+
+  // Adds n (and the predicates it pulls, before it in schedule order) to group gi.
+  void join(ir::Node* n, int gi, std::vector<ir::Node*> pulled, size_t instructions) {
+    Group& grp = groups_[gi];
+    std::sort(pulled.begin(), pulled.end(), [&](ir::Node* a, ir::Node* b) { return pos_[a] < pos_[b]; });
+    pulled.push_back(n);
+    for (ir::Node* m : pulled) {
+      grp.members.push_back(m);
+      groupOf_[m] = gi;
+    }
+    grp.instructions = instructions;
   }
 
   void consider(ir::Node* n) {
@@ -224,6 +270,11 @@ class FuseElementwise : public Pass {
     if (!m) return;
     DataType dt = computeType(*n, *m);
     if (dt == DataType::Undefined) return;
+    // A BOOL result only lives inside a program: the predicate waits for a reader to join.
+    if (m->predicate) {
+      pending_[n] = PendingPredicate{dt, m->codes.size()};
+      return;
+    }
     const std::vector<Dim>& dims = n->output(0)->info().dims();
     for (ir::Tensor* x : n->inputs()) {
       if (!x || !x->producer()) continue;
@@ -231,23 +282,26 @@ class FuseElementwise : public Pass {
       if (it == groupOf_.end()) continue;
       int gi = it->second;
       Group& grp = groups_[gi];
-      if (grp.dims != dims || (dt != DataType::Bool && dt != grp.dtype)) continue;
+      if (grp.dims != dims || dt != grp.dtype) continue;
       if (grp.instructions + m->codes.size() > kMaxInstructions) continue;
-      if (!readsOnlyEarlierThan(n, gi)) continue;
-      grp.members.push_back(n);
-      grp.instructions += m->codes.size();
-      groupOf_[n] = gi;
+      std::vector<ir::Node*> pulled;
+      size_t budget = kMaxInstructions - grp.instructions - m->codes.size();
+      if (!readsOnlyEarlierThan(n, gi, pulled, budget)) continue;
+      join(n, gi, std::move(pulled), kMaxInstructions - budget);
       return;
     }
-    if (dt == DataType::Bool) return;  // logic on BOOLs only joins a group
     Group grp;
-    grp.members = {n};
     grp.dims = dims;
     grp.dtype = dt;
     grp.firstPos = pos_[n];
-    grp.instructions = m->codes.size();
-    groupOf_[n] = static_cast<int>(groups_.size());
+    int gi = static_cast<int>(groups_.size());
     groups_.push_back(std::move(grp));
+    // Everything n reads is earlier than n: only the predicates to pull are in question.
+    std::vector<ir::Node*> pulled;
+    size_t budget = kMaxInstructions - m->codes.size();
+    for (ir::Tensor* y : n->inputs())
+      if (y && !isZeros(y)) tryPull(y->producer(), gi, n, pulled, budget);
+    join(n, gi, std::move(pulled), kMaxInstructions - budget);
   }
 
   bool fuse(ir::Graph& g, Group& grp) {
@@ -357,8 +411,14 @@ class FuseElementwise : public Pass {
     return true;
   }
 
+  struct PendingPredicate {
+    DataType dtype;  // what it compares (BOOL for logic: joins a group of any float type)
+    size_t instructions;
+  };
+
   std::unordered_map<ir::Node*, int> pos_;
   std::unordered_map<ir::Node*, int> groupOf_;
+  std::unordered_map<ir::Node*, PendingPredicate> pending_;
   std::vector<Group> groups_;
 };
 

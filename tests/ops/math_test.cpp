@@ -60,6 +60,17 @@ TEST(Less, Basic) { EXPECT_TRUE(allClose(run1("Less", {arr<float>({2}, {1, 3}), 
 TEST(LessOrEqual, Basic) { EXPECT_TRUE(allClose(run1("LessOrEqual", {arr<float>({2}, {2, 3}), arr<float>({1}, {2})}), arr<bool>({2}, {true, false}))); }
 TEST(Greater, Basic) { EXPECT_TRUE(allClose(run1("Greater", {arr<float>({2}, {1, 3}), arr<float>({1}, {2})}), arr<bool>({2}, {false, true}))); }
 TEST(GreaterOrEqual, Basic) { EXPECT_TRUE(allClose(run1("GreaterOrEqual", {arr<float>({2}, {2, 1}), arr<float>({1}, {2})}), arr<bool>({2}, {true, false}))); }
+// ONNX defines both by function bodies; graft infers their type itself (BOOL, broadcast shape).
+TEST(GreaterOrEqual, InfersBoolOfTheBroadcastShape) {
+  for (const char* type : {"GreaterOrEqual", "LessOrEqual"}) {
+    auto t = inferTypes({type, {NDArray(DataType::Float, {4, 1, 3}), NDArray(DataType::Float, {5, 1})}});
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].info.dataType(), DataType::Bool) << type;
+    EXPECT_EQ(t[0].info.shape(), (Shape{4, 5, 3})) << type;
+    EXPECT_THROW(inferTypes({type, {NDArray(DataType::Float, {4}), NDArray(DataType::Float, {3})}}), Error) << type;
+    EXPECT_THROW(inferTypes({type, {NDArray(DataType::Float, {4}), NDArray(DataType::Int32, {4})}}), Error) << type;
+  }
+}
 
 TEST(And, Truth) { EXPECT_TRUE(allClose(run1("And", {arr<bool>({4}, {0, 0, 1, 1}), arr<bool>({4}, {0, 1, 0, 1})}), arr<bool>({4}, {0, 0, 0, 1}))); }
 TEST(Or, Truth) { EXPECT_TRUE(allClose(run1("Or", {arr<bool>({4}, {0, 0, 1, 1}), arr<bool>({4}, {0, 1, 0, 1})}), arr<bool>({4}, {0, 1, 1, 1}))); }

@@ -114,6 +114,73 @@ TEST(FuseElementwise, ReluGradientWithPredicatesAndZeros) {
   EXPECT_TRUE(close(runGraph(*b.g, in)[0], before[0]));
 }
 
+TEST(FuseElementwise, PredicateWaitsForItsReaderOutsideItsInputsGroup) {
+  // A residual block's relu(x + r) and its gradient Where(x + r > 0, dy, 0), dy computed later:
+  // the predicate must not join (and spoil) the forward group; it fuses with the Where.
+  GraphBuilder b;
+  ir::Tensor* x = b.input({16, 16});
+  ir::Tensor* r = b.input({16, 16});
+  ir::Tensor* w = b.input({16, 16});
+  ir::Tensor* a = b.op("Add", {x, r});
+  ir::Tensor* y = b.op("Relu", {a});
+  ir::Tensor* mask = b.op("Greater", {a, b.scalar(0)});  // scheduled before dy
+  ir::Tensor* dy = b.op("MatMul", {y, w});
+  ir::Tensor* zeros = b.op("ZerosLike", {dy}, {}, "ai.graft");
+  ir::Tensor* g = b.op("Where", {mask, dy, zeros});
+  b.outputs({y, g});
+  std::vector<NDArray> in{randomFloats({16, 16}, 1), randomFloats({16, 16}, 2), randomFloats({16, 16}, 3)};
+  auto before = runGraph(*b.g, in);
+  PassContext ctx;
+  ctx.verifyEachPass = true;
+  runPipeline(*b.g, {"fuse-elementwise", "dce"}, ctx);
+  auto counts = opCounts(*b.g);
+  EXPECT_EQ(counts["FusedElementwise"], 2);
+  EXPECT_EQ(counts["Greater"] + counts["Where"] + counts["ZerosLike"] + counts["Add"] + counts["Relu"], 0);
+  auto after = runGraph(*b.g, in);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(close(after[i], before[i]));
+}
+
+TEST(FuseElementwise, ClipGradientFusesItsPredicateTree) {
+  // Clip's gradient Where(And(x >= lo, x <= hi), dy, 0): the two comparisons and the And join
+  // the Where, so no BOOL tensor is materialised.
+  GraphBuilder b;
+  ir::Tensor* x = b.input({8, 32});
+  ir::Tensor* w = b.input({32, 32});
+  ir::Tensor *lo = b.scalar(0), *hi = b.scalar(6);
+  ir::Tensor* y = b.op("Clip", {x, lo, hi});
+  ir::Tensor* dy = b.op("MatMul", {y, w});
+  ir::Tensor* mask = b.op("And", {b.op("GreaterOrEqual", {x, lo}), b.op("LessOrEqual", {x, hi})});
+  ir::Tensor* g = b.op("Where", {mask, dy, b.op("ZerosLike", {dy}, {}, "ai.graft")});
+  b.outputs({g});
+  std::vector<NDArray> in{randomFloats({8, 32}, 1, -3, 9), randomFloats({32, 32}, 2)};
+  auto before = runGraph(*b.g, in);
+  PassContext ctx;
+  ctx.verifyEachPass = true;
+  runPipeline(*b.g, {"fuse-elementwise", "dce"}, ctx);
+  auto counts = opCounts(*b.g);
+  EXPECT_EQ(counts["FusedElementwise"], 1);
+  EXPECT_EQ(counts["And"] + counts["GreaterOrEqual"] + counts["LessOrEqual"] + counts["ZerosLike"], 0);
+  EXPECT_TRUE(close(runGraph(*b.g, in)[0], before[0]));
+}
+
+TEST(FuseElementwise, PredicateReadTwiceStaysOut) {
+  // A mask read by two groups that cannot merge is computed once, outside both.
+  GraphBuilder b;
+  ir::Tensor* x = b.input({8, 8});
+  ir::Tensor* w = b.input({8, 8});
+  ir::Tensor* mask = b.op("Greater", {x, b.scalar(0)});
+  ir::Tensor* u = b.op("Where", {mask, b.op("Exp", {x}), b.scalar(0)});
+  ir::Tensor* v = b.op("MatMul", {u, w});
+  ir::Tensor* z = b.op("Where", {mask, b.op("Neg", {v}), v});
+  b.outputs({z});
+  std::vector<NDArray> in{randomFloats({8, 8}, 1), randomFloats({8, 8}, 2)};
+  auto before = runGraph(*b.g, in);
+  fuse(*b.g);
+  EXPECT_EQ(opCounts(*b.g)["Greater"], 1);
+  EXPECT_EQ(fusedNodes(*b.g).size(), 2u);
+  EXPECT_TRUE(close(runGraph(*b.g, in)[0], before[0]));
+}
+
 TEST(FuseElementwise, EscapingPredicateLeavesTheGroup) {
   GraphBuilder b;
   ir::Tensor* x = b.input({8});
