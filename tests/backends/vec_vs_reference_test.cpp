@@ -346,6 +346,17 @@ GRAFT_VEC_CASES(vec_batchnorm) {
                        {values(DataType::Float, {4, 2, 3}, {1.5}), values(DataType::Float, {2}, {2}),
                         values(DataType::Float, {2}, {0.5}), values(DataType::Float, {2}, {0}), values(DataType::Float, {2}, {1})},
                        attrs({{"training_mode", int64_t{1}}}), 3));
+  // Special values: a NaN or an infinity spoils its channel's statistics as in the reference;
+  // a mean far from zero against the spread keeps its variance.
+  for (const auto& [label, v] : std::vector<std::pair<const char*, std::vector<double>>>{
+           {"NaN", {1, 2, kNaN, 3, 0.5, -1}}, {"infinity", {kInf, 2, 1, 3, 0.5, -1}}, {"large mean", {1e4, 1e4 + 1, 1e4 - 1, 1e4 + 0.5}}}) {
+    cases.push_back(make(fmt::format("training, {}", label), "BatchNormalization",
+                         {values(DataType::Float, {2, 1, 12}, v), values(DataType::Float, {1}, {2}), values(DataType::Float, {1}, {0.5}),
+                          values(DataType::Float, {1}, {0}), values(DataType::Float, {1}, {1})},
+                         attrs({{"training_mode", int64_t{1}}, {"momentum", 0.5f}}), 3));
+    cases.back().rtol = 1e-5;
+    cases.back().atol = 1e-5;
+  }
   // Bad input: the kernel refuses it as the reference does.
   cases.push_back(make("scale of the wrong length", "BatchNormalization",
                        {rnd(DataType::Float, {2, 3, 4}, seed++), rnd(DataType::Float, {4}, seed++), rnd(DataType::Float, {3}, seed++),

@@ -19,32 +19,26 @@ namespace {
 
 constexpr int kLanes = 16;
 
-GRAFT_VEC_CLONES double sumOf(const float* p, int64_t n) {
-  double acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(p[i + l]);
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  for (; i < n; ++i) acc[0] += static_cast<double>(p[i]);
-  return acc[0];
-}
-
-GRAFT_VEC_CLONES double squaredDeviation(const float* p, int64_t n, double mean) {
-  double acc[kLanes] = {};
+// sum(x - k) and sum((x - k)^2) over n positions, in one pass. The shift k (a value of the
+// channel) keeps the variance from cancelling when the mean is large against the spread.
+GRAFT_VEC_CLONES void shiftedSums(const float* p, int64_t n, double k, double& s1, double& s2) {
+  double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int l = 0; l < kLanes; ++l) {
-      double d = static_cast<double>(p[i + l]) - mean;
-      acc[l] += d * d;
+      double d = static_cast<double>(p[i + l]) - k;
+      a[l] += d;
+      b[l] += d * d;
     }
   for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    for (int l = 0; l < w; ++l) a[l] += a[l + w], b[l] += b[l + w];
   for (; i < n; ++i) {
-    double d = static_cast<double>(p[i]) - mean;
-    acc[0] += d * d;
+    double d = static_cast<double>(p[i]) - k;
+    a[0] += d;
+    b[0] += d * d;
   }
-  return acc[0];
+  s1 += a[0];
+  s2 += b[0];
 }
 
 // sum(dy) and sum(dy * (x - mean)) over n positions.
@@ -99,14 +93,17 @@ struct Layout {
   int64_t grain() const { return std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, rows * len)); }
 };
 
-// The batch mean and biased variance of channel ch (NaN for an empty batch, as the reference).
+// The batch mean and biased variance of channel ch (NaN for an empty batch, as the reference),
+// from one pass over the channel.
 void channelStats(const float* x, const Layout& l, int64_t ch, double& mean, double& var) {
-  double s = 0;
-  for (int64_t r = 0; r < l.rows; ++r) s += sumOf(x + l.offset(ch, r), l.len);
-  mean = s / l.count;
-  double sq = 0;
-  for (int64_t r = 0; r < l.rows; ++r) sq += squaredDeviation(x + l.offset(ch, r), l.len, mean);
-  var = sq / l.count;
+  double k = l.rows * l.len > 0 ? static_cast<double>(x[l.offset(ch, 0)]) : 0.0;
+  if (!std::isfinite(k)) k = 0;  // infinities then reach the statistics as in the reference
+  double s1 = 0, s2 = 0;
+  for (int64_t r = 0; r < l.rows; ++r) shiftedSums(x + l.offset(ch, r), l.len, k, s1, s2);
+  double d = s1 / l.count;
+  mean = k + d;
+  double v = s2 / l.count - d * d;
+  var = v < 0 ? 0.0 : v;  // rounding may leave a tiny negative; NaN stays NaN
 }
 
 const float* channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
