@@ -6,8 +6,11 @@
 // accumulate every channel sum in double, as the reference does, for about the same memory
 // traffic. Channels are split over the threads; each channel is folded by one thread in a fixed
 // order, so results do not depend on the thread count. A channel's values are N rows of
-// H*W... contiguous floats; its passes follow each other while the channel is still in cache.
+// H*W... contiguous floats; channels go in blocks small enough that the second pass over a
+// block finds it still in cache.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/vec_common.hpp"
@@ -91,19 +94,31 @@ struct Layout {
   int64_t offset(int64_t ch, int64_t row) const { return row * stride + ch * len; }
   // Channels per thread range: about kGrainCheap elements.
   int64_t grain() const { return std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, rows * len)); }
+  // Channels folded and then written together: `arrays` inputs of theirs fit in about 256 KiB
+  // (half of this machine's L2), so the second pass reads them from cache. Walking a block row
+  // by row reads memory in order, which matters when a channel's rows are short (7x7 maps).
+  int64_t block(int arrays) const {
+    return std::max<int64_t>(1, (int64_t{256} << 10) / std::max<int64_t>(1, rows * len * 4 * arrays));
+  }
 };
 
-// The batch mean and biased variance of channel ch (NaN for an empty batch, as the reference),
-// from one pass over the channel.
-void channelStats(const float* x, const Layout& l, int64_t ch, double& mean, double& var) {
-  double k = l.rows * l.len > 0 ? static_cast<double>(x[l.offset(ch, 0)]) : 0.0;
-  if (!std::isfinite(k)) k = 0;  // infinities then reach the statistics as in the reference
-  double s1 = 0, s2 = 0;
-  for (int64_t r = 0; r < l.rows; ++r) shiftedSums(x + l.offset(ch, r), l.len, k, s1, s2);
-  double d = s1 / l.count;
-  mean = k + d;
-  double v = s2 / l.count - d * d;
-  var = v < 0 ? 0.0 : v;  // rounding may leave a tiny negative; NaN stays NaN
+// The batch mean and biased variance of channels [c0, c1) (NaN for an empty batch, as the
+// reference), from one pass. Each channel folds its rows in order, whatever the block.
+void blockStats(const float* x, const Layout& l, int64_t c0, int64_t c1, double* mean, double* var) {
+  for (int64_t ch = c0; ch < c1; ++ch) {
+    double k = l.rows * l.len > 0 ? static_cast<double>(x[l.offset(ch, 0)]) : 0.0;
+    mean[ch] = std::isfinite(k) ? k : 0.0;  // the shift; infinities then reach the statistics as in the reference
+    var[ch] = 0;
+  }
+  std::vector<double> s1(static_cast<size_t>(c1 - c0), 0.0);
+  for (int64_t r = 0; r < l.rows; ++r)
+    for (int64_t ch = c0; ch < c1; ++ch) shiftedSums(x + l.offset(ch, r), l.len, mean[ch], s1[ch - c0], var[ch]);
+  for (int64_t ch = c0; ch < c1; ++ch) {
+    double d = s1[ch - c0] / l.count;
+    double v = var[ch] / l.count - d * d;
+    mean[ch] += d;
+    var[ch] = v < 0 ? 0.0 : v;  // rounding may leave a tiny negative; NaN stays NaN
+  }
 }
 
 const float* channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
@@ -136,16 +151,21 @@ ops::KernelFn batchNormTrainKernel(ops::CompileContext& c) {
     float* rv = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {l.C}).data<float>() : nullptr;
     const float* xp = x.data<float>();
     float* yp = y.data<float>();
+    std::vector<double> mean(static_cast<size_t>(l.C)), var(static_cast<size_t>(l.C));
+    std::vector<float> meanF(static_cast<size_t>(l.C)), a(static_cast<size_t>(l.C));
     parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        double mean, var;
-        channelStats(xp, l, ch, mean, var);
-        double a = static_cast<double>(scale[ch]) / std::sqrt(var + eps);
+      for (int64_t b0 = c0, b1; b0 < c1; b0 = b1) {
+        b1 = std::min(c1, b0 + l.block(1));
+        blockStats(xp, l, b0, b1, mean.data(), var.data());
+        for (int64_t ch = b0; ch < b1; ++ch) {
+          meanF[ch] = static_cast<float>(mean[ch]);
+          a[ch] = static_cast<float>(static_cast<double>(scale[ch]) / std::sqrt(var[ch] + eps));
+          if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean[ch] * (1 - momentum));
+          if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var[ch] * (1 - momentum));
+        }
         for (int64_t r = 0; r < l.rows; ++r)
-          normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, static_cast<float>(mean), static_cast<float>(a),
-                    bias[ch]);
-        if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean * (1 - momentum));
-        if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var * (1 - momentum));
+          for (int64_t ch = b0; ch < b1; ++ch)
+            normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, meanF[ch], a[ch], bias[ch]);
       }
     });
   };
@@ -177,25 +197,39 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
     const float* xp = x.data<float>();
     const float* dyp = dyA.data<float>();
     float* dxp = dx.data<float>();
+    std::vector<double> mean(static_cast<size_t>(l.C), 0.0), var(static_cast<size_t>(l.C), 0.0);
+    std::vector<double> sDy(static_cast<size_t>(l.C), 0.0), sDyX(static_cast<size_t>(l.C), 0.0);
+    std::vector<float> coef(static_cast<size_t>(l.C) * 4);  // mean, a, k, c per channel
     parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        double mean = 0, var = 0;
+      for (int64_t b0 = c0, b1; b0 < c1; b0 = b1) {
+        b1 = std::min(c1, b0 + l.block(2));
         // The reference leaves the statistics of an empty batch at 0 when it computes them.
-        if (given) mean = meanIn[ch], var = varIn[ch];
-        else if (l.count > 0) channelStats(xp, l, ch, mean, var);
-        double sDy = 0, sDyX = 0;
+        if (given) {
+          for (int64_t ch = b0; ch < b1; ++ch) mean[ch] = meanIn[ch], var[ch] = varIn[ch];
+        } else if (l.count > 0) {
+          blockStats(xp, l, b0, b1, mean.data(), var.data());
+        }
         for (int64_t r = 0; r < l.rows; ++r)
-          gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean, sDy, sDyX);
-        // An empty batch has no rows to write and zero sums, whatever its (NaN) statistics.
-        double inv = l.count > 0 ? 1.0 / std::sqrt(var + eps) : 0.0;
-        double ds = sDyX * inv;
-        double a = static_cast<double>(scale[ch]) * inv;
-        double kk = l.count > 0 ? a * inv * ds / l.count : 0.0, cc = l.count > 0 ? a * sDy / l.count : 0.0;
+          for (int64_t ch = b0; ch < b1; ++ch)
+            gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean[ch], sDy[ch], sDyX[ch]);
+        for (int64_t ch = b0; ch < b1; ++ch) {
+          // An empty batch has no rows to write and zero sums, whatever its (NaN) statistics.
+          double inv = l.count > 0 ? 1.0 / std::sqrt(var[ch] + eps) : 0.0;
+          double ds = sDyX[ch] * inv;
+          double a = static_cast<double>(scale[ch]) * inv;
+          float* cf = coef.data() + ch * 4;
+          cf[0] = static_cast<float>(mean[ch]);
+          cf[1] = static_cast<float>(a);
+          cf[2] = static_cast<float>(l.count > 0 ? a * inv * ds / l.count : 0.0);
+          cf[3] = static_cast<float>(l.count > 0 ? a * sDy[ch] / l.count : 0.0);
+          if (dScale) dScale[ch] = static_cast<float>(ds);
+          if (dB) dB[ch] = static_cast<float>(sDy[ch]);
+        }
         for (int64_t r = 0; r < l.rows; ++r)
-          gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, static_cast<float>(mean),
-                  static_cast<float>(a), static_cast<float>(kk), static_cast<float>(cc));
-        if (dScale) dScale[ch] = static_cast<float>(ds);
-        if (dB) dB[ch] = static_cast<float>(sDy);
+          for (int64_t ch = b0; ch < b1; ++ch) {
+            const float* cf = coef.data() + ch * 4;
+            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, cf[0], cf[1], cf[2], cf[3]);
+          }
       }
     });
   };
