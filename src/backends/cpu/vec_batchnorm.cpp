@@ -70,7 +70,8 @@ GRAFT_VEC_CLONES void normalize(const float* x, float* y, int64_t n, float mean,
 }
 
 // dx = a * dy - k * (x - mean) - c.
-GRAFT_VEC_CLONES void gradRow(const float* dy, const float* x, float* dx, int64_t n, float mean, float a, float k, float c) {
+GRAFT_VEC_CLONES void gradRow(const float* dy, const float* x, float* dx, int64_t n, float mean, float a, float k,
+                              float c) {
   for (int64_t i = 0; i < n; ++i) dx[i] = a * dy[i] - k * (x[i] - mean) - c;
 }
 
@@ -181,8 +182,8 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
   return [=](ops::KernelContext& k) {
     const NDArray& dyA = k.input(0);
     const NDArray& x = k.input(1);
-    GRAFT_CHECK(x.dtype() == DataType::Float && dyA.dtype() == DataType::Float, "{}: dY and X must be FLOAT, got {} and {}",
-                what, dtypeName(dyA.dtype()), dtypeName(x.dtype()));
+    GRAFT_CHECK(x.dtype() == DataType::Float && dyA.dtype() == DataType::Float,
+                "{}: dY and X must be FLOAT, got {} and {}", what, dtypeName(dyA.dtype()), dtypeName(x.dtype()));
     GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
     GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
                 shapeToString(x.shape()));
@@ -228,7 +229,8 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch) {
             const float* cf = coef.data() + ch * 4;
-            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, cf[0], cf[1], cf[2], cf[3]);
+            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, cf[0], cf[1], cf[2],
+                    cf[3]);
           }
       }
     });
