@@ -5,7 +5,10 @@
 //   FusedConv(X, W, B?, Sum?)      Y = act(Conv(X, W, B) + Sum); Conv's attributes, plus the
 //                                  activation attributes below and x_block / y_block: X (and
 //                                  Y, Sum) channel-blocked with that block when non-zero.
-//   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A, B) + Bias)
+//   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A', B') + Bias)' where A' = Transpose(A, perm_a),
+//                                  B' = Transpose(B, perm_b) and the result is transposed
+//                                  with perm_y, each when that attribute is present (folded
+//                                  Transposes: oneDNN reads and writes them strided)
 //   FusedGemm(A, B, C?)            Y = act(Gemm(A, B, C)); Gemm's attributes
 //   ChannelBlocked(X, ...)         the ai.onnx op named by "op" (with the node's other
 //                                  attributes) on channel-blocked X and Y: X, Y are
@@ -187,9 +190,15 @@ std::vector<ir::Tensor*> fusedConv(const ir::Node& n, ir::Graph& g, const std::v
 
 std::vector<ir::Tensor*> fusedMatMul(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
   GRAFT_CHECK(in.size() >= 2 && in[0] && in[1], "{}: FusedMatMul needs A and B", n.describe());
-  ir::Tensor* y = addInner(g, "MatMul", "", {in[0], in[1]});
+  auto permuted = [&](ir::Tensor* t, const char* attr) {
+    if (!n.attrs().has(attr)) return t;
+    ir::Attributes a;
+    a.set("perm", n.attrInts(attr));
+    return addInner(g, "Transpose", "", {t}, a);
+  };
+  ir::Tensor* y = addInner(g, "MatMul", "", {permuted(in[0], "perm_a"), permuted(in[1], "perm_b")});
   if (in.size() > 2 && in[2]) y = addInner(g, "Add", "", {y, in[2]});
-  return {activation(n, g, y)};
+  return {permuted(activation(n, g, y), "perm_y")};
 }
 
 std::vector<ir::Tensor*> fusedGemm(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {

@@ -147,6 +147,14 @@ ir::Tensor* swapLast2(GradBuilder& g, ir::Tensor* t) {
   return g.op("Transpose", {t}, a);
 }
 
+ir::Tensor* gemm(GradBuilder& g, ir::Tensor* x, ir::Tensor* y, bool tx, bool ty, double alpha) {
+  ir::Attributes at;
+  at.set("transA", int64_t{tx});
+  at.set("transB", int64_t{ty});
+  at.set("alpha", static_cast<float>(alpha));
+  return g.op("Gemm", {x, y}, at);
+}
+
 void matmulVjp(GradBuilder& g) {
   ir::Tensor* a = g.in(0);
   ir::Tensor* b = g.in(1);
@@ -170,19 +178,18 @@ void matmulVjp(GradBuilder& g) {
     da = g.unbroadcast(da, a2);
     g.setDx(0, g.reshapeLike(da, a));
   }
-  if (g.wants(1)) {
+  const TensorInfo& bi = b->info();
+  if (g.wants(1) && ra >= 3 && rb == 2 && bi.isStatic() && bi.shape()[0] > 0 && bi.shape()[1] > 0) {
+    // B is shared by every batch of A: dB = sum_i A_iᵀ dY_i is one product of the batches laid
+    // end to end, instead of a product per batch and their sum.
+    ir::Tensor* af = g.op("Reshape", {a, g.int64s({-1, bi.shape()[0]})});
+    ir::Tensor* dyf = g.op("Reshape", {dy, g.int64s({-1, bi.shape()[1]})});
+    g.setDx(1, gemm(g, af, dyf, true, false, 1.0));
+  } else if (g.wants(1)) {
     ir::Tensor* db = g.op("MatMul", {swapLast2(g, a2), dy2});
     db = g.unbroadcast(db, b2);
     g.setDx(1, g.reshapeLike(db, b));
   }
-}
-
-ir::Tensor* gemm(GradBuilder& g, ir::Tensor* x, ir::Tensor* y, bool tx, bool ty, double alpha) {
-  ir::Attributes at;
-  at.set("transA", int64_t{tx});
-  at.set("transB", int64_t{ty});
-  at.set("alpha", static_cast<float>(alpha));
-  return g.op("Gemm", {x, y}, at);
 }
 
 void gemmVjp(GradBuilder& g) {

@@ -74,6 +74,7 @@ const std::vector<std::string>& cpuInferencePipeline() {
       "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
       "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
       "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
+      "fold-transpose",    // Transposes around matrix products become strides (perm_a/b/y, transA/B)
       "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges
       "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
       "dce",               // weights folding left unused, reorders nobody reads
@@ -91,6 +92,7 @@ const std::vector<std::string>& cpuTrainingPipeline() {
       "cse",               // autodiff repeats subexpressions and constants
       "fuse-layernorm",    // only where the backward pass reads no intermediate
       "fuse-gelu",         // likewise
+      "fold-transpose",    // the VJPs' Transposes around matrix products become strides
       "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
       "dce",               // what the rewrites left unused
   };

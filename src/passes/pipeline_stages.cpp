@@ -58,6 +58,11 @@ NodeCost estimateCost(const ir::Node& n) {
   if (op == "MatMul" || op == "FusedMatMul" || op == "MatMulInteger") {
     const ir::Tensor* a = n.input(0);
     int64_t k = a && a->info().hasShape() && a->info().rank() > 0 ? dimOf(a, a->info().rank() - 1) : 0;
+    // A folded Transpose (FusedMatMul perm_a) moves the contracted axis.
+    std::vector<int64_t> pa = n.attrInts("perm_a", {});
+    if (!pa.empty() && a && a->info().hasShape() && static_cast<int64_t>(pa.size()) == a->info().rank() && pa.back() >= 0 &&
+        pa.back() < static_cast<int64_t>(pa.size()))
+      k = dimOf(a, pa.back());
     c.flops = 2.0 * numelOf(out) * static_cast<double>(k);
   } else if (op == "Gemm" || op == "FusedGemm") {
     const ir::Tensor* a = n.input(0);

@@ -248,6 +248,37 @@ void matmulCases() {
     c.domain = "ai.graft";
     add("FusedMatMul_vector", c);
   }
+  // Folded Transposes (fold-transpose): operands read and results written through strides.
+  struct Pm {
+    Shape a, b, bias;
+    Ints pa, pb, py;
+    std::string act;
+  };
+  std::vector<Pm> perms = {
+      {{2, 16, 6}, {8, 16}, {}, {0, 2, 1}, {1, 0}, {}, ""},                          // dA = dY Bᵀ style
+      {{2, 5, 3, 4}, {2, 5, 3, 4}, {}, {0, 2, 1, 3}, {0, 2, 3, 1}, {}, ""},          // attention Q Kᵀ
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {}, {}, {0, 2, 1, 3}, {0, 2, 1, 3}, ""},          // P V, heads merged
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {}, {0, 1, 3, 2}, {0, 2, 1, 3}, {0, 2, 1, 3}, ""},  // dV
+      {{2, 5, 3, 4}, {2, 3, 5, 5}, {}, {0, 2, 3, 1}, {}, {0, 3, 1, 2}, ""},          // dK
+      {{3, 4}, {5, 3}, {5}, {1, 0}, {1, 0}, {1, 0}, "Relu"},                       // bias, activation, perm_y
+      {{7, 2, 9}, {9, 5}, {}, {1, 0, 2}, {}, {}, ""},                                // batch axes permuted
+      {{4}, {5, 4}, {}, {}, {1, 0}, {}, ""},                                         // vector A
+  };
+  for (size_t i = 0; i < perms.size(); ++i) {
+    const Pm& p = perms[i];
+    for (bool constb : {true, false}) {
+      std::string n = "FusedMatMul_perm" + std::to_string(i) + (constb ? "_constb" : "");
+      ir::Attributes a = activationAttrs(p.act);
+      if (!p.pa.empty()) a.set("perm_a", p.pa);
+      if (!p.pb.empty()) a.set("perm_b", p.pb);
+      if (!p.py.empty()) a.set("perm_y", p.py);
+      std::vector<NDArray> in{rnd(p.a, n + "a"), rnd(p.b, n + "b")};
+      if (!p.bias.empty()) in.push_back(rnd(p.bias, n + "c"));
+      OpCase c{"FusedMatMul", in, a};
+      c.domain = "ai.graft";
+      add(n, c, {false, constb, constb});
+    }
+  }
 }
 
 void poolCases() {

@@ -8,6 +8,7 @@ namespace graft::testing {
 namespace {
 
 constexpr const char* kGraft = "ai.graft";
+using Ints = std::vector<int64_t>;
 
 OpCase graftCase(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}) {
   OpCase c{type, std::move(in), std::move(a)};
@@ -153,6 +154,33 @@ TEST(Graft_FusedMatMul, WithoutBias) {
   NDArray y = run1(graftCase("FusedMatMul", {a, b}, attrs({{"activation", std::string("Relu")}})));
   NDArray want = run1(OpCase{"Relu", {run1(OpCase{"MatMul", {a, b}})}});
   EXPECT_TRUE(allClose(y, want));
+}
+
+TEST(Graft_FusedMatMul, PermutedOperandsAndResult) {
+  // q, k: [B=2, S=3, H=2, D=4]; y[b, s, h, t] = sum_d q[b, s, h, d] k[b, t, h, d], i.e.
+  // (q as [B, H, S, D]) @ (k as [B, H, D, S]), the result put back as [B, S, H, S].
+  NDArray q = randomArray(DataType::Float, {2, 3, 2, 4}, 22), k = randomArray(DataType::Float, {2, 3, 2, 4}, 23);
+  NDArray y = run1(graftCase("FusedMatMul", {q, k},
+                             attrs({{"perm_a", Ints{0, 2, 1, 3}}, {"perm_b", Ints{0, 2, 3, 1}}, {"perm_y", Ints{0, 2, 1, 3}}})));
+  ASSERT_EQ(y.shape(), Shape({2, 3, 2, 3}));
+  auto at = [](const NDArray& x, int b, int s, int h, int d) { return double(x.data<float>()[((b * 3 + s) * 2 + h) * 4 + d]); };
+  for (int b = 0; b < 2; ++b)
+    for (int s = 0; s < 3; ++s)
+      for (int h = 0; h < 2; ++h)
+        for (int t = 0; t < 3; ++t) {
+          double want = 0;
+          for (int d = 0; d < 4; ++d) want += at(q, b, s, h, d) * at(k, b, t, h, d);
+          EXPECT_NEAR(y.data<float>()[((b * 3 + s) * 2 + h) * 3 + t], want, 1e-5);
+        }
+}
+
+TEST(Graft_FusedMatMul, RejectsBadPerm) {
+  NDArray a = randomArray(DataType::Float, {3, 4}, 24), b = randomArray(DataType::Float, {3, 5}, 25);
+  EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{1, 1}}}))), Error);
+  EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{0, 1, 2}}}))), Error);
+  EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_b", Ints{1, 0}}}))), Error);  // K mismatch
+  NDArray y = run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{1, 0}}})));  // aᵀ b
+  EXPECT_EQ(y.shape(), Shape({4, 5}));
 }
 
 TEST(Graft_FusedGemm, MatchesGemmActivation) {

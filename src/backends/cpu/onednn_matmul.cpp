@@ -31,7 +31,8 @@ Dims padTo(const Shape& s, size_t rank) {
 // The operands as oneDNN sees them: all of one rank R >= 2, [batch..., M, K] x [batch..., K, N].
 struct MatMulConfig {
   Dims a, b, y, bias;  // bias empty when none
-  Dims aStrides, bStrides;
+  Dims aStrides, bStrides, yStrides;
+  bool strided = false;  // some operand is read or written through a folded Transpose
   Shape yShape;  // graft's output shape (vector operands' unit axes dropped)
   float alpha = 1.f, beta = 1.f;
   bool sumC = false;  // Gemm: C broadcast into Y first, added with scale beta by a sum post-op
@@ -45,21 +46,63 @@ bool validBroadcast(const Dims& d, const Dims& full) {
   return true;
 }
 
-// MatMul / FusedMatMul: Y = act(A @ B + Bias), Bias broadcasting to Y.
+// The dimensions and strides of Transpose(x, perm) read in place from the row-major array of
+// shape `s` (perm from attribute `attr`; the identity when absent). False for a bad perm.
+bool permutedView(const ir::Node& n, const char* attr, const Shape& s, Shape& dims, Dims& strides) {
+  Dims st = rowMajorStrides(Dims(s.begin(), s.end()));
+  if (!n.attrs().has(attr)) {
+    dims = s;
+    strides = st;
+    return true;
+  }
+  std::vector<int64_t> perm = n.attrInts(attr);
+  if (perm.size() != s.size()) return false;
+  std::vector<bool> seen(s.size(), false);
+  dims.assign(s.size(), 0);
+  strides.assign(s.size(), 0);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    int64_t p = perm[i];
+    if (p < 0 || p >= static_cast<int64_t>(s.size()) || seen[p]) return false;
+    seen[p] = true;
+    dims[i] = s[p];
+    strides[i] = st[p];
+  }
+  return true;
+}
+
+// Left-pads strides to `rank` axes (the unit axes in front get the whole array's extent).
+Dims padStrides(const Dims& st, const Dims& dims, size_t rank) {
+  int64_t extent = 1;
+  for (size_t i = 0; i < st.size(); ++i) extent = std::max(extent, st[i] * dims[dims.size() - st.size() + i]);
+  Dims d(rank - st.size(), extent);
+  d.insert(d.end(), st.begin(), st.end());
+  return d;
+}
+
+// MatMul / FusedMatMul: Y = act(A @ B + Bias), Bias broadcasting to Y; FusedMatMul's perm_a,
+// perm_b and perm_y become strides of the operands and of the destination.
 std::optional<MatMulConfig> matmulConfig(const ir::Node& n) {
   if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
   bool fused = n.domain() == ops::kGraftDomain;
   if (n.numInputs() > (fused ? 3u : 2u) || n.numOutputs() != 1) return std::nullopt;
-  Shape a = n.input(0)->info().shape(), b = n.input(1)->info().shape();
+  Shape a, b;
+  Dims aSt, bSt;
+  if (!permutedView(n, "perm_a", n.input(0)->info().shape(), a, aSt) ||
+      !permutedView(n, "perm_b", n.input(1)->info().shape(), b, bSt))
+    return std::nullopt;
   if (a.empty() || b.empty()) return std::nullopt;
   bool vecA = a.size() == 1, vecB = b.size() == 1;
-  if (vecA) a.insert(a.begin(), 1);
-  if (vecB) b.push_back(1);
+  bool permY = n.attrs().has("perm_y");
+  if (permY && (vecA || vecB)) return std::nullopt;
+  if (vecA) a.insert(a.begin(), 1), aSt.insert(aSt.begin(), a[1]);
+  if (vecB) b.push_back(1), bSt.push_back(1);
   size_t rank = std::max(a.size(), b.size());
   if (rank > kMaxRank) return std::nullopt;
   MatMulConfig c;
   c.a = padTo(a, rank);
   c.b = padTo(b, rank);
+  c.aStrides = padStrides(aSt, c.a, rank);
+  c.bStrides = padStrides(bSt, c.b, rank);
   if (c.a[rank - 1] != c.b[rank - 2]) return std::nullopt;
   c.y = c.a;
   c.y[rank - 1] = c.b[rank - 1];
@@ -71,28 +114,39 @@ std::optional<MatMulConfig> matmulConfig(const ir::Node& n) {
     if (d == 0) return std::nullopt;
   for (int64_t d : c.b)
     if (d == 0) return std::nullopt;
-  c.aStrides = rowMajorStrides(c.a);
-  c.bStrides = rowMajorStrides(c.b);
   c.yShape = n.output(0)->info().shape();
+  c.yStrides = rowMajorStrides(c.y);
+  Shape mmShape = c.yShape;  // the product's shape in graft's terms, before perm_y
+  if (permY) {
+    // Y = Transpose(P, perm_y): P's axis perm_y[i] is Y's axis i.
+    Shape p;
+    Dims pSt;
+    if (!permutedView(n, "perm_y", Shape(c.y.begin(), c.y.end()), p, pSt) || p != c.yShape) return std::nullopt;
+    Dims yRowMajor = rowMajorStrides(Dims(c.yShape.begin(), c.yShape.end()));
+    std::vector<int64_t> perm = n.attrInts("perm_y");
+    for (size_t i = 0; i < perm.size(); ++i) c.yStrides[perm[i]] = yRowMajor[i];
+    mmShape = Shape(c.y.begin(), c.y.end());
+  }
   // The view of a graft output-shaped array (unit axes of vector operands put back).
   auto toView = [&](Shape s) {
     if (vecA) s.insert(s.end() - (vecB ? 0 : 1), 1);
     if (vecB) s.push_back(1);
     return s.size() <= rank ? padTo(s, rank) : Dims{};
   };
-  if (toView(c.yShape) != c.y) return std::nullopt;
+  if (toView(mmShape) != c.y) return std::nullopt;
   if (fused) {
     if (n.hasInput(2)) {
       if (!isStaticFloat(n.input(2))) return std::nullopt;
       Shape bs = n.input(2)->info().shape();
-      if (bs.size() > c.yShape.size()) return std::nullopt;
-      Dims padded = padTo(bs, c.yShape.size());
+      if (bs.size() > mmShape.size()) return std::nullopt;
+      Dims padded = padTo(bs, mmShape.size());
       c.bias = toView(Shape(padded.begin(), padded.end()));
       if (c.bias.empty() || !validBroadcast(c.bias, c.y)) return std::nullopt;
     }
     dnnl::post_ops po;
     if (!appendActivation(n, po)) return std::nullopt;
   }
+  c.strided = n.attrs().has("perm_a") || n.attrs().has("perm_b") || permY;
   return c;
 }
 
@@ -112,6 +166,7 @@ std::optional<MatMulConfig> gemmConfig(const ir::Node& n) {
   c.aStrides = ta ? Dims{1, M} : Dims{K, 1};
   c.bStrides = tb ? Dims{1, K} : Dims{N, 1};
   c.yShape = {M, N};
+  c.yStrides = {N, 1};
   if (n.output(0)->info().shape() != c.yShape) return std::nullopt;
   c.alpha = n.attrFloat("alpha", 1.f);
   c.beta = n.attrFloat("beta", 1.f);
@@ -156,7 +211,7 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   auto f32 = memory::data_type::f32;
   st->aDesc = memory::desc(c.a, f32, c.aStrides);
   st->bDesc = memory::desc(c.b, f32, c.bStrides);
-  st->yDesc = memory::desc(c.y, f32, rowMajorStrides(c.y));
+  st->yDesc = memory::desc(c.y, f32, c.yStrides);
   if (st->bias) st->biasDesc = memory::desc(c.bias, f32, rowMajorStrides(c.bias));
   // Constant weights may be packed into whatever layout the primitive likes; others are read
   // where they are.
@@ -172,6 +227,9 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
     auto d = st->bias ? dnnl::matmul::desc(st->aDesc, bPrim, st->biasDesc, st->yDesc)
                       : dnnl::matmul::desc(st->aDesc, bPrim, st->yDesc);
     dnnl::matmul::primitive_desc pd(d, attr, engine());
+    // The reference implementation is what oneDNN falls back to for strides its fast kernels
+    // cannot read; graft's composite (Transpose, then MatMul) is faster than that.
+    if (c.strided && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return referenceKernel(ctx);
     st->prim = dnnl::matmul(pd);
     st->weights.init(st->bDesc, pd.weights_desc(), constB);
   } catch (const dnnl::error&) {

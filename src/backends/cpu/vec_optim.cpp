@@ -3,6 +3,7 @@
 // ZerosLike and Accumulate. Updates compute in double per element with the reference's
 // formulas, split by position over the threads (so results do not depend on the thread count);
 // Lamb's norms fold fixed blocks in order.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -279,7 +280,26 @@ ops::KernelFn zerosLikeKernel(ops::CompileContext&) {
   };
 }
 
-// UnbroadcastTo(g, like): the sum of g over the axes along which `like` was broadcast.
+// Sums the R rows of the row-major [R, C] array `g` into `y` ([C]), each column in row order
+// in double (as reduceAxes does), so the result does not depend on how columns are split.
+template <class T>
+GRAFT_VEC_CLONES void sumRowsInto(const T* g, int64_t R, int64_t C, int64_t c0, int64_t c1, T* y) {
+  constexpr int64_t kW = 256;
+  double acc[kW];
+  for (int64_t b = c0; b < c1; b += kW) {
+    int64_t w = std::min(kW, c1 - b);
+    for (int64_t j = 0; j < w; ++j) acc[j] = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const T* row = g + r * C + b;
+      for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(row[j]);
+    }
+    for (int64_t j = 0; j < w; ++j) y[b + j] = static_cast<T>(acc[j]);
+  }
+}
+
+// UnbroadcastTo(g, like): the sum of g over the axes along which `like` was broadcast. Two
+// common cases skip the general engine: only unit axes differ (a copy), and the gradient of a
+// bias ([..., C] summed over every leading axis into [C] or [1, ..., C]).
 ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
   std::string what = c.node().describe();
   return [what](ops::KernelContext& k) {
@@ -290,12 +310,28 @@ ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
     std::vector<bool> reduced(g.shape().size(), false);
     size_t lead = g.shape().size() - target.size();
     for (size_t d = 0; d < g.shape().size(); ++d) reduced[d] = d < lead || (target[d - lead] == 1 && g.shape()[d] != 1);
+    // Axes of g without its unit axes, adjacent ones of the same kind merged.
+    std::vector<int64_t> dims;
+    std::vector<bool> red;
+    for (size_t d = 0; d < g.shape().size(); ++d) {
+      if (g.shape()[d] == 1) continue;
+      if (!dims.empty() && red.back() == reduced[d]) dims.back() *= g.shape()[d];
+      else dims.push_back(g.shape()[d]), red.push_back(reduced[d]);
+    }
     ops::dispatch<ops::kFloats>(g.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         NDArray& y = k.allocOutputUninit(0, g.dtype(), target);
-        if (g.shape() == target) {
+        if (g.numel() == y.numel()) {
           if (g.nbytes()) std::memcpy(y.rawData(), g.rawData(), g.nbytes());
+          return;
+        }
+        if (dims.size() == 2 && red[0] && !red[1]) {
+          int64_t R = dims[0], C = dims[1];
+          const T* gp = g.data<T>();
+          T* yp = y.data<T>();
+          parallelRanges(k.pool(), C, std::max<int64_t>(64, kGrainCheap / std::max<int64_t>(1, R)),
+                         [&](int64_t b, int64_t e) { sumRowsInto(gp, R, C, b, e, yp); });
           return;
         }
         std::vector<double> acc(static_cast<size_t>(y.numel()));
