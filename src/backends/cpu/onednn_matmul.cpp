@@ -147,6 +147,16 @@ std::optional<MatMulConfig> matmulConfig(const ir::Node& n) {
     if (!appendActivation(n, po)) return std::nullopt;
   }
   c.strided = n.attrs().has("perm_a") || n.attrs().has("perm_b") || permY;
+  if (c.yStrides[rank - 1] != 1) {
+    // oneDNN writes rows of Y contiguously: when perm_y makes its columns contiguous instead,
+    // compute Yᵀ = Bᵀ Aᵀ (the operands' last two axes and roles swapped).
+    auto swapLast2 = [rank](Dims& d) { std::swap(d[rank - 1], d[rank - 2]); };
+    std::swap(c.a, c.b);
+    std::swap(c.aStrides, c.bStrides);
+    for (Dims* d : {&c.a, &c.b, &c.aStrides, &c.bStrides, &c.y, &c.yStrides}) swapLast2(*d);
+    if (!c.bias.empty()) swapLast2(c.bias);
+    c.bInput = 0;
+  }
   return c;
 }
 
@@ -197,6 +207,7 @@ struct MatMulState {
   Shape yShape, cShape;
   bool bias = false, sumC = false;
   int threads = 1;
+  int bInput = 1;  // the input oneDNN reads as weights (0: the product is computed transposed)
 };
 
 ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
@@ -212,10 +223,21 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   st->aDesc = memory::desc(c.a, f32, c.aStrides);
   st->bDesc = memory::desc(c.b, f32, c.bStrides);
   st->yDesc = memory::desc(c.y, f32, c.yStrides);
-  if (st->bias) st->biasDesc = memory::desc(c.bias, f32, rowMajorStrides(c.bias));
+  if (st->bias) {
+    // A bias broadcasting to the transposed product (bInput 0) is read transposed too.
+    Dims bs = rowMajorStrides(c.bias);
+    if (c.bInput == 0) {
+      Dims plain = c.bias;
+      std::swap(plain[plain.size() - 1], plain[plain.size() - 2]);
+      bs = rowMajorStrides(plain);
+      std::swap(bs[bs.size() - 1], bs[bs.size() - 2]);
+    }
+    st->biasDesc = memory::desc(c.bias, f32, bs);
+  }
+  st->bInput = c.bInput;
   // Constant weights may be packed into whatever layout the primitive likes; others are read
   // where they are.
-  const NDArray* constB = ctx.constantInput(1);
+  const NDArray* constB = ctx.constantInput(c.bInput);
   memory::desc bPrim = constB ? memory::desc(c.b, f32, memory::format_tag::any) : st->bDesc;
   dnnl::primitive_attr attr;
   if (c.alpha != 1.f) attr.set_output_scales(0, {c.alpha});
@@ -250,8 +272,8 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < N; ++j) yp[m * N + j] = cp[m * sm + j * sn];
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(st->aDesc, k.input(0))},
-                                         {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(st->aDesc, k.input(1 - st->bInput))},
+                                         {DNNL_ARG_WEIGHTS, st->weights.get(k.input(st->bInput))},
                                          {DNNL_ARG_DST, wrap(st->yDesc, y)}};
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
     execute(st->prim, args);
