@@ -330,7 +330,9 @@ ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
           int64_t R = dims[0], C = dims[1];
           const T* gp = g.data<T>();
           T* yp = y.data<T>();
-          parallelRanges(k.pool(), C, std::max<int64_t>(64, kGrainCheap / std::max<int64_t>(1, R)),
+          // Threads only for large gradients: a bias gradient is typically a few hundred
+          // thousand elements, read once, cheaper than waking a worker.
+          parallelRanges(k.pool(), C, std::max<int64_t>(256, (int64_t{1} << 19) / std::max<int64_t>(1, R)),
                          [&](int64_t b, int64_t e) { sumRowsInto(gp, R, C, b, e, yp); });
           return;
         }
