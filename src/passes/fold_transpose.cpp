@@ -9,6 +9,7 @@
 // The VJPs of MatMul and of Transpose make many of these (dA = dY Bᵀ, dB = Aᵀ dY, the gradient
 // of a transposed weight), as does attention (Kᵀ, the head split and merge). A Transpose that
 // others still read stays; dce removes those nobody reads.
+#include <algorithm>
 #include <numeric>
 
 #include "ops/infer.hpp"
@@ -85,6 +86,31 @@ class FoldTranspose : public Pass {
   }
 
  private:
+  // replaceChain, keeping the head's place in the schedule, its placement (virtual graph,
+  // pipeline stage) and the chain's control dependencies (weight updates run after readers).
+  static void replace(ir::Graph& g, const std::vector<ir::Node*>& chain, const char* type,
+                      const std::vector<ir::Tensor*>& ins, ir::Attributes attrs) {
+    auto vg = chain[0]->virtualGraph;
+    auto stage = chain[0]->pipelineStage;
+    int64_t id = chain[0]->id();
+    auto inChain = [&](const ir::Node* x) { return std::find(chain.begin(), chain.end(), x) != chain.end(); };
+    std::vector<ir::Node*> after, before;
+    for (ir::Node* m : chain)
+      for (ir::Node* a : m->runsAfter())
+        if (!inChain(a)) after.push_back(a);
+    for (ir::Node* x : g.nodes())
+      if (!inChain(x))
+        for (ir::Node* a : x->runsAfter())
+          if (inChain(a)) before.push_back(x);
+    ir::Node* n = fuse::replaceChain(g, chain, type, ins, std::move(attrs));
+    g.reuseNodeId(n, id);
+    n->virtualGraph = vg;
+    n->pipelineStage = stage;
+    for (ir::Node* a : after) n->addRunsAfter(a);
+    for (ir::Node* b : before) b->addRunsAfter(n);
+    ops::inferNode(*n, false);
+  }
+
   static bool foldMatMul(ir::Graph& g, ir::Node* head) {
     ir::Attributes attrs = head->attrs();
     std::vector<ir::Tensor*> ins(head->inputs().begin(), head->inputs().end());
@@ -111,8 +137,7 @@ class FoldTranspose : public Pass {
       }
     }
     if (!changed) return false;
-    ir::Node* n = fuse::replaceChain(g, chain, "FusedMatMul", ins, std::move(attrs));
-    ops::inferNode(*n, false);
+    replace(g, chain, "FusedMatMul", ins, std::move(attrs));
     return true;
   }
 
@@ -147,8 +172,7 @@ class FoldTranspose : public Pass {
     attrs.set("transA", trans[0]);
     attrs.set("transB", trans[1]);
     if (!changed) return false;
-    ir::Node* n = fuse::replaceChain(g, chain, "FusedGemm", ins, std::move(attrs));
-    ops::inferNode(*n, false);
+    replace(g, chain, "FusedGemm", ins, std::move(attrs));
     return true;
   }
 };

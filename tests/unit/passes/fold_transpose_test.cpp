@@ -137,5 +137,23 @@ TEST(FoldTranspose, VectorOperandAndNonFloatLeftAlone) {
   }
 }
 
+TEST(FoldTranspose, KeepsControlDependencies) {
+  // A weight update runs after the product that reads the weight; the fused node inherits that.
+  GraphBuilder b;
+  ir::Tensor* x = b.input({4, 3});
+  ir::Tensor* w = b.input({5, 3});
+  ir::Tensor* y = b.op("MatMul", {x, b.op("Transpose", {w})});
+  ir::Tensor* z = b.op("Relu", {x});
+  b.outputs({y, z});
+  ir::Node* mm = y->producer();
+  ir::Node* relu = z->producer();
+  relu->addRunsAfter(mm);
+  runPass(*b.g);
+  ir::Node* f = y->producer();
+  ASSERT_EQ(f->type(), "FusedMatMul") << ir::printGraph(*b.g);
+  ASSERT_EQ(relu->runsAfter().size(), 1u);
+  EXPECT_EQ(relu->runsAfter()[0], f);
+}
+
 }  // namespace
 }  // namespace graft::passes::testing
