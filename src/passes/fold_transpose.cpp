@@ -47,7 +47,9 @@ bool isIdentity(const std::vector<int64_t>& p) {
   return true;
 }
 
-bool isOnnxTranspose(const ir::Node* n) { return isOp(n, "Transpose", "") && n->numInputs() == 1 && n->numOutputs() == 1; }
+bool isOnnxTranspose(const ir::Node* n) {
+  return isOp(n, "Transpose", "") && n->numInputs() == 1 && n->numOutputs() == 1;
+}
 
 // Follows Transposes up from `t`: the array actually read and the composed perm (the identity
 // when nothing was folded). `perm` holds the operand's current perm (empty: none).
@@ -150,8 +152,8 @@ class FoldTranspose : public Pass {
     for (size_t i = 0; i < 2; ++i) {
       trans[i] = head->attrInt(flags[i], 0) != 0;
       // Gemm's operands are matrices: each Transpose of one swaps its two axes.
-      for (ir::Node* p = ins[i]->producer(); isOnnxTranspose(p) && p->input(0)->info().rank() == 2 &&
-                                             !transposePerm(*p).empty();
+      for (ir::Node* p = ins[i]->producer();
+           isOnnxTranspose(p) && p->input(0)->info().rank() == 2 && !transposePerm(*p).empty();
            p = ins[i]->producer()) {
         ins[i] = p->input(0);
         trans[i] = !trans[i];

@@ -60,8 +60,8 @@ NodeCost estimateCost(const ir::Node& n) {
     int64_t k = a && a->info().hasShape() && a->info().rank() > 0 ? dimOf(a, a->info().rank() - 1) : 0;
     // A folded Transpose (FusedMatMul perm_a) moves the contracted axis.
     std::vector<int64_t> pa = n.attrInts("perm_a", {});
-    if (!pa.empty() && a && a->info().hasShape() && static_cast<int64_t>(pa.size()) == a->info().rank() && pa.back() >= 0 &&
-        pa.back() < static_cast<int64_t>(pa.size()))
+    if (!pa.empty() && a && a->info().hasShape() && static_cast<int64_t>(pa.size()) == a->info().rank() &&
+        pa.back() >= 0 && pa.back() < static_cast<int64_t>(pa.size()))
       k = dimOf(a, pa.back());
     c.flops = 2.0 * numelOf(out) * static_cast<double>(k);
   } else if (op == "Gemm" || op == "FusedGemm") {

@@ -160,10 +160,13 @@ TEST(Graft_FusedMatMul, PermutedOperandsAndResult) {
   // q, k: [B=2, S=3, H=2, D=4]; y[b, s, h, t] = sum_d q[b, s, h, d] k[b, t, h, d], i.e.
   // (q as [B, H, S, D]) @ (k as [B, H, D, S]), the result put back as [B, S, H, S].
   NDArray q = randomArray(DataType::Float, {2, 3, 2, 4}, 22), k = randomArray(DataType::Float, {2, 3, 2, 4}, 23);
-  NDArray y = run1(graftCase("FusedMatMul", {q, k},
-                             attrs({{"perm_a", Ints{0, 2, 1, 3}}, {"perm_b", Ints{0, 2, 3, 1}}, {"perm_y", Ints{0, 2, 1, 3}}})));
+  NDArray y = run1(
+      graftCase("FusedMatMul", {q, k},
+                attrs({{"perm_a", Ints{0, 2, 1, 3}}, {"perm_b", Ints{0, 2, 3, 1}}, {"perm_y", Ints{0, 2, 1, 3}}})));
   ASSERT_EQ(y.shape(), Shape({2, 3, 2, 3}));
-  auto at = [](const NDArray& x, int b, int s, int h, int d) { return double(x.data<float>()[((b * 3 + s) * 2 + h) * 4 + d]); };
+  auto at = [](const NDArray& x, int b, int s, int h, int d) {
+    return double(x.data<float>()[((b * 3 + s) * 2 + h) * 4 + d]);
+  };
   for (int b = 0; b < 2; ++b)
     for (int s = 0; s < 3; ++s)
       for (int h = 0; h < 2; ++h)
@@ -179,7 +182,7 @@ TEST(Graft_FusedMatMul, RejectsBadPerm) {
   EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{1, 1}}}))), Error);
   EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{0, 1, 2}}}))), Error);
   EXPECT_THROW(run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_b", Ints{1, 0}}}))), Error);  // K mismatch
-  NDArray y = run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{1, 0}}})));  // aᵀ b
+  NDArray y = run1(graftCase("FusedMatMul", {a, b}, attrs({{"perm_a", Ints{1, 0}}})));           // aᵀ b
   EXPECT_EQ(y.shape(), Shape({4, 5}));
 }
 

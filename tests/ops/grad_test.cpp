@@ -77,7 +77,7 @@ TEST(Clip, Gradient) {
 TEST(MatMul, Gradient) {
   EXPECT_TRUE(gradCheck({"MatMul", {rnd({2, 3}, 1), rnd({3, 4}, 2)}}, {0, 1}));
   EXPECT_TRUE(gradCheck({"MatMul", {rnd({2, 2, 3}, 1), rnd({3, 4}, 2)}}, {0, 1}));    // broadcast batch
-  EXPECT_TRUE(gradCheck({"MatMul", {rnd({2, 3, 2, 3}, 1), rnd({3, 4}, 2)}}, {0, 1})); // dB: one Gemm over the batches
+  EXPECT_TRUE(gradCheck({"MatMul", {rnd({2, 3, 2, 3}, 1), rnd({3, 4}, 2)}}, {0, 1}));  // dB: one Gemm over the batches
   EXPECT_TRUE(gradCheck({"MatMul", {rnd({1, 3, 2, 3}, 1), rnd({2, 1, 3, 4}, 2)}}, {0, 1}));  // both batched
   EXPECT_TRUE(gradCheck({"MatMul", {rnd({3}, 1), rnd({2, 3, 4}, 2)}}, {0, 1}));       // vector @ batch
   EXPECT_TRUE(gradCheck({"MatMul", {rnd({2, 3}, 1), rnd({3}, 2)}}, {0, 1}));          // matrix @ vector

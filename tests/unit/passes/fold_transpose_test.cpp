@@ -34,7 +34,8 @@ TEST(FoldTranspose, AttentionScoresReadHeadsInPlace) {
   GraphBuilder b;
   ir::Tensor* q = b.input({2, 5, 3, 4});
   ir::Tensor* k = b.input({2, 5, 3, 4});
-  ir::Tensor* s = b.op("MatMul", {b.op("Transpose", {q}, permAttr({0, 2, 1, 3})), b.op("Transpose", {k}, permAttr({0, 2, 3, 1}))});
+  ir::Tensor* s =
+      b.op("MatMul", {b.op("Transpose", {q}, permAttr({0, 2, 1, 3})), b.op("Transpose", {k}, permAttr({0, 2, 3, 1}))});
   b.outputs({s});
   expectSameOutputs(b, {randomFloats({2, 5, 3, 4}, 1), randomFloats({2, 5, 3, 4}, 2)}, [&] { runPass(*b.g); });
   ASSERT_EQ(b.g->numNodes(), 1u) << ir::printGraph(*b.g);
@@ -102,10 +103,10 @@ TEST(FoldTranspose, KeepsTransposesOthersReadAndGemmWithC) {
   ir::Tensor* a = b.input({3, 4});
   ir::Tensor* c = b.input({3});
   ir::Tensor* at = b.op("Transpose", {a});
-  ir::Tensor* mm = b.op("MatMul", {at, a});                       // folded: at is read in place
-  ir::Tensor* g = b.op("Gemm", {a, at, c});                       // transB toggled
-  ir::Tensor* y = b.op("Transpose", {g});                          // C present: stays
-  ir::Tensor* mt = b.op("Transpose", {mm});                        // mm is also an output: stays
+  ir::Tensor* mm = b.op("MatMul", {at, a});  // folded: at is read in place
+  ir::Tensor* g = b.op("Gemm", {a, at, c});  // transB toggled
+  ir::Tensor* y = b.op("Transpose", {g});    // C present: stays
+  ir::Tensor* mt = b.op("Transpose", {mm});  // mm is also an output: stays
   b.outputs({mm, y, mt, at});
   expectSameOutputs(b, {randomFloats({3, 4}, 8), randomFloats({3}, 9)}, [&] { runPass(*b.g); });
   auto ops = opCounts(*b.g);
