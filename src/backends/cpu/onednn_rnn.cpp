@@ -202,20 +202,46 @@ void packWeights(const RnnConfig& c, const NDArray& W, const NDArray& R, const N
   }
 }
 
-struct RnnState {
+// What the forward and gradient kernels share: the node's configuration, the user-side memory
+// descriptors (ONNX's layouts as oneDNN sees them) and the weights repacked for oneDNN.
+struct RnnCommon {
   RnnConfig c;
-  dnnl::primitive prim;
   memory::desc xDesc, hDesc, yDesc, wlUser, wiUser, bDesc, pDesc;
-  PackedOperand wl, wi;
   // Plain repacked weights (filled at compile time when constant, else each run).
   NDArray wlPlain, wiPlain, bPlain, pPlain;
-  bool constant = false;
   ops::KernelFn fallback;
   int threads = 1;
+
+  void init(const RnnConfig& cfg, ops::CompileContext& ctx) {
+    c = cfg;
+    threads = ctx.pool().numThreads();
+    fallback = referenceKernel(ctx);
+    setThreads(threads);
+    auto f32 = memory::data_type::f32;
+    using tag = memory::format_tag;
+    const int64_t Gb = biasGates(c);
+    xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
+    hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
+    yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
+    wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldgoi);
+    wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldgoi);
+    bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
+    pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
+    wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
+    wiPlain = NDArray(DataType::Float, {c.D * c.H * c.G * c.H});
+    bPlain = NDArray(DataType::Float, {c.D * Gb * c.H});
+    if (c.peephole) pPlain = NDArray(DataType::Float, {c.D * 3 * c.H});
+  }
 
   void pack(const NDArray& W, const NDArray& R, const NDArray* B, const NDArray* P) {
     packWeights(c, W, R, B, P, wlPlain, wiPlain, bPlain, pPlain);
   }
+};
+
+struct RnnState : RnnCommon {
+  dnnl::primitive prim;
+  PackedOperand wl, wi;
+  bool constant = false;
 };
 
 ops::KernelFn makeRnn(ops::CompileContext& ctx) {
@@ -223,25 +249,10 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
   auto cfg = rnnConfig(n);
   GRAFT_ASSERT(cfg, "{}: makeRnn on an unsupported node", n.describe());
   auto st = std::make_shared<RnnState>();
-  RnnConfig& c = st->c;
-  c = *cfg;
-  st->threads = ctx.pool().numThreads();
-  st->fallback = referenceKernel(ctx);
-  setThreads(st->threads);
+  st->init(*cfg, ctx);
+  const RnnConfig& c = st->c;
   auto f32 = memory::data_type::f32;
   using tag = memory::format_tag;
-  int64_t Gb = c.cell == Cell::LbrGru ? 4 : c.G;
-  st->xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
-  st->hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
-  st->yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
-  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldgoi);
-  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldgoi);
-  st->bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
-  st->pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
-  st->wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
-  st->wiPlain = NDArray(DataType::Float, {c.D * c.H * c.G * c.H});
-  st->bPlain = NDArray(DataType::Float, {c.D * Gb * c.H});
-  if (c.peephole) st->pPlain = NDArray(DataType::Float, {c.D * 3 * c.H});
   memory::desc wlAny({1, c.D, c.I, c.G, c.H}, f32, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, f32, tag::any);
   memory::desc h = st->hDesc;
   bool lstm = c.cell == Cell::Lstm;
@@ -347,17 +358,13 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
 // backward pass. Absent initial states, output gradients and bias are given as zeros, so one
 // primitive pair serves every combination of optional inputs. oneDNN accumulates the weight
 // gradients, hence the zero-filled arrays.
-struct RnnGradState {
-  RnnConfig c;
+struct RnnGradState : RnnCommon {
   dnnl::primitive fwd, bwd;
-  memory::desc xDesc, hDesc, yDesc, wlUser, wiUser, bDesc, pDesc, wsDesc;
+  memory::desc wsDesc;
   // The weight gradients come in ldigo (oneDNN 2.6 turns down ldgoi for them): reordered to ldgoi.
   memory::desc dwlDesc, dwiDesc;
   dnnl::reorder dwlToUser, dwiToUser;
   PackedOperand fwdWl, fwdWi, bwdWl, bwdWi;
-  NDArray wlPlain, wiPlain, bPlain, pPlain;
-  ops::KernelFn fallback;
-  int threads = 1;
 };
 
 ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
@@ -365,25 +372,10 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
   auto cfg = rnnConfig(n);
   GRAFT_ASSERT(cfg && cfg->grad, "{}: makeRnnGrad on an unsupported node", n.describe());
   auto st = std::make_shared<RnnGradState>();
-  RnnConfig& c = st->c;
-  c = *cfg;
-  st->threads = ctx.pool().numThreads();
-  st->fallback = referenceKernel(ctx);
-  setThreads(st->threads);
+  st->init(*cfg, ctx);
+  const RnnConfig& c = st->c;
   auto f32 = memory::data_type::f32;
   using tag = memory::format_tag;
-  const int64_t Gb = biasGates(c);
-  st->xDesc = memory::desc({c.T, c.N, c.I}, f32, tag::tnc);
-  st->hDesc = memory::desc({1, c.D, c.N, c.H}, f32, tag::ldnc);
-  st->yDesc = memory::desc({c.T, c.N, c.D * c.H}, f32, tag::tnc);
-  st->wlUser = memory::desc({1, c.D, c.I, c.G, c.H}, f32, tag::ldgoi);
-  st->wiUser = memory::desc({1, c.D, c.H, c.G, c.H}, f32, tag::ldgoi);
-  st->bDesc = memory::desc({1, c.D, Gb, c.H}, f32, tag::ldgo);
-  st->pDesc = c.peephole ? memory::desc({1, c.D, 3, c.H}, f32, tag::ldgo) : memory::desc();
-  st->wlPlain = NDArray(DataType::Float, {c.D * c.I * c.G * c.H});
-  st->wiPlain = NDArray(DataType::Float, {c.D * c.H * c.G * c.H});
-  st->bPlain = NDArray(DataType::Float, {c.D * Gb * c.H});
-  if (c.peephole) st->pPlain = NDArray(DataType::Float, {c.D * 3 * c.H});
   memory::desc wlAny({1, c.D, c.I, c.G, c.H}, f32, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, f32, tag::any);
   const memory::desc &x = st->xDesc, &h = st->hDesc, &y = st->yDesc, &b = st->bDesc, &p = st->pDesc;
   const memory::desc &wl = st->wlUser, &wi = st->wiUser;
