@@ -18,26 +18,6 @@
 namespace graft::ops {
 namespace {
 
-// Every flat offset reachable by iterating `dims` (row-major) with the given strides.
-std::vector<int64_t> offsetsOf(const Shape& dims, const std::vector<int64_t>& strides) {
-  int64_t total = shapeNumel(dims);
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(total));
-  if (total == 0) return out;
-  std::vector<int64_t> idx(dims.size(), 0);
-  int64_t off = 0;
-  for (int64_t i = 0; i < total; ++i) {
-    out.push_back(off);
-    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-      off += strides[d];
-      if (++idx[d] < dims[d]) break;
-      off -= strides[d] * dims[d];
-      idx[d] = 0;
-    }
-  }
-  return out;
-}
-
 struct ReducePlan {
   Shape outShape;                      // keepdims applied
   std::vector<int64_t> groupStart;     // per output element: input offset of its group

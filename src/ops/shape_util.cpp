@@ -74,4 +74,23 @@ int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end) {
   return p;
 }
 
+std::vector<int64_t> offsetsOf(const Shape& dims, const std::vector<int64_t>& strides) {
+  int64_t total = shapeNumel(dims);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(total));
+  if (total == 0) return out;
+  std::vector<int64_t> idx(dims.size(), 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    out.push_back(off);
+    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+      off += strides[d];
+      if (++idx[d] < dims[d]) break;
+      off -= strides[d] * dims[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 }  // namespace graft::ops

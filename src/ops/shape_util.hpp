@@ -25,6 +25,8 @@ std::vector<int64_t> normalizeAxes(const std::vector<int64_t>& axes, int64_t ran
 std::vector<int64_t> toInt64Vector(const NDArray& a);
 /// Product of shape[begin:end).
 int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end);
+/// Every flat offset reached by iterating `dims` row-major with the given strides, in order.
+std::vector<int64_t> offsetsOf(const Shape& dims, const std::vector<int64_t>& strides);
 
 /// Iterates over an output shape, keeping for each of N inputs the flat offset of the element
 /// that broadcasts to the current output position. The innermost dimension is handed to the

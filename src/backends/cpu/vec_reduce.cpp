@@ -64,27 +64,6 @@ GRAFT_VEC_CLONES void foldColumns(double* acc, const T* p, int64_t n, Op op) {
   for (int64_t j = 0; j < n; ++j) acc[j] = op(acc[j], static_cast<double>(p[j]));
 }
 
-// Every flat offset of the row-major iteration of `dims` with `strides`.
-std::vector<int64_t> offsetsOf(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
-  int64_t total = 1;
-  for (int64_t d : dims) total *= d;
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(total));
-  if (total == 0) return out;
-  std::vector<int64_t> idx(dims.size(), 0);
-  int64_t off = 0;
-  for (int64_t i = 0; i < total; ++i) {
-    out.push_back(off);
-    for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-      off += strides[d];
-      if (++idx[d] < dims[d]) break;
-      off -= strides[d] * dims[d];
-      idx[d] = 0;
-    }
-  }
-  return out;
-}
-
 template <class Op, class T>
 void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, const std::vector<bool>& reduced, Op op, double* out) {
   // Merge adjacent axes of the same kind; size-1 axes disappear.
@@ -104,7 +83,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
     (red[d] ? redDims : keptDims).push_back(dims[d]);
     (red[d] ? redStrides : keptStrides).push_back(st[d]);
   }
-  std::vector<int64_t> bases = offsetsOf(keptDims, keptStrides), roffs = offsetsOf(redDims, redStrides);
+  std::vector<int64_t> bases = ops::offsetsOf(keptDims, keptStrides), roffs = ops::offsetsOf(redDims, redStrides);
   int64_t inner = dims.back();
   auto numOut = static_cast<int64_t>(bases.size());
   auto numRuns = static_cast<int64_t>(roffs.size());
