@@ -226,18 +226,9 @@ KernelFn concatKernel(CompileContext& c) {
     const NDArray& first = k.input(0);
     int64_t r = first.rank();
     int64_t axis = normalizeAxis(axisAttr, r, what);
-    Shape os = first.shape();
-    os[axis] = 0;
-    for (size_t i = 0; i < k.numInputs(); ++i) {
-      const NDArray& x = k.input(i);
-      GRAFT_CHECK(x.dtype() == first.dtype(), "{}: input {} has dtype {}, expected {}", what, i, dtypeName(x.dtype()),
-                  dtypeName(first.dtype()));
-      GRAFT_CHECK(x.rank() == r, "{}: input {} has rank {}, expected {}", what, i, x.rank(), r);
-      for (int64_t d = 0; d < r; ++d)
-        GRAFT_CHECK(d == axis || x.dim(d) == first.dim(d), "{}: input {} has shape {}, which differs from {} outside axis {}",
-                    what, i, shapeToString(x.shape()), shapeToString(first.shape()), axis);
-      os[axis] += x.dim(axis);
-    }
+    std::vector<const NDArray*> xs;
+    for (size_t i = 0; i < k.numInputs(); ++i) xs.push_back(&k.input(i));
+    Shape os = concatShape(xs, axis, what);
     NDArray& y = k.allocOutputUninit(0, first.dtype(), os);
     int64_t outer = shapeProduct(os, 0, axis), inner = shapeProduct(os, axis + 1, r);
     dispatch<kAll>(first.dtype(), what, [&](auto tag) {

@@ -74,6 +74,25 @@ int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end) {
   return p;
 }
 
+Shape concatShape(const std::vector<const NDArray*>& inputs, int64_t axis, const std::string& what) {
+  GRAFT_CHECK(!inputs.empty(), "{}: no inputs to concatenate", what);
+  const NDArray& first = *inputs[0];
+  int64_t r = first.rank();
+  Shape os = first.shape();
+  os[axis] = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const NDArray& x = *inputs[i];
+    GRAFT_CHECK(x.dtype() == first.dtype(), "{}: input {} has dtype {}, expected {}", what, i, dtypeName(x.dtype()),
+                dtypeName(first.dtype()));
+    GRAFT_CHECK(x.rank() == r, "{}: input {} has rank {}, expected {}", what, i, x.rank(), r);
+    for (int64_t d = 0; d < r; ++d)
+      GRAFT_CHECK(d == axis || x.dim(d) == first.dim(d), "{}: input {} has shape {}, which differs from {} outside axis {}",
+                  what, i, shapeToString(x.shape()), shapeToString(first.shape()), axis);
+    os[axis] += x.dim(axis);
+  }
+  return os;
+}
+
 std::vector<int64_t> offsetsOf(const Shape& dims, const std::vector<int64_t>& strides) {
   int64_t total = shapeNumel(dims);
   std::vector<int64_t> out;

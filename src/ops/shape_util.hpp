@@ -25,6 +25,9 @@ std::vector<int64_t> normalizeAxes(const std::vector<int64_t>& axes, int64_t ran
 std::vector<int64_t> toInt64Vector(const NDArray& a);
 /// Product of shape[begin:end).
 int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end);
+/// The output shape of concatenating `inputs` (all of the first's dtype and rank, equal outside
+/// `axis`) along `axis`, already normalised; throws naming `what` and the input that differs.
+Shape concatShape(const std::vector<const NDArray*>& inputs, int64_t axis, const std::string& what);
 /// Every flat offset reached by iterating `dims` row-major with the given strides, in order.
 std::vector<int64_t> offsetsOf(const Shape& dims, const std::vector<int64_t>& strides);
 

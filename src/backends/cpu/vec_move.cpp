@@ -183,18 +183,9 @@ ops::KernelFn concatKernel(ops::CompileContext& c) {
     const NDArray& first = k.input(0);
     int64_t r = first.rank();
     int64_t axis = ops::normalizeAxis(axisAttr, r, what);
-    Shape os = first.shape();
-    os[axis] = 0;
-    for (size_t i = 0; i < k.numInputs(); ++i) {
-      const NDArray& x = k.input(i);
-      GRAFT_CHECK(x.dtype() == first.dtype(), "{}: input {} is {}, expected {}", what, i, dtypeName(x.dtype()),
-                  dtypeName(first.dtype()));
-      GRAFT_CHECK(x.rank() == r, "{}: input {} has rank {}, expected {}", what, i, x.rank(), r);
-      for (int64_t d = 0; d < r; ++d)
-        GRAFT_CHECK(d == axis || x.dim(d) == first.dim(d), "{}: input {} has shape {}, which differs from {} outside axis {}",
-                    what, i, shapeToString(x.shape()), shapeToString(first.shape()), axis);
-      os[axis] += x.dim(axis);
-    }
+    std::vector<const NDArray*> xs;
+    for (size_t i = 0; i < k.numInputs(); ++i) xs.push_back(&k.input(i));
+    Shape os = ops::concatShape(xs, axis, what);
     NDArray& y = k.allocOutputUninit(0, first.dtype(), os);
     if (y.numel() == 0) return;
     int64_t es = static_cast<int64_t>(dtypeSize(first.dtype()));
