@@ -54,7 +54,7 @@ AttributeValue attributeFrom(pyb::handle raw, const std::string& what) {
                 pyb::repr(v).cast<std::string>());
   }
   GRAFT_THROW("{}: values of type {} cannot be attributes (expected int, float, str, a list of those, or a numpy "
-              "array)", what, pyb::str(v.get_type().attr("__name__")).cast<std::string>());
+              "array)", what, pyb::str(pyb::type::handle_of(v).attr("__name__")).cast<std::string>());
 }
 
 pyb::object attributeTo(const AttributeValue& v) {

@@ -71,7 +71,7 @@ NDArray wrapChecked(const pyb::array& a, const std::string& what, bool writable,
 
 pyb::array asNdarray(pyb::handle obj, const std::string& what) {
   GRAFT_CHECK(pyb::isinstance<pyb::array>(obj), "{}: expected a numpy array, got {}", what,
-              pyb::str(obj.get_type().attr("__name__")).cast<std::string>());
+              pyb::str(pyb::type::handle_of(obj).attr("__name__")).cast<std::string>());
   return pyb::reinterpret_borrow<pyb::array>(obj);
 }
 
