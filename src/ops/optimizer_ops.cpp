@@ -5,19 +5,15 @@
 #include <cmath>
 
 #include "ops/dtype_dispatch.hpp"
+#include "ops/optimizer_util.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
 namespace {
 
-std::vector<ir::ValueType> noOutputs(const ir::Node&, const std::vector<ir::ValueType>&, const std::vector<const NDArray*>&) {
+std::vector<ir::ValueType> noOutputs(const ir::Node&, const std::vector<ir::ValueType>&,
+                                     const std::vector<const NDArray*>&) {
   return {};
-}
-
-double scalarOf(const KernelContext& k, size_t i) {
-  const NDArray& a = k.input(i);
-  GRAFT_ASSERT(a.numel() == 1 && a.dtype() == DataType::Float, "hyper-parameter input {} must be a FLOAT scalar", i);
-  return a.data<float>()[0];
 }
 
 // Typed element access for the float types of weights (state is kept in the weight's type).
@@ -30,11 +26,6 @@ void st(T* p, int64_t i, double v) {
   p[i] = static_cast<T>(static_cast<ComputeType<T>>(v));
 }
 
-void checkSame(const NDArray& w, const NDArray& x, const std::string& what, const char* name) {
-  GRAFT_CHECK(x.dtype() == w.dtype() && x.shape() == w.shape(), "{}: {} is {} {}, the weight {} {}", what, name,
-              dtypeName(x.dtype()), shapeToString(x.shape()), dtypeName(w.dtype()), shapeToString(w.shape()));
-}
-
 // SGDUpdate(w, g, lr, wd, mm, dm, vs, ls [, v]) {nesterov}
 KernelFn sgdKernel(CompileContext& c) {
   bool nesterov = c.node().attrInt("nesterov", 0) != 0;
@@ -42,12 +33,12 @@ KernelFn sgdKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     NDArray w = k.input(0);
     const NDArray& g = k.input(1);
-    checkSame(w, g, what, "the gradient");
-    double lr = scalarOf(k, 2), wd = scalarOf(k, 3), mm = scalarOf(k, 4), dm = scalarOf(k, 5), vs = scalarOf(k, 6),
-           ls = scalarOf(k, 7);
+    checkLikeWeight(w, g, what, "the gradient");
+    double lr = optimizerScalar(k, 2), wd = optimizerScalar(k, 3), mm = optimizerScalar(k, 4),
+           dm = optimizerScalar(k, 5), vs = optimizerScalar(k, 6), ls = optimizerScalar(k, 7);
     bool momentum = k.hasInput(8);
     NDArray v = momentum ? k.input(8) : NDArray();
-    if (momentum) checkSame(w, v, what, "the velocity");
+    if (momentum) checkLikeWeight(w, v, what, "the velocity");
     dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* wp = w.data<T>();
@@ -61,8 +52,10 @@ KernelFn sgdKernel(CompileContext& c) {
         }
         double vi = ld(vp, i) * mm + (1 - dm) * vs * (gi / ls + wd * wi);
         st(vp, i, vi);
-        if (nesterov) st(wp, i, wi - lr / vs * (vs * (gi / ls + wd * wi) + mm * vi));
-        else st(wp, i, wi - lr / vs * vi);
+        if (nesterov)
+          st(wp, i, wi - lr / vs * (vs * (gi / ls + wd * wi) + mm * vi));
+        else
+          st(wp, i, wi - lr / vs * vi);
       }
     });
   };
@@ -71,24 +64,14 @@ KernelFn sgdKernel(CompileContext& c) {
 // AdamUpdate(w, g, m, v, t, lr, wd, b1, b2, eps, ls, mwn) {mode, decay_mode}
 KernelFn adamKernel(CompileContext& c) {
   int mode = static_cast<int>(c.node().attrInt("mode", 0));  // AdamMode
-  bool l2 = c.node().attrInt("decay_mode", 0) == 1;           // WeightDecayMode::L2Regularization
+  bool l2 = c.node().attrInt("decay_mode", 0) == 1;          // WeightDecayMode::L2Regularization
   std::string what = c.node().describe();
   return [=](KernelContext& k) {
-    NDArray w = k.input(0), m = k.input(2), v = k.input(3), t = k.input(4);
+    NDArray w = k.input(0), m = k.input(2), v = k.input(3);
     const NDArray& g = k.input(1);
-    checkSame(w, g, what, "the gradient");
-    checkSame(w, m, what, "the first moment");
-    checkSame(w, v, what, "the second moment");
-    GRAFT_ASSERT(t.dtype() == DataType::Float && t.numel() == 1, "{}: step counter must be a FLOAT scalar", what);
-    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), b1 = scalarOf(k, 7), b2 = scalarOf(k, 8), eps = scalarOf(k, 9),
-           ls = scalarOf(k, 10), mwn = scalarOf(k, 11);
-    float& step = t.data<float>()[0];
-    step += 1.0f;
-    bool bias = mode == 0 || mode == 2 || mode == 3;  // Adam, AdaMax, Lamb
-    bool lamb = mode == 3 || mode == 4;
-    bool adamax = mode == 2;
-    double c1 = bias ? 1.0 - std::pow(b1, step) : 1.0;
-    double c2 = bias ? 1.0 - std::pow(b2, step) : 1.0;
+    const AdamStep s = beginAdamStep(k, mode, what);
+    const double lr = s.lr, wd = s.wd, b1 = s.b1, b2 = s.b2, eps = s.eps, ls = s.ls, mwn = s.mwn, c1 = s.c1, c2 = s.c2;
+    const bool lamb = s.lamb, adamax = s.adamax;
     dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T *wp = w.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
@@ -132,12 +115,12 @@ KernelFn adaptiveKernel(CompileContext& c) {
     const NDArray& g = k.input(1);
     NDArray v2 = k.hasInput(3) ? k.input(3) : NDArray();
     NDArray v3 = k.hasInput(4) ? k.input(4) : NDArray();
-    checkSame(w, g, what, "the gradient");
-    checkSame(w, v1, what, "accumulator 1");
+    checkLikeWeight(w, g, what, "the gradient");
+    checkLikeWeight(w, v1, what, "accumulator 1");
     bool centered = mode == 2, adadelta = mode == 3, adagrad = mode == 0;
     GRAFT_ASSERT(!(centered || adadelta) || v2.valid(), "{}: mode needs a second accumulator", what);
-    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), a = scalarOf(k, 7), mm = scalarOf(k, 8), eps = scalarOf(k, 9),
-           ls = scalarOf(k, 10);
+    double lr = optimizerScalar(k, 5), wd = optimizerScalar(k, 6), a = optimizerScalar(k, 7),
+           mm = optimizerScalar(k, 8), eps = optimizerScalar(k, 9), ls = optimizerScalar(k, 10);
     dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T *wp = w.data<T>(), *p1 = v1.data<T>();
@@ -177,7 +160,7 @@ KernelFn adaptiveKernel(CompileContext& c) {
 KernelFn globalNormKernel(CompileContext& c) {
   std::string what = c.node().describe();
   return [what](KernelContext& k) {
-    double ls = scalarOf(k, 0), maxNorm = scalarOf(k, 1);
+    double ls = optimizerScalar(k, 0), maxNorm = optimizerScalar(k, 1);
     double sq = 0;
     for (size_t i = 2; i < k.numInputs(); ++i) {
       const NDArray& g = k.input(i);

@@ -9,22 +9,15 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_reduce.hpp"
+#include "ops/optimizer_util.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
 namespace graft::backends::cpu {
 namespace {
 
-double scalarOf(const ops::KernelContext& k, size_t i) {
-  const NDArray& a = k.input(i);
-  GRAFT_ASSERT(a.numel() == 1 && a.dtype() == DataType::Float, "hyper-parameter input {} must be a FLOAT scalar", i);
-  return a.data<float>()[0];
-}
-
-void checkSame(const NDArray& w, const NDArray& x, const std::string& what, const char* name) {
-  GRAFT_CHECK(x.dtype() == w.dtype() && x.shape() == w.shape(), "{}: {} is {} {}, the weight {} {}", what, name,
-              dtypeName(x.dtype()), shapeToString(x.shape()), dtypeName(w.dtype()), shapeToString(w.shape()));
-}
+using ops::checkLikeWeight;
+using ops::optimizerScalar;
 
 constexpr int64_t kUpdateGrain = 16384;
 
@@ -48,7 +41,8 @@ GRAFT_VEC_CLONES void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p
     double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
     double vi = static_cast<double>(v[i]) * p.mm + (1 - p.dm) * p.vs * (gi / p.ls + p.wd * wi);
     v[i] = static_cast<T>(vi);
-    w[i] = static_cast<T>(nesterov ? wi - p.lr / p.vs * (p.vs * (gi / p.ls + p.wd * wi) + p.mm * vi) : wi - p.lr / p.vs * vi);
+    w[i] = static_cast<T>(nesterov ? wi - p.lr / p.vs * (p.vs * (gi / p.ls + p.wd * wi) + p.mm * vi)
+                                   : wi - p.lr / p.vs * vi);
   }
 }
 
@@ -58,11 +52,12 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
   return [=](ops::KernelContext& k) {
     NDArray w = k.input(0);
     const NDArray& g = k.input(1);
-    checkSame(w, g, what, "the gradient");
-    SgdParams p{scalarOf(k, 2), scalarOf(k, 3), scalarOf(k, 4), scalarOf(k, 5), scalarOf(k, 6), scalarOf(k, 7)};
+    checkLikeWeight(w, g, what, "the gradient");
+    SgdParams p{optimizerScalar(k, 2), optimizerScalar(k, 3), optimizerScalar(k, 4),
+                optimizerScalar(k, 5), optimizerScalar(k, 6), optimizerScalar(k, 7)};
     bool momentum = k.hasInput(8);
     NDArray v = momentum ? k.input(8) : NDArray();
-    if (momentum) checkSame(w, v, what, "the velocity");
+    if (momentum) checkLikeWeight(w, v, what, "the velocity");
     ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -70,8 +65,10 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
         const T* gp = g.data<T>();
         T* vp = momentum ? v.data<T>() : nullptr;
         parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-          if (momentum) sgdMomentum(wp + b, gp + b, vp + b, e - b, p, nesterov);
-          else sgdPlain(wp + b, gp + b, e - b, p);
+          if (momentum)
+            sgdMomentum(wp + b, gp + b, vp + b, e - b, p, nesterov);
+          else
+            sgdPlain(wp + b, gp + b, e - b, p);
         });
       } else {
         GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
@@ -116,20 +113,12 @@ ops::KernelFn adamKernel(ops::CompileContext& c) {
   bool l2 = c.node().attrInt("decay_mode", 0) == 1;
   std::string what = c.node().describe();
   return [=](ops::KernelContext& k) {
-    NDArray w = k.input(0), m = k.input(2), v = k.input(3), t = k.input(4);
+    NDArray w = k.input(0), m = k.input(2), v = k.input(3);
     const NDArray& g = k.input(1);
-    checkSame(w, g, what, "the gradient");
-    checkSame(w, m, what, "the first moment");
-    checkSame(w, v, what, "the second moment");
-    GRAFT_ASSERT(t.dtype() == DataType::Float && t.numel() == 1, "{}: step counter must be a FLOAT scalar", what);
-    double lr = scalarOf(k, 5), wd = scalarOf(k, 6), b1 = scalarOf(k, 7), b2 = scalarOf(k, 8), eps = scalarOf(k, 9),
-           ls = scalarOf(k, 10), mwn = scalarOf(k, 11);
-    float& step = t.data<float>()[0];
-    step += 1.0f;
-    bool bias = mode == 0 || mode == 2 || mode == 3;
-    bool lamb = mode == 3 || mode == 4;
-    AdamParams p{lr, wd, b1, b2, eps, ls, bias ? 1.0 - std::pow(b1, step) : 1.0, bias ? 1.0 - std::pow(b2, step) : 1.0, l2,
-                 mode == 2};
+    const ops::AdamStep s = ops::beginAdamStep(k, mode, what);
+    const double lr = s.lr, mwn = s.mwn;
+    const bool lamb = s.lamb;
+    AdamParams p{s.lr, s.wd, s.b1, s.b2, s.eps, s.ls, s.c1, s.c2, l2, s.adamax};
     ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -137,7 +126,8 @@ ops::KernelFn adamKernel(ops::CompileContext& c) {
         const T* gp = g.data<T>();
         int64_t n = w.numel();
         if (!lamb) {
-          parallelRanges(k.pool(), n, kUpdateGrain, [&](int64_t b, int64_t e) { adamRange(wp + b, gp + b, mp + b, vp + b, e - b, p); });
+          parallelRanges(k.pool(), n, kUpdateGrain,
+                         [&](int64_t b, int64_t e) { adamRange(wp + b, gp + b, mp + b, vp + b, e - b, p); });
           return;
         }
         // Lamb scales the step by ||w|| / ||x||: directions first, norms over fixed blocks.
@@ -218,12 +208,22 @@ ops::KernelFn adaptiveKernel(ops::CompileContext& c) {
     const NDArray& g = k.input(1);
     NDArray v2 = k.hasInput(3) ? k.input(3) : NDArray();
     NDArray v3 = k.hasInput(4) ? k.input(4) : NDArray();
-    checkSame(w, g, what, "the gradient");
-    checkSame(w, v1, what, "accumulator 1");
-    if (v2.valid()) checkSame(w, v2, what, "accumulator 2");
-    if (v3.valid()) checkSame(w, v3, what, "accumulator 3");
-    AdaptiveParams q{scalarOf(k, 5), scalarOf(k, 6), scalarOf(k, 7), scalarOf(k, 8), scalarOf(k, 9), scalarOf(k, 10),
-                     l2, tf, mode == 2, mode == 3, mode == 0, mode == 1};
+    checkLikeWeight(w, g, what, "the gradient");
+    checkLikeWeight(w, v1, what, "accumulator 1");
+    if (v2.valid()) checkLikeWeight(w, v2, what, "accumulator 2");
+    if (v3.valid()) checkLikeWeight(w, v3, what, "accumulator 3");
+    AdaptiveParams q{optimizerScalar(k, 5),
+                     optimizerScalar(k, 6),
+                     optimizerScalar(k, 7),
+                     optimizerScalar(k, 8),
+                     optimizerScalar(k, 9),
+                     optimizerScalar(k, 10),
+                     l2,
+                     tf,
+                     mode == 2,
+                     mode == 3,
+                     mode == 0,
+                     mode == 1};
     GRAFT_ASSERT(!(q.centered || q.adadelta) || v2.valid(), "{}: mode needs a second accumulator", what);
     ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -315,8 +315,10 @@ ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
     std::vector<bool> red;
     for (size_t d = 0; d < g.shape().size(); ++d) {
       if (g.shape()[d] == 1) continue;
-      if (!dims.empty() && red.back() == reduced[d]) dims.back() *= g.shape()[d];
-      else dims.push_back(g.shape()[d]), red.push_back(reduced[d]);
+      if (!dims.empty() && red.back() == reduced[d])
+        dims.back() *= g.shape()[d];
+      else
+        dims.push_back(g.shape()[d]), red.push_back(reduced[d]);
     }
     ops::dispatch<ops::kFloats>(g.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -361,7 +363,8 @@ GRAFT_REGISTER_CPU_KERNELS(vec_optim) {
   r.add({d, "AdaptiveUpdate", "vec_adaptive", weightTyped, adaptiveKernel});
   r.add({d, "Accumulate", "vec_accumulate", weightTyped, accumulateKernel});
   r.add({d, "UnbroadcastTo", "vec_unbroadcast", weightTyped, unbroadcastKernel});
-  r.add({d, "ZerosLike", "vec_zeros", [](const ir::Node& n) { return typeIn(n.input(0), kVecTypes); }, zerosLikeKernel});
+  r.add(
+      {d, "ZerosLike", "vec_zeros", [](const ir::Node& n) { return typeIn(n.input(0), kVecTypes); }, zerosLikeKernel});
 }
 
 }  // namespace graft::backends::cpu
