@@ -1,0 +1,342 @@
+// graft's own float GEMM for ai.onnx Gemm and ai.graft FusedGemm (no activation or Relu) on
+// CPUs with AVX2 and FMA: Y = act(alpha * A' @ B' + beta * C).
+//
+// Design (the usual BLIS-style blocking, sized for AVX2's 16 ymm registers):
+// - B' is packed into panels of 16 columns (two ymm), K consecutive rows per panel, the last
+//   panel zero-padded. A constant B (a weight) is packed once when the kernel is built; a B fed
+//   at run time is packed on every run.
+// - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) is updated
+//   over K in steps of kKc so that its 6 x kKc slice of A stays in L1, while the kKc x kNc block
+//   of packed B it sweeps stays in L2.
+// - Work is split over the session's pool in column chunks (and row chunks when there are few
+//   columns); every output element is computed by the same sequence of FMAs whatever the split,
+//   so results do not depend on the thread count.
+// - alpha, beta * C (any shape that broadcasts to [M, N]) and Relu are applied to the registers
+//   after the last K block, before the single store.
+// The functions holding AVX2 code carry target attributes, and the kernel registers as
+// supporting nodes only when the CPU has AVX2 and FMA, so the library still runs elsewhere.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+#include "support/thread_pool.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GRAFT_SGEMM_AVX2 1
+#define GRAFT_AVX2_FMA __attribute__((target("avx2,fma")))
+#endif
+
+namespace graft::backends::cpu::sgemm {
+namespace {
+
+constexpr int kMr = 6;       // rows of the register block
+constexpr int kNr = 16;      // columns of a packed panel (two ymm)
+constexpr int64_t kKc = 256;  // depth of a K block
+constexpr int64_t kNc = 128;  // columns of a task (8 panels)
+
+struct GemmGeometry {
+  int64_t M = 0, N = 0, K = 0;
+  bool transA = false, transB = false;
+  float alpha = 1.f, beta = 1.f;
+  bool hasC = false, relu = false;
+  Shape cShape;
+  int64_t cRowStride = 0, cColStride = 0;  // element strides of C broadcast to [M, N]
+};
+
+bool cpuHasAvx2Fma() {
+#ifdef GRAFT_SGEMM_AVX2
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+std::optional<GemmGeometry> geometry(const ir::Node& n) {
+  if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
+    return std::nullopt;
+  if (n.numInputs() > 3 || n.numOutputs() != 1) return std::nullopt;
+  const Shape &a = n.input(0)->info().shape(), &b = n.input(1)->info().shape();
+  if (a.size() != 2 || b.size() != 2) return std::nullopt;
+  GemmGeometry g;
+  g.transA = n.attrInt("transA", 0) != 0;
+  g.transB = n.attrInt("transB", 0) != 0;
+  g.M = g.transA ? a[1] : a[0];
+  g.K = g.transA ? a[0] : a[1];
+  g.N = g.transB ? b[0] : b[1];
+  if ((g.transB ? b[1] : b[0]) != g.K || g.M <= 0 || g.N <= 0 || g.K <= 0) return std::nullopt;
+  if (n.output(0)->info().shape() != Shape{g.M, g.N}) return std::nullopt;
+  g.alpha = n.attrFloat("alpha", 1.f);
+  g.beta = n.attrFloat("beta", 1.f);
+  if (n.hasInput(2) && g.beta != 0.f) {
+    if (!onednn::isStaticFloat(n.input(2))) return std::nullopt;
+    g.cShape = n.input(2)->info().shape();
+    if (g.cShape.size() > 2) return std::nullopt;
+    Shape c = g.cShape;
+    while (c.size() < 2) c.insert(c.begin(), 1);
+    if ((c[0] != 1 && c[0] != g.M) || (c[1] != 1 && c[1] != g.N)) return std::nullopt;
+    g.hasC = true;
+    g.cRowStride = c[0] == 1 ? 0 : c[1];
+    g.cColStride = c[1] == 1 ? 0 : 1;
+  }
+  if (n.domain() == ops::kGraftDomain) {
+    std::string act = n.attrString("activation", "");
+    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
+    g.relu = act == "Relu";
+  }
+  return g;
+}
+
+// Below these sizes oneDNN's small-matrix paths are as fast and the packing does not pay.
+bool worthIt(const GemmGeometry& g) { return g.N >= kNr && g.M * g.N * g.K >= 16 * 1024; }
+
+bool supportsGemm(const ir::Node& n) {
+  if (!cpuHasAvx2Fma()) return false;
+  auto g = geometry(n);
+  return g && worthIt(*g);
+}
+
+int64_t numPanels(int64_t N) { return (N + kNr - 1) / kNr; }
+
+// B' (K x N, read through transB) into panels: packed[(p * K + k) * 16 + j] = B'(k, 16p + j).
+void packB(const float* b, const GemmGeometry& g, float* packed) {
+  int64_t P = numPanels(g.N);
+  for (int64_t p = 0; p < P; ++p) {
+    int64_t j0 = p * kNr, w = std::min<int64_t>(kNr, g.N - j0);
+    float* dst = packed + p * g.K * kNr;
+    for (int64_t k = 0; k < g.K; ++k, dst += kNr) {
+      if (!g.transB) {
+        std::memcpy(dst, b + k * g.N + j0, static_cast<size_t>(w) * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < w; ++j) dst[j] = b[(j0 + j) * g.K + k];
+      }
+      for (int64_t j = w; j < kNr; ++j) dst[j] = 0.f;
+    }
+  }
+}
+
+// What the register block needs after the last K block.
+struct Epilogue {
+  float alpha, beta;
+  const float* c;  // nullptr when there is no C term
+  int64_t cRowStride, cColStride;
+  bool relu;
+};
+
+#ifdef GRAFT_SGEMM_AVX2
+
+GRAFT_AVX2_FMA inline __m256i laneMask(int n) {
+  // Lanes [0, n) set (n clamped to [0, 8]).
+  alignas(32) static const int32_t ramp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(ramp));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(std::clamp(n, 0, 8)), idx);
+}
+
+GRAFT_AVX2_FMA inline __m256 loadPart(const float* p, bool full, __m256i mask) {
+  return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
+}
+
+GRAFT_AVX2_FMA inline void storePart(float* p, bool full, __m256i mask, __m256 v) {
+  if (full) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, mask, v);
+}
+
+// C[0:MR, 0:cols] (op)= the block's product over kc columns of A, packed k-major with 6 rows per
+// k (a[k * 6 + r]), and of the packed panel of B.
+// `accumulate`: add to what C holds (a later K block); `ep`: the last K block's epilogue, for
+// rows starting at global row `row` and columns at global column `col`.
+template <int MR>
+GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, float* c, int64_t ldc,
+                                int cols, bool accumulate, const Epilogue* ep, int64_t row, int64_t col) {
+  // Named accumulators rather than an array indexed in the loop: GCC keeps an array in memory
+  // in sync on every iteration (a store per FMA), which halves the throughput.
+  __m256 z = _mm256_setzero_ps();
+  __m256 a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z, a40 = z, a41 = z, a50 = z, a51 = z;
+  const float *a0 = a, *a1 = a + 1, *a2 = a + 2, *a3 = a + 3, *a4 = a + 4, *a5 = a + 5;
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0 = _mm256_load_ps(bp + k * kNr), b1 = _mm256_load_ps(bp + k * kNr + 8);
+    __m256 av = _mm256_broadcast_ss(a0 + k * kMr);
+    a00 = _mm256_fmadd_ps(av, b0, a00);
+    a01 = _mm256_fmadd_ps(av, b1, a01);
+    if constexpr (MR > 1) {
+      av = _mm256_broadcast_ss(a1 + k * kMr);
+      a10 = _mm256_fmadd_ps(av, b0, a10);
+      a11 = _mm256_fmadd_ps(av, b1, a11);
+    }
+    if constexpr (MR > 2) {
+      av = _mm256_broadcast_ss(a2 + k * kMr);
+      a20 = _mm256_fmadd_ps(av, b0, a20);
+      a21 = _mm256_fmadd_ps(av, b1, a21);
+    }
+    if constexpr (MR > 3) {
+      av = _mm256_broadcast_ss(a3 + k * kMr);
+      a30 = _mm256_fmadd_ps(av, b0, a30);
+      a31 = _mm256_fmadd_ps(av, b1, a31);
+    }
+    if constexpr (MR > 4) {
+      av = _mm256_broadcast_ss(a4 + k * kMr);
+      a40 = _mm256_fmadd_ps(av, b0, a40);
+      a41 = _mm256_fmadd_ps(av, b1, a41);
+    }
+    if constexpr (MR > 5) {
+      av = _mm256_broadcast_ss(a5 + k * kMr);
+      a50 = _mm256_fmadd_ps(av, b0, a50);
+      a51 = _mm256_fmadd_ps(av, b1, a51);
+    }
+  }
+  const __m256 acc0[6] = {a00, a10, a20, a30, a40, a50}, acc1[6] = {a01, a11, a21, a31, a41, a51};
+  bool full = cols == kNr;
+  __m256i m0 = laneMask(cols), m1 = laneMask(cols - 8);
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    __m256 v0 = acc0[r], v1 = acc1[r];
+    if (accumulate) {
+      v0 = _mm256_add_ps(v0, loadPart(cr, full, m0));
+      v1 = _mm256_add_ps(v1, loadPart(cr + 8, full, m1));
+    }
+    if (ep) {
+      if (ep->alpha != 1.f) {
+        __m256 al = _mm256_set1_ps(ep->alpha);
+        v0 = _mm256_mul_ps(v0, al);
+        v1 = _mm256_mul_ps(v1, al);
+      }
+      if (ep->c) {
+        const float* crow = ep->c + (row + r) * ep->cRowStride;
+        __m256 c0, c1;
+        if (ep->cColStride == 0) {
+          c0 = c1 = _mm256_set1_ps(crow[0]);
+        } else {
+          c0 = loadPart(crow + col, full, m0);
+          c1 = loadPart(crow + col + 8, full, m1);
+        }
+        __m256 be = _mm256_set1_ps(ep->beta);
+        v0 = _mm256_fmadd_ps(be, c0, v0);
+        v1 = _mm256_fmadd_ps(be, c1, v1);
+      }
+      if (ep->relu) {
+        v0 = _mm256_max_ps(v0, _mm256_setzero_ps());
+        v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+      }
+    }
+    storePart(cr, full, m0, v0);
+    storePart(cr + 8, full, m1, v1);
+  }
+}
+
+using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const Epilogue*,
+                         int64_t, int64_t);
+constexpr MicroFn kMicro[kMr + 1] = {nullptr,         microKernel<1>, microKernel<2>, microKernel<3>,
+                                     microKernel<4>, microKernel<5>, microKernel<6>};
+
+// Rows [r0, r1) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C). A'(m, k) is
+// a[m * rs + k * cs]; each 6 x kc block of it is copied k-major into `ap` (contiguous
+// broadcasts, and no L1 set conflicts between rows of a long K).
+GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs, int64_t cs, const float* packed,
+                              float* y, const Epilogue& ep, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  alignas(64) float ap[kMr * kKc];
+  for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
+    int64_t kc = std::min(kKc, g.K - k0);
+    bool last = k0 + kc == g.K;
+    for (int64_t i = r0; i < r1; i += kMr) {
+      int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
+      for (int r = 0; r < mr; ++r) {
+        const float* src = a + (i + r) * rs + k0 * cs;
+        for (int64_t k = 0; k < kc; ++k) ap[k * kMr + r] = src[k * cs];
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        int64_t j = p * kNr;
+        int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
+        kMicro[mr](kc, ap, packed + (p * g.K + k0) * kNr, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr,
+                   i, j);
+      }
+    }
+  }
+}
+
+#endif  // GRAFT_SGEMM_AVX2
+
+struct PackedBuffer {
+  float* data = nullptr;
+  std::unique_ptr<float[], void (*)(void*)> owner{nullptr, std::free};
+  void allocate(int64_t n) {
+    size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
+    owner.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    GRAFT_CHECK(owner, "sgemm: cannot allocate {} bytes for packed weights", bytes);
+    data = owner.get();
+  }
+};
+
+struct GemmState {
+  GemmGeometry g;
+  PackedBuffer constB;  // empty when B is fed at run time
+};
+
+void run(const GemmState& st, ops::KernelContext& k) {
+  const GemmGeometry& g = st.g;
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, Shape{g.M, g.N});
+  const float* a = k.input(0).data<float>();
+  int64_t rs = g.transA ? 1 : g.K, cs = g.transA ? g.M : 1;
+  PackedBuffer runtimeB;
+  const float* packed = st.constB.data;
+  if (!packed) {
+    runtimeB.allocate(numPanels(g.N) * g.K * kNr);
+    packB(k.input(1).data<float>(), g, runtimeB.data);
+    packed = runtimeB.data;
+  }
+  Epilogue ep{g.alpha, g.beta, g.hasC ? k.input(2).data<float>() : nullptr, g.cRowStride, g.cColStride, g.relu};
+  float* yp = y.data<float>();
+  support::ThreadPool& pool = k.pool();
+  int64_t panelsPerTask = kNc / kNr, P = numPanels(g.N);
+  int64_t colTasks = (P + panelsPerTask - 1) / panelsPerTask;
+  // Few column chunks: split rows too (in multiples of the register block) so that every thread
+  // has work.
+  int64_t rowTasks = 1;
+  while (colTasks * rowTasks < 2 * pool.numThreads() && g.M / (rowTasks * 2) >= 4 * kMr) rowTasks *= 2;
+  int64_t rowsPerTask = (g.M + rowTasks - 1) / rowTasks;
+  rowsPerTask = (rowsPerTask + kMr - 1) / kMr * kMr;
+  rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
+  auto task = [&](int64_t b, int64_t e) {
+#ifdef GRAFT_SGEMM_AVX2
+    for (int64_t t = b; t < e; ++t) {
+      int64_t ct = t / rowTasks, rt = t % rowTasks;
+      int64_t r0 = rt * rowsPerTask, r1 = std::min(g.M, r0 + rowsPerTask);
+      int64_t p0 = ct * panelsPerTask, p1 = std::min(P, p0 + panelsPerTask);
+      gemmBlock(g, a, rs, cs, packed, yp, ep, r0, r1, p0, p1);
+    }
+#else
+    GRAFT_ASSERT(false, "sgemm_avx2 run without AVX2 support compiled in");
+#endif
+  };
+  int64_t tasks = colTasks * rowTasks;
+  if (tasks == 1 || pool.numThreads() == 1) task(0, tasks);
+  else pool.parallelFor(tasks, 1, task);
+}
+
+ops::KernelFn makeGemm(ops::CompileContext& ctx) {
+  auto g = geometry(ctx.node());
+  GRAFT_ASSERT(g && cpuHasAvx2Fma(), "{}: sgemm_avx2 on an unsupported node", ctx.node().describe());
+  auto st = std::make_shared<GemmState>();
+  st->g = *g;
+  if (const NDArray* b = ctx.constantInput(1)) {
+    st->constB.allocate(numPanels(g->N) * g->K * kNr);
+    packB(b->data<float>(), *g, st->constB.data);
+  }
+  return [st](ops::KernelContext& k) { run(*st, k); };
+}
+
+}  // namespace
+}  // namespace graft::backends::cpu::sgemm
+
+GRAFT_REGISTER_CPU_KERNELS(sgemm_avx2) {
+  using namespace graft::backends::cpu::sgemm;
+  // Ahead of oneDNN's matmul (priority 0), which is about half as fast on AVX2-only CPUs.
+  r.add({"", "Gemm", "sgemm_avx2", supportsGemm, makeGemm, 1});
+  r.add({graft::ops::kGraftDomain, "FusedGemm", "sgemm_avx2", supportsGemm, makeGemm, 1});
+}
