@@ -226,7 +226,7 @@ void matmulCases() {
     }
   }
   // Sizes for the AVX2 sgemm (sgemm_avx2, N >= 16): M, N, K not multiples of its 6x16 register
-  // block nor of its K block (256) and column chunk (128), K = 1, M = 1, transposes, every C
+  // block nor of its K block (256) and column chunk (512), K = 1, transposes, every C
   // broadcast, Relu.
   struct Sg {
     Shape a, b, c;
@@ -237,10 +237,10 @@ void matmulCases() {
   std::vector<Sg> sgemms = {
       {{37, 29}, {29, 45}, {45}, 0, 0, 1, 1, false},      {{29, 37}, {29, 45}, {37, 45}, 1, 0, 1, 1, true},
       {{37, 29}, {45, 29}, {37, 1}, 0, 1, 1, 1, false},   {{29, 37}, {45, 29}, {1}, 1, 1, 0.5f, 2, true},
-      {{130, 1}, {1, 140}, {1, 140}, 0, 0, 1, 1, false},  {{1, 300}, {300, 70}, {70}, 0, 0, 1, 1, true},
+      {{130, 1}, {1, 140}, {1, 140}, 0, 0, 1, 1, false},  {{7, 300}, {300, 70}, {70}, 0, 0, 1, 1, true},
       {{13, 600}, {17, 600}, {}, 0, 1, 2, 1, false},      {{6, 171}, {171, 16}, {16}, 0, 0, 1, 1, true},
       {{50, 300}, {200, 300}, {200}, 0, 1, 1, 1, true},   {{100, 40}, {40, 20}, {100, 20}, 0, 0, -1.5f, 0.25f, false},
-      {{64, 520}, {520, 300}, {}, 0, 0, 1, 1, true},
+      {{64, 520}, {520, 300}, {}, 0, 0, 1, 1, true},   {{200, 70}, {600, 70}, {600}, 0, 1, 1, 1, true},
   };
   for (size_t i = 0; i < sgemms.size(); ++i) {
     const Sg& g = sgemms[i];

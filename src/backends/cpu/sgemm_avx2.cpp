@@ -39,7 +39,10 @@ namespace {
 constexpr int kMr = 6;       // rows of the register block
 constexpr int kNr = 16;      // columns of a packed panel (two ymm)
 constexpr int64_t kKc = 256;  // depth of a K block
-constexpr int64_t kNc = 128;  // columns of a task (8 panels)
+constexpr int64_t kNc = 512;  // columns of a task (32 panels)
+// Most rows of a task: its packed 96 x 256 block of A stays in L2, and the 96 x 16 stripe of Y
+// a panel updates stays in L1.
+constexpr int64_t kMc = 16 * kMr;
 
 struct GemmGeometry {
   int64_t M = 0, N = 0, K = 0;
@@ -94,8 +97,9 @@ std::optional<GemmGeometry> geometry(const ir::Node& n) {
   return g;
 }
 
-// Below these sizes oneDNN's small-matrix paths are as fast and the packing does not pay.
-bool worthIt(const GemmGeometry& g) { return g.N >= kNr && g.M * g.N * g.K >= 16 * 1024; }
+// Below these sizes oneDNN is as fast or faster (measured on an AVX2-only EPYC): tiny products,
+// and matrix-vector products (M < 6), which are bound by reading B and where oneDNN's gemv wins.
+bool worthIt(const GemmGeometry& g) { return g.N >= kNr && g.M >= kMr && g.M * g.N * g.K >= 16 * 1024; }
 
 bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
@@ -235,26 +239,32 @@ using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, i
 constexpr MicroFn kMicro[kMr + 1] = {nullptr,         microKernel<1>, microKernel<2>, microKernel<3>,
                                      microKernel<4>, microKernel<5>, microKernel<6>};
 
-// Rows [r0, r1) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C). A'(m, k) is
-// a[m * rs + k * cs]; each 6 x kc block of it is copied k-major into `ap` (contiguous
-// broadcasts, and no L1 set conflicts between rows of a long K).
+// Rows [r0, r1) (at most kMc) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C).
+// A'(m, k) is a[m * rs + k * cs]. Each K block of the rows is first copied into `ap`, 6 rows
+// k-major per micro-panel (contiguous broadcasts, no L1 set conflicts between the rows of a
+// long K), then every panel of B sweeps all row blocks while it sits in L1: the register block
+// streams the small A micro-panel from L2 rather than the wider B panel.
 GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs, int64_t cs, const float* packed,
-                              float* y, const Epilogue& ep, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  alignas(64) float ap[kMr * kKc];
+                              float* y, const Epilogue& ep, int64_t r0, int64_t r1, int64_t p0, int64_t p1,
+                              float* ap) {
   for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
     int64_t kc = std::min(kKc, g.K - k0);
     bool last = k0 + kc == g.K;
     for (int64_t i = r0; i < r1; i += kMr) {
       int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
+      float* dst = ap + (i - r0) * kc;
       for (int r = 0; r < mr; ++r) {
         const float* src = a + (i + r) * rs + k0 * cs;
-        for (int64_t k = 0; k < kc; ++k) ap[k * kMr + r] = src[k * cs];
+        for (int64_t k = 0; k < kc; ++k) dst[k * kMr + r] = src[k * cs];
       }
-      for (int64_t p = p0; p < p1; ++p) {
-        int64_t j = p * kNr;
-        int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
-        kMicro[mr](kc, ap, packed + (p * g.K + k0) * kNr, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr,
-                   i, j);
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      int64_t j = p * kNr;
+      int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
+      const float* bp = packed + (p * g.K + k0) * kNr;
+      for (int64_t i = r0; i < r1; i += kMr) {
+        int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
+        kMicro[mr](kc, ap + (i - r0) * kc, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i, j);
       }
     }
   }
@@ -300,15 +310,16 @@ void run(const GemmState& st, ops::KernelContext& k) {
   int64_t rowTasks = 1;
   while (colTasks * rowTasks < 2 * pool.numThreads() && g.M / (rowTasks * 2) >= 4 * kMr) rowTasks *= 2;
   int64_t rowsPerTask = (g.M + rowTasks - 1) / rowTasks;
-  rowsPerTask = (rowsPerTask + kMr - 1) / kMr * kMr;
+  rowsPerTask = std::min(kMc, (rowsPerTask + kMr - 1) / kMr * kMr);
   rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
   auto task = [&](int64_t b, int64_t e) {
 #ifdef GRAFT_SGEMM_AVX2
+    std::vector<float> ap(static_cast<size_t>(kMc * kKc));
     for (int64_t t = b; t < e; ++t) {
       int64_t ct = t / rowTasks, rt = t % rowTasks;
       int64_t r0 = rt * rowsPerTask, r1 = std::min(g.M, r0 + rowsPerTask);
       int64_t p0 = ct * panelsPerTask, p1 = std::min(P, p0 + panelsPerTask);
-      gemmBlock(g, a, rs, cs, packed, yp, ep, r0, r1, p0, p1);
+      gemmBlock(g, a, rs, cs, packed, yp, ep, r0, r1, p0, p1, ap.data());
     }
 #else
     GRAFT_ASSERT(false, "sgemm_avx2 run without AVX2 support compiled in");
