@@ -258,6 +258,31 @@ void matmulCases() {
       add(n, c, {false, constb, constb});
     }
   }
+  // The same sgemm for MatMul / FusedMatMul of A [..., M, K] by a 2-D B, rows of A merged.
+  struct Sm {
+    Shape a, b, bias;
+    bool relu;
+  };
+  std::vector<Sm> smm = {
+      {{2, 37, 29}, {29, 45}, {45}, true},        {{2, 37, 29}, {29, 45}, {2, 37, 45}, false},
+      {{3, 5, 300}, {300, 17}, {1}, true},        {{2, 2, 9, 40}, {40, 130}, {1, 1, 130}, false},
+      {{50, 70}, {70, 33}, {}, false},
+  };
+  for (size_t i = 0; i < smm.size(); ++i) {
+    const Sm& g = smm[i];
+    for (bool constb : {true, false}) {
+      std::string n = "SgemmMatMul_" + std::to_string(i) + (constb ? "_constb" : "");
+      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+      OpCase c{"MatMul", in};
+      if (!g.bias.empty() || g.relu) {
+        c.type = "FusedMatMul";
+        c.domain = "ai.graft";
+        if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
+        if (g.relu) c.attrs.set("activation", std::string("Relu"));
+      }
+      add(n, c, {false, constb, constb});
+    }
+  }
   for (const std::string& act : kActivations) {
     std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
     OpCase c{"FusedMatMul", {rnd({2, 6, 16}, n + "a", -2, 2), rnd({16, 8}, n + "b"), rnd({8}, n + "c")}, activationAttrs(act)};

@@ -1,5 +1,6 @@
 // graft's own float GEMM for ai.onnx Gemm and ai.graft FusedGemm (no activation or Relu) on
-// CPUs with AVX2 and FMA: Y = act(alpha * A' @ B' + beta * C).
+// CPUs with AVX2 and FMA: Y = act(alpha * A' @ B' + beta * C); also MatMul / FusedMatMul of
+// A [..., M, K] by a 2-D B (the rows of A merged).
 //
 // Design (the usual BLIS-style blocking, sized for AVX2's 16 ymm registers):
 // - B' is packed into panels of 16 columns (two ymm), K consecutive rows per panel, the last
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -97,13 +99,63 @@ std::optional<GemmGeometry> geometry(const ir::Node& n) {
   return g;
 }
 
+// MatMul / FusedMatMul with A [..., M, K] (rows merged: M' = the product of A's leading axes)
+// times a 2-D B [K, N]; no folded Transposes. FusedMatMul's bias broadcasts over rows ([N],
+// [1, ..., N], a scalar) or is the whole output.
+std::optional<GemmGeometry> matmulGeometry(const ir::Node& n) {
+  if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
+    return std::nullopt;
+  bool fused = n.domain() == ops::kGraftDomain;
+  if (n.numInputs() > (fused ? 3u : 2u) || n.numOutputs() != 1) return std::nullopt;
+  if (n.attrs().has("perm_a") || n.attrs().has("perm_b") || n.attrs().has("perm_y")) return std::nullopt;
+  const Shape &a = n.input(0)->info().shape(), &b = n.input(1)->info().shape();
+  if (a.size() < 2 || b.size() != 2 || a.back() != b[0]) return std::nullopt;
+  GemmGeometry g;
+  g.K = b[0];
+  g.N = b[1];
+  g.M = 1;
+  for (size_t i = 0; i + 1 < a.size(); ++i) g.M *= a[i];
+  Shape y(a.begin(), a.end() - 1);
+  y.push_back(g.N);
+  if (g.M <= 0 || g.N <= 0 || g.K <= 0 || n.output(0)->info().shape() != y) return std::nullopt;
+  if (fused && n.hasInput(2)) {
+    if (!onednn::isStaticFloat(n.input(2))) return std::nullopt;
+    const Shape& c = n.input(2)->info().shape();
+    if (c.size() > y.size()) return std::nullopt;
+    int64_t lead = 1;
+    for (size_t i = 0; i + 1 < c.size(); ++i) lead *= c[i];
+    int64_t last = c.empty() ? 1 : c.back();
+    if (c == y) {
+      g.cRowStride = g.N;
+      g.cColStride = 1;
+    } else if (lead == 1 && (last == 1 || last == g.N)) {
+      g.cRowStride = 0;
+      g.cColStride = last == 1 ? 0 : 1;
+    } else {
+      return std::nullopt;
+    }
+    g.hasC = true;
+    g.cShape = c;
+  }
+  if (fused) {
+    std::string act = n.attrString("activation", "");
+    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
+    g.relu = act == "Relu";
+  }
+  return g;
+}
+
+std::optional<GemmGeometry> anyGeometry(const ir::Node& n) {
+  return n.type() == "Gemm" || n.type() == "FusedGemm" ? geometry(n) : matmulGeometry(n);
+}
+
 // Below these sizes oneDNN is as fast or faster (measured on an AVX2-only EPYC): tiny products,
 // and matrix-vector products (M < 6), which are bound by reading B and where oneDNN's gemv wins.
 bool worthIt(const GemmGeometry& g) { return g.N >= kNr && g.M >= kMr && g.M * g.N * g.K >= 16 * 1024; }
 
 bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
-  auto g = geometry(n);
+  auto g = anyGeometry(n);
   return g && worthIt(*g);
 }
 
@@ -285,12 +337,13 @@ struct PackedBuffer {
 
 struct GemmState {
   GemmGeometry g;
+  Shape yShape;
   PackedBuffer constB;  // empty when B is fed at run time
 };
 
 void run(const GemmState& st, ops::KernelContext& k) {
   const GemmGeometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, Shape{g.M, g.N});
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
   const float* a = k.input(0).data<float>();
   int64_t rs = g.transA ? 1 : g.K, cs = g.transA ? g.M : 1;
   PackedBuffer runtimeB;
@@ -331,10 +384,11 @@ void run(const GemmState& st, ops::KernelContext& k) {
 }
 
 ops::KernelFn makeGemm(ops::CompileContext& ctx) {
-  auto g = geometry(ctx.node());
+  auto g = anyGeometry(ctx.node());
   GRAFT_ASSERT(g && cpuHasAvx2Fma(), "{}: sgemm_avx2 on an unsupported node", ctx.node().describe());
   auto st = std::make_shared<GemmState>();
   st->g = *g;
+  st->yShape = ctx.node().output(0)->info().shape();
   if (const NDArray* b = ctx.constantInput(1)) {
     st->constB.allocate(numPanels(g->N) * g->K * kNr);
     packB(b->data<float>(), *g, st->constB.data);
@@ -350,4 +404,6 @@ GRAFT_REGISTER_CPU_KERNELS(sgemm_avx2) {
   // Ahead of oneDNN's matmul (priority 0), which is about half as fast on AVX2-only CPUs.
   r.add({"", "Gemm", "sgemm_avx2", supportsGemm, makeGemm, 1});
   r.add({graft::ops::kGraftDomain, "FusedGemm", "sgemm_avx2", supportsGemm, makeGemm, 1});
+  r.add({"", "MatMul", "sgemm_avx2_matmul", supportsGemm, makeGemm, 1});
+  r.add({graft::ops::kGraftDomain, "FusedMatMul", "sgemm_avx2_matmul", supportsGemm, makeGemm, 1});
 }
