@@ -38,8 +38,8 @@
 namespace graft::backends::cpu::sgemm {
 namespace {
 
-constexpr int kMr = 6;       // rows of the register block
-constexpr int kNr = 16;      // columns of a packed panel (two ymm)
+constexpr int kMr = 6;        // rows of the register block
+constexpr int kNr = 16;       // columns of a packed panel (two ymm)
 constexpr int64_t kKc = 256;  // depth of a K block
 constexpr int64_t kNc = 512;  // columns of a task (32 panels)
 // Most rows of a task: its packed 96 x 256 block of A stays in L2, and the 96 x 16 stripe of Y
@@ -202,8 +202,10 @@ GRAFT_AVX2_FMA inline __m256 loadPart(const float* p, bool full, __m256i mask) {
 }
 
 GRAFT_AVX2_FMA inline void storePart(float* p, bool full, __m256i mask, __m256 v) {
-  if (full) _mm256_storeu_ps(p, v);
-  else _mm256_maskstore_ps(p, mask, v);
+  if (full)
+    _mm256_storeu_ps(p, v);
+  else
+    _mm256_maskstore_ps(p, mask, v);
 }
 
 // C[0:MR, 0:cols] (op)= the block's product over kc columns of A, packed k-major with 6 rows per
@@ -211,8 +213,8 @@ GRAFT_AVX2_FMA inline void storePart(float* p, bool full, __m256i mask, __m256 v
 // `accumulate`: add to what C holds (a later K block); `ep`: the last K block's epilogue, for
 // rows starting at global row `row` and columns at global column `col`.
 template <int MR>
-GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, float* c, int64_t ldc,
-                                int cols, bool accumulate, const Epilogue* ep, int64_t row, int64_t col) {
+GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, float* c, int64_t ldc, int cols,
+                                bool accumulate, const Epilogue* ep, int64_t row, int64_t col) {
   // Named accumulators rather than an array indexed in the loop: GCC keeps an array in memory
   // in sync on every iteration (a store per FMA), which halves the throughput.
   __m256 z = _mm256_setzero_ps();
@@ -288,9 +290,9 @@ GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, flo
   }
 }
 
-using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const Epilogue*,
-                         int64_t, int64_t);
-constexpr MicroFn kMicro[kMr + 1] = {nullptr,         microKernel<1>, microKernel<2>, microKernel<3>,
+using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const Epilogue*, int64_t,
+                         int64_t);
+constexpr MicroFn kMicro[kMr + 1] = {nullptr,        microKernel<1>, microKernel<2>, microKernel<3>,
                                      microKernel<4>, microKernel<5>, microKernel<6>};
 
 // Rows [r0, r1) (at most kMc) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C).
@@ -299,8 +301,7 @@ constexpr MicroFn kMicro[kMr + 1] = {nullptr,         microKernel<1>, microKerne
 // long K), then every panel of B sweeps all row blocks while it sits in L1: the register block
 // streams the small A micro-panel from L2 rather than the wider B panel.
 GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs, int64_t cs, const float* packed,
-                              float* y, const Epilogue& ep, int64_t r0, int64_t r1, int64_t p0, int64_t p1,
-                              float* ap) {
+                              float* y, const Epilogue& ep, int64_t r0, int64_t r1, int64_t p0, int64_t p1, float* ap) {
   for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
     int64_t kc = std::min(kKc, g.K - k0);
     bool last = k0 + kc == g.K;
@@ -381,8 +382,10 @@ void run(const GemmState& st, ops::KernelContext& k) {
 #endif
   };
   int64_t tasks = colTasks * rowTasks;
-  if (tasks == 1 || pool.numThreads() == 1) task(0, tasks);
-  else pool.parallelFor(tasks, 1, task);
+  if (tasks == 1 || pool.numThreads() == 1)
+    task(0, tasks);
+  else
+    pool.parallelFor(tasks, 1, task);
 }
 
 ops::KernelFn makeGemm(ops::CompileContext& ctx) {
