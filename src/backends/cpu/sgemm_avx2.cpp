@@ -4,8 +4,8 @@
 //
 // Design (the usual BLIS-style blocking, sized for AVX2's 16 ymm registers):
 // - B' is packed into panels of 16 columns (two ymm), K consecutive rows per panel, the last
-//   panel zero-padded. A constant B (a weight) is packed once when the kernel is built; a B fed
-//   at run time is packed on every run.
+//   panel zero-padded, once when the kernel is built: only a constant B (an inference weight)
+//   runs here; a B fed at run time goes to the next registered kernel (oneDNN).
 // - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) is updated
 //   over K in steps of kKc so that its 6 x kKc slice of A stays in L1, while the kKc x kNc block
 //   of packed B it sweeps stays in L2.
@@ -341,7 +341,7 @@ struct PackedBuffer {
 struct GemmState {
   GemmGeometry g;
   Shape yShape;
-  PackedBuffer constB;  // empty when B is fed at run time
+  PackedBuffer constB;  // B packed into panels
 };
 
 void run(const GemmState& st, ops::KernelContext& k) {
@@ -349,13 +349,7 @@ void run(const GemmState& st, ops::KernelContext& k) {
   NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
   const float* a = k.input(0).data<float>();
   int64_t rs = g.transA ? 1 : g.K, cs = g.transA ? g.M : 1;
-  PackedBuffer runtimeB;
   const float* packed = st.constB.data;
-  if (!packed) {
-    runtimeB.allocate(numPanels(g.N) * g.K * kNr);
-    packB(k.input(1).data<float>(), g, runtimeB.data);
-    packed = runtimeB.data;
-  }
   Epilogue ep{g.alpha, g.beta, g.hasC ? k.input(2).data<float>() : nullptr, g.cRowStride, g.cColStride, g.relu};
   float* yp = y.data<float>();
   support::ThreadPool& pool = k.pool();
@@ -394,10 +388,19 @@ ops::KernelFn makeGemm(ops::CompileContext& ctx) {
   auto st = std::make_shared<GemmState>();
   st->g = *g;
   st->yShape = ctx.node().output(0)->info().shape();
-  if (const NDArray* b = ctx.constantInput(1)) {
-    st->constB.allocate(numPanels(g->N) * g->K * kNr);
-    packB(b->data<float>(), *g, st->constB.data);
+  const NDArray* b = ctx.constantInput(1);
+  if (!b) {
+    // A B fed at run time (training) would be packed on every run, which measured slower than
+    // oneDNN reading it in place: hand the node to the next kernel registered for it.
+    const ir::Node& n = ctx.node();
+    for (const CpuKernelDef* d : CpuKernelRegistry::instance().all())
+      if (d->domain == n.domain() && d->type == n.type() && d->name.rfind("sgemm_avx2", 0) != 0 &&
+          (!d->supports || d->supports(n)))
+        return d->factory(ctx);
+    return onednn::referenceKernel(ctx);
   }
+  st->constB.allocate(numPanels(g->N) * g->K * kNr);
+  packB(b->data<float>(), *g, st->constB.data);
   return [st](ops::KernelContext& k) { run(*st, k); };
 }
 
