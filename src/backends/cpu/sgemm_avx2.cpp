@@ -6,12 +6,13 @@
 // - B' is packed into panels of 16 columns (two ymm), K consecutive rows per panel, the last
 //   panel zero-padded, once when the kernel is built: only a constant B (an inference weight)
 //   runs here; a B fed at run time goes to the next registered kernel (oneDNN).
-// - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) is updated
-//   over K in steps of kKc so that its 6 x kKc slice of A stays in L1, while the kKc x kNc block
-//   of packed B it sweeps stays in L2.
-// - Work is split over the session's pool in column chunks (and row chunks when there are few
-//   columns); every output element is computed by the same sequence of FMAs whatever the split,
-//   so results do not depend on the thread count.
+// - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) runs over
+//   K blocks of kKc. Per task (at most kMc rows x kNc columns) and K block, the rows of A are
+//   packed 6 at a time k-major (~96 KiB, in L2); each 16-column slice of B (16 KiB, in L1) then
+//   sweeps all of them.
+// - Tasks (column chunks x row chunks) are split over the session's pool; every output element
+//   is computed by the same sequence of FMAs whatever the split, so results do not depend on
+//   the thread count.
 // - alpha, beta * C (any shape that broadcasts to [M, N]) and Relu are applied to the registers
 //   after the last K block, before the single store.
 // The functions holding AVX2 code carry target attributes, and the kernel registers as
