@@ -5,7 +5,7 @@
 // Design (the usual BLIS-style blocking, sized for AVX2's 16 ymm registers):
 // - B' is packed into panels of 16 columns (two ymm), K consecutive rows per panel, the last
 //   panel zero-padded, once when the kernel is built: only a constant B (an inference weight)
-//   runs here; a B fed at run time goes to the next registered kernel (oneDNN).
+//   runs here (supportsGemm); a B fed at run time is left to oneDNN.
 // - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) runs over
 //   K blocks of kKc. Per task (at most kMc rows x kNc columns) and K block, the rows of A are
 //   packed 6 at a time k-major (~96 KiB, in L2); each 16-column slice of B (16 KiB, in L1) then
@@ -156,8 +156,12 @@ std::optional<GemmGeometry> anyGeometry(const ir::Node& n) {
 // reuses B better), and matrix-vector products (M < 6), bound by reading B, favour its gemv.
 bool worthIt(const GemmGeometry& g) { return g.M >= kMr && g.M <= 512 && g.N >= 1024; }
 
+// Only a constant B (an inference weight): a B fed at run time (training) would be packed on
+// every run, which measured slower than oneDNN reading it in place.
 bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
+  const ir::Tensor* b = n.numInputs() > 1 ? n.input(1) : nullptr;
+  if (!b || b->kind() != ir::TensorKind::Constant) return false;
   auto g = anyGeometry(n);
   return g && worthIt(*g);
 }
@@ -390,16 +394,7 @@ ops::KernelFn makeGemm(ops::CompileContext& ctx) {
   st->g = *g;
   st->yShape = ctx.node().output(0)->info().shape();
   const NDArray* b = ctx.constantInput(1);
-  if (!b) {
-    // A B fed at run time (training) would be packed on every run, which measured slower than
-    // oneDNN reading it in place: hand the node to the next kernel registered for it.
-    const ir::Node& n = ctx.node();
-    for (const CpuKernelDef* d : CpuKernelRegistry::instance().all())
-      if (d->domain == n.domain() && d->type == n.type() && d->name.rfind("sgemm_avx2", 0) != 0 &&
-          (!d->supports || d->supports(n)))
-        return d->factory(ctx);
-    return onednn::referenceKernel(ctx);
-  }
+  GRAFT_ASSERT(b, "{}: sgemm_avx2 without a constant B", ctx.node().describe());
   st->constB.allocate(numPanels(g->N) * g->K * kNr);
   packB(b->data<float>(), *g, st->constB.data);
   return [st](ops::KernelContext& k) { run(*st, k); };
