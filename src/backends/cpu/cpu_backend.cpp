@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
@@ -22,6 +23,23 @@ void CpuKernelRegistry::add(CpuKernelDef def) {
   list.push_back(std::move(def));
   std::stable_sort(list.begin(), list.end(), [](const CpuKernelDef& a, const CpuKernelDef& b) { return a.priority > b.priority; });
 }
+
+std::vector<const CpuKernelDef*> CpuKernelRegistry::candidates(const ir::Node& n) const {
+  std::vector<const CpuKernelDef*> out;
+  auto it = defs_.find({n.domain(), n.type()});
+  if (it == defs_.end()) return out;
+  for (const auto& d : it->second)
+    if (!d.supports || d.supports(n)) out.push_back(&d);
+  return out;
+}
+
+namespace {
+thread_local std::string currentImplementation;
+}  // namespace
+
+void noteImplementation(std::string name) { currentImplementation = std::move(name); }
+
+std::string takeImplementation() { return std::exchange(currentImplementation, std::string()); }
 
 const CpuKernelDef* CpuKernelRegistry::find(const ir::Node& n) const {
   auto it = defs_.find({n.domain(), n.type()});
@@ -53,11 +71,25 @@ class CpuBackend : public Backend {
     const ops::OpDef* d = ops::Registry::instance().find(n);
     return (d && d->reference) || cpu::CpuKernelRegistry::instance().find(n);
   }
-  ops::KernelFn createKernel(ops::CompileContext& ctx) override {
-    if (const cpu::CpuKernelDef* fast = cpu::CpuKernelRegistry::instance().find(ctx.node())) return fast->factory(ctx);
+  // The registered kernels that support the node, in priority order: the first whose factory
+  // does not decline (an empty KernelFn) runs it; the op's reference kernel when all decline.
+  ops::KernelFn chooseKernel(ops::CompileContext& ctx, plan::KernelChoice& choice) override {
+    for (const cpu::CpuKernelDef* fast : cpu::CpuKernelRegistry::instance().candidates(ctx.node())) {
+      cpu::takeImplementation();
+      if (ops::KernelFn fn = fast->factory(ctx)) {
+        choice = {fast->name, cpu::takeImplementation()};
+        return fn;
+      }
+    }
+    cpu::takeImplementation();
     const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
     GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
+    choice = {"reference", ""};
     return d->reference(ctx);
+  }
+  ops::KernelFn createKernel(ops::CompileContext& ctx) override {
+    plan::KernelChoice choice;
+    return chooseKernel(ctx, choice);
   }
 
  private:

@@ -8,11 +8,26 @@
 #include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
+#include "support/logging.hpp"
 
 namespace graft::backends::cpu::onednn {
 
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    // GRAFT_CPU_ISA caps oneDNN's kernels too (it reads the cap once, before its first primitive).
+    using support::CpuIsa;
+    CpuIsa isa = support::cpuIsaLimit();
+    if (isa != CpuIsa::Native) {
+      dnnl::cpu_isa cap = isa == CpuIsa::Baseline ? dnnl::cpu_isa::sse41
+                          : isa == CpuIsa::Avx2   ? dnnl::cpu_isa::avx2
+                                                  : dnnl::cpu_isa::avx512_core_bf16;
+      // Refused when too late (a primitive exists already): oneDNN then keeps its own choice.
+      if (dnnl::set_max_cpu_isa(cap) != dnnl::status::success)
+        GRAFT_LOG_WARN("GRAFT_CPU_ISA: oneDNN did not accept the ISA limit; its kernels use the whole CPU");
+    }
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
@@ -106,12 +121,6 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& ar
 
 memory wrap(const memory::desc& d, const NDArray& a) {
   return memory(d, engine(), const_cast<void*>(a.rawData()));
-}
-
-ops::KernelFn referenceKernel(ops::CompileContext& ctx) {
-  const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
-  GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
-  return d->reference(ctx);
 }
 
 std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Shape& kernel, bool ceilMode,
