@@ -22,10 +22,11 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # ctest runs JOBS test processes at once, each with its own OpenMP team: passive waiting keeps
-# their idle threads from spinning on the cores the others need.
+# their idle threads from spinning on the cores the others need. GRAFT_VERIFY_PASSES=1 checks the
+# graph after every pass of every pipeline the tests run (src/passes/pass.hpp).
 test: build
-	cd $(BUILD) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
+	cd $(BUILD) && GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
+	GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
 
 # Trains a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist, which make setup installs) with
 # `graft train`: the model is written by the build (tools/demo_model.cpp) and takes the dataset's IDX

@@ -60,6 +60,41 @@ std::vector<const CpuKernelDef*> CpuKernelRegistry::all() const {
 
 namespace {
 
+// Inference: the common prefix, then weight freezing, fusions into ai.graft ops (oneDNN post-ops)
+// and the channel-blocked layout. The fusions of kernel libraries (conv/matmul + bias +
+// activation) go before fuse-elementwise, which then takes the elementwise ops that remain (on
+// blocked arrays too: it runs position-wise).
+const std::vector<std::string>& inferencePasses() {
+  static const std::vector<std::string> p = passes::withCommonPrefix({
+      "cse",               // compute equal expressions once (equal small constants merged first)
+      "constant-weights",  // constantWeights sessions: weights become constants (packed once)
+      "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
+      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
+      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
+      "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
+      "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
+      "fold-transpose",    // Transposes around matrix products become strides (perm_a/b/y, transA/B)
+      "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges (onednn_layout.cpp)
+      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
+      "dce",               // weights folding left unused, reorders nobody reads
+  });
+  return p;
+}
+
+// A training step (forward, backward and optimizer graph): no weight freezing, and fusions that
+// keep every value the backward pass reads; in-place reuse is decided by the memory plan.
+const std::vector<std::string>& trainingPasses() {
+  static const std::vector<std::string> p = passes::withCommonPrefix({
+      "cse",               // autodiff repeats subexpressions and constants
+      "fuse-layernorm",    // only where the backward pass reads no intermediate
+      "fuse-gelu",         // likewise
+      "fold-transpose",    // the VJPs' Transposes around matrix products become strides
+      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
+      "dce",               // what the rewrites left unused
+  });
+  return p;
+}
+
 // The fast CPU backend: a registered fast kernel where one handles the node, the op's reference
 // kernel elsewhere.
 class CpuBackend : public Backend {
@@ -70,6 +105,9 @@ class CpuBackend : public Backend {
   bool supports(const ir::Node& n) const override {
     const ops::OpDef* d = ops::Registry::instance().find(n);
     return (d && d->reference) || cpu::CpuKernelRegistry::instance().find(n);
+  }
+  const std::vector<std::string>& passes(PassMode mode) const override {
+    return mode == PassMode::Training ? trainingPasses() : inferencePasses();
   }
   // The registered kernels that support the node, in priority order: the first whose factory
   // does not decline (an empty KernelFn) runs it; the op's reference kernel when all decline.

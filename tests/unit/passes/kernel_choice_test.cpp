@@ -105,5 +105,41 @@ TEST(CpuFeatures, UnknownIsaNamesTheVariable) {
   EXPECT_EQ(support::parseCpuIsa("avx2"), support::CpuIsa::Avx2);
 }
 
+TEST(BackendPasses, EachBackendOwnsItsPipelinesWithTheCommonPrefix) {
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(1);
+  const auto& prefix = commonPrefix();
+  EXPECT_EQ(ref->passes(backends::PassMode::Inference), prefix);
+  EXPECT_EQ(ref->passes(backends::PassMode::Training), prefix);
+  for (auto mode : {backends::PassMode::Inference, backends::PassMode::Training}) {
+    const auto& p = cpu->passes(mode);
+    ASSERT_GT(p.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), p.begin()));
+    for (const auto& id : p) EXPECT_NO_THROW(createPass(id)) << id;
+  }
+  const auto& inf = cpu->passes(backends::PassMode::Inference);
+  EXPECT_NE(std::find(inf.begin(), inf.end(), "cpu-layout"), inf.end());
+  const auto& train = cpu->passes(backends::PassMode::Training);
+  EXPECT_EQ(std::find(train.begin(), train.end(), "constant-weights"), train.end());
+}
+
+TEST(BackendPasses, PipelineStopsAfterANamedPass) {
+  MatMulGraph m;
+  auto cpu = backends::makeCpuBackend(1);
+  PassContext ctx;
+  ctx.weightsAreConstant = true;
+  ctx.stopAfterPass = "cse";
+  auto g = ir::cloneGraph(*m.b.g);
+  runPipeline(*g, cpu->passes(backends::PassMode::Inference), ctx);
+  // Nothing after cse ran: the MatMul is not fused with its Relu.
+  EXPECT_EQ(opCounts(*g)["MatMul"], 1);
+  EXPECT_EQ(opCounts(*g)["FusedMatMul"], 0);
+  PassContext all;
+  all.weightsAreConstant = true;
+  auto h = ir::cloneGraph(*m.b.g);
+  runPipeline(*h, cpu->passes(backends::PassMode::Inference), all);
+  EXPECT_EQ(opCounts(*h)["FusedMatMul"], 1);
+}
+
 }  // namespace
 }  // namespace graft::passes::testing
