@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick fuzz test-asan clean format
+.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick bench-compare fuzz test-asan test-asan-quick clean format format-check
 
 all: build
 
@@ -62,6 +62,13 @@ bench: build .venv-bench/.installed
 bench-quick: build .venv-bench/.installed
 	$(BENCH_PY) bench/run.py --quick $(BENCH_ARGS)
 
+# A fresh run (into build/bench-compare, BENCH_ARGS as for bench) diffed against the committed
+# bench/results/results.json: graft's and the other frameworks' times, new/old, flagged where they
+# moved by more than the two runs' own noise (bench/compare.py).
+bench-compare: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py --out $(BUILD)/bench-compare $(BENCH_ARGS)
+	python3 bench/compare.py $(BUILD)/bench-compare/results.json
+
 # Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
 # models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.
 ONNX_DATA ?= /usr/share/libonnx-testdata/data
@@ -87,8 +94,23 @@ test-asan: setup
 	  ctest --output-on-failure -j $(JOBS) -E '^conformance$$' && \
 	  tests/conformance --only-crashes --timeout 600
 
+# The unit and backend suites only (what .ci/run runs): builds just their two test programs.
+test-asan-quick: setup
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRAFT_SANITIZE=ON -DGRAFT_PYTHON=OFF \
+	  -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake --build build-asan -j $(JOBS) --target unit_tests backend_tests
+	cd build-asan && export ASAN_OPTIONS=detect_leaks=1 GRAFT_VERIFY_PASSES=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
+	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
+
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
+
+# Fails when C++ lines changed since the merge base with FORMAT_BASE (default: main) are not as
+# clang-format writes them (FORMAT_ALL=1: every file, whole).
+FORMAT_BASE ?= main
+format-check:
+	@scripts/format_check.sh $(FORMAT_BASE)
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -16,10 +16,10 @@ CpuKernelRegistry& CpuKernelRegistry::instance() {
 
 void CpuKernelRegistry::add(CpuKernelDef def) {
   auto& list = defs_[{def.domain, def.type}];
-  // A second registration under the same name is ignored: executables that link libgraft also hold a
-  // copy of the whole-archive kernel objects, whose registrations would otherwise duplicate.
+  // Names identify kernels in profiles and inspect: two registrations under one name would be a
+  // bug (or a second copy of the kernel objects in the process: see src/CMakeLists.txt).
   for (const auto& d : list)
-    if (d.name == def.name) return;
+    GRAFT_ASSERT(d.name != def.name, "cpu kernel '{}' for {} registered twice", def.name, def.type);
   list.push_back(std::move(def));
   std::stable_sort(list.begin(), list.end(), [](const CpuKernelDef& a, const CpuKernelDef& b) { return a.priority > b.priority; });
 }
