@@ -55,6 +55,9 @@ TEST(Acosh, Gradient) { unary("Acosh", 1.5, 3.0); }
 TEST(Atanh, Gradient) { unary("Atanh", -0.5, 0.5); }
 TEST(Erf, Gradient) { unary("Erf"); }
 TEST(Floor, GradientIsZero) { unary("Floor", 0.1, 0.9); }
+TEST(Ceil, GradientIsZero) { unary("Ceil", 0.1, 0.9); }
+TEST(Round, GradientIsZero) { unary("Round", 0.1, 0.4); }  // away from the steps at +-0.5
+TEST(Sign, GradientIsZero) { unary("Sign", 0.1, 0.9); }
 
 TEST(Relu, Gradient) { unary("Relu"); }
 TEST(Sigmoid, Gradient) { unary("Sigmoid", -3, 3); }
