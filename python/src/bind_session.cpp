@@ -134,6 +134,7 @@ void bindSession(pyb::module_& m) {
       .def("getInfo", &Session::getInfo, pyb::arg("id"))
       .def("inputArrayShape", &Session::inputArrayShape, pyb::arg("id"))
       .def("anchorArrayShape", &Session::anchorArrayShape, pyb::arg("id"))
+      .def("checkAnchorArraysFit", &Session::checkAnchorArraysFit)
       .def("anchorDtype", [](const Session& s, const TensorId& id) { return numpyDtype(s.anchorDataType(id)); },
            pyb::arg("id"))
       .def("_getDataFlow", &Session::dataFlow)
