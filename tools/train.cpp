@@ -481,7 +481,16 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
         for (int k = 0; k < bps; ++k)
           gatherRows(f.data, order.data() + (step * bps + k) * batch, batch, io.inputs[f.id][static_cast<size_t>(k)]);
       io.reset();
-      session->run(io);
+      try {
+        session->run(io);
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        if (msg.find("detectNonFinite") == std::string::npos) throw;
+        bar.finish();
+        GRAFT_THROW("epoch {}, step {} of the epoch: {}: training diverged; try a smaller learning rate than in "
+                    "--optimizer {} (or look for NaN and inf in the data); no model is written",
+                    epoch, step + 1, msg, o.optimizer);
+      }
       for (const NDArray& l : io.outputs.at(loss.loss)) {
         double v = ops::castArray(l, DataType::Double).data<double>()[0];
         if (!std::isfinite(v)) {

@@ -14,7 +14,7 @@ int64_t checkedInt(pyb::handle value, const char* what, int64_t lo, int64_t hi) 
   PyObject* index = PyNumber_Index(value.ptr());
   if (!index) {
     PyErr_Clear();
-    GRAFT_THROW("{} must be an integer, got {}", what, std::string(pyb::str(pyb::type::handle_of(value).attr("__name__"))));
+    GRAFT_THROW("{} must be of type int, got {}", what, std::string(pyb::str(pyb::type::handle_of(value).attr("__name__"))));
   }
   pyb::object owned = pyb::reinterpret_steal<pyb::object>(index);
   int overflow = 0;
@@ -127,6 +127,9 @@ void bindDataFlow(pyb::module_& m) {
   // ignored.
   pyb::class_<AnchorReturnType>(m, "AnchorReturnType")
       .def(pyb::init([](const std::string& name, pyb::object period, pyb::args, pyb::kwargs) {
+             // PopART's (name, tileSet, exchangeStrategy) overload: a second argument that is no
+             // integer is a tile set.
+             if (!PyIndex_Check(period.ptr())) return AnchorReturnType(name);
              return AnchorReturnType(name, static_cast<int>(checkedInt(period, "AnchorReturnType: returnPeriod")));
            }),
            pyb::arg("anchorReturnTypeString"), pyb::arg("returnPeriod"))
