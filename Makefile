@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick fuzz fuzz-campaign test-asan test-tsan clean format
+.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
 
 all: build
 
@@ -22,10 +22,11 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # ctest runs JOBS test processes at once, each with its own OpenMP team: passive waiting keeps
-# their idle threads from spinning on the cores the others need.
+# their idle threads from spinning on the cores the others need. GRAFT_VERIFY_PASSES=1 checks the
+# graph after every pass of every pipeline the tests run (src/passes/pass.hpp).
 test: build
-	cd $(BUILD) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
+	cd $(BUILD) && GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
+	GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
 
 # Trains a small CNN on Fashion-MNIST (Debian's dataset-fashion-mnist, which make setup installs) with
 # `graft train`: the model is written by the build (tools/demo_model.cpp) and takes the dataset's IDX
@@ -60,6 +61,13 @@ bench: build .venv-bench/.installed
 
 bench-quick: build .venv-bench/.installed
 	$(BENCH_PY) bench/run.py --quick $(BENCH_ARGS)
+
+# A fresh run (into build/bench-compare, BENCH_ARGS as for bench) diffed against the committed
+# bench/results/results.json: graft's and the other frameworks' times, new/old, flagged where they
+# moved by more than the two runs' own noise (bench/compare.py).
+bench-compare: build .venv-bench/.installed
+	$(BENCH_PY) bench/run.py --out $(BUILD)/bench-compare $(BENCH_ARGS)
+	python3 bench/compare.py $(BUILD)/bench-compare/results.json
 
 # Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
 # models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.
@@ -98,6 +106,15 @@ test-asan: setup
 	  ctest --output-on-failure -j $(JOBS) -E '^conformance$$' && \
 	  tests/conformance --only-crashes --timeout 600
 
+# The unit and backend suites only (what .ci/run runs): builds just their two test programs.
+test-asan-quick: setup
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRAFT_SANITIZE=ON -DGRAFT_PYTHON=OFF \
+	  -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake --build build-asan -j $(JOBS) --target unit_tests backend_tests
+	cd build-asan && export ASAN_OPTIONS=detect_leaks=1 GRAFT_VERIFY_PASSES=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
+	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
+
 # The concurrency tests (one session run from several threads) under ThreadSanitizer. Kernels
 # run on one thread there: libgomp is not instrumented, so OpenMP regions would only add noise.
 test-tsan: setup
@@ -110,5 +127,11 @@ test-tsan: setup
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
 
+# Fails when C++ lines changed since the merge base with FORMAT_BASE (default: main) are not as
+# clang-format writes them (FORMAT_ALL=1: every file, whole).
+FORMAT_BASE ?= main
+format-check:
+	@scripts/format_check.sh $(FORMAT_BASE)
+
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-fuzz build-tsan

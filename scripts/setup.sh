@@ -10,6 +10,7 @@ APT_PACKAGES=(
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libcli11-dev libfmt-dev libdnnl-dev zlib1g-dev
   dataset-fashion-mnist python3-venv python3-dev
+  clang clang-format clang-tidy
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

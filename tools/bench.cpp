@@ -9,7 +9,6 @@
 #include <random>
 #include <set>
 
-#include "backends/cpu/cpu_kernels.hpp"
 #include "cli.hpp"
 #include "format_util.hpp"
 #include "npy.hpp"
@@ -52,27 +51,6 @@ double median(std::vector<double> v) {
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Per op type of the compiled graph: node count and how many have no fast kernel on the cpu
-// backend (they run the op's reference kernel), with the fast kernels' names.
-struct KernelUse {
-  int nodes = 0, reference = 0;
-  std::set<std::string> fast;
-};
-
-std::map<std::string, KernelUse> kernelUse(const ir::Graph& g, bool cpu) {
-  std::map<std::string, KernelUse> use;
-  for (const ir::Node* n : g.nodes()) {
-    KernelUse& u = use[n->type()];
-    ++u.nodes;
-    const backends::cpu::CpuKernelDef* d = cpu ? backends::cpu::CpuKernelRegistry::instance().find(*n) : nullptr;
-    if (d)
-      u.fast.insert(d->name);
-    else
-      ++u.reference;
-  }
-  return use;
 }
 
 }  // namespace
@@ -160,22 +138,17 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   out << fmt::format("rate      {:.2f} batches/s\n", bps / med);
 
   if (!o.profile) return;
-  const auto* plan = session->impl().lastPlan;
-  GRAFT_ASSERT(plan && plan->graph, "no compiled plan after running");
-  auto use = kernelUse(*plan->graph, o.device == "cpu");
   auto prof = session->profile();
   double total = 0;
   for (const auto& e : prof) total += e.seconds;
   int runs = o.warmup + static_cast<int>(times.size());
   out << fmt::format(
-      "profile   per step, over {} steps (warm-up included); kernels: fast ones by name, "
-      "'reference' for nodes without a fast kernel\n",
+      "profile   per step, over {} steps (warm-up included); kernels: the ones the compiled steps ran, "
+      "with oneDNN's implementation in parentheses ('reference': the op's reference kernel)\n",
       runs);
   out << fmt::format("  {:<24} {:>6} {:>11} {:>6}  {}\n", "op", "calls", "ms/step", "%", "kernels");
   for (const auto& e : prof) {
-    const KernelUse& u = use[e.opType];
-    std::string k = fmt::format("{}", fmt::join(u.fast, ", "));
-    if (u.reference) k += fmt::format("{}reference ({} of {} nodes)", k.empty() ? "" : ", ", u.reference, u.nodes);
+    std::string k = fmt::format("{}", fmt::join(e.kernels, ", "));
     out << fmt::format("  {:<24} {:>6} {:>11.3f} {:>5.1f}%  {}\n", e.opType, e.calls / std::max(1, runs),
                        e.seconds / runs * 1e3, total > 0 ? 100 * e.seconds / total : 0.0, k);
   }

@@ -202,7 +202,7 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   try {
     if (inspect->parsed()) {
       inspectCommand(io, out);
-      if (mo.memory) {
+      if (mo.memory || mo.kernels) {
         mo.dims = io.dims;
         printMemoryPlan(io.model, mo, out);
       }

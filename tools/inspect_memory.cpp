@@ -14,6 +14,8 @@ namespace graft::tools {
 
 void addMemoryOptions(CLI::App& inspect, MemoryInspectOptions& o) {
   inspect.add_flag("--memory", o.memory, "Compile for the cpu device and print the static memory plan");
+  inspect.add_flag("--kernels", o.kernels,
+                   "Compile for the cpu device and print the kernel (and oneDNN implementation) of every step");
   inspect.add_option("--loss", o.loss, "With --memory: plan a training step (SGD) that minimises this tensor")
       ->type_name("TENSOR");
 }
@@ -59,9 +61,23 @@ void printMemoryPlan(const std::string& model, const MemoryInspectOptions& o, st
                                                    SGD({{"defaultLearningRate", {0.01f, true}}}), device, shapes);
   }
   session->prepareDevice();
-  MemoryPlanSummary plan = session->memoryPlan(o.perValue);
-  out << "memory plan (" << (o.loss.empty() ? "inference" : "training step, loss " + o.loss) << ", cpu device)\n"
-      << plan.text;
+  std::string what = o.loss.empty() ? "inference" : "training step, loss " + o.loss;
+  if (o.memory) {
+    MemoryPlanSummary plan = session->memoryPlan(o.perValue);
+    out << "memory plan (" << what << ", cpu device)\n" << plan.text;
+  }
+  if (o.kernels) {
+    const auto* plan = &session->impl().anyPlan();
+    std::vector<const plan::Executable*> exes;
+    if (plan->exe) exes.push_back(plan->exe.get());
+    if (plan->staged)
+      for (const auto& e : plan->staged->exes) exes.push_back(e.get());
+    out << "kernels (" << what << ", cpu device): the kernel each step runs, as compiled\n";
+    for (const plan::Executable* exe : exes)
+      for (const plan::StepKernel& k : exe->stepKernels())
+        out << fmt::format("  {:<48} {:<20} {}{}\n", k.node, k.opType, k.kernel,
+                           k.implementation.empty() ? "" : " (" + k.implementation + ")");
+  }
 }
 
 }  // namespace graft::tools

@@ -1,5 +1,5 @@
 #pragma once
-// `graft inspect --memory`: compiles a model for the cpu device (inference, or a training step
+// `graft inspect --memory` / `--kernels`: compiles a model for the cpu device (inference, or a training step
 // with --loss) and prints its static memory plan: the arena's peak, where every value lives
 // (arena offset, view, in place or heap, with the reason) and its live range over the schedule.
 #include <iosfwd>
@@ -14,6 +14,7 @@ namespace graft::tools {
 
 struct MemoryInspectOptions {
   bool memory = false;              ///< print the memory plan
+  bool kernels = false;             ///< print the kernel of every compiled step
   std::string loss;                 ///< plan a training step (SGD) with this loss tensor
   std::vector<std::string> dims;    ///< "NAME=SIZE" for symbolic dimensions (default 1)
   bool perValue = true;             ///< one line per value
@@ -23,7 +24,9 @@ struct MemoryInspectOptions {
 /// copies its values into MemoryInspectOptions::dims).
 void addMemoryOptions(CLI::App& inspect, MemoryInspectOptions& options);
 
-/// Prints the memory plan of `model`; throws graft::Error for a bad model or option.
+/// Prints the memory plan of `model` (options.memory) and the kernel each compiled step runs
+/// (options.kernels: node, op, kernel and oneDNN's implementation, as the backend chose them);
+/// throws graft::Error for a bad model or option.
 void printMemoryPlan(const std::string& model, const MemoryInspectOptions& options, std::ostream& out);
 
 }  // namespace graft::tools

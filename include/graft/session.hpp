@@ -31,6 +31,9 @@ struct OpProfile {
   std::string opType;
   int64_t calls = 0;
   double seconds = 0;
+  /// The kernels that ran: the names the backend recorded when compiling ("reference",
+  /// "onednn_conv (brgconv:avx512_core)", ...).
+  std::vector<std::string> kernels;
 };
 
 /// The static memory plan of a compiled step (Session::memoryPlan): one arena holds every value

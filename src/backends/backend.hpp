@@ -4,15 +4,24 @@
 // elsewhere.
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "passes/pass.hpp"
 #include "plan/executable.hpp"
 
 namespace graft::backends {
+
+/// What a graph is compiled for: an inference step, or a training step (forward, backward and
+/// optimizer graph, whose weights change every step).
+enum class PassMode { Inference, Training };
 
 class Backend : public plan::KernelProvider {
  public:
   /// Number of threads kernels may use.
   virtual int numThreads() const = 0;
+  /// The passes (ids, in order) run on a graph before it is compiled for this backend. They begin
+  /// with passes::commonPrefix(); a backend without passes of its own runs just that.
+  virtual const std::vector<std::string>& passes(PassMode) const { return passes::commonPrefix(); }
 };
 
 /// The golden model: reference kernels only.

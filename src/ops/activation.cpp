@@ -71,70 +71,24 @@ KernelFactory preluKernel() {
 
 }  // namespace
 
+// Relu, Sigmoid, Tanh, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Softplus, Softsign,
+// ThresholdedRelu and ai.graphcore Gelu are rows of the elementwise table (elementwise_table.hpp):
+// their reference kernels come from there. The ops below need more than a formula.
 GRAFT_REGISTER_OPS(activation) {
-  r.add("Relu").setReference(unaryKernel<kSignedNumeric>([](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); }))
-      .elementwise().inplace(0);
-  r.add("Sigmoid").setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    return x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x));
-  })).elementwise().inplace(0);
-  r.add("Tanh").setReference(unaryKernel<kFloats>([](auto x) { return std::tanh(x); })).elementwise().inplace(0);
-  r.add("LeakyRelu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 0.01f);
-    return [alpha](auto x) { return x >= decltype(x)(0) ? x : static_cast<decltype(x)>(alpha) * x; };
-  })).elementwise().inplace(0);
-  r.add("Elu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 1.0f);
-    return [alpha](auto x) { return x >= decltype(x)(0) ? x : static_cast<decltype(x)>(alpha) * (std::exp(x) - decltype(x)(1)); };
-  })).elementwise().inplace(0);
-  r.add("Selu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 1.67326319217681884765625f);
-    float gamma = c.node().attrFloat("gamma", 1.05070102214813232421875f);
-    return [alpha, gamma](auto x) {
-      using C = decltype(x);
-      return static_cast<C>(gamma) * (x > C(0) ? x : static_cast<C>(alpha) * (std::exp(x) - C(1)));
-    };
-  })).elementwise().inplace(0);
-  r.add("Celu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 1.0f);
-    GRAFT_CHECK(alpha != 0.0f, "{}: alpha must be nonzero (it divides x)", c.node().describe());
-    return [alpha](auto x) {
-      using C = decltype(x);
-      C a = static_cast<C>(alpha);
-      return std::max(C(0), x) + std::min(C(0), a * (std::exp(x / a) - C(1)));
-    };
-  })).elementwise().inplace(0);
-  r.add("HardSigmoid").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 0.2f), beta = c.node().attrFloat("beta", 0.5f);
-    return [alpha, beta](auto x) {
-      using C = decltype(x);
-      return std::max(C(0), std::min(C(1), static_cast<C>(alpha) * x + static_cast<C>(beta)));
-    };
-  })).elementwise().inplace(0);
-  r.add("HardSwish").setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    return x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5)));
-  })).elementwise().inplace(0);
-  r.add("Softplus").setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    return x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-  })).elementwise().inplace(0);
-  r.add("Softsign").setReference(unaryKernel<kFloats>([](auto x) { return x / (decltype(x)(1) + std::abs(x)); }))
-      .elementwise().inplace(0);
-  r.add("ThresholdedRelu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 1.0f);
-    return [alpha](auto x) { return x > static_cast<decltype(x)>(alpha) ? x : decltype(x)(0); };
-  })).elementwise().inplace(0);
+  r.add("Celu")
+      .setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
+        float alpha = c.node().attrFloat("alpha", 1.0f);
+        GRAFT_CHECK(alpha != 0.0f, "{}: alpha must be nonzero (it divides x)", c.node().describe());
+        return [alpha](auto x) {
+          using C = decltype(x);
+          C a = static_cast<C>(alpha);
+          return std::max(C(0), x) + std::min(C(0), a * (std::exp(x / a) - C(1)));
+        };
+      }))
+      .elementwise()
+      .inplace(0);
   r.add("PRelu").setReference(preluKernel()).elementwise();
   r.add("Clip").setReference(clipKernel()).elementwise().noGradient({1, 2});
-  // PopART's Gelu (ai.graphcore): the tanh approximation, as PopART computes it.
-  r.add("Gelu", kGraphcoreDomain).setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    const C k = C(0.7978845608028654);  // sqrt(2/pi)
-    return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
-  })).elementwise().setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-    return std::vector<ir::ValueType>{in.at(0)};
-  });
 }
 
 }  // namespace graft::ops

@@ -18,12 +18,13 @@
 //   FromBlocked(X)                 the inverse; "channels" is C
 //
 // Activations: "activation" (an op type; "" for none), "activation_domain" ("" or
-// ai.graphcore), "activation_alpha" and "activation_beta" (LeakyRelu and Elu alpha, HardSigmoid
-// alpha and beta, Clip min and max).
+// ai.graphcore), "activation_alpha" and "activation_beta": Clip's min and max, or an activation of
+// the elementwise table with a oneDNN post-op (elementwise_table.hpp) and its parameters P0, P1.
 #include <algorithm>
 #include <cstring>
 
 #include "ops/composite.hpp"
+#include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
@@ -145,17 +146,15 @@ ir::Tensor* activation(const ir::Node& n, ir::Graph& g, ir::Tensor* t) {
               n.describe(), dom);
   ir::Attributes a;
   std::vector<ir::Tensor*> in{t};
-  if (dom.empty() && (act == "LeakyRelu" || act == "Elu")) a.set("alpha", alpha);
-  else if (dom.empty() && act == "HardSigmoid") {
-    a.set("alpha", alpha);
-    a.set("beta", beta);
-  } else if (dom.empty() && act == "Clip") {
+  if (dom.empty() && act == "Clip") {
     in.push_back(addScalar(g, alpha));
     in.push_back(addScalar(g, beta));
   } else {
-    static const char* kPlain[] = {"Relu", "Sigmoid", "Tanh", "Softplus", "HardSwish"};
-    bool ok = dom == kGraphcoreDomain ? act == "Gelu" : std::find(std::begin(kPlain), std::end(kPlain), act) != std::end(kPlain);
-    GRAFT_CHECK(ok, "{}: unsupported activation '{}{}'", n.describe(), dom.empty() ? "" : dom + "::", act);
+    const ew::Row* row = ew::find(dom, act);
+    GRAFT_CHECK(row && row->postOp(), "{}: unsupported activation '{}{}'", n.describe(),
+                dom.empty() ? "" : dom + "::", act);
+    if (row->p0[0]) a.set(row->p0, alpha);
+    if (row->p1[0]) a.set(row->p1, beta);
   }
   return addInner(g, act, dom, in, a);
 }

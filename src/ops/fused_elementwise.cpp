@@ -1,6 +1,7 @@
 // graft's fused elementwise ops (domain ai.graft), created by the passes fuse-elementwise and
 // fuse-gelu, never by models: FusedElementwise (a chain of elementwise ops in one loop, see
-// fused_program.hpp) and GeluErf (GELU in its erf form, x/2 (1 + erf(x / sqrt 2))).
+// fused_program.hpp). GeluErf (GELU in its erf form, x/2 (1 + erf(x / sqrt 2))) is a row of the
+// elementwise table.
 #include "ops/fused_program.hpp"
 
 #include <cmath>
@@ -14,29 +15,13 @@
 namespace graft::ops {
 namespace fused {
 
-namespace {
-struct CodeInfo {
-  const char* name;
-  int arity;
-  bool predicate;
-};
-constexpr CodeInfo kCodes[] = {
-    {"Const", 0, false},     {"Add", 2, false},         {"Sub", 2, false},         {"Mul", 2, false},
-    {"Div", 2, false},       {"Pow", 2, false},         {"Max", 2, false},         {"Min", 2, false},
-    {"Neg", 1, false},       {"Abs", 1, false},         {"Exp", 1, false},         {"Log", 1, false},
-    {"Sqrt", 1, false},      {"Reciprocal", 1, false},  {"Tanh", 1, false},        {"Sigmoid", 1, false},
-    {"Relu", 1, false},      {"Erf", 1, false},         {"LeakyRelu", 1, false},   {"GeluTanh", 1, false},
-    {"GeluErf", 1, false},   {"Softplus", 1, false},    {"Where", 3, false},       {"Greater", 2, true},
-    {"Less", 2, true},       {"GreaterOrEqual", 2, true}, {"LessOrEqual", 2, true}, {"Equal", 2, true},
-    {"Not", 1, true},        {"And", 2, true},          {"Or", 2, true},           {"Sign", 1, false},
-    {"Floor", 1, false},     {"Ceil", 1, false},        {"Square", 1, false},
-};
-static_assert(sizeof(kCodes) / sizeof(kCodes[0]) == static_cast<size_t>(Code::Count));
-}  // namespace
-
-int arity(Code c) { return kCodes[static_cast<int>(c)].arity; }
-const char* codeName(Code c) { return kCodes[static_cast<int>(c)].name; }
-bool isPredicate(Code c) { return kCodes[static_cast<int>(c)].predicate; }
+const ew::Row& row(Code c) {
+  GRAFT_ASSERT(c >= Code::Const && c < Code::Count, "FusedElementwise: bad instruction code {}", static_cast<int>(c));
+  return ew::row(kOpOf[static_cast<int>(c)]);
+}
+int arity(Code c) { return row(c).arity; }
+const char* codeName(Code c) { return row(c).name; }
+bool isPredicate(Code c) { return row(c).predicate; }
 
 Program Program::fromNode(const ir::Node& n) {
   Program p;
@@ -100,7 +85,7 @@ std::string Program::str() const {
     s += fmt::format("r{} = {}", numInputs + i, codeName(in.code));
     for (int32_t r : {in.a, in.b, in.c})
       if (r >= 0) s += fmt::format(" r{}", r);
-    if (in.code == Code::Const || in.code == Code::LeakyRelu) s += fmt::format(" {}", in.imm);
+    if (in.code == Code::Const || row(in.code).p0[0]) s += fmt::format(" {}", in.imm);
     s += "\n";
   }
   return s;
@@ -112,53 +97,17 @@ namespace {
 
 using fused::Code;
 
-// One instruction on compute-type values, with each op's reference formula.
+// One instruction on compute-type values: the row's reference formula.
 template <class C>
 C evalInstr(const fused::Instr& in, const C* r) {
-  C a = in.a >= 0 ? r[in.a] : C(0), b = in.b >= 0 ? r[in.b] : C(0);
+  C a = in.a >= 0 ? r[in.a] : C(0), b = in.b >= 0 ? r[in.b] : C(0), c = in.c >= 0 ? r[in.c] : C(0);
+  C imm = static_cast<C>(in.imm);
   switch (in.code) {
-    case Code::Const: return static_cast<C>(in.imm);
-    case Code::Add: return a + b;
-    case Code::Sub: return a - b;
-    case Code::Mul: return a * b;
-    case Code::Div: return a / b;
-    case Code::Pow: return static_cast<C>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-    case Code::Max:
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
-      return a > b ? a : b;
-    case Code::Min:
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
-      return a < b ? a : b;
-    case Code::Neg: return -a;
-    case Code::Abs: return a < 0 ? -a : a;
-    case Code::Exp: return std::exp(a);
-    case Code::Log: return std::log(a);
-    case Code::Sqrt: return std::sqrt(a);
-    case Code::Reciprocal: return C(1) / a;
-    case Code::Tanh: return std::tanh(a);
-    case Code::Sigmoid: return a >= C(0) ? C(1) / (C(1) + std::exp(-a)) : std::exp(a) / (C(1) + std::exp(a));
-    case Code::Relu: return a > C(0) ? a : C(0);
-    case Code::Erf: return std::erf(a);
-    case Code::LeakyRelu: return a >= C(0) ? a : static_cast<C>(in.imm) * a;
-    case Code::GeluTanh: {
-      const C k = C(0.7978845608028654);
-      return C(0.5) * a * (C(1) + std::tanh(k * (a + C(0.044715) * a * a * a)));
-    }
-    case Code::GeluErf: return C(0.5) * a * (C(1) + std::erf(a * C(0.70710678118654752440)));
-    case Code::Softplus: return a > C(0) ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
-    case Code::Where: return a != C(0) ? b : r[in.c];
-    case Code::Greater: return a > b ? C(1) : C(0);
-    case Code::Less: return a < b ? C(1) : C(0);
-    case Code::GreaterOrEqual: return a >= b ? C(1) : C(0);
-    case Code::LessOrEqual: return a <= b ? C(1) : C(0);
-    case Code::Equal: return a == b ? C(1) : C(0);
-    case Code::Not: return a == C(0) ? C(1) : C(0);
-    case Code::And: return (a != C(0) && b != C(0)) ? C(1) : C(0);
-    case Code::Or: return (a != C(0) || b != C(0)) ? C(1) : C(0);
-    case Code::Sign: return a > C(0) ? C(1) : (a < C(0) ? C(-1) : C(0));
-    case Code::Floor: return std::floor(a);
-    case Code::Ceil: return std::ceil(a);
-    case Code::Square: return a * a;
+#define GRAFT_EW_X(Id, ...) \
+  case Code::Id:            \
+    return ew::Formula<ew::Op::Id>::eval<ew::StdMath, C>(a, b, c, imm, C(0));
+    GRAFT_EW_PROGRAM(GRAFT_EW_X)
+#undef GRAFT_EW_X
     case Code::Count: break;
   }
   GRAFT_THROW("FusedElementwise: bad instruction code {}", static_cast<int>(in.code));
@@ -238,16 +187,7 @@ std::vector<ir::ValueType> inferFused(const ir::Node& n, const std::vector<ir::V
 
 GRAFT_REGISTER_OPS(fused_elementwise) {
   r.add("FusedElementwise", kGraftDomain).setReference(fusedReference).setInfer(inferFused).elementwise().inplace(0);
-  r.add("GeluErf", kGraftDomain)
-      .setReference(unaryKernel<kFloats>([](auto x) {
-        using C = decltype(x);
-        return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
-      }))
-      .elementwise()
-      .inplace(0)
-      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-        return std::vector<ir::ValueType>{in.at(0)};
-      });
+  // GeluErf is a row of the elementwise table (elementwise_table.hpp).
 }
 
 }  // namespace graft::ops

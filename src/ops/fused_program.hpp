@@ -12,49 +12,34 @@
 #include <vector>
 
 #include "ir/graph.hpp"
+#include "ops/elementwise_table.hpp"
 
 namespace graft::ops::fused {
 
-/// Instruction codes. Their numbers are stored in graphs: append, never renumber.
+/// Instruction codes: the rows of GRAFT_EW_PROGRAM (ops/elementwise_table.hpp), whose Code
+/// column gives the numbers. They are stored in graphs: append, never renumber.
 enum class Code : int32_t {
-  Const = 0,  ///< imm
-  Add = 1,
-  Sub = 2,
-  Mul = 3,
-  Div = 4,
-  Pow = 5,  ///< as the Pow op: computed in double
-  Max = 6,  ///< NaN if either is NaN
-  Min = 7,
-  Neg = 8,
-  Abs = 9,
-  Exp = 10,
-  Log = 11,
-  Sqrt = 12,
-  Reciprocal = 13,
-  Tanh = 14,
-  Sigmoid = 15,
-  Relu = 16,
-  Erf = 17,
-  LeakyRelu = 18,  ///< imm: alpha
-  GeluTanh = 19,   ///< ai.graphcore Gelu
-  GeluErf = 20,    ///< ai.graft GeluErf
-  Softplus = 21,
-  Where = 22,  ///< a ? b : c
-  Greater = 23,
-  Less = 24,
-  GreaterOrEqual = 25,
-  LessOrEqual = 26,
-  Equal = 27,
-  Not = 28,
-  And = 29,
-  Or = 30,
-  Sign = 31,
-  Floor = 32,
-  Ceil = 33,
-  Square = 34,  ///< a * a (Pow with the exponent 2)
-  Count = 35,
+#define GRAFT_EW_X(Id, Type, Dom, Num, ...) Id = Num,
+  GRAFT_EW_PROGRAM(GRAFT_EW_X)
+#undef GRAFT_EW_X
+      Count
 };
 
+/// The table row of each code.
+inline constexpr ew::Op kOpOf[] = {
+#define GRAFT_EW_X(Id, ...) ew::Op::Id,
+    GRAFT_EW_PROGRAM(GRAFT_EW_X)
+#undef GRAFT_EW_X
+};
+constexpr bool codesInOrder() {
+  for (size_t i = 0; i < sizeof(kOpOf) / sizeof(kOpOf[0]); ++i)
+    if (ew::row(kOpOf[i]).code != static_cast<int32_t>(i)) return false;
+  return true;
+}
+static_assert(codesInOrder(), "GRAFT_EW_PROGRAM rows must have the codes 0, 1, 2, ... in order");
+
+/// The table row of an instruction code.
+const ew::Row& row(Code c);
 /// Number of register operands of an instruction.
 int arity(Code c);
 /// Readable name ("Add", "LeakyRelu", ...).

@@ -230,7 +230,6 @@ GRAFT_REGISTER_OPS(math) {
   r.add("And").setReference(compareKernel<kBool>([](bool a, bool b) { return a && b; })).elementwise();
   r.add("Or").setReference(compareKernel<kBool>([](bool a, bool b) { return a || b; })).elementwise();
   r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();
-  r.add("Not").setReference(unaryKernel<kBool>([](bool a) { return !a; })).elementwise();
 
   r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
   r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
@@ -244,36 +243,10 @@ GRAFT_REGISTER_OPS(math) {
   }, false)).elementwise();
   r.add("Where").setReference(whereKernel()).elementwise().inplace(1).noGradient({0});
 
-  // Unary math.
-  r.add("Abs").setReference(unaryKernel<kNumeric>([](auto x) {
-    using C = decltype(x);
-    if constexpr (std::is_unsigned_v<C>) return x;
-    else return static_cast<C>(x < 0 ? -x : x);
-  })).elementwise().inplace(0);
-  r.add("Neg").setReference(unaryKernel<kSignedNumeric>([](auto x) { return static_cast<decltype(x)>(-x); })).elementwise().inplace(0);
-  r.add("Sign").setReference(unaryKernel<kNumeric>([](auto x) {
-    using C = decltype(x);
-    return static_cast<C>(x > C(0) ? 1 : (x < C(0) ? -1 : 0));
-  })).elementwise();
-  r.add("Exp").setReference(unaryKernel<kFloats>([](auto x) { return std::exp(x); })).elementwise().inplace(0);
-  r.add("Log").setReference(unaryKernel<kFloats>([](auto x) { return std::log(x); })).elementwise().inplace(0);
-  r.add("Sqrt").setReference(unaryKernel<kFloats>([](auto x) { return std::sqrt(x); })).elementwise().inplace(0);
-  r.add("Reciprocal").setReference(unaryKernel<kFloats>([](auto x) { return decltype(x)(1) / x; })).elementwise().inplace(0);
-  r.add("Floor").setReference(unaryKernel<kFloats>([](auto x) { return std::floor(x); })).elementwise();
-  r.add("Ceil").setReference(unaryKernel<kFloats>([](auto x) { return std::ceil(x); })).elementwise();
+  // Unary math: Abs, Neg, Sign, Exp, Log, Sqrt, Reciprocal, Floor, Ceil, Not, Erf and the
+  // trigonometric and hyperbolic functions are rows of the elementwise table
+  // (elementwise_table.hpp), which registers their reference kernels.
   r.add("Round").setReference(unaryKernel<kFloats>([](auto x) { return roundHalfEven(x); })).elementwise();
-  r.add("Sin").setReference(unaryKernel<kFloats>([](auto x) { return std::sin(x); })).elementwise();
-  r.add("Cos").setReference(unaryKernel<kFloats>([](auto x) { return std::cos(x); })).elementwise();
-  r.add("Tan").setReference(unaryKernel<kFloats>([](auto x) { return std::tan(x); })).elementwise();
-  r.add("Asin").setReference(unaryKernel<kFloats>([](auto x) { return std::asin(x); })).elementwise();
-  r.add("Acos").setReference(unaryKernel<kFloats>([](auto x) { return std::acos(x); })).elementwise();
-  r.add("Atan").setReference(unaryKernel<kFloats>([](auto x) { return std::atan(x); })).elementwise();
-  r.add("Sinh").setReference(unaryKernel<kFloats>([](auto x) { return std::sinh(x); })).elementwise();
-  r.add("Cosh").setReference(unaryKernel<kFloats>([](auto x) { return std::cosh(x); })).elementwise();
-  r.add("Asinh").setReference(unaryKernel<kFloats>([](auto x) { return std::asinh(x); })).elementwise();
-  r.add("Acosh").setReference(unaryKernel<kFloats>([](auto x) { return std::acosh(x); })).elementwise();
-  r.add("Atanh").setReference(unaryKernel<kFloats>([](auto x) { return std::atanh(x); })).elementwise();
-  r.add("Erf").setReference(unaryKernel<kFloats>([](auto x) { return std::erf(x); })).elementwise().inplace(0);
   r.add("IsNaN").setReference(isNanKernel()).elementwise();
   r.add("IsInf").setReference(isInfKernel()).elementwise();
 }

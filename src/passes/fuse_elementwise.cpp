@@ -14,11 +14,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/elementwise_table.hpp"
 #include "ops/fused_program.hpp"
 #include "ops/registry.hpp"
 #include "passes/pass.hpp"
-#include "support/float16.hpp"
 #include "support/check.hpp"
+#include "support/float16.hpp"
 
 namespace graft::passes {
 namespace {
@@ -69,65 +70,24 @@ bool isZeros(const ir::Tensor* t) {
 std::optional<Mapping> mapNode(const ir::Node& n) {
   Mapping m;
   const std::string& t = n.type();
-  auto unary = [&](Code c) {
-    if (n.numInputs() != 1) return false;
-    m.codes = {c};
-    m.operands = {0};
-    return true;
-  };
-  auto binary = [&](Code c) {
-    if (n.numInputs() != 2 || !n.input(0) || !n.input(1)) return false;
-    m.codes = {c};
-    m.operands = {0, 1};
-    return true;
-  };
-  if (n.domain() == ops::kGraphcoreDomain) {
-    if (t == "Gelu" && unary(Code::GeluTanh)) return m;
-    return std::nullopt;
-  }
-  if (n.domain() == ops::kGraftDomain) {
-    if (t == "GeluErf" && unary(Code::GeluErf)) return m;
-    return std::nullopt;
+  // Sum of two is Add; Pow by 2 is Square; Clip is below.
+  const ops::ew::Row* row =
+      n.domain().empty() && t == "Sum" ? &ops::ew::row(ops::ew::Op::Add) : ops::ew::find(n.domain(), t);
+  if (row && row->code >= 0) {
+    if (n.numInputs() != static_cast<size_t>(row->arity)) return std::nullopt;
+    for (int i = 0; i < row->arity; ++i) {
+      if (!n.input(i)) return std::nullopt;
+      m.operands.push_back(i);
+    }
+    m.codes = {static_cast<Code>(row->code)};
+    m.imm = ops::ew::params(*row, n).p0;
+    m.predicate = row->predicate;
+    m.boolInputs = row->types == ops::ew::Types::Bool;
+    if (row->op == ops::ew::Op::Pow)
+      if (auto v = scalarValue(n.input(1)); v && *v == 2.0) m.codes = {Code::Square}, m.operands = {0};
+    return m;
   }
   if (!n.domain().empty()) return std::nullopt;
-  static const std::unordered_map<std::string, Code> kUnary = {
-      {"Neg", Code::Neg},   {"Abs", Code::Abs},         {"Exp", Code::Exp},         {"Log", Code::Log},
-      {"Sqrt", Code::Sqrt}, {"Reciprocal", Code::Reciprocal}, {"Tanh", Code::Tanh}, {"Sigmoid", Code::Sigmoid},
-      {"Relu", Code::Relu}, {"Erf", Code::Erf},         {"Softplus", Code::Softplus}, {"Sign", Code::Sign},
-      {"Floor", Code::Floor}, {"Ceil", Code::Ceil}};
-  static const std::unordered_map<std::string, Code> kBinary = {
-      {"Add", Code::Add}, {"Sub", Code::Sub}, {"Mul", Code::Mul}, {"Div", Code::Div}, {"Max", Code::Max}, {"Min", Code::Min}};
-  static const std::unordered_map<std::string, Code> kCompare = {
-      {"Greater", Code::Greater}, {"Less", Code::Less}, {"GreaterOrEqual", Code::GreaterOrEqual},
-      {"LessOrEqual", Code::LessOrEqual}, {"Equal", Code::Equal}};
-  if (auto it = kUnary.find(t); it != kUnary.end()) return unary(it->second) ? std::optional(m) : std::nullopt;
-  if (auto it = kBinary.find(t); it != kBinary.end()) return binary(it->second) ? std::optional(m) : std::nullopt;
-  if (t == "Sum" && binary(Code::Add)) return m;
-  if (auto it = kCompare.find(t); it != kCompare.end()) {
-    if (!binary(it->second)) return std::nullopt;
-    m.predicate = true;
-    return m;
-  }
-  if (t == "Not" || t == "And" || t == "Or") {
-    bool ok = t == "Not" ? unary(Code::Not) : binary(t == "And" ? Code::And : Code::Or);
-    if (!ok) return std::nullopt;
-    m.predicate = m.boolInputs = true;
-    return m;
-  }
-  if (t == "Pow") {
-    if (!binary(Code::Pow)) return std::nullopt;
-    if (auto v = scalarValue(n.input(1)); v && *v == 2.0) m.codes = {Code::Square}, m.operands = {0};
-    return m;
-  }
-  if (t == "LeakyRelu" && unary(Code::LeakyRelu)) {
-    m.imm = n.attrFloat("alpha", 0.01f);
-    return m;
-  }
-  if (t == "Where" && n.numInputs() == 3 && n.input(0) && n.input(1) && n.input(2)) {
-    m.codes = {Code::Where};
-    m.operands = {0, 1, 2};
-    return m;
-  }
   if (t == "Clip" && n.input(0)) {
     // min(max(x, lo), hi): the same values as Clip, NaN included.
     bool lo = n.hasInput(1), hi = n.hasInput(2);

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
@@ -34,18 +35,8 @@ bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes
   if (act.numOutputs() != 1 || !isFloat(act.output(0))) return false;
   float alpha = 0.f, beta = 0.f;
   const std::string& t = act.type();
-  if (act.domain() == ops::kGraphcoreDomain) {
-    if (t != "Gelu") return false;
-  } else if (!act.domain().empty()) {
-    return false;
-  } else if (t == "LeakyRelu") {
-    alpha = act.attrFloat("alpha", 0.01f);
-  } else if (t == "Elu") {
-    alpha = act.attrFloat("alpha", 1.f);
-  } else if (t == "HardSigmoid") {
-    alpha = act.attrFloat("alpha", 0.2f);
-    beta = act.attrFloat("beta", 0.5f);
-  } else if (t == "Clip") {
+  if (act.domain().empty() && t == "Clip") {
+    // Clip's bounds are inputs: constant ones become the post-op's.
     alpha = -std::numeric_limits<float>::infinity();
     beta = std::numeric_limits<float>::infinity();
     if (act.hasInput(1)) {
@@ -60,10 +51,14 @@ bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes
     }
     // NaN bounds, or min > max (every element becomes max): leave those to Clip itself.
     if (!(alpha <= beta)) return false;
-  } else if (t != "Relu" && t != "Sigmoid" && t != "Tanh" && t != "Softplus" && t != "HardSwish") {
-    return false;
+  } else {
+    // The activations of the elementwise table with a oneDNN post-op.
+    const ops::ew::Row* row = ops::ew::find(act.domain(), t);
+    if (!row || !row->postOp() || act.numInputs() != 1) return false;
+    ops::ew::Row::Params p = ops::ew::params(*row, act);
+    alpha = p.p0;
+    beta = p.p1;
   }
-  if (t != "Clip" && act.numInputs() != 1) return false;
   attrs.set("activation", t);
   if (!act.domain().empty()) attrs.set("activation_domain", act.domain());
   if (alpha != 0.f) attrs.set("activation_alpha", alpha);

@@ -17,8 +17,9 @@ ir::Node* soleConsumer(const ir::Tensor* t);
 /// constant for this compilation.
 bool isConstant(const ir::Tensor* t, const PassContext& ctx);
 
-/// A fusable activation: ai.onnx Relu, LeakyRelu, Sigmoid, Tanh, Elu, Softplus, HardSwish,
-/// HardSigmoid, Clip (with constant or absent bounds), ai.graphcore Gelu. Sets the fused node's
+/// A fusable activation: a row of the elementwise table with a oneDNN post-op (ai.onnx Relu,
+/// LeakyRelu, Sigmoid, Tanh, Elu, Softplus, HardSwish, HardSigmoid, ai.graphcore Gelu), or Clip
+/// (with constant or absent bounds). Sets the fused node's
 /// activation attributes ("activation", "activation_domain", "activation_alpha",
 /// "activation_beta") in `attrs`; returns false for anything else.
 bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes& attrs);

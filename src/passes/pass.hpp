@@ -18,10 +18,13 @@ struct PassContext {
   /// Fold only results up to this many bytes (larger results stay computed at run time).
   size_t foldLimitBytes = size_t{64} << 20;
   /// Debug switches: verify the graph after every pass; dump it after the pass with this id;
-  /// stop after this many passes (-1: run all).
+  /// stop after this many passes (-1: run all); stop after the first run of the pass with this
+  /// id. The environment sets them too (runPipeline reads it): GRAFT_VERIFY_PASSES=1 (make test
+  /// sets it), GRAFT_DUMP_AFTER_PASS=<id>, GRAFT_STOP_AFTER_PASS=<id>.
   bool verifyEachPass = false;
   std::string dumpAfter;
   int stopAfter = -1;
+  std::string stopAfterPass;
   /// Where dumps go (default: the log at info level).
   std::function<void(const std::string& passId, const std::string& text)> dump;
 };
@@ -42,18 +45,16 @@ void registerPass(const std::string& id, PassFactory f);
 std::vector<std::string> passIds();
 /// Creates the pass; throws graft::Error listing the known ids when `id` is unknown.
 std::unique_ptr<Pass> createPass(const std::string& id);
-/// Runs the passes in order (with the debug switches of `ctx`).
+/// Runs the passes in order (with the debug switches of `ctx` and of the environment).
 void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassContext& ctx);
 
-// Pipelines.
-/// Before compiling a graph for inference: exact types and shapes, constants folded, dead ops gone.
-const std::vector<std::string>& inferencePipeline();
-/// The cpu backend's inference pipeline: inferencePipeline() plus weight freezing, fusions into
-/// ai.graft ops (oneDNN post-ops) and the channel-blocked layout assignment.
-const std::vector<std::string>& cpuInferencePipeline();
-/// The cpu backend's pipeline for a training step (forward, backward and optimizer graph): common
-/// subexpressions and elementwise fusion; in-place reuse is decided by the memory plan.
-const std::vector<std::string>& cpuTrainingPipeline();
+// Pipelines. Each backend owns its own (backends::Backend::passes); they all begin with the
+// common prefix.
+/// What every pipeline begins with: exact types and shapes, gradients expanded, constants folded,
+/// dead ops gone. Also the whole pipeline of a backend without passes of its own (reference).
+const std::vector<std::string>& commonPrefix();
+/// commonPrefix() followed by `rest`.
+std::vector<std::string> withCommonPrefix(const std::vector<std::string>& rest);
 
 }  // namespace graft::passes
 

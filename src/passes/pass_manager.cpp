@@ -1,4 +1,7 @@
 #include "passes/pass.hpp"
+
+#include <cstdlib>
+
 #include "support/check.hpp"
 #include "support/logging.hpp"
 
@@ -24,7 +27,19 @@ std::unique_ptr<Pass> createPass(const std::string& id) {
   return it->second();
 }
 
+namespace {
+std::string envString(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+}  // namespace
+
 void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassContext& ctx) {
+  static const bool envVerify = !envString("GRAFT_VERIFY_PASSES").empty() && envString("GRAFT_VERIFY_PASSES") != "0";
+  static const std::string envDump = envString("GRAFT_DUMP_AFTER_PASS"), envStop = envString("GRAFT_STOP_AFTER_PASS");
+  bool verify = ctx.verifyEachPass || envVerify;
+  const std::string& dumpAfter = ctx.dumpAfter.empty() ? envDump : ctx.dumpAfter;
+  const std::string& stopAfterPass = ctx.stopAfterPass.empty() ? envStop : ctx.stopAfterPass;
   int count = 0;
   for (const auto& id : pipeline) {
     if (ctx.stopAfter >= 0 && count >= ctx.stopAfter) break;
@@ -32,22 +47,26 @@ void runPipeline(ir::Graph& g, const std::vector<std::string>& pipeline, PassCon
     bool changed = pass->run(g, ctx);
     ++count;
     GRAFT_LOG_DEBUG("pass {}: {}", id, changed ? "changed the graph" : "no change");
-    if (ctx.verifyEachPass) {
+    if (verify) {
       try {
         ir::verifyGraph(g);
       } catch (const Error& e) {
         throw InternalError(fmt::format("graph invalid after pass '{}': {}", id, e.what()));
       }
     }
-    if (ctx.dumpAfter == id) {
+    if (dumpAfter == id) {
       std::string text = ir::printGraph(g);
       if (ctx.dump) ctx.dump(id, text);
       else support::logMessage(support::LogLevel::Info, "graph after pass " + id + ":\n" + text);
     }
+    if (stopAfterPass == id) {
+      GRAFT_LOG_INFO("pipeline stopped after pass {} (stopAfterPass / GRAFT_STOP_AFTER_PASS)", id);
+      break;
+    }
   }
 }
 
-const std::vector<std::string>& inferencePipeline() {
+const std::vector<std::string>& commonPrefix() {
   static const std::vector<std::string> p = {
       "infer-shapes",     // exact dtypes and shapes for the input shapes being compiled
       "expand-gradient",  // Gradient nodes become backward graphs (before folding: it reads the forward graph)
@@ -58,44 +77,9 @@ const std::vector<std::string>& inferencePipeline() {
   return p;
 }
 
-// The fusions of kernel libraries (conv/matmul + bias + activation) go before fuse-elementwise,
-// which then takes the elementwise ops that remain (on blocked arrays too: it runs position-wise).
-const std::vector<std::string>& cpuInferencePipeline() {
-  static const std::vector<std::string> p = {
-      "infer-shapes",      // exact dtypes and shapes for the input shapes being compiled
-      "expand-gradient",   // Gradient nodes become backward graphs (before folding: it reads the forward graph)
-      "fold-constants",    // evaluate what depends only on constants (Shape of static tensors too)
-      "infer-shapes",      // shapes that depended on folded values (Reshape targets, ...)
-      "dce",               // drop what no output needs
-      "cse",               // compute equal expressions once (equal small constants merged first)
-      "constant-weights",  // constantWeights sessions: weights become constants (packed once)
-      "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
-      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
-      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
-      "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
-      "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
-      "fold-transpose",    // Transposes around matrix products become strides (perm_a/b/y, transA/B)
-      "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges
-      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
-      "dce",               // weights folding left unused, reorders nobody reads
-  };
-  return p;
-}
-
-const std::vector<std::string>& cpuTrainingPipeline() {
-  static const std::vector<std::string> p = {
-      "infer-shapes",      // exact dtypes and shapes (the backward graph's too)
-      "expand-gradient",   // Gradient nodes become backward graphs (before folding: it reads the forward graph)
-      "fold-constants",    // constants only: weights change every step
-      "infer-shapes",      // shapes that depended on folded values
-      "dce",               // drop what no output or update needs
-      "cse",               // autodiff repeats subexpressions and constants
-      "fuse-layernorm",    // only where the backward pass reads no intermediate
-      "fuse-gelu",         // likewise
-      "fold-transpose",    // the VJPs' Transposes around matrix products become strides
-      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
-      "dce",               // what the rewrites left unused
-  };
+std::vector<std::string> withCommonPrefix(const std::vector<std::string>& rest) {
+  std::vector<std::string> p = commonPrefix();
+  p.insert(p.end(), rest.begin(), rest.end());
   return p;
 }
 

@@ -106,7 +106,11 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
     for (const ir::Tensor* t : n->implicitInputs()) st.implicit.push_back(slotOf(t));
     PlanCompileContext cc(*n, provider, pool, exe->children_, options);
     try {
-      st.fn = provider.createKernel(cc);
+      KernelChoice choice;
+      st.fn = provider.chooseKernel(cc, choice);
+      st.kernel = choice.kernel;
+      st.implementation = choice.implementation;
+      st.kernelLabel = st.implementation.empty() ? st.kernel : st.kernel + " (" + st.implementation + ")";
     } catch (const InternalError&) {
       throw;
     } catch (const Error& e) {
@@ -234,6 +238,7 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
         e.opType = st.node->type();
         e.calls++;
         e.seconds += dt;
+        e.kernels.insert(st.kernelLabel);
       } else {
         st.fn(kc);
       }
@@ -273,8 +278,16 @@ void Executable::collectProfile(std::unordered_map<std::string, ProfileEntry>& i
     d.opType = e.opType;
     d.calls += e.calls;
     d.seconds += e.seconds;
+    d.kernels.insert(e.kernels.begin(), e.kernels.end());
   }
   for (const auto& c : children_) c->collectProfile(into);
+}
+
+std::vector<StepKernel> Executable::stepKernels() const {
+  std::vector<StepKernel> out;
+  for (const Step& st : steps_)
+    out.push_back({st.node ? st.node->describe() : "", st.node ? st.node->type() : "", st.kernel, st.implementation});
+  return out;
 }
 
 std::vector<ProfileEntry> Executable::profile() const {

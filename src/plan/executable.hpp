@@ -3,6 +3,7 @@
 // release of intermediate values. Subgraphs compile to nested Executables.
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +15,12 @@
 namespace graft::plan {
 
 /// Supplies kernels for nodes; implemented by the backends.
+/// Which kernel a provider chose for a node: its name ("reference", "onednn_conv", ...) and the
+/// implementation a kernel library picked inside it (oneDNN's impl_info_str(); "" when none).
+struct KernelChoice {
+  std::string kernel, implementation;
+};
+
 class KernelProvider {
  public:
   virtual ~KernelProvider() = default;
@@ -21,6 +28,12 @@ class KernelProvider {
   /// True when a kernel exists for this node.
   virtual bool supports(const ir::Node& n) const = 0;
   virtual ops::KernelFn createKernel(ops::CompileContext& ctx) = 0;
+  /// createKernel, saying which kernel it chose (compile() records it in the step; profiles and
+  /// `graft inspect --kernels` read it there). By default: the provider's name.
+  virtual ops::KernelFn chooseKernel(ops::CompileContext& ctx, KernelChoice& choice) {
+    choice = {name(), ""};
+    return createKernel(ctx);
+  }
 };
 
 struct Step {
@@ -28,6 +41,10 @@ struct Step {
   std::vector<int> in, out, implicit;
   std::vector<int> release;  ///< slots whose last use is this step
   const ir::Node* node = nullptr;
+  /// The kernel the step runs (CompileContext::kernelName) and the library's implementation
+  /// inside it ("" when none).
+  std::string kernel, implementation;
+  std::string kernelLabel;  ///< "kernel" or "kernel (implementation)": what profiles show
   /// Per output: its region of the arena (data set once the arena exists).
   std::vector<ops::PlannedOutput> planned;
   std::vector<int64_t> plannedOffset;  ///< -1: not planned
@@ -48,6 +65,15 @@ struct ProfileEntry {
   std::string opType;
   int64_t calls = 0;
   double seconds = 0;
+  /// The kernels the op type's steps ran ("name" or "name (implementation)").
+  std::set<std::string> kernels;
+};
+
+/// The kernel a compiled step runs, for `graft inspect` and tests.
+struct StepKernel {
+  std::string node;  ///< Node::describe()
+  std::string opType;
+  std::string kernel, implementation;
 };
 
 class Executable {
@@ -60,6 +86,8 @@ class Executable {
   const std::vector<std::string>& outputIds() const { return outputIds_; }
   const std::vector<std::string>& outerIds() const { return outerIds_; }
   size_t numSteps() const { return steps_.size(); }
+  /// The kernel of every step, in order (nested subgraphs' steps not included).
+  std::vector<StepKernel> stepKernels() const;
   /// The live value of a Variable or Constant tensor (weights IO reads and writes it), or nullptr.
   ops::Value* persistent(const std::string& id);
 

@@ -48,7 +48,7 @@ void Session::Impl::compileStaged(Plan& p) {
   ctx.dumpAfter = options.dumpGraphAfterPass;
   // The whole graph first: the tensors that cross programs get their final shapes, and folding
   // and dead code elimination happen across program boundaries.
-  passes::runPipeline(g, passes::inferencePipeline(), ctx);
+  passes::runPipeline(g, passes::commonPrefix(), ctx);
   auto st = std::make_unique<Plan::Staged>();
   st->assignment = passes::assignPrograms(g, stageConfig(), lossGradientSeed(g));
   st->graphs = passes::splitPrograms(g, st->assignment);

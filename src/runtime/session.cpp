@@ -451,11 +451,13 @@ std::vector<OpProfile> Session::profile() const {
         m.opType = e.opType;
         m.calls += e.calls;
         m.seconds += e.seconds;
+        m.kernels.insert(e.kernels.begin(), e.kernels.end());
       }
     for (const auto& [k, e] : merged) entries.push_back(e);
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   }
-  for (const auto& e : entries) out.push_back({e.opType, e.calls, e.seconds});
+  for (const auto& e : entries)
+    out.push_back({e.opType, e.calls, e.seconds, std::vector<std::string>(e.kernels.begin(), e.kernels.end())});
   return out;
 }
 

@@ -71,10 +71,8 @@ struct Session::Impl {
             const SessionOptions& opts);
   /// The graph to compile (inference: the model's graph; training adds the backward pass).
   virtual const ir::Graph& sourceGraph() const { return *model.graph; }
-  /// The passes run before compiling: the cpu backend's own for the cpu device.
-  virtual const std::vector<std::string>& pipeline() const {
-    return backend->name() == "cpu" ? passes::cpuInferencePipeline() : passes::inferencePipeline();
-  }
+  /// The passes run before compiling: the backend's own.
+  virtual const std::vector<std::string>& pipeline() const { return backend->passes(backends::PassMode::Inference); }
   virtual bool weightsAreConstant() const { return options.constantWeights; }
   /// Adds to a plan's graph (inputs typed, before anchors are set) what the session kind needs:
   /// training adds the backward pass and the optimizer.

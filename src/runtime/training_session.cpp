@@ -23,11 +23,9 @@ struct TrainingImpl : Session::Impl {
   bool weightsAreConstant() const override { return false; }
   bool isTraining() const override { return true; }
   const ir::Tensor* lossGradientSeed(const ir::Graph& g) const override { return g.findTensor(optim::kLossScalingId); }
-  // Training graphs run the cpu backend's training pipeline: no weight freezing, and fusions
-  // that keep every value the backward pass reads.
-  const std::vector<std::string>& pipeline() const override {
-    return backend->name() == "cpu" ? passes::cpuTrainingPipeline() : passes::inferencePipeline();
-  }
+  // Training graphs run the backend's training pipeline (cpu: no weight freezing, and fusions
+  // that keep every value the backward pass reads).
+  const std::vector<std::string>& pipeline() const override { return backend->passes(backends::PassMode::Training); }
   int accumulationFactor() const override {
     return options.enableGradientAccumulation ? options.accumulationFactor : 1;
   }

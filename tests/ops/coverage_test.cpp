@@ -31,4 +31,24 @@ TEST(OpCoverage, EveryRegisteredOpHasATestSuite) {
                                << ::testing::PrintToString(missing);
 }
 
+// Every op with a VJP must have a finite-difference case: a test of its suite whose name says
+// gradient (TEST(Relu, Gradient), TEST(Conv, GradientStrided), ...; they call gradCheck).
+TEST(VjpCoverage, EveryOpWithAVjpHasAGradientTest) {
+  std::set<std::string> suites;
+  auto* ut = ::testing::UnitTest::GetInstance();
+  for (int i = 0; i < ut->total_test_suite_count(); ++i) {
+    const ::testing::TestSuite* s = ut->GetTestSuite(i);
+    for (int j = 0; j < s->total_test_count(); ++j)
+      if (std::string(s->GetTestInfo(j)->name()).find("Grad") != std::string::npos) suites.insert(s->name());
+  }
+  std::vector<std::string> missing;
+  for (const auto* def : graft::ops::Registry::instance().all()) {
+    if (!def->vjp) continue;
+    std::string suite = suiteNameFor(def->domain, def->type);
+    if (!suites.count(suite)) missing.push_back(suite);
+  }
+  EXPECT_TRUE(missing.empty()) << missing.size() << " op(s) with a VJP have no gradient test in their suite: "
+                               << ::testing::PrintToString(missing);
+}
+
 }  // namespace

@@ -1,23 +1,10 @@
 // Tests of src/ops/matmul.cpp: MatMul and Gemm against a naive triple loop written here.
 #include <limits>
 
-#include "op_test_util.hpp"
+#include "op_case_util.hpp"
 
 namespace graft::testing {
 namespace {
-
-OpCase opCase(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int numOutputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = numOutputs;
-  return c;
-}
-
-NDArray run1(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}) {
-  return runReference(opCase(type, std::move(in), std::move(a))).at(0);
-}
 
 // C = A[M,K] * B[K,N] in double.
 std::vector<double> naive(const std::vector<double>& a, const std::vector<double>& b, int64_t M, int64_t K, int64_t N) {

@@ -2,23 +2,10 @@
 // LayerNormalization, LRN, MeanVarianceNormalization.
 #include <cmath>
 
-#include "op_test_util.hpp"
+#include "op_case_util.hpp"
 
 namespace graft::testing {
 namespace {
-
-OpCase opCase(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int numOutputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = numOutputs;
-  return c;
-}
-
-NDArray run1(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}) {
-  return runReference(opCase(type, std::move(in), std::move(a))).at(0);
-}
 
 // ---- BatchNormalization --------------------------------------------------------------------------
 

@@ -58,6 +58,19 @@ TEST(ReduceMin, GradientNoopWithEmptyAxesIsIdentity) {
   checkAllReductions(std::vector<int64_t>{2}, 0, 1);  // axes given: noop changes nothing
 }
 
+// One case per reduction in its own suite (VjpCoverage counts suites), on top of the loops above.
+TEST(ReduceL1, GradientOneAxis) {
+  EXPECT_TRUE(gradCheck(reduceCase("ReduceL1", inputFor("ReduceL1", {3, 4}, 5), std::vector<int64_t>{1}, 1), {0}));
+}
+TEST(ReduceLogSum, GradientOneAxis) {
+  EXPECT_TRUE(
+      gradCheck(reduceCase("ReduceLogSum", inputFor("ReduceLogSum", {3, 4}, 6), std::vector<int64_t>{0}, 0), {0}));
+}
+TEST(ReduceSumSquare, GradientOneAxis) {
+  EXPECT_TRUE(gradCheck(
+      reduceCase("ReduceSumSquare", inputFor("ReduceSumSquare", {3, 4}, 7), std::vector<int64_t>{1}, 0), {0}));
+}
+
 TEST(ReduceSum, GradientWithComputedAxes) {
   // Axes fed at run time: the VJP cannot read them and must use the tensor.
   NDArray x = rnd({2, 3, 4}, 3);

@@ -19,6 +19,12 @@ NDArray ints(Shape s, std::vector<int64_t> v) { return arr<int64_t>(std::move(s)
 
 // ---- shape.cpp ---------------------------------------------------------------------------------
 
+// Cast and CastLike between floating-point types pass dy back cast to x's type.
+TEST(Cast, Gradient) {
+  EXPECT_TRUE(gradCheck({"Cast", {rnd({2, 3}, 1)}, attrs({{"to", int64_t{11}}})}, {0}));  // DOUBLE
+}
+TEST(CastLike, Gradient) { EXPECT_TRUE(gradCheck({"CastLike", {rnd({2, 3}, 1), rnd({1}, 2)}}, {0})); }
+
 TEST(Concat, Gradient) {
   EXPECT_TRUE(gradCheck({"Concat", {rnd({2, 3}, 1), rnd({2, 1}, 2), rnd({2, 2}, 3)}, attrs({{"axis", int64_t{-1}}})},
                         {0, 1, 2}));

@@ -31,7 +31,7 @@ void setOutputs(ir::Graph& g, const std::vector<std::string>& ids) {
 // Runs g (outputs set) through the sessions' inference pipeline and the reference backend.
 std::vector<NDArray> compileAndRun(ir::Graph& g, const std::vector<NDArray>& inputs) {
   passes::PassContext ctx;
-  passes::runPipeline(g, passes::inferencePipeline(), ctx);
+  passes::runPipeline(g, passes::commonPrefix(), ctx);
   ir::verifyGraph(g);
   auto backend = backends::makeReferenceBackend();
   support::ThreadPool pool(1);

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # required (requirements.txt): a missing torch fails these tests, never skips them
 
 import graft  # noqa: E402
 from conftest import run_model  # noqa: E402

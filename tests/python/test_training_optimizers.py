@@ -10,7 +10,7 @@ printed at the end of the run).
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # required (requirements.txt): a missing torch fails these tests, never skips them
 
 import graft  # noqa: E402
 from training_util import (STEPS, compare, feeds_for, graft_model, make_torch_mlp, read_weights,  # noqa: E402

@@ -7,7 +7,7 @@ import onnx
 import onnx.numpy_helper
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # required (requirements.txt): a missing torch fails these tests, never skips them
 
 import graft  # noqa: E402
 from training_util import (C, IN, N, STEPS, batch, compare, feeds_for, graft_model, make_torch_mlp,  # noqa: E402

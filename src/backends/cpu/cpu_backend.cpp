@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
@@ -15,13 +16,30 @@ CpuKernelRegistry& CpuKernelRegistry::instance() {
 
 void CpuKernelRegistry::add(CpuKernelDef def) {
   auto& list = defs_[{def.domain, def.type}];
-  // A second registration under the same name is ignored: executables that link libgraft also hold a
-  // copy of the whole-archive kernel objects, whose registrations would otherwise duplicate.
+  // Names identify kernels in profiles and inspect: two registrations under one name would be a
+  // bug (or a second copy of the kernel objects in the process: see src/CMakeLists.txt).
   for (const auto& d : list)
-    if (d.name == def.name) return;
+    GRAFT_ASSERT(d.name != def.name, "cpu kernel '{}' for {} registered twice", def.name, def.type);
   list.push_back(std::move(def));
   std::stable_sort(list.begin(), list.end(), [](const CpuKernelDef& a, const CpuKernelDef& b) { return a.priority > b.priority; });
 }
+
+std::vector<const CpuKernelDef*> CpuKernelRegistry::candidates(const ir::Node& n) const {
+  std::vector<const CpuKernelDef*> out;
+  auto it = defs_.find({n.domain(), n.type()});
+  if (it == defs_.end()) return out;
+  for (const auto& d : it->second)
+    if (!d.supports || d.supports(n)) out.push_back(&d);
+  return out;
+}
+
+namespace {
+thread_local std::string currentImplementation;
+}  // namespace
+
+void noteImplementation(std::string name) { currentImplementation = std::move(name); }
+
+std::string takeImplementation() { return std::exchange(currentImplementation, std::string()); }
 
 const CpuKernelDef* CpuKernelRegistry::find(const ir::Node& n) const {
   auto it = defs_.find({n.domain(), n.type()});
@@ -42,6 +60,41 @@ std::vector<const CpuKernelDef*> CpuKernelRegistry::all() const {
 
 namespace {
 
+// Inference: the common prefix, then weight freezing, fusions into ai.graft ops (oneDNN post-ops)
+// and the channel-blocked layout. The fusions of kernel libraries (conv/matmul + bias +
+// activation) go before fuse-elementwise, which then takes the elementwise ops that remain (on
+// blocked arrays too: it runs position-wise).
+const std::vector<std::string>& inferencePasses() {
+  static const std::vector<std::string> p = passes::withCommonPrefix({
+      "cse",               // compute equal expressions once (equal small constants merged first)
+      "constant-weights",  // constantWeights sessions: weights become constants (packed once)
+      "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
+      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
+      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
+      "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
+      "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
+      "fold-transpose",    // Transposes around matrix products become strides (perm_a/b/y, transA/B)
+      "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges (onednn_layout.cpp)
+      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
+      "dce",               // weights folding left unused, reorders nobody reads
+  });
+  return p;
+}
+
+// A training step (forward, backward and optimizer graph): no weight freezing, and fusions that
+// keep every value the backward pass reads; in-place reuse is decided by the memory plan.
+const std::vector<std::string>& trainingPasses() {
+  static const std::vector<std::string> p = passes::withCommonPrefix({
+      "cse",               // autodiff repeats subexpressions and constants
+      "fuse-layernorm",    // only where the backward pass reads no intermediate
+      "fuse-gelu",         // likewise
+      "fold-transpose",    // the VJPs' Transposes around matrix products become strides
+      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
+      "dce",               // what the rewrites left unused
+  });
+  return p;
+}
+
 // The fast CPU backend: a registered fast kernel where one handles the node, the op's reference
 // kernel elsewhere.
 class CpuBackend : public Backend {
@@ -53,11 +106,28 @@ class CpuBackend : public Backend {
     const ops::OpDef* d = ops::Registry::instance().find(n);
     return (d && d->reference) || cpu::CpuKernelRegistry::instance().find(n);
   }
-  ops::KernelFn createKernel(ops::CompileContext& ctx) override {
-    if (const cpu::CpuKernelDef* fast = cpu::CpuKernelRegistry::instance().find(ctx.node())) return fast->factory(ctx);
+  const std::vector<std::string>& passes(PassMode mode) const override {
+    return mode == PassMode::Training ? trainingPasses() : inferencePasses();
+  }
+  // The registered kernels that support the node, in priority order: the first whose factory
+  // does not decline (an empty KernelFn) runs it; the op's reference kernel when all decline.
+  ops::KernelFn chooseKernel(ops::CompileContext& ctx, plan::KernelChoice& choice) override {
+    for (const cpu::CpuKernelDef* fast : cpu::CpuKernelRegistry::instance().candidates(ctx.node())) {
+      cpu::takeImplementation();
+      if (ops::KernelFn fn = fast->factory(ctx)) {
+        choice = {fast->name, cpu::takeImplementation()};
+        return fn;
+      }
+    }
+    cpu::takeImplementation();
     const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
     GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
+    choice = {"reference", ""};
     return d->reference(ctx);
+  }
+  ops::KernelFn createKernel(ops::CompileContext& ctx) override {
+    plan::KernelChoice choice;
+    return chooseKernel(ctx, choice);
   }
 
  private:

@@ -20,6 +20,10 @@ struct CpuKernelDef {
   std::string name;
   /// Whether this kernel handles the node (typed, shapes inferred for the plan's input shapes).
   std::function<bool(const ir::Node&)> supports;
+  /// Builds the kernel. It may still decline (return an empty KernelFn) when it finds at compile
+  /// time that it cannot serve the node (oneDNN has no implementation for that combination): the
+  /// backend then tries the next registered kernel, and the reference kernel after the last. A
+  /// factory never calls the reference itself, so that the recorded choice is the real one.
   ops::KernelFactory factory;
   int priority = 0;
 };
@@ -28,13 +32,23 @@ class CpuKernelRegistry {
  public:
   static CpuKernelRegistry& instance();
   void add(CpuKernelDef def);
-  /// The kernel for `n`, or nullptr when only the reference kernel applies.
+  /// The first kernel whose supports() accepts `n`, or nullptr when only the reference kernel
+  /// applies. (Its factory may still decline: the kernel that runs is the compiled step's.)
   const CpuKernelDef* find(const ir::Node& n) const;
+  /// Every kernel whose supports() accepts `n`, in the order the backend tries them.
+  std::vector<const CpuKernelDef*> candidates(const ir::Node& n) const;
   std::vector<const CpuKernelDef*> all() const;
 
  private:
   std::map<std::pair<std::string, std::string>, std::vector<CpuKernelDef>> defs_;
 };
+
+/// Called by a factory: the implementation its kernel library picked (oneDNN's impl_info_str()).
+/// The backend records it, with the kernel's name, in the compiled step. Per thread: a factory
+/// runs on the compiling thread.
+void noteImplementation(std::string name);
+/// What the last factory on this thread noted ("" when none), clearing it.
+std::string takeImplementation();
 
 }  // namespace graft::backends::cpu
 

@@ -5,13 +5,29 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
+#include "support/logging.hpp"
 
 namespace graft::backends::cpu::onednn {
 
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    // GRAFT_CPU_ISA caps oneDNN's kernels too (it reads the cap once, before its first primitive).
+    using support::CpuIsa;
+    CpuIsa isa = support::cpuIsaLimit();
+    if (isa != CpuIsa::Native) {
+      dnnl::cpu_isa cap = isa == CpuIsa::Baseline ? dnnl::cpu_isa::sse41
+                          : isa == CpuIsa::Avx2   ? dnnl::cpu_isa::avx2
+                                                  : dnnl::cpu_isa::avx512_core_bf16;
+      // Refused when too late (a primitive exists already): oneDNN then keeps its own choice.
+      if (dnnl::set_max_cpu_isa(cap) != dnnl::status::success)
+        GRAFT_LOG_WARN("GRAFT_CPU_ISA: oneDNN did not accept the ISA limit; its kernels use the whole CPU");
+    }
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
@@ -107,12 +123,6 @@ memory wrap(const memory::desc& d, const NDArray& a) {
   return memory(d, engine(), const_cast<void*>(a.rawData()));
 }
 
-ops::KernelFn referenceKernel(ops::CompileContext& ctx) {
-  const ops::OpDef* d = ops::Registry::instance().find(ctx.node());
-  GRAFT_CHECK(d && d->reference, "{}: no kernel", ctx.node().describe());
-  return d->reference(ctx);
-}
-
 std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Shape& kernel, bool ceilMode,
                                     bool paddingOnlyWindows) {
   size_t r = in.size();
@@ -192,26 +202,20 @@ bool appendActivation(const ir::Node& n, dnnl::post_ops& po) {
   float alpha = n.attrFloat("activation_alpha", 0.f), beta = n.attrFloat("activation_beta", 0.f);
   using A = dnnl::algorithm;
   if (act.empty()) return true;
-  if (dom == ops::kGraphcoreDomain) {
-    if (act != "Gelu") return false;
-    po.append_eltwise(1.f, A::eltwise_gelu_tanh, 0.f, 0.f);
+  if (dom.empty() && act == "Clip") {
+    po.append_eltwise(1.f, A::eltwise_clip_v2, alpha, beta);
     return true;
   }
-  if (!dom.empty()) return false;
-  if (act == "Relu") po.append_eltwise(1.f, A::eltwise_relu, 0.f, 0.f);
-  else if (act == "LeakyRelu") po.append_eltwise(1.f, A::eltwise_relu, alpha, 0.f);
-  else if (act == "Sigmoid") po.append_eltwise(1.f, A::eltwise_logistic, 0.f, 0.f);
-  else if (act == "Tanh") po.append_eltwise(1.f, A::eltwise_tanh, 0.f, 0.f);
-  else if (act == "Elu") po.append_eltwise(1.f, A::eltwise_elu, alpha, 0.f);
-  else if (act == "Softplus") po.append_eltwise(1.f, A::eltwise_soft_relu, 0.f, 0.f);
-  else if (act == "HardSwish") po.append_eltwise(1.f, A::eltwise_hardswish, 0.f, 0.f);
-  else if (act == "Clip") po.append_eltwise(1.f, A::eltwise_clip_v2, alpha, beta);
-  else if (act == "HardSigmoid") {
-    po.append_eltwise(1.f, A::eltwise_linear, alpha, beta);
-    po.append_eltwise(1.f, A::eltwise_clip_v2, 0.f, 1.f);
-  } else {
-    return false;
-  }
+  const ops::ew::Row* row = ops::ew::find(dom, act);
+  if (!row || !row->postOp()) return false;
+  // The Dnnl column of the elementwise table, with the row's parameters as oneDNN's alpha, beta.
+  static constexpr A kAlgorithm[] = {
+#define GRAFT_EW_X(Id, Type, Dom, Code, Ar, Pred, Zero, Ty, Cost, Inpl, Dnnl, ...) A::Dnnl,
+      GRAFT_EW_ALL(GRAFT_EW_X)
+#undef GRAFT_EW_X
+  };
+  po.append_eltwise(1.f, kAlgorithm[static_cast<int>(row->op)], alpha, beta);
+  if (row->op == ops::ew::Op::HardSigmoid) po.append_eltwise(1.f, A::eltwise_clip_v2, 0.f, 1.f);
   return true;
 }
 

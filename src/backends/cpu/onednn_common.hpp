@@ -68,9 +68,9 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& ar
 /// destinations).
 memory wrap(const memory::desc& d, const NDArray& a);
 
-/// The op's reference kernel, for nodes a oneDNN kernel turns down at compile time (oneDNN has
-/// no implementation for that combination).
-ops::KernelFn referenceKernel(ops::CompileContext& ctx);
+/// What a factory returns when it turns a node down at compile time (oneDNN has no
+/// implementation for that combination): the backend moves on to the next kernel.
+inline ops::KernelFn decline() { return {}; }
 
 /// Sliding-window geometry resolved from ONNX attributes against static shapes. oneDNN's
 /// dilation is ONNX's minus one.

@@ -147,12 +147,13 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
                     : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny, yPrim,
                                c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
     CF::primitive_desc pd(d, attr, engine());
+    noteImplementation(pd.impl_info_str());
     st->prim = CF(pd);
     st->src.init(xUser, pd.src_desc(), true, false);
     st->dst.init(yUser, pd.dst_desc(), c.sum, true);
     st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -290,12 +291,13 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
                     : DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny, yPrim,
                                c.strides, c.dilation, c.padBegin, c.padEnd);
     DF::primitive_desc pd(d, engine());
+    noteImplementation(pd.impl_info_str());
     st->prim = DF(pd);
     st->src.init(xUser, pd.src_desc(), true, false);
     st->dst.init(yUser, pd.dst_desc(), false, true);
     st->weights.init(wUser, pd.weights_desc(), ctx.constantInput(1));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -424,12 +426,13 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
     CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
                c.win.padEnd);
     CB::primitive_desc pd(d, engine(), hint);
+    noteImplementation(pd.impl_info_str());
     st->prim = CB(pd);
     st->a.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
     st->out.init(plainDesc(c.x), pd.diff_src_desc(), false, true);
     st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -469,6 +472,7 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
                     : CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation,
                                c.win.padBegin, c.win.padEnd);
     CW::primitive_desc pd(d, engine(), hint);
+    noteImplementation(pd.impl_info_str());
     st->prim = CW(pd);
     st->a.init(plainDesc(c.x), pd.src_desc(), true, false);
     st->b.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
@@ -478,9 +482,9 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     if (st->dwReorder)
       st->dwToUser =
           dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE), memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
-    if (c.bias && pd.diff_bias_desc() != st->biasDesc) return referenceKernel(ctx);
+    if (c.bias && pd.diff_bias_desc() != st->biasDesc) return decline();
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -524,6 +528,7 @@ std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int b
     CF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
                c.win.dilation, c.win.padBegin, c.win.padEnd);
     CF::primitive_desc pd(d, attr, engine());
+    noteImplementation(pd.impl_info_str());
     return std::make_pair(pd.src_desc() == layoutDesc(c.x, block), pd.dst_desc() == layoutDesc(c.y, block));
   } catch (const dnnl::error&) {
     return std::nullopt;

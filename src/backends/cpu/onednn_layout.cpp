@@ -14,6 +14,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "ops/elementwise_table.hpp"
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "passes/pass.hpp"
@@ -29,15 +30,10 @@ namespace {
 
 bool isOnnx(const ir::Node* n, const char* type) { return n->domain().empty() && n->type() == type; }
 
-// Unary elementwise ops with f(0) = 0: they keep the padding channels zero.
+// Elementwise ops with f(0) = 0 (the elementwise table's Zero column; f(0, 0) = 0 for Add, Sub,
+// Mul, Max, Min): they keep the padding channels zero. Clip does when its bounds bracket 0.
 bool keepsZero(const ir::Node& n) {
-  static const char* kOps[] = {"Relu", "LeakyRelu", "Tanh", "Elu", "HardSwish", "Neg", "Abs", "Softsign", "Sin", "Atan"};
-  if (n.domain() == ops::kGraphcoreDomain) return n.type() == "Gelu";
-  if (!n.domain().empty()) return false;
-  for (const char* t : kOps)
-    if (n.type() == t) return true;
-  if (n.type() == "Add" || n.type() == "Sub" || n.type() == "Mul" || n.type() == "Max" || n.type() == "Min") return true;
-  if (n.type() == "Clip") {
+  if (n.domain().empty() && n.type() == "Clip") {
     auto bound = [&](size_t i, float def) -> std::optional<float> {
       if (!n.hasInput(i)) return def;
       const ir::Tensor* t = n.input(i);
@@ -49,7 +45,8 @@ bool keepsZero(const ir::Node& n) {
     auto lo = bound(1, -1.f), hi = bound(2, 1.f);
     return lo && hi && *lo <= 0.f && *hi >= 0.f;
   }
-  return false;
+  const ops::ew::Row* row = ops::ew::find(n.domain(), n.type());
+  return row && row->zeroAtZero && !row->predicate && row->arity <= 2;
 }
 
 class CpuLayout : public passes::Pass {
@@ -233,7 +230,7 @@ ops::KernelFn makeReorder(ops::CompileContext& ctx) {
   try {
     prim = dnnl::reorder(memory(src, engine(), DNNL_MEMORY_NONE), memory(dst, engine(), DNNL_MEMORY_NONE));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [=](ops::KernelContext& k) {
     setThreads(threads);

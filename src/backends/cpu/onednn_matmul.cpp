@@ -249,13 +249,14 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
     auto d = st->bias ? dnnl::matmul::desc(st->aDesc, bPrim, st->biasDesc, st->yDesc)
                       : dnnl::matmul::desc(st->aDesc, bPrim, st->yDesc);
     dnnl::matmul::primitive_desc pd(d, attr, engine());
+    noteImplementation(pd.impl_info_str());
     // The reference implementation is what oneDNN falls back to for strides its fast kernels
     // cannot read; graft's composite (Transpose, then MatMul) is faster than that.
-    if (c.strided && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return referenceKernel(ctx);
+    if (c.strided && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return decline();
     st->prim = dnnl::matmul(pd);
     st->weights.init(st->bDesc, pd.weights_desc(), constB);
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);

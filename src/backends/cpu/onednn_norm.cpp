@@ -46,7 +46,7 @@ ops::KernelFn makeBatchNorm(ops::CompileContext& ctx) {
     BF::desc d(dnnl::prop_kind::forward_inference, st->x, n.attrFloat("epsilon", 1e-5f), flags);
     st->prim = BF(BF::primitive_desc(d, engine()));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -88,7 +88,7 @@ ops::KernelFn makeLrn(ops::CompileContext& ctx) {
                n.attrFloat("alpha", 1e-4f), n.attrFloat("beta", 0.75f), n.attrFloat("bias", 1.f));
     st->prim = LF(LF::primitive_desc(d, engine()));
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);

@@ -114,7 +114,7 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
       st->yOut = dnnl::reorder(none(st->yPrim), none(st->y));
     }
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
@@ -193,6 +193,7 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
     PF::primitive_desc fpd(fd, engine());
     PB::desc bd(c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel, c.win.dilation, c.win.padBegin, c.win.padEnd);
     PB::primitive_desc bpd(bd, engine(), fpd);
+    noteImplementation(bpd.impl_info_str());
     if (st->max) {
       st->fwd = PF(fpd);
       st->ws = fpd.workspace_desc();
@@ -205,7 +206,7 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
       st->dxOut = dnnl::reorder(none(st->xPrim), none(st->x));
     }
   } catch (const dnnl::error&) {
-    return referenceKernel(ctx);
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);

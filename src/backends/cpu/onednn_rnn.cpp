@@ -215,7 +215,12 @@ struct RnnCommon {
   void init(const RnnConfig& cfg, ops::CompileContext& ctx) {
     c = cfg;
     threads = ctx.pool().numThreads();
-    fallback = referenceKernel(ctx);
+    // Run time only: a batch whose sequence_lens are shorter than T needs masking, which oneDNN's
+    // primitives do not do; those batches run the op's reference kernel (data-dependent, so it
+    // cannot be a compile-time choice).
+    const ops::OpDef* def = ops::Registry::instance().find(ctx.node());
+    GRAFT_ASSERT(def && def->reference, "{}: no reference kernel", ctx.node().describe());
+    fallback = def->reference(ctx);
     setThreads(threads);
     auto f32 = memory::data_type::f32;
     using tag = memory::format_tag;
@@ -270,6 +275,7 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
         dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc,
                                           dstIter);
         dnnl::vanilla_rnn_forward::primitive_desc pd(d, engine());
+        noteImplementation(pd.impl_info_str());
         st->prim = dnnl::vanilla_rnn_forward(pd);
         wlWant = pd.weights_layer_desc();
         wiWant = pd.weights_iter_desc();
@@ -278,6 +284,7 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
       case Cell::Gru: {
         dnnl::gru_forward::desc d(prop, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc, dstIter);
         dnnl::gru_forward::primitive_desc pd(d, engine());
+        noteImplementation(pd.impl_info_str());
         st->prim = dnnl::gru_forward(pd);
         wlWant = pd.weights_layer_desc();
         wiWant = pd.weights_iter_desc();
@@ -286,6 +293,7 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
       case Cell::LbrGru: {
         dnnl::lbr_gru_forward::desc d(prop, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc, dstIter);
         dnnl::lbr_gru_forward::primitive_desc pd(d, engine());
+        noteImplementation(pd.impl_info_str());
         st->prim = dnnl::lbr_gru_forward(pd);
         wlWant = pd.weights_layer_desc();
         wiWant = pd.weights_iter_desc();
@@ -295,6 +303,7 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
         dnnl::lstm_forward::desc d(prop, c.dir, st->xDesc, srcIter, srcIterC, wlAny, wiAny, st->pDesc, st->bDesc,
                                    st->yDesc, dstIter, dstIterC);
         dnnl::lstm_forward::primitive_desc pd(d, engine());
+        noteImplementation(pd.impl_info_str());
         st->prim = dnnl::lstm_forward(pd);
         wlWant = pd.weights_layer_desc();
         wiWant = pd.weights_iter_desc();
@@ -305,7 +314,7 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     st->wl.init(st->wlUser, wlWant, st->constant ? &st->wlPlain : nullptr);
     st->wi.init(st->wiUser, wiWant, st->constant ? &st->wiPlain : nullptr);
   } catch (const dnnl::error&) {
-    return st->fallback;
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     const RnnConfig& c = st->c;
@@ -428,7 +437,7 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
       }
     }
   } catch (const dnnl::error&) {
-    return st->fallback;
+    return decline();
   }
   return [st](ops::KernelContext& k) {
     const RnnConfig& c = st->c;

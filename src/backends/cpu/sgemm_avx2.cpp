@@ -29,6 +29,7 @@
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
 #include "support/thread_pool.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -58,8 +59,9 @@ struct GemmGeometry {
 
 bool cpuHasAvx2Fma() {
 #ifdef GRAFT_SGEMM_AVX2
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
+  // support::cpuFeatures(): GRAFT_CPU_ISA=baseline turns this kernel off on any host.
+  const support::CpuFeatures& f = support::cpuFeatures();
+  return f.avx2 && f.fma;
 #else
   return false;
 #endif

@@ -1,6 +1,7 @@
 #include "backends/cpu/vec_common.hpp"
 
 #include "ops/shape_util.hpp"
+#include "support/cpu_features.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -48,8 +49,8 @@ namespace {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 bool hasF16C() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return yes;
+  const support::CpuFeatures& f = support::cpuFeatures();
+  return f.f16c && f.avx;
 }
 
 __attribute__((target("avx,f16c"))) void halfToFloatF16C(const Half* src, float* dst, int64_t n) {

@@ -18,99 +18,19 @@ namespace {
 using ops::fused::Code;
 constexpr int64_t kFuseBlock = 256;
 
-template <class C>
-C vexp(C x) {
-  if constexpr (std::is_same_v<C, float>) return vecmath::exp(x);
-  else return std::exp(x);
-}
-
-// out[0..n) = code(a, b, c) elementwise; every operand is a full block.
+// out[0..n) = code(a, b, c) elementwise; every operand is a full block. Each code's formula is
+// its row's in the elementwise table, with vecmath's functions for float.
 template <class C>
 GRAFT_VEC_CLONES void apply(Code code, const C* __restrict a, const C* __restrict b, const C* __restrict c,
                             C* __restrict o, int64_t n, C imm) {
-  constexpr bool kF = std::is_same_v<C, float>;
-  const C nan = std::numeric_limits<C>::quiet_NaN();
   switch (code) {
-    case Code::Const: for (int64_t i = 0; i < n; ++i) o[i] = imm; break;
-    case Code::Add: for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i]; break;
-    case Code::Sub: for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i]; break;
-    case Code::Mul: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i]; break;
-    case Code::Div: for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i]; break;
-    case Code::Pow:
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<C>(std::pow(static_cast<double>(a[i]), static_cast<double>(b[i])));
-      break;
-    case Code::Max:
-      for (int64_t i = 0; i < n; ++i) o[i] = (a[i] != a[i] || b[i] != b[i]) ? nan : (a[i] > b[i] ? a[i] : b[i]);
-      break;
-    case Code::Min:
-      for (int64_t i = 0; i < n; ++i) o[i] = (a[i] != a[i] || b[i] != b[i]) ? nan : (a[i] < b[i] ? a[i] : b[i]);
-      break;
-    case Code::Neg: for (int64_t i = 0; i < n; ++i) o[i] = -a[i]; break;
-    case Code::Abs: for (int64_t i = 0; i < n; ++i) o[i] = std::fabs(a[i]); break;
-    case Code::Exp: for (int64_t i = 0; i < n; ++i) o[i] = vexp(a[i]); break;
-    case Code::Log:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::log(a[i]);
-        else o[i] = std::log(a[i]);
-      }
-      break;
-    case Code::Sqrt: for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(a[i]); break;
-    case Code::Reciprocal: for (int64_t i = 0; i < n; ++i) o[i] = C(1) / a[i]; break;
-    case Code::Tanh:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::tanh(a[i]);
-        else o[i] = std::tanh(a[i]);
-      }
-      break;
-    case Code::Sigmoid:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::sigmoid(a[i]);
-        else o[i] = a[i] >= C(0) ? C(1) / (C(1) + std::exp(-a[i])) : std::exp(a[i]) / (C(1) + std::exp(a[i]));
-      }
-      break;
-    case Code::Relu: for (int64_t i = 0; i < n; ++i) o[i] = a[i] > C(0) ? a[i] : C(0); break;
-    case Code::Erf:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::erf(a[i]);
-        else o[i] = std::erf(a[i]);
-      }
-      break;
-    case Code::LeakyRelu: for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= C(0) ? a[i] : imm * a[i]; break;
-    case Code::GeluTanh:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) {
-          o[i] = vecmath::geluTanh(a[i]);
-        } else {
-          C x = a[i];
-          o[i] = C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
-        }
-      }
-      break;
-    case Code::GeluErf:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::geluErf(a[i]);
-        else o[i] = C(0.5) * a[i] * (C(1) + std::erf(a[i] * C(0.70710678118654752440)));
-      }
-      break;
-    case Code::Softplus:
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (kF) o[i] = vecmath::softplus(a[i]);
-        else o[i] = a[i] > C(0) ? a[i] + std::log1p(std::exp(-a[i])) : std::log1p(std::exp(a[i]));
-      }
-      break;
-    case Code::Where: for (int64_t i = 0; i < n; ++i) o[i] = a[i] != C(0) ? b[i] : c[i]; break;
-    case Code::Greater: for (int64_t i = 0; i < n; ++i) o[i] = a[i] > b[i] ? C(1) : C(0); break;
-    case Code::Less: for (int64_t i = 0; i < n; ++i) o[i] = a[i] < b[i] ? C(1) : C(0); break;
-    case Code::GreaterOrEqual: for (int64_t i = 0; i < n; ++i) o[i] = a[i] >= b[i] ? C(1) : C(0); break;
-    case Code::LessOrEqual: for (int64_t i = 0; i < n; ++i) o[i] = a[i] <= b[i] ? C(1) : C(0); break;
-    case Code::Equal: for (int64_t i = 0; i < n; ++i) o[i] = a[i] == b[i] ? C(1) : C(0); break;
-    case Code::Not: for (int64_t i = 0; i < n; ++i) o[i] = a[i] == C(0) ? C(1) : C(0); break;
-    case Code::And: for (int64_t i = 0; i < n; ++i) o[i] = (a[i] != C(0) && b[i] != C(0)) ? C(1) : C(0); break;
-    case Code::Or: for (int64_t i = 0; i < n; ++i) o[i] = (a[i] != C(0) || b[i] != C(0)) ? C(1) : C(0); break;
-    case Code::Sign: for (int64_t i = 0; i < n; ++i) o[i] = a[i] > C(0) ? C(1) : (a[i] < C(0) ? C(-1) : C(0)); break;
-    case Code::Floor: for (int64_t i = 0; i < n; ++i) o[i] = std::floor(a[i]); break;
-    case Code::Ceil: for (int64_t i = 0; i < n; ++i) o[i] = std::ceil(a[i]); break;
-    case Code::Square: for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i]; break;
+#define GRAFT_EW_X(Id, ...)                                                                    \
+  case Code::Id:                                                                               \
+    for (int64_t i = 0; i < n; ++i)                                                            \
+      o[i] = ops::ew::Formula<ops::ew::Op::Id>::eval<VecMath, C>(a[i], b[i], c[i], imm, C(0)); \
+    break;
+    GRAFT_EW_PROGRAM(GRAFT_EW_X)
+#undef GRAFT_EW_X
     case Code::Count: break;
   }
 }
@@ -162,11 +82,7 @@ Compiled compileProgram(const ir::Node& n) {
         freeSlots.push_back(c.slot[x]);
         lastUse[x] = -2;  // freed once even when read twice
       }
-    switch (in.code) {
-      case Code::Exp: case Code::Log: case Code::Tanh: case Code::Sigmoid: case Code::Erf: case Code::GeluTanh:
-      case Code::GeluErf: case Code::Softplus: case Code::Pow: c.costly = true; break;
-      default: break;
-    }
+    c.costly = c.costly || ops::fused::row(in.code).costly;
   }
   return c;
 }

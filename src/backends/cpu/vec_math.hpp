@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+
+#include "ops/elementwise_table.hpp"
 
 namespace graft::backends::cpu::vecmath {
 
@@ -166,3 +169,29 @@ inline float geluTanh(float x) {
 }
 
 }  // namespace graft::backends::cpu::vecmath
+
+namespace graft::backends::cpu {
+
+/// The math of the cpu kernels' elementwise formulas (ops/elementwise_table.hpp): vecmath's
+/// functions for float, the reference's (std::) for other types.
+struct VecMath : ops::ew::StdMath {
+#define GRAFT_VECMATH_FN(name)              \
+  template <class C>                        \
+  static C name(C x) {                      \
+    if constexpr (std::is_same_v<C, float>) \
+      return vecmath::name(x);              \
+    else                                    \
+      return ops::ew::StdMath::name(x);     \
+  }
+  GRAFT_VECMATH_FN(exp)
+  GRAFT_VECMATH_FN(log)
+  GRAFT_VECMATH_FN(tanh)
+  GRAFT_VECMATH_FN(erf)
+  GRAFT_VECMATH_FN(sigmoid)
+  GRAFT_VECMATH_FN(softplus)
+  GRAFT_VECMATH_FN(geluTanh)
+  GRAFT_VECMATH_FN(geluErf)
+#undef GRAFT_VECMATH_FN
+};
+
+}  // namespace graft::backends::cpu

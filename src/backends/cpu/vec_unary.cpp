@@ -1,6 +1,7 @@
-// Vectorised unary elementwise kernels: math functions, activations, Clip, IsNaN/IsInf, Not.
-// Each op is a functor over the compute type; float uses vecmath's vectorisable functions,
-// double the std:: ones. Half types are converted in blocks.
+// Vectorised unary elementwise kernels: every unary row of the elementwise table
+// (ops/elementwise_table.hpp: math functions, activations, Not), and Round, Celu, Clip, IsNaN and
+// IsInf. Each op is a functor over the compute type; float uses vecmath's vectorisable
+// functions, double the std:: ones. Half types are converted in blocks.
 #include <cmath>
 #include <limits>
 
@@ -12,133 +13,28 @@
 namespace graft::backends::cpu {
 namespace {
 
-namespace vm = vecmath;
-
 // ---- functors --------------------------------------------------------------------------------
-
-#define GRAFT_UNARY(Name, expr)                  \
-  struct Name {                                  \
-    template <class C>                           \
-    C operator()(C x) const {                    \
-      return expr;                               \
-    }                                            \
-  };
+// The rows of the elementwise table come as ops::ew::Unary<Op, VecMath>; the ops below are not in
+// the table.
 
 template <class C>
-constexpr bool kF = std::is_same_v<C, float>;
+C vexp(C x) {
+  return VecMath::exp(x);
+}
 
-GRAFT_UNARY(ExpF, kF<C> ? static_cast<C>(vm::exp(static_cast<float>(x))) : std::exp(x))
-GRAFT_UNARY(LogF, kF<C> ? static_cast<C>(vm::log(static_cast<float>(x))) : std::log(x))
-GRAFT_UNARY(TanhF, kF<C> ? static_cast<C>(vm::tanh(static_cast<float>(x))) : std::tanh(x))
-GRAFT_UNARY(ErfF, kF<C> ? static_cast<C>(vm::erf(static_cast<float>(x))) : std::erf(x))
-GRAFT_UNARY(SqrtF, std::sqrt(x))
-GRAFT_UNARY(ReciprocalF, C(1) / x)
-GRAFT_UNARY(FloorF, std::floor(x))
-GRAFT_UNARY(CeilF, std::ceil(x))
-GRAFT_UNARY(RoundF, std::nearbyint(x))
-GRAFT_UNARY(SinF, std::sin(x))
-GRAFT_UNARY(CosF, std::cos(x))
-GRAFT_UNARY(TanF, std::tan(x))
-GRAFT_UNARY(AsinF, std::asin(x))
-GRAFT_UNARY(AcosF, std::acos(x))
-GRAFT_UNARY(AtanF, std::atan(x))
-GRAFT_UNARY(SinhF, std::sinh(x))
-GRAFT_UNARY(CoshF, std::cosh(x))
-GRAFT_UNARY(AsinhF, std::asinh(x))
-GRAFT_UNARY(AcoshF, std::acosh(x))
-GRAFT_UNARY(AtanhF, std::atanh(x))
-GRAFT_UNARY(SoftsignF, x / (C(1) + std::abs(x)))
-GRAFT_UNARY(HardSwishF, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))))
-GRAFT_UNARY(ReluF, x > C(0) ? x : C(0))
-GRAFT_UNARY(NegF, static_cast<C>(-x))
-GRAFT_UNARY(NotF, !x)
-
-struct SigmoidF {
-  template <class C>
-  C operator()(C x) const {
-    if constexpr (kF<C>) return vm::sigmoid(x);
-    else return x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x));
-  }
-};
-struct SoftplusF {
-  template <class C>
-  C operator()(C x) const {
-    if constexpr (kF<C>) return vm::softplus(x);
-    else return x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-  }
-};
-struct GeluTanhF {
-  template <class C>
-  C operator()(C x) const {
-    if constexpr (kF<C>) return vm::geluTanh(x);
-    const C k = C(0.7978845608028654);
-    return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
-  }
-};
-struct GeluErfF {
-  template <class C>
-  C operator()(C x) const {
-    if constexpr (kF<C>) return vm::geluErf(x);
-    else return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
-  }
-};
-struct AbsF {
-  template <class C>
-  C operator()(C x) const {
-    if constexpr (std::is_unsigned_v<C>) return x;
-    else return static_cast<C>(x < 0 ? -x : x);
-  }
-};
-struct SignF {
-  template <class C>
-  C operator()(C x) const {
-    return static_cast<C>(x > C(0) ? 1 : (x < C(0) ? -1 : 0));
-  }
-};
-struct LeakyReluF {
-  float alpha;
-  template <class C>
-  C operator()(C x) const {
-    return x >= C(0) ? x : static_cast<C>(alpha) * x;
-  }
-};
-struct ThresholdedReluF {
-  float alpha;
-  template <class C>
-  C operator()(C x) const {
-    return x > static_cast<C>(alpha) ? x : C(0);
-  }
-};
-struct EluF {
-  float alpha;
-  template <class C>
-  C operator()(C x) const {
-    C e = ExpF{}(x);
-    return x >= C(0) ? x : static_cast<C>(alpha) * (e - C(1));
-  }
-};
-struct SeluF {
-  float alpha, gamma;
-  template <class C>
-  C operator()(C x) const {
-    C e = ExpF{}(x);
-    return static_cast<C>(gamma) * (x > C(0) ? x : static_cast<C>(alpha) * (e - C(1)));
-  }
-};
 struct CeluF {
   float alpha;
   template <class C>
   C operator()(C x) const {
     C a = static_cast<C>(alpha);
-    C e = ExpF{}(x / a);
+    C e = vexp(x / a);
     return std::max(C(0), x) + std::min(C(0), a * (e - C(1)));
   }
 };
-struct HardSigmoidF {
-  float alpha, beta;
+struct RoundF {
   template <class C>
   C operator()(C x) const {
-    return std::max(C(0), std::min(C(1), static_cast<C>(alpha) * x + static_cast<C>(beta)));
+    return std::nearbyint(x);
   }
 };
 struct ClipF {
@@ -271,9 +167,23 @@ ops::KernelFactory classify(Pred pred) {
 }
 
 bool floatInput(const ir::Node& n) { return typeIn(n.input(0), ops::kFloats); }
-bool signedInput(const ir::Node& n) { return typeIn(n.input(0), ops::kSignedNumeric); }
 bool numericInput(const ir::Node& n) { return typeIn(n.input(0), ops::kNumeric); }
-bool boolInput(const ir::Node& n) { return typeIn(n.input(0), ops::kBool); }
+
+// Registers row R's kernel when it is a unary op (Set: its element types).
+template <ops::ew::Op R, uint32_t Set, class Add>
+void addRow(Add& add, int64_t grain) {
+  constexpr const ops::ew::Row& row = ops::ew::row(R);
+  if constexpr (row.arity == 1 && row.type[0] != 0) {
+    auto pred = [](const ir::Node& n) { return typeIn(n.input(0), Set); };
+    add(row.type, row.domain, pred,
+        unaryWith<Set>(
+            [](const ir::Node& n) {
+              ops::ew::Row::Params p = ops::ew::params(row, n);
+              return ops::ew::Unary<R, VecMath>{p.p0, p.p1};
+            },
+            grain));
+  }
+}
 
 }  // namespace
 
@@ -281,53 +191,21 @@ GRAFT_REGISTER_CPU_KERNELS(vec_unary) {
   auto add = [&](const char* type, const std::string& domain, std::function<bool(const ir::Node&)> pred, ops::KernelFactory f) {
     r.add({domain, type, "vec_unary", std::move(pred), std::move(f)});
   };
+  // Every unary row of the elementwise table, with the row's parameters from the node.
+#define GRAFT_EW_X(Id, Type, Dom, Code, Ar, Pred, Zero, Ty, Cost, ...) \
+  addRow<ops::ew::Op::Id, ops::k##Ty>(add, Cost ? kGrainCostly : kGrainCheap);
+  GRAFT_EW_ALL(GRAFT_EW_X)
+#undef GRAFT_EW_X
   constexpr auto F = ops::kFloats;
-  add("Exp", "", floatInput, unary<F>(ExpF{}, kGrainCostly));
-  add("Log", "", floatInput, unary<F>(LogF{}, kGrainCostly));
-  add("Tanh", "", floatInput, unary<F>(TanhF{}, kGrainCostly));
-  add("Erf", "", floatInput, unary<F>(ErfF{}, kGrainCostly));
-  add("Sigmoid", "", floatInput, unary<F>(SigmoidF{}, kGrainCostly));
-  add("Softplus", "", floatInput, unary<F>(SoftplusF{}, kGrainCostly));
-  add("Gelu", ops::kGraphcoreDomain, floatInput, unary<F>(GeluTanhF{}, kGrainCostly));
-  add("GeluErf", ops::kGraftDomain, floatInput, unary<F>(GeluErfF{}, kGrainCostly));
-  add("Sqrt", "", floatInput, unary<F>(SqrtF{}, kGrainCheap));
-  add("Reciprocal", "", floatInput, unary<F>(ReciprocalF{}, kGrainCheap));
-  add("Floor", "", floatInput, unary<F>(FloorF{}, kGrainCheap));
-  add("Ceil", "", floatInput, unary<F>(CeilF{}, kGrainCheap));
   add("Round", "", floatInput, unary<F>(RoundF{}, kGrainCheap));
-  add("Softsign", "", floatInput, unary<F>(SoftsignF{}, kGrainCheap));
-  add("HardSwish", "", floatInput, unary<F>(HardSwishF{}, kGrainCheap));
-  add("Sin", "", floatInput, unary<F>(SinF{}, kGrainCostly));
-  add("Cos", "", floatInput, unary<F>(CosF{}, kGrainCostly));
-  add("Tan", "", floatInput, unary<F>(TanF{}, kGrainCostly));
-  add("Asin", "", floatInput, unary<F>(AsinF{}, kGrainCostly));
-  add("Acos", "", floatInput, unary<F>(AcosF{}, kGrainCostly));
-  add("Atan", "", floatInput, unary<F>(AtanF{}, kGrainCostly));
-  add("Sinh", "", floatInput, unary<F>(SinhF{}, kGrainCostly));
-  add("Cosh", "", floatInput, unary<F>(CoshF{}, kGrainCostly));
-  add("Asinh", "", floatInput, unary<F>(AsinhF{}, kGrainCostly));
-  add("Acosh", "", floatInput, unary<F>(AcoshF{}, kGrainCostly));
-  add("Atanh", "", floatInput, unary<F>(AtanhF{}, kGrainCostly));
-  add("Relu", "", signedInput, unary<ops::kSignedNumeric>(ReluF{}, kGrainCheap));
-  add("Neg", "", signedInput, unary<ops::kSignedNumeric>(NegF{}, kGrainCheap));
-  add("Abs", "", numericInput, unary<ops::kNumeric>(AbsF{}, kGrainCheap));
-  add("Sign", "", numericInput, unary<ops::kNumeric>(SignF{}, kGrainCheap));
-  add("Not", "", boolInput, unary<ops::kBool>(NotF{}, kGrainCheap));
-  add("LeakyRelu", "", floatInput, unaryWith<F>([](const ir::Node& n) { return LeakyReluF{n.attrFloat("alpha", 0.01f)}; }, kGrainCheap));
-  add("ThresholdedRelu", "", floatInput,
-      unaryWith<F>([](const ir::Node& n) { return ThresholdedReluF{n.attrFloat("alpha", 1.0f)}; }, kGrainCheap));
-  add("Elu", "", floatInput, unaryWith<F>([](const ir::Node& n) { return EluF{n.attrFloat("alpha", 1.0f)}; }, kGrainCostly));
-  add("Selu", "", floatInput, unaryWith<F>([](const ir::Node& n) {
-        return SeluF{n.attrFloat("alpha", 1.67326319217681884765625f), n.attrFloat("gamma", 1.05070102214813232421875f)};
-      }, kGrainCostly));
-  add("Celu", "", floatInput, unaryWith<F>([](const ir::Node& n) {
-        float a = n.attrFloat("alpha", 1.0f);
-        GRAFT_CHECK(a != 0.0f, "{}: alpha must not be 0", n.describe());
-        return CeluF{a};
-      }, kGrainCostly));
-  add("HardSigmoid", "", floatInput, unaryWith<F>([](const ir::Node& n) {
-        return HardSigmoidF{n.attrFloat("alpha", 0.2f), n.attrFloat("beta", 0.5f)};
-      }, kGrainCheap));
+  add("Celu", "", floatInput,
+      unaryWith<F>(
+          [](const ir::Node& n) {
+            float a = n.attrFloat("alpha", 1.0f);
+            GRAFT_CHECK(a != 0.0f, "{}: alpha must not be 0", n.describe());
+            return CeluF{a};
+          },
+          kGrainCostly));
   add("Clip", "", numericInput, clipKernel);
   add("IsNaN", "", floatInput, classify([](auto v, bool, bool) { return v != v; }));
   add("IsInf", "", floatInput, classify([](auto v, bool pos, bool neg) {

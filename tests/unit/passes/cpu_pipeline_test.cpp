@@ -131,9 +131,10 @@ TEST(CpuPipeline, ConvModelIsFusedBlockedAndMatchesReference) {
   auto ref = backends::makeReferenceBackend();
   auto cpu = backends::makeCpuBackend(2);
   NDArray x = randomArray({2, 3, 16, 16}, 7);
-  auto want = runGraph(*g, passes::inferencePipeline(), true, *ref, {x});
+  auto want = runGraph(*g, passes::commonPrefix(), true, *ref, {x});
   std::unique_ptr<ir::Graph> compiled;
-  auto got = runGraph(*g, passes::cpuInferencePipeline(), true, *cpu, {x}, nullptr, &compiled);
+  auto got = runGraph(*g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), true, *cpu, {x}, nullptr,
+                      &compiled);
   expectClose(got.at(0), want.at(0), 1e-4);
   auto ops = countOps(*compiled);
   EXPECT_EQ(ops["BatchNormalization"], 0) << ir::printGraph(*compiled);
@@ -154,9 +155,10 @@ TEST(CpuPipeline, VariableWeightsAreNotFoldedButStillFused) {
   auto ref = backends::makeReferenceBackend();
   auto cpu = backends::makeCpuBackend(2);
   NDArray x = randomArray({1, 3, 16, 16}, 8);
-  auto want = runGraph(*g, passes::inferencePipeline(), false, *ref, {x});
+  auto want = runGraph(*g, passes::commonPrefix(), false, *ref, {x});
   std::unique_ptr<ir::Graph> compiled;
-  auto got = runGraph(*g, passes::cpuInferencePipeline(), false, *cpu, {x}, nullptr, &compiled);
+  auto got = runGraph(*g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), false, *cpu, {x}, nullptr,
+                      &compiled);
   expectClose(got.at(0), want.at(0), 1e-4);
   auto ops = countOps(*compiled);
   EXPECT_GT(ops["BatchNormalization"] + ops["ChannelBlocked"], 0);  // BN kept: its parameters may change
@@ -167,9 +169,10 @@ TEST(CpuPipeline, DenseModelFusesMatMulBiasActivation) {
   auto ref = backends::makeReferenceBackend();
   auto cpu = backends::makeCpuBackend(2);
   NDArray x = randomArray({4, 32}, 9);
-  auto want = runGraph(*g, passes::inferencePipeline(), true, *ref, {x});
+  auto want = runGraph(*g, passes::commonPrefix(), true, *ref, {x});
   std::unique_ptr<ir::Graph> compiled;
-  auto got = runGraph(*g, passes::cpuInferencePipeline(), true, *cpu, {x}, nullptr, &compiled);
+  auto got = runGraph(*g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), true, *cpu, {x}, nullptr,
+                      &compiled);
   expectClose(got.at(0), want.at(0), 1e-4);
   auto ops = countOps(*compiled);
   EXPECT_EQ(ops["FusedMatMul"], 2) << ir::printGraph(*compiled);
@@ -187,13 +190,14 @@ TEST(CpuPipeline, FusionKeepsValuesOthersRead) {
   auto g = ir::cloneGraph(b.g);
   passes::PassContext ctx;
   ctx.weightsAreConstant = true;
-  passes::runPipeline(*g, passes::cpuInferencePipeline(), ctx);
+  passes::runPipeline(*g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), ctx);
   EXPECT_EQ(countOps(*g)["Relu"], 1) << ir::printGraph(*g);
   auto ref = backends::makeReferenceBackend();
   auto cpu = backends::makeCpuBackend(1);
   NDArray xv = randomArray({1, 4, 5, 5}, 10);
-  auto want = runGraph(*ir::cloneGraph(b.g), passes::inferencePipeline(), true, *ref, {xv});
-  auto got = runGraph(*ir::cloneGraph(b.g), passes::cpuInferencePipeline(), true, *cpu, {xv});
+  auto want = runGraph(*ir::cloneGraph(b.g), passes::commonPrefix(), true, *ref, {xv});
+  auto got = runGraph(*ir::cloneGraph(b.g), backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), true,
+                      *cpu, {xv});
   ASSERT_EQ(got.size(), 2u);
   expectClose(got[0], want[0], 1e-4);
   expectClose(got[1], want[1], 1e-4);
@@ -228,9 +232,10 @@ TEST(CpuPipeline, CseAndElementwiseFusionMatchReference) {
   auto ref = backends::makeReferenceBackend();
   auto cpu = backends::makeCpuBackend(2);
   NDArray xv = randomArray({16, 24, 64}, 11);
-  auto want = runGraph(b.g, passes::inferencePipeline(), true, *ref, {xv});
+  auto want = runGraph(b.g, passes::commonPrefix(), true, *ref, {xv});
   std::unique_ptr<ir::Graph> compiled;
-  auto got = runGraph(b.g, passes::cpuInferencePipeline(), true, *cpu, {xv}, nullptr, &compiled);
+  auto got = runGraph(b.g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), true, *cpu, {xv},
+                      nullptr, &compiled);
   expectClose(got.at(0), want.at(0), 1e-4);
   auto ops = countOps(*compiled);
   EXPECT_EQ(ops["LayerNormalization"], 1) << ir::printGraph(*compiled);

@@ -1,5 +1,6 @@
 // The fuse-elementwise pass (src/passes/fuse_elementwise.cpp): which nodes fuse, the fused
 // node's inputs and outputs, and that results stay the same.
+#include "backends/backend.hpp"
 #include "ops/fused_program.hpp"
 #include "pass_test_util.hpp"
 
@@ -226,7 +227,7 @@ TEST(FuseElementwise, CpuPipelineFusesAnMlp) {
   auto before = runGraph(*b.g, {randomFloats({32, 64}, 5)});
   PassContext ctx;
   ctx.verifyEachPass = true;
-  runPipeline(*b.g, cpuInferencePipeline(), ctx);
+  runPipeline(*b.g, backends::makeCpuBackend(1)->passes(backends::PassMode::Inference), ctx);
   // Bias and activation went into fused nodes (this pipeline's, or a kernel library's).
   auto counts = opCounts(*b.g);
   EXPECT_EQ(counts["Add"], 0);

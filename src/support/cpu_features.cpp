@@ -1,0 +1,83 @@
+#include "support/cpu_features.hpp"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "support/check.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
+namespace graft::support {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (f.avx512f && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a >> 5) & 1;
+#endif
+  return f;
+}
+
+CpuFeatures limited(const CpuFeatures& host, CpuIsa isa) {
+  CpuFeatures f = host;
+  if (isa < CpuIsa::Avx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = false;
+  if (isa < CpuIsa::Avx2) f.avx = f.avx2 = f.fma = f.f16c = false;
+  return f;
+}
+
+struct State {
+  CpuFeatures host = detect();
+  CpuIsa limit = CpuIsa::Native;
+  CpuFeatures current;
+  State() {
+    if (const char* env = std::getenv("GRAFT_CPU_ISA"); env && *env) limit = parseCpuIsa(env);
+    current = limited(host, limit);
+  }
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+}  // namespace
+
+std::string CpuFeatures::isaName() const {
+  if (avx512f && avx512bw && avx512vl && avx512dq) return "avx512";
+  if (avx2 && fma) return "avx2";
+  return "baseline";
+}
+
+const CpuFeatures& cpuFeatures() { return state().current; }
+const CpuFeatures& hostCpuFeatures() { return state().host; }
+CpuIsa cpuIsaLimit() { return state().limit; }
+
+void setCpuIsaLimit(CpuIsa isa) {
+  State& s = state();
+  s.limit = isa;
+  s.current = limited(s.host, isa);
+}
+
+CpuIsa parseCpuIsa(const std::string& name) {
+  if (name == "baseline" || name == "sse" || name == "sse41") return CpuIsa::Baseline;
+  if (name == "avx2") return CpuIsa::Avx2;
+  if (name == "avx512") return CpuIsa::Avx512;
+  if (name == "native") return CpuIsa::Native;
+  GRAFT_THROW("GRAFT_CPU_ISA: unknown ISA '{}'; expected baseline, avx2, avx512 or native", name);
+}
+
+}  // namespace graft::support

@@ -1,0 +1,41 @@
+#pragma once
+// The CPU's instruction-set features, detected once, and the ISA limit that lets every kernel
+// variant run on any host: GRAFT_CPU_ISA=baseline|avx2|avx512 (environment, read at the first
+// call) or setCpuIsaLimit (tests) hides the features above that level, so predicates that read
+// cpuFeatures() pick the lower path, and oneDNN is capped the same way (backends/cpu/onednn_common.cpp).
+// GRAFT_VEC_CLONES loops (target_clones) are chosen by the loader from the real CPU and are not
+// affected.
+#include <string>
+
+namespace graft::support {
+
+/// Instruction-set levels, each including the ones below.
+enum class CpuIsa {
+  Baseline,  ///< x86-64 (SSE2)
+  Avx2,      ///< AVX2, FMA, F16C (x86-64-v3)
+  Avx512,    ///< AVX-512 F/BW/VL/DQ (x86-64-v4), with VNNI and BF16 where the CPU has them
+  Native,    ///< no limit
+};
+
+/// What the kernels may use: the CPU's features below the ISA limit.
+struct CpuFeatures {
+  bool avx = false, avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512bf16 = false;
+  /// The highest level fully present ("baseline", "avx2", "avx512").
+  std::string isaName() const;
+};
+
+/// The features, with the limit applied. Cheap: detection happens once.
+const CpuFeatures& cpuFeatures();
+/// The features of the CPU itself (no limit).
+const CpuFeatures& hostCpuFeatures();
+/// The current limit (GRAFT_CPU_ISA at start-up; Native when unset).
+CpuIsa cpuIsaLimit();
+/// Sets the limit (tests: run the AVX2 path on an AVX-512 host). Kernels compiled afterwards see
+/// it; oneDNN reads its own limit once, before its first primitive.
+void setCpuIsaLimit(CpuIsa isa);
+/// Parses "baseline", "avx2", "avx512" or "native"; throws graft::Error naming GRAFT_CPU_ISA otherwise.
+CpuIsa parseCpuIsa(const std::string& name);
+
+}  // namespace graft::support

@@ -1,0 +1,145 @@
+// The kernel a compiled step runs is recorded in the step (and is the one that ran), the ISA limit
+// turns an ISA-specific variant off on any host, each backend owns its pass pipelines, and the
+// pipeline can stop after a named pass.
+#include <gtest/gtest.h>
+
+#include <graft/error.hpp>
+
+#include <algorithm>
+
+#include "backends/backend.hpp"
+#include "pass_test_util.hpp"
+#include "support/cpu_features.hpp"
+#include "support/thread_pool.hpp"
+
+namespace graft::passes::testing {
+namespace {
+
+// Restores the ISA limit a test changed.
+struct IsaLimit {
+  support::CpuIsa saved = support::cpuIsaLimit();
+  explicit IsaLimit(support::CpuIsa isa) { support::setCpuIsaLimit(isa); }
+  ~IsaLimit() { support::setCpuIsaLimit(saved); }
+};
+
+// X [8, 64] times a constant B [64, 1024], then Relu: the shape the AVX2 sgemm takes.
+struct MatMulGraph {
+  GraphBuilder b;
+  NDArray x = randomFloats({8, 64}, 1);
+  MatMulGraph() {
+    ir::Tensor* in = b.input({8, 64});
+    ir::Tensor* w = b.constant(randomFloats({64, 1024}, 2));
+    b.outputs({b.op("Relu", {b.op("MatMul", {in, w})})});
+  }
+};
+
+std::vector<plan::StepKernel> compiledKernels(const ir::Graph& g, backends::Backend& backend, NDArray x,
+                                              NDArray* out = nullptr) {
+  support::ThreadPool pool(backend.numThreads());
+  auto exe = plan::compile(g, backend, pool);
+  auto res = exe->run({ops::Value::fromTensor(std::move(x))});
+  if (out) *out = res.at(0).tensor;
+  return exe->stepKernels();
+}
+
+std::string kernelOf(const std::vector<plan::StepKernel>& ks, const std::string& opType) {
+  for (const auto& k : ks)
+    if (k.opType == opType) return k.kernel;
+  return "(no " + opType + " step)";
+}
+
+TEST(KernelChoice, StepsRecordTheKernelTheyRun) {
+  MatMulGraph m;
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(1);
+  NDArray want, got;
+  auto refKernels = compiledKernels(*m.b.g, *ref, m.x.clone(), &want);
+  EXPECT_EQ(kernelOf(refKernels, "MatMul"), "reference");
+  EXPECT_EQ(kernelOf(refKernels, "Relu"), "reference");
+  auto cpuKernels = compiledKernels(*m.b.g, *cpu, m.x.clone(), &got);
+  EXPECT_EQ(kernelOf(cpuKernels, "Relu"), "vec_unary");
+  const auto& f = support::cpuFeatures();
+  EXPECT_EQ(kernelOf(cpuKernels, "MatMul"), f.avx2 && f.fma ? "sgemm_avx2_matmul" : "onednn_matmul");
+  EXPECT_TRUE(close(got, want, 1e-4, 1e-4));
+}
+
+TEST(KernelChoice, OneDnnKernelsNameTheirImplementation) {
+  MatMulGraph m;
+  IsaLimit limit(support::CpuIsa::Baseline);  // no sgemm: oneDNN's matmul runs
+  auto cpu = backends::makeCpuBackend(1);
+  for (const auto& k : compiledKernels(*m.b.g, *cpu, m.x.clone()))
+    if (k.opType == "MatMul") {
+      EXPECT_EQ(k.kernel, "onednn_matmul");
+      EXPECT_FALSE(k.implementation.empty()) << "oneDNN's impl_info_str() is recorded";
+    }
+}
+
+TEST(CpuFeatures, IsaLimitTurnsTheAvx2SgemmOffOnAnyHost) {
+  MatMulGraph m;
+  auto ref = backends::makeReferenceBackend();
+  NDArray want, got;
+  compiledKernels(*m.b.g, *ref, m.x.clone(), &want);
+  {
+    IsaLimit limit(support::CpuIsa::Baseline);
+    EXPECT_FALSE(support::cpuFeatures().avx2);
+    EXPECT_FALSE(support::cpuFeatures().avx512f);
+    EXPECT_EQ(support::cpuFeatures().isaName(), "baseline");
+    auto cpu = backends::makeCpuBackend(1);
+    EXPECT_EQ(kernelOf(compiledKernels(*m.b.g, *cpu, m.x.clone(), &got), "MatMul"), "onednn_matmul");
+    EXPECT_TRUE(close(got, want, 1e-4, 1e-4));
+  }
+  {
+    IsaLimit limit(support::CpuIsa::Avx2);
+    EXPECT_FALSE(support::cpuFeatures().avx512f);
+    EXPECT_EQ(support::cpuFeatures().avx2, support::hostCpuFeatures().avx2);
+  }
+}
+
+TEST(CpuFeatures, UnknownIsaNamesTheVariable) {
+  try {
+    support::parseCpuIsa("avx9000");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GRAFT_CPU_ISA"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(support::parseCpuIsa("avx2"), support::CpuIsa::Avx2);
+}
+
+TEST(BackendPasses, EachBackendOwnsItsPipelinesWithTheCommonPrefix) {
+  auto ref = backends::makeReferenceBackend();
+  auto cpu = backends::makeCpuBackend(1);
+  const auto& prefix = commonPrefix();
+  EXPECT_EQ(ref->passes(backends::PassMode::Inference), prefix);
+  EXPECT_EQ(ref->passes(backends::PassMode::Training), prefix);
+  for (auto mode : {backends::PassMode::Inference, backends::PassMode::Training}) {
+    const auto& p = cpu->passes(mode);
+    ASSERT_GT(p.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), p.begin()));
+    for (const auto& id : p) EXPECT_NO_THROW(createPass(id)) << id;
+  }
+  const auto& inf = cpu->passes(backends::PassMode::Inference);
+  EXPECT_NE(std::find(inf.begin(), inf.end(), "cpu-layout"), inf.end());
+  const auto& train = cpu->passes(backends::PassMode::Training);
+  EXPECT_EQ(std::find(train.begin(), train.end(), "constant-weights"), train.end());
+}
+
+TEST(BackendPasses, PipelineStopsAfterANamedPass) {
+  MatMulGraph m;
+  auto cpu = backends::makeCpuBackend(1);
+  PassContext ctx;
+  ctx.weightsAreConstant = true;
+  ctx.stopAfterPass = "cse";
+  auto g = ir::cloneGraph(*m.b.g);
+  runPipeline(*g, cpu->passes(backends::PassMode::Inference), ctx);
+  // Nothing after cse ran: the MatMul is not fused with its Relu.
+  EXPECT_EQ(opCounts(*g)["MatMul"], 1);
+  EXPECT_EQ(opCounts(*g)["FusedMatMul"], 0);
+  PassContext all;
+  all.weightsAreConstant = true;
+  auto h = ir::cloneGraph(*m.b.g);
+  runPipeline(*h, cpu->passes(backends::PassMode::Inference), all);
+  EXPECT_EQ(opCounts(*h)["FusedMatMul"], 1);
+}
+
+}  // namespace
+}  // namespace graft::passes::testing

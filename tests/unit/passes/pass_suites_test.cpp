@@ -1,0 +1,178 @@
+// A suite of its own for each pass that was only tested through whole pipelines (infer-shapes,
+// fold-constants, dce, constant-weights, fold-batchnorm, fuse-conv, fuse-matmul, cpu-layout), and
+// PassCoverage.EveryRegisteredPassHasATestSuite, which fails when a registered pass has none.
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "backends/cpu/onednn_common.hpp"
+#include "pass_test_util.hpp"
+
+namespace graft::passes::testing {
+namespace {
+
+void run(ir::Graph& g, const std::vector<std::string>& ids, bool constantWeights = false) {
+  PassContext ctx;
+  ctx.verifyEachPass = true;
+  ctx.weightsAreConstant = constantWeights;
+  runPipeline(g, ids, ctx);
+}
+
+// The suite name of a pass id: "fuse-elementwise" -> "fuseelementwise", compared without case.
+std::string squash(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+TEST(PassCoverage, EveryRegisteredPassHasATestSuite) {
+  // Suites whose name is not the pass id's: the pass's behaviour is what they are named after.
+  const std::map<std::string, std::string> named = {{"expand-gradient", "gradientop"},
+                                                    {"training-mode", "trainingmodepass"}};
+  std::set<std::string> suites;
+  auto* ut = ::testing::UnitTest::GetInstance();
+  for (int i = 0; i < ut->total_test_suite_count(); ++i) suites.insert(squash(ut->GetTestSuite(i)->name()));
+  std::vector<std::string> missing;
+  for (const std::string& id : passIds()) {
+    auto it = named.find(id);
+    if (!suites.count(it != named.end() ? it->second : squash(id))) missing.push_back(id);
+  }
+  EXPECT_TRUE(missing.empty()) << "registered passes without a test suite of their own: "
+                               << ::testing::PrintToString(missing);
+}
+
+TEST(InferShapes, BroadcastsAndTypesOutputs) {
+  auto g = std::make_unique<ir::Graph>("t");
+  ir::Tensor* a = g->addTensor("a", typeOf(DataType::Float, {2, 3}), ir::TensorKind::Input);
+  ir::Tensor* b = g->addTensor("b", typeOf(DataType::Float, {3}), ir::TensorKind::Input);
+  g->addInput(a);
+  g->addInput(b);
+  ir::Node* n = g->addNode("Add", "", {a, b}, {"y"}, {});
+  g->setOutputs({n->output(0)});
+  EXPECT_FALSE(n->output(0)->info().hasShape());
+  run(*g, {"infer-shapes"});
+  EXPECT_EQ(n->output(0)->info().dataType(), DataType::Float);
+  EXPECT_EQ(n->output(0)->info().shape(), (Shape{2, 3}));
+}
+
+TEST(FoldConstants, ConstantSubgraphsBecomeOneConstant) {
+  GraphBuilder b;
+  ir::Tensor* x = b.input({3});
+  NDArray c1 = randomFloats({3}, 1), c2 = randomFloats({3}, 2);
+  ir::Tensor* k = b.op("Mul", {b.constant(c1.clone()), b.constant(c2.clone())});
+  b.outputs({b.op("Add", {x, k})});
+  NDArray in = randomFloats({3}, 3);
+  auto before = runGraph(*b.g, {in}, true);
+  run(*b.g, {"fold-constants", "dce"});
+  EXPECT_EQ(opCounts(*b.g)["Mul"], 0);
+  EXPECT_EQ(opCounts(*b.g)["Add"], 1);
+  EXPECT_TRUE(close(runGraph(*b.g, {in}, true)[0], before[0]));
+}
+
+TEST(Dce, RemovesWhatNoOutputNeeds) {
+  GraphBuilder b;
+  ir::Tensor* x = b.input({4});
+  b.op("Exp", {x});  // read by nothing
+  ir::Tensor* y = b.op("Neg", {x});
+  b.outputs({y});
+  ASSERT_EQ(b.g->numNodes(), 2u);
+  run(*b.g, {"dce"});
+  ASSERT_EQ(b.g->numNodes(), 1u);
+  EXPECT_EQ(b.g->nodes()[0]->type(), "Neg");
+}
+
+TEST(ConstantWeights, VariablesBecomeConstantsOnlyWhenAsked) {
+  for (bool constant : {false, true}) {
+    GraphBuilder b;
+    ir::Tensor* x = b.input({2, 4});
+    ir::Tensor* w = b.g->addInitializer("w", randomFloats({4, 3}, 5), ir::TensorKind::Variable);
+    b.outputs({b.op("MatMul", {x, w})});
+    run(*b.g, {"constant-weights"}, constant);
+    EXPECT_EQ(b.g->findTensor("w")->kind(), constant ? ir::TensorKind::Constant : ir::TensorKind::Variable);
+  }
+}
+
+// Conv [1, 3, 8, 8] -> 16 channels, 3x3, pad 1.
+struct ConvGraph {
+  GraphBuilder b;
+  ir::Tensor* x = b.input({1, 3, 8, 8});
+  NDArray in = randomFloats({1, 3, 8, 8}, 11);
+  ir::Tensor* conv() {
+    ir::Attributes a;
+    a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    a.set("kernel_shape", std::vector<int64_t>{3, 3});
+    return b.op("Conv", {x, b.constant(randomFloats({16, 3, 3, 3}, 12)), b.constant(randomFloats({16}, 13))}, a);
+  }
+};
+
+TEST(FoldBatchnorm, InferenceBatchNormAfterConvFoldsIntoItsWeights) {
+  ConvGraph c;
+  ir::Tensor* y = c.conv();
+  ir::Tensor* bn = c.b.op("BatchNormalization",
+                          {y, c.b.constant(randomFloats({16}, 21, 0.5, 2)), c.b.constant(randomFloats({16}, 22)),
+                           c.b.constant(randomFloats({16}, 23)), c.b.constant(randomFloats({16}, 24, 0.5, 2))});
+  c.b.outputs({bn});
+  auto before = runGraph(*c.b.g, {c.in}, true);
+  run(*c.b.g, {"fold-batchnorm", "dce"}, true);
+  EXPECT_EQ(opCounts(*c.b.g)["BatchNormalization"], 0);
+  EXPECT_EQ(opCounts(*c.b.g)["Conv"], 1);
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in}, true)[0], before[0], 1e-4, 1e-4));
+}
+
+TEST(FuseConv, ConvAndActivationBecomeFusedConv) {
+  ConvGraph c;
+  c.b.outputs({c.b.op("Relu", {c.conv()})});
+  auto before = runGraph(*c.b.g, {c.in}, true);
+  run(*c.b.g, {"fuse-conv", "dce"}, true);
+  ASSERT_EQ(c.b.g->numNodes(), 1u);
+  EXPECT_EQ(c.b.g->nodes()[0]->type(), "FusedConv");
+  EXPECT_EQ(c.b.g->nodes()[0]->attrString("activation", ""), "Relu");
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in}, true)[0], before[0], 1e-4, 1e-4));
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
+}
+
+TEST(FuseMatmul, MatMulBiasAndActivationBecomeFusedMatMul) {
+  GraphBuilder b;
+  ir::Tensor* x = b.input({4, 8});
+  ir::Attributes alpha;
+  alpha.set("alpha", 0.2f);
+  ir::Tensor* y =
+      b.op("Add", {b.op("MatMul", {x, b.constant(randomFloats({8, 5}, 31))}), b.constant(randomFloats({5}, 32))});
+  b.outputs({b.op("LeakyRelu", {y}, alpha)});
+  NDArray in = randomFloats({4, 8}, 33);
+  auto before = runGraph(*b.g, {in}, true);
+  run(*b.g, {"fuse-matmul", "dce"}, true);
+  ASSERT_EQ(b.g->numNodes(), 1u);
+  const ir::Node* n = b.g->nodes()[0];
+  EXPECT_EQ(n->type(), "FusedMatMul");
+  EXPECT_EQ(n->attrString("activation", ""), "LeakyRelu");
+  EXPECT_FLOAT_EQ(n->attrFloat("activation_alpha", 0.f), 0.2f);
+  EXPECT_TRUE(close(runGraph(*b.g, {in}, true)[0], before[0], 1e-5, 1e-5));
+  EXPECT_TRUE(close(runGraph(*b.g, {in})[0], before[0], 1e-5, 1e-5));
+}
+
+TEST(CpuLayout, ConvOutputsStayChannelBlockedBetweenOneDnnOps) {
+  ConvGraph c;
+  ir::Tensor* y = c.b.op("Relu", {c.conv()});
+  ir::Attributes pool;
+  pool.set("kernel_shape", std::vector<int64_t>{2, 2});
+  pool.set("strides", std::vector<int64_t>{2, 2});
+  c.b.outputs({c.b.op("MaxPool", {y}, pool)});
+  auto before = runGraph(*c.b.g, {c.in}, true);
+  run(*c.b.g, {"cpu-layout", "dce"}, true);
+  auto ops = opCounts(*c.b.g);
+  if (backends::cpu::onednn::preferredChannelBlock() == 0) {
+    // oneDNN wants plain layouts on this CPU: the pass changes nothing.
+    EXPECT_EQ(ops["FromBlocked"], 0);
+  } else {
+    EXPECT_EQ(ops["Conv"], 0);
+    EXPECT_EQ(ops["FusedConv"], 1);
+    EXPECT_EQ(ops["ChannelBlocked"], 1);  // the pool runs on blocked data
+    EXPECT_EQ(ops["FromBlocked"], 1);     // one conversion, at the graph output
+  }
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
+}
+
+}  // namespace
+}  // namespace graft::passes::testing
