@@ -439,3 +439,145 @@ def test_detect_non_finite_in_the_session_api():
     x[0, 0] = np.inf
     with pytest.raises(graft.Error, match=f"anchor '{loss}' is not finite"):
         s.run(graft.PyStepIO({"x": x}, s.initAnchorArrays()))
+
+
+# ---- NaN and inf propagate (IEEE 754, torch) -------------------------------------------------------------
+
+NAN = float("nan")
+INF = float("inf")
+SPECIAL = np.array([NAN, -1.0, 2.0, INF, -INF, 0.0, 1e-40, -1e-40], np.float32)
+
+
+def _unary_model(op, **attrs):
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [8]), "x")
+    y = getattr(b.aiOnnx, op)([x], **attrs)
+    b.addOutputTensor(y)
+    return b.getModelProto(), y
+
+
+def _run_on(devname, model, y, feeds):
+    dm = graft.DeviceManager()
+    dev = dm.createCpuDevice() if devname == "cpu" else dm.createReferenceDevice()
+    s = graft.InferenceSession(model, graft.DataFlow(1, [y]), dev)
+    s.prepareDevice()
+    out = s.initAnchorArrays()
+    s.run(graft.PyStepIO(feeds, out))
+    return out[y]
+
+
+def _hardsigmoid(x, a=0.2, b=0.5):
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(x), x, np.clip(a * x + b, 0, 1))
+
+
+UNARY = {
+    "relu": (dict(), lambda x: np.where(np.isnan(x), x, np.maximum(x, 0))),
+    "hardsigmoid": (dict(), _hardsigmoid),
+    "sign": (dict(), np.sign),
+    "leakyrelu": (dict(alpha=0.1), lambda x: np.where(x >= 0, x, 0.1 * x)),
+    "thresholdedrelu": (dict(alpha=1.0), lambda x: np.where(np.isnan(x) | (x > 1.0), x, 0)),
+    "abs": (dict(), np.abs),
+    "neg": (dict(), np.negative),
+}
+
+
+@pytest.mark.parametrize("devname", ["cpu", "reference"])
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_activations_propagate_nan(devname, op):
+    attrs, ref = UNARY[op]
+    model, y = _unary_model(op, **attrs)
+    got = _run_on(devname, model, y, {"x": SPECIAL})
+    with np.errstate(all="ignore"):
+        want = ref(SPECIAL.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{op}: {got} vs {want}")
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("devname", ["cpu", "reference"])
+def test_clip_max_min_and_reductions_keep_nan(devname):
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 8]), "x")
+    outs = [b.aiOnnx.clip([x], min=-0.5, max=0.5), b.aiOnnx.max([x, b.aiOnnx.constant(np.zeros(8, np.float32))]),
+            b.aiOnnx.reducemax([x], axes=[1], keepdims=0), b.aiOnnx.reducesum([x], axes=[1], keepdims=0)]
+    for o in outs:
+        b.addOutputTensor(o)
+    dm = graft.DeviceManager()
+    s = graft.InferenceSession(b.getModelProto(), graft.DataFlow(1, outs),
+                               dm.createCpuDevice() if devname == "cpu" else dm.createReferenceDevice())
+    s.prepareDevice()
+    out = s.initAnchorArrays()
+    data = np.stack([SPECIAL, np.arange(8, dtype=np.float32)])
+    s.run(graft.PyStepIO({"x": data}, out))
+    assert np.isnan(out[outs[0]][0, 0]) and np.isnan(out[outs[1]][0, 0])
+    assert np.isnan(out[outs[2]][0]) and out[outs[2]][1] == 7
+    assert np.isnan(out[outs[3]][0]) and out[outs[3]][1] == 28
+
+
+@pytest.mark.parametrize("devname", ["cpu", "reference"])
+def test_max_pooling_keeps_nan(devname):
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [1, 2, 4, 4]), "x")
+    mp = b.aiOnnx.maxpool([x], num_outputs=1, kernel_shape=[2, 2], strides=[2, 2])[0]
+    gmp = b.aiOnnx.globalmaxpool([x])
+    b.addOutputTensor(mp)
+    b.addOutputTensor(gmp)
+    dm = graft.DeviceManager()
+    s = graft.InferenceSession(b.getModelProto(), graft.DataFlow(1, [mp, gmp]),
+                               dm.createCpuDevice() if devname == "cpu" else dm.createReferenceDevice())
+    s.prepareDevice()
+    out = s.initAnchorArrays()
+    data = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    data[0, 0, 1, 1] = np.nan
+    s.run(graft.PyStepIO({"x": data}, out))
+    m = out[mp]
+    assert np.isnan(m[0, 0, 0, 0]) and np.isnan(out[gmp][0, 0, 0, 0]), (m, out[gmp])
+    assert m[0, 0, 1, 1] == 15 and m[0, 1, 1, 1] == 31 and out[gmp][0, 1, 0, 0] == 31
+
+
+@pytest.mark.parametrize("devname", [
+    pytest.param("cpu", marks=pytest.mark.xfail(strict=True, reason="known limit (docs/reliability.md): oneDNN's "
+                                                 "Relu post-op fused into Gemm/MatMul/Conv drops NaN")),
+    "reference"])
+def test_fused_matmul_relu_keeps_nan(devname):
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [4, 8]), "x")
+    w = b.addInitializedInputTensor(np.eye(8, dtype=np.float32), "w")
+    bias = b.addInitializedInputTensor(np.zeros(8, np.float32), "b")
+    y = b.aiOnnx.relu([b.aiOnnx.gemm([x, w, bias])])
+    z = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])])
+    b.addOutputTensor(y)
+    b.addOutputTensor(z)
+    dm = graft.DeviceManager()
+    s = graft.InferenceSession(b.getModelProto(), graft.DataFlow(1, [y, z]),
+                               dm.createCpuDevice() if devname == "cpu" else dm.createReferenceDevice())
+    s.prepareDevice()
+    out = s.initAnchorArrays()
+    data = np.ones((4, 8), np.float32)
+    data[1, 2] = np.nan
+    s.run(graft.PyStepIO({"x": data}, out))
+    for o in (y, z):  # NaN * 0 is NaN: the NaN row stays NaN in every column (as numpy says)
+        np.testing.assert_array_equal(np.isnan(out[o]), np.isnan(np.maximum(data @ np.eye(8, dtype=np.float32), 0)))
+
+
+def test_graft_train_on_data_with_one_nan_fails(tmp_path):
+    """The issue's reproducer: one NaN in the data (Relu used to swallow it) no longer gives exit 0
+    with a finite loss and weights full of NaN."""
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [4, 3]), "x")
+    w = b.addInitializedInputTensor(np.full((3, 3), 0.1, np.float32), "w")
+    y = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])], "logits")
+    b.addOutputTensor(y)
+    (tmp_path / "c.onnx").write_bytes(b.getModelProto())
+    data = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    data[9, 0] = np.nan
+    np.save(tmp_path / "x.npy", data)
+    np.save(tmp_path / "t.npy", np.random.default_rng(1).integers(0, 3, 16).astype(np.int64))
+    out_model = tmp_path / "trained.onnx"
+    code, out = _cli("train", str(tmp_path / "c.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--label",
+                     f"t={tmp_path / 't.npy'}", "--loss", "softmax-ce", "--optimizer", "sgd:lr=0.1",
+                     "--batch-size", "4", "--no-shuffle", "--progress", "none", "--output", str(out_model),
+                     timeout=120)
+    assert code == 1 and "not finite" in out and "step 3" in out, out
+    assert not out_model.exists()
