@@ -1,8 +1,8 @@
 #include "cli.hpp"
 #include "inspect_memory.hpp"
 
-#include <graft/error.hpp>
 #include <fmt/format.h>
+#include <graft/error.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -52,8 +52,8 @@ CLI::Validator integerAtLeast(int64_t lo) {
       [lo](std::string& text) -> std::string {
         int64_t v = 0;
         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc::result_out_of_range || (ec == std::errc() && end == text.data() + text.size() &&
-                                                      v > std::numeric_limits<int>::max()))
+        if (ec == std::errc::result_out_of_range ||
+            (ec == std::errc() && end == text.data() + text.size() && v > std::numeric_limits<int>::max()))
           return fmt::format("'{}' is too large (at most {})", text, std::numeric_limits<int>::max());
         if (ec != std::errc() || end != text.data() + text.size())
           return fmt::format("expected an integer >= {}, got '{}'", lo, text);
@@ -90,7 +90,8 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   inspect->add_flag("--graph", io.graph, "Also print the imported graph (graft IR)");
   inspect->add_flag("--stages", io.stages, "Also print the split over virtual devices: the model's annotations "
                                            "(__ipu_number, __pipeline_stage) or, without any, graft's Auto split");
-  inspect->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
+  inspect
+      ->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
       ->check(integerAtLeast(1));
   inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages and --memory (repeatable; default 1)")
       ->type_name("NAME=SIZE");

@@ -233,9 +233,10 @@ void runCommand(const RunOptions& o, std::ostream& out) {
     // Every batch of a step gets its own random array: the total is checked before any is made.
     int64_t numel = 1;
     for (int64_t d : shape) numel = support::saturatingMul(numel, d);
-    int64_t perBatch = support::saturatingAdd(support::saturatingMul(numel, info.dataType() == DataType::String ? 32 :
-                                                                              static_cast<int64_t>(dtypeSize(info.dataType()))),
-                                              static_cast<int64_t>(sizeof(NDArray)));
+    int64_t perBatch = support::saturatingAdd(
+        support::saturatingMul(
+            numel, info.dataType() == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(info.dataType()))),
+        static_cast<int64_t>(sizeof(NDArray)));
     randomBytes = support::saturatingAdd(randomBytes, support::saturatingMul(perBatch, bps));
     support::checkAllocation(fmt::format("--batches-per-step {} × the random inputs (up to '{}', {} {})", bps, id,
                                          dtypeName(info.dataType()), shapeToString(shape)),

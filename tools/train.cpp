@@ -487,9 +487,10 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
         std::string msg = e.what();
         if (msg.find("detectNonFinite") == std::string::npos) throw;
         bar.finish();
-        GRAFT_THROW("epoch {}, step {} of the epoch: {}: training diverged; try a smaller learning rate than in "
-                    "--optimizer {} (or look for NaN and inf in the data); no model is written",
-                    epoch, step + 1, msg, o.optimizer);
+        GRAFT_THROW(
+            "epoch {}, step {} of the epoch: {}: training diverged; try a smaller learning rate than in "
+            "--optimizer {} (or look for NaN and inf in the data); no model is written",
+            epoch, step + 1, msg, o.optimizer);
       }
       for (const NDArray& l : io.outputs.at(loss.loss)) {
         double v = ops::castArray(l, DataType::Double).data<double>()[0];

@@ -14,7 +14,8 @@ int64_t checkedInt(pyb::handle value, const char* what, int64_t lo, int64_t hi) 
   PyObject* index = PyNumber_Index(value.ptr());
   if (!index) {
     PyErr_Clear();
-    GRAFT_THROW("{} must be of type int, got {}", what, std::string(pyb::str(pyb::type::handle_of(value).attr("__name__"))));
+    GRAFT_THROW("{} must be of type int, got {}", what,
+                std::string(pyb::str(pyb::type::handle_of(value).attr("__name__"))));
   }
   pyb::object owned = pyb::reinterpret_steal<pyb::object>(index);
   int overflow = 0;
@@ -185,34 +186,43 @@ void bindDevices(pyb::module_& m) {
     return d.is_none() ? std::map<std::string, std::string>{} : stringMap(d.cast<pyb::dict>());
   };
   pyb::class_<DeviceManager, std::unique_ptr<DeviceManager, pyb::nodelete>>(m, "DeviceManager")
-      .def(pyb::init([] { return std::unique_ptr<DeviceManager, pyb::nodelete>(&DeviceManager::createDeviceManager()); }))
-      .def("createCpuDevice",
-           [](DeviceManager& dm, pyb::object n, pyb::object cores) {
-             return dm.createCpuDevice(static_cast<int>(checkedInt(n, "createCpuDevice: numVirtualDevices")),
-                                       static_cast<int>(checkedInt(cores, "createCpuDevice: coresPerVirtualDevice")));
-           },
-           pyb::arg("numVirtualDevices") = 1, pyb::arg("coresPerVirtualDevice") = 0)
-      .def("createReferenceDevice",
-           [](DeviceManager& dm, pyb::object n) {
-             return dm.createReferenceDevice(static_cast<int>(checkedInt(n, "createReferenceDevice: numVirtualDevices")));
-           },
-           pyb::arg("numVirtualDevices") = 1)
-      .def("createIpuModelDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createIpuModelDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
-      .def("createOfflineIpuDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
-      .def("createOfflineIPUDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
+      .def(pyb::init(
+          [] { return std::unique_ptr<DeviceManager, pyb::nodelete>(&DeviceManager::createDeviceManager()); }))
+      .def(
+          "createCpuDevice",
+          [](DeviceManager& dm, pyb::object n, pyb::object cores) {
+            return dm.createCpuDevice(static_cast<int>(checkedInt(n, "createCpuDevice: numVirtualDevices")),
+                                      static_cast<int>(checkedInt(cores, "createCpuDevice: coresPerVirtualDevice")));
+          },
+          pyb::arg("numVirtualDevices") = 1, pyb::arg("coresPerVirtualDevice") = 0)
+      .def(
+          "createReferenceDevice",
+          [](DeviceManager& dm, pyb::object n) {
+            return dm.createReferenceDevice(
+                static_cast<int>(checkedInt(n, "createReferenceDevice: numVirtualDevices")));
+          },
+          pyb::arg("numVirtualDevices") = 1)
+      .def(
+          "createIpuModelDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createIpuModelDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
+      .def(
+          "createOfflineIpuDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
+      .def(
+          "createOfflineIPUDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
       // PopART's tilesPerIpu, pattern, connectionType and selectionCriterion do not apply.
-      .def("acquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1)
-      .def("tryAcquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1);
+      .def(
+          "acquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1)
+      .def(
+          "tryAcquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1);
 }
 
 void bindOptions(pyb::module_& m) {
@@ -238,19 +248,26 @@ void bindOptions(pyb::module_& m) {
       .def_readwrite("enableGradientAccumulation", &SessionOptions::enableGradientAccumulation)
       .def_property(
           "accumulationFactor", [](const SessionOptions& o) { return o.accumulationFactor; },
-          [](SessionOptions& o, pyb::object v) { o.accumulationFactor = static_cast<int>(checkedInt(v, "SessionOptions.accumulationFactor")); })
-      .def_readwrite("accumulationAndReplicationReductionType", &SessionOptions::accumulationAndReplicationReductionType)
+          [](SessionOptions& o, pyb::object v) {
+            o.accumulationFactor = static_cast<int>(checkedInt(v, "SessionOptions.accumulationFactor"));
+          })
+      .def_readwrite("accumulationAndReplicationReductionType",
+                     &SessionOptions::accumulationAndReplicationReductionType)
       .def_readwrite("virtualGraphMode", &SessionOptions::virtualGraphMode)
       .def_readwrite("enablePipelining", &SessionOptions::enablePipelining)
       .def_readwrite("autoRecomputation", &SessionOptions::autoRecomputation)
       .def_readwrite("enableReplicatedGraphs", &SessionOptions::enableReplicatedGraphs)
       .def_property(
           "replicatedGraphCount", [](const SessionOptions& o) { return o.replicatedGraphCount; },
-          [](SessionOptions& o, pyb::object v) { o.replicatedGraphCount = static_cast<int>(checkedInt(v, "SessionOptions.replicatedGraphCount")); })
+          [](SessionOptions& o, pyb::object v) {
+            o.replicatedGraphCount = static_cast<int>(checkedInt(v, "SessionOptions.replicatedGraphCount"));
+          })
       .def_readwrite("constantWeights", &SessionOptions::constantWeights)
       .def_property(
           "numThreads", [](const SessionOptions& o) { return o.numThreads; },
-          [](SessionOptions& o, pyb::object v) { o.numThreads = static_cast<int>(checkedInt(v, "SessionOptions.numThreads")); })
+          [](SessionOptions& o, pyb::object v) {
+            o.numThreads = static_cast<int>(checkedInt(v, "SessionOptions.numThreads"));
+          })
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)
       .def_readwrite("dumpGraphAfterPass", &SessionOptions::dumpGraphAfterPass)
@@ -259,7 +276,9 @@ void bindOptions(pyb::module_& m) {
       .def_readwrite("detectNonFinite", &SessionOptions::detectNonFinite)
       .def_property(
           "pipelineDepth", [](const SessionOptions& o) { return o.pipelineDepth; },
-          [](SessionOptions& o, pyb::object v) { o.pipelineDepth = static_cast<int>(checkedInt(v, "SessionOptions.pipelineDepth")); });
+          [](SessionOptions& o, pyb::object v) {
+            o.pipelineDepth = static_cast<int>(checkedInt(v, "SessionOptions.pipelineDepth"));
+          });
 
   pyb::enum_<PatternsLevel>(m, "PatternsLevel")
       .value("NoPatterns", PatternsLevel::NoPatterns)

@@ -1,7 +1,6 @@
 // graft IR -> ONNX ModelProto.
 #include <onnx/onnx_pb.h>
 
-
 #include "onnx/model_io.hpp"
 #include "onnx/proto_convert.hpp"
 #include "onnx/schema_infer.hpp"

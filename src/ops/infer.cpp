@@ -35,7 +35,8 @@ void checkDeclaredOutput(const ir::Node& n, const ir::Tensor& t, const ir::Value
   auto mismatch = [&] {
     GRAFT_THROW("graph output '{}' is declared {}, but {} computes {}", t.id(), d.str(), n.describe(), i.str());
   };
-  if (d.dataType() != DataType::Undefined && i.dataType() != DataType::Undefined && d.dataType() != i.dataType()) mismatch();
+  if (d.dataType() != DataType::Undefined && i.dataType() != DataType::Undefined && d.dataType() != i.dataType())
+    mismatch();
   if (!d.hasShape() || !i.hasShape()) return;
   if (d.rank() != i.rank()) mismatch();
   for (size_t k = 0; k < d.dims().size(); ++k)

@@ -28,11 +28,16 @@ struct Range {
 };
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr Range kRanges[] = {
-    {"learningRate", 0, kInf, false, true},  {"weightDecay", 0, kInf, false, true},
-    {"momentum", 0, 1, false, true},         {"dampening", 0, 1, false, false},
-    {"velocityScaling", 0, kInf, true, true}, {"beta1", 0, 1, false, true},
-    {"beta2", 0, 1, false, true},            {"eps", 0, kInf, true, true},
-    {"maxWeightNorm", 0, kInf, false, true}, {"alpha", 0, 1, false, false},
+    {"learningRate", 0, kInf, false, true},
+    {"weightDecay", 0, kInf, false, true},
+    {"momentum", 0, 1, false, true},
+    {"dampening", 0, 1, false, false},
+    {"velocityScaling", 0, kInf, true, true},
+    {"beta1", 0, 1, false, true},
+    {"beta2", 0, 1, false, true},
+    {"eps", 0, kInf, true, true},
+    {"maxWeightNorm", 0, kInf, false, true},
+    {"alpha", 0, 1, false, false},
     {"lossScaling", 0, kInf, true, true},
 };
 
@@ -41,8 +46,9 @@ void checkValue(const std::string& kind, const std::string& name, float v, const
   for (const Range& r : kRanges) {
     if (name != r.name) continue;
     bool ok = (r.loOpen ? v > r.lo : v >= r.lo) && (r.hiOpen ? v < r.hi : v <= r.hi);
-    std::string range = r.hi == kInf ? fmt::format("{} {}", r.loOpen ? ">" : ">=", r.lo)
-                                     : fmt::format("in {}{}, {}{}", r.loOpen ? "(" : "[", r.lo, r.hi, r.hiOpen ? ")" : "]");
+    std::string range = r.hi == kInf
+                            ? fmt::format("{} {}", r.loOpen ? ">" : ">=", r.lo)
+                            : fmt::format("in {}{}, {}{}", r.loOpen ? "(" : "[", r.lo, r.hi, r.hiOpen ? ")" : "]");
     GRAFT_CHECK(ok, "{}: {}{} must be {}, got {}", kind, name, where, range, v);
   }
 }

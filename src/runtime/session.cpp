@@ -227,9 +227,10 @@ void Session::Impl::beginStep(IStepIO& io) {
     int runs = dataFlow.batchesPerStep() * accumulationFactor();
     for (const auto& id : dataFlow.anchors()) {
       const AnchorReturnType& art = dataFlow.art(id);
-      int64_t count = art.id() == AnchorReturnTypeId::All      ? runs
-                      : art.id() == AnchorReturnTypeId::EveryN ? dataFlow.batchesPerStep() / art.rp() * accumulationFactor()
-                                                               : 1;
+      int64_t count = art.id() == AnchorReturnTypeId::All ? runs
+                      : art.id() == AnchorReturnTypeId::EveryN
+                          ? dataFlow.batchesPerStep() / art.rp() * accumulationFactor()
+                          : 1;
       s->expectResults(id, count);
     }
   }
@@ -275,8 +276,10 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
     GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
     if (options.detectNonFinite) {
       std::string bad = firstNonFinite(v.tensor);
-      GRAFT_CHECK(bad.empty(), "step {} (model run {} of {}): anchor '{}' is not finite ({}); stopped (SessionOptions."
-                  "detectNonFinite)", steps + 1, r + 1, runs, id, bad);
+      GRAFT_CHECK(bad.empty(),
+                  "step {} (model run {} of {}): anchor '{}' is not finite ({}); stopped (SessionOptions."
+                  "detectNonFinite)",
+                  steps + 1, r + 1, runs, id, bad);
     }
     const AnchorReturnType& art = dataFlow.art(id);
     bool deliver = false;
@@ -357,8 +360,10 @@ void Session::run(IStepIO& stepIO, const std::string&) {
     for (const TensorId& id : impl_->persistentIds()) {
       const ir::Tensor* t = impl_->model.graph->findTensor(id);
       std::string bad = t && t->data() ? firstNonFinite(*t->data()) : "";
-      GRAFT_CHECK(bad.empty(), "step {}: '{}' is not finite after the update ({}): a gradient or optimizer update was "
-                  "not finite; stopped (SessionOptions.detectNonFinite)", impl_->steps, id, bad);
+      GRAFT_CHECK(bad.empty(),
+                  "step {}: '{}' is not finite after the update ({}): a gradient or optimizer update was "
+                  "not finite; stopped (SessionOptions.detectNonFinite)",
+                  impl_->steps, id, bad);
     }
 }
 
@@ -420,7 +425,8 @@ void Session::checkAnchorArraysFit() const {
     Shape s = anchorArrayShape(id);
     for (int64_t d : s) bytes = support::saturatingMul(bytes, d);
     total = support::saturatingAdd(total, bytes);
-    if (bytes > largestBytes) largestBytes = bytes, largest = fmt::format("'{}', {} {}", id, dtypeName(dt), shapeToString(s));
+    if (bytes > largestBytes)
+      largestBytes = bytes, largest = fmt::format("'{}', {} {}", id, dtypeName(dt), shapeToString(s));
   }
   support::checkAllocation(fmt::format("initAnchorArrays (the largest anchor array: {})", largest), total);
 }
@@ -510,11 +516,13 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
 
 std::string Session::modelBytes() const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
-  return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info); }
+  return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info);
+}
 
 void Session::modelToHost(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
-  onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info); }
+  onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info);
+}
 
 std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
                                                                         std::shared_ptr<DeviceInfo> deviceInfo,

@@ -54,12 +54,13 @@ NDArray StepIO::out(const TensorId& id, DataType dtype, const Shape& shape) {
               shapeToString(shape));
   int64_t count = chunk == 0 ? 1 : a.numel() / chunk;
   auto want = expected_.find(id);
-  GRAFT_CHECK(want == expected_.end() || chunk == 0 || count == want->second,
-              "anchor array '{}' has shape {} ({} elements), but one step returns {} result{} of shape {} ({} elements): "
-              "shape it as Session.anchorArrayShape says",
-              id, shapeToString(a.shape()), a.numel(), want == expected_.end() ? 0 : want->second,
-              want != expected_.end() && want->second == 1 ? "" : "s", shapeToString(shape),
-              want == expected_.end() ? 0 : want->second * chunk);
+  GRAFT_CHECK(
+      want == expected_.end() || chunk == 0 || count == want->second,
+      "anchor array '{}' has shape {} ({} elements), but one step returns {} result{} of shape {} ({} elements): "
+      "shape it as Session.anchorArrayShape says",
+      id, shapeToString(a.shape()), a.numel(), want == expected_.end() ? 0 : want->second,
+      want != expected_.end() && want->second == 1 ? "" : "s", shapeToString(shape),
+      want == expected_.end() ? 0 : want->second * chunk);
   int64_t i = outIndex_[id]++;
   GRAFT_CHECK(i < count, "anchor array '{}' of shape {} has room for {} results of shape {}, but more were returned", id,
               shapeToString(a.shape()), count, shapeToString(shape));

@@ -347,10 +347,14 @@ NDArray sprinkled(const NDArray& x) {
   NDArray y = x.clone();
   float* p = y.data<float>();
   for (int64_t i = 0; i < y.numel(); ++i) {
-    if (i % 23 == 5) p[i] = std::numeric_limits<float>::quiet_NaN();
-    else if (i % 29 == 7) p[i] = std::numeric_limits<float>::infinity();
-    else if (i % 31 == 11) p[i] = -std::numeric_limits<float>::infinity();
-    else if (i % 37 == 13) p[i] = 1e-40f;
+    if (i % 23 == 5)
+      p[i] = std::numeric_limits<float>::quiet_NaN();
+    else if (i % 29 == 7)
+      p[i] = std::numeric_limits<float>::infinity();
+    else if (i % 31 == 11)
+      p[i] = -std::numeric_limits<float>::infinity();
+    else if (i % 37 == 13)
+      p[i] = 1e-40f;
   }
   return y;
 }
@@ -414,7 +418,8 @@ void poolCases() {
         NDArray plain = x;
         x = sprinkled(plain);
         add("ChannelBlocked_MaxPool_special_values" + sfx,
-            blockedCase("MaxPool", {}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+            blockedCase("MaxPool", {},
+                        attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
         x = plain;
       }
       add("ChannelBlocked_AveragePool" + sfx, blockedCase("AveragePool", {}, attrs({{"kernel_shape", Ints{2, 2}}})));
