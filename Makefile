@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick bench-compare fuzz test-asan test-asan-quick clean format format-check
+.PHONY: all setup configure build test test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
 
 all: build
 
@@ -75,13 +75,25 @@ ONNX_DATA ?= /usr/share/libonnx-testdata/data
 fuzz: setup
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_C_COMPILER=clang -DGRAFT_FUZZ=ON -DGRAFT_PYTHON=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_import
-	mkdir -p build-fuzz/corpus build-fuzz/findings
-	cp tests/fuzz/seeds/*.onnx build-fuzz/corpus/
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_import fuzz_checkpoint
+	mkdir -p build-fuzz/corpus build-fuzz/corpus-ckpt build-fuzz/findings
+	cp tests/fuzz/seeds/*.onnx tests/fuzz/regressions/*.onnx build-fuzz/corpus/
+	cp tests/fuzz/seeds/ckpt_*.onnx tests/fuzz/regressions/*.onnx build-fuzz/corpus-ckpt/
 	for m in $$(find $(ONNX_DATA)/node $(ONNX_DATA)/simple -name model.onnx -size -4k 2>/dev/null); do \
 	  cp "$$m" "build-fuzz/corpus/$$(basename $$(dirname $$m)).onnx"; done
 	build-fuzz/tests/fuzz/fuzz_import build-fuzz/corpus -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096 \
 	  -timeout=30 -max_len=65536 -artifact_prefix=build-fuzz/findings/
+	build-fuzz/tests/fuzz/fuzz_checkpoint build-fuzz/corpus-ckpt -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096 \
+	  -timeout=30 -max_len=65536 -artifact_prefix=build-fuzz/findings/ckpt-
+
+# A campaign with the ordinary build (no libFuzzer): CAMPAIGN_COUNT mutants of the seeds (models
+# and checkpoints), each in a forked child with a memory cap and a timeout; prints the counts and
+# fails on any crash, hang or blow-up (tests/fuzz/campaign.cpp; findings land in build/findings).
+CAMPAIGN_COUNT ?= 1000
+fuzz-campaign: build
+	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/seeds --count $(CAMPAIGN_COUNT) --findings $(BUILD)/findings
+	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/regressions --count $(CAMPAIGN_COUNT) --rng 2 \
+	  --findings $(BUILD)/findings
 
 # Unit and op tests under ASan+UBSan, then every conformance case, each in a child process: a
 # sanitizer report in a child fails the run (ordinary failures are the Release build's business).
@@ -103,6 +115,15 @@ test-asan-quick: setup
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
 	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
 
+# The concurrency tests (one session run from several threads) under ThreadSanitizer. Kernels
+# run on one thread there: libgomp is not instrumented, so OpenMP regions would only add noise.
+test-tsan: setup
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_TSAN=ON -DGRAFT_PYTHON=OFF \
+	  -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake --build build-tsan -j $(JOBS) --target unit_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/unit_tests \
+	  --gtest_filter='Reliability.RunFromSeveralThreads*'
+
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
 
@@ -113,4 +134,4 @@ format-check:
 	@scripts/format_check.sh $(FORMAT_BASE)
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-fuzz build-tsan

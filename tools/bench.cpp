@@ -16,6 +16,7 @@
 #include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/limits.hpp"
 
 namespace graft::tools {
 namespace {
@@ -59,7 +60,7 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   GRAFT_CHECK(o.batchesPerStep >= 1, "--batches-per-step must be at least 1, got {}", o.batchesPerStep);
   GRAFT_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
   GRAFT_CHECK(o.warmup >= 0, "--warmup must be >= 0, got {}", o.warmup);
-  GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
+  support::checkThreadCount("--threads", o.threads);
   GRAFT_CHECK(o.minSeconds >= 0, "--min-time must be >= 0, got {}", o.minSeconds);
   auto device = deviceNamed(o.device);
   std::map<std::string, int64_t> dims = parseDims(o.dims);

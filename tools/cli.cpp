@@ -1,13 +1,18 @@
 #include "cli.hpp"
 #include "inspect_memory.hpp"
 
+#include <fmt/format.h>
 #include <graft/error.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <new>
 
 #include "ops/registry.hpp"
@@ -38,6 +43,41 @@ void opsCommand(std::ostream& out) {
   }
 }
 
+namespace {
+
+// CLI11's PositiveNumber and NonNegativeNumber print their range as two 300-digit numbers; these
+// say what the option needs in words, and refuse what is not a number at all.
+CLI::Validator integerAtLeast(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        int64_t v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc::result_out_of_range ||
+            (ec == std::errc() && end == text.data() + text.size() && v > std::numeric_limits<int>::max()))
+          return fmt::format("'{}' is too large (at most {})", text, std::numeric_limits<int>::max());
+        if (ec != std::errc() || end != text.data() + text.size())
+          return fmt::format("expected an integer >= {}, got '{}'", lo, text);
+        if (v < lo) return fmt::format("must be at least {}, got {}", lo, v);
+        return {};
+      },
+      lo == 0 ? "INT >= 0" : fmt::format("INT >= {}", lo));
+}
+
+CLI::Validator nonNegativeReal() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+          return fmt::format("expected a number >= 0, got '{}'", text);
+        if (v < 0) return fmt::format("must be >= 0, got {}", text);
+        return {};
+      },
+      "NUMBER >= 0");
+}
+
+}  // namespace
+
 int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"graft: compile, run and train ONNX models on CPUs", "graft"};
   app.require_subcommand(1);
@@ -50,8 +90,9 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   inspect->add_flag("--graph", io.graph, "Also print the imported graph (graft IR)");
   inspect->add_flag("--stages", io.stages, "Also print the split over virtual devices: the model's annotations "
                                            "(__ipu_number, __pipeline_stage) or, without any, graft's Auto split");
-  inspect->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
-      ->check(CLI::PositiveNumber);
+  inspect
+      ->add_option("--virtual-devices", io.virtualDevices, "Virtual devices for --stages (default: as annotated, or 2)")
+      ->check(integerAtLeast(1));
   inspect->add_option("--dim", io.dims, "Size of a symbolic input dimension for --stages and --memory (repeatable; default 1)")
       ->type_name("NAME=SIZE");
   MemoryInspectOptions mo;
@@ -65,15 +106,15 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   run->add_option("--dim", ro.dims, "Size of a symbolic dimension for random inputs (repeatable; default 1)")
       ->type_name("NAME=SIZE");
   run->add_option("--batches-per-step", ro.batchesPerStep, "Batches per step (DataFlow batchesPerStep)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   run->add_option("--output-dir,-o", ro.outputDir, "Write every output to DIR/<name>.npy")->type_name("DIR");
   run->add_option("--device", ro.device, "cpu (fast kernels) or reference (golden model)")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  run->add_option("--threads", ro.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  run->add_option("--threads", ro.threads, "Kernel threads (0: all cores)")->check(integerAtLeast(0));
   run->add_option("--steps", ro.steps, "Timed steps after one warm-up step (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   run->add_option("--seed", ro.seed, "Seed of the random inputs");
-  run->add_option("--show", ro.show, "Values printed per output")->check(CLI::NonNegativeNumber);
+  run->add_option("--show", ro.show, "Values printed per output")->check(integerAtLeast(0));
 
   TrainOptions to;
   std::string progressMode = "auto";
@@ -102,24 +143,24 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   train
       ->add_option("--batch-size,-b", to.batchSize,
                    "Samples per batch (default: the model's fixed batch size, else 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   train->add_option("--epochs,-e", to.epochs, "Passes over the training data")
-      ->check(CLI::PositiveNumber)
+      ->check(integerAtLeast(1))
       ->capture_default_str();
   train->add_option("--batches-per-step", to.batchesPerStep, "Batches per session run (DataFlow batchesPerStep)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   train
       ->add_option("--eval", to.eval,
                    "Test data, named like the training data (repeatable): loss and accuracy after "
                    "each epoch")
       ->type_name("NAME=FILE");
   train->add_option("--eval-batch-size", to.evalBatchSize, "Samples per evaluation batch (default 256)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   train->add_option("--output,-o", to.output, "Write the trained model (the input model with trained weights)")
       ->type_name("FILE.onnx");
   train->add_option("--device", to.device, "cpu (fast kernels) or reference (golden model)")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  train->add_option("--threads", to.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  train->add_option("--threads", to.threads, "Kernel threads (0: all cores)")->check(integerAtLeast(0));
   train->add_option("--seed", to.seed, "Seed of the shuffling");
   train->add_flag("!--no-shuffle", to.shuffle, "Keep the samples in file order");
   train->add_flag("--profile", to.profile, "Print the time spent per op type");
@@ -137,14 +178,14 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   bench->add_option("--dim", bo.dims, "Size of a symbolic dimension for random inputs (repeatable; default 1)")
       ->type_name("NAME=SIZE");
   bench->add_option("--batches-per-step", bo.batchesPerStep, "Batches per step (DataFlow batchesPerStep)")
-      ->check(CLI::PositiveNumber);
+      ->check(integerAtLeast(1));
   bench->add_option("--device", bo.device, "cpu (fast kernels) or reference (golden model)")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  bench->add_option("--threads", bo.threads, "Kernel threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  bench->add_option("--warmup", bo.warmup, "Untimed steps before timing")->check(CLI::NonNegativeNumber);
-  bench->add_option("--steps", bo.steps, "Timed steps (at least; the median is reported)")->check(CLI::PositiveNumber);
+  bench->add_option("--threads", bo.threads, "Kernel threads (0: all cores)")->check(integerAtLeast(0));
+  bench->add_option("--warmup", bo.warmup, "Untimed steps before timing")->check(integerAtLeast(0));
+  bench->add_option("--steps", bo.steps, "Timed steps (at least; the median is reported)")->check(integerAtLeast(1));
   bench->add_option("--min-time", bo.minSeconds, "Keep timing steps for at least this many seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegativeReal());
   bench->add_option("--seed", bo.seed, "Seed of the random inputs");
   bench->add_flag("--profile", bo.profile, "Print time per op type and which kernels ran (fast or reference)");
 

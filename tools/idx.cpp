@@ -8,6 +8,7 @@
 
 #include "npy.hpp"
 #include "support/check.hpp"
+#include "support/file_util.hpp"
 
 namespace graft::tools {
 namespace {
@@ -72,8 +73,7 @@ NDArray parseIdx(const std::string& bytes, const std::string& what) {
 }
 
 NDArray readIdx(const std::string& path) {
-  std::error_code ec;
-  GRAFT_CHECK(std::filesystem::is_regular_file(path, ec), "data file '{}' does not exist", path);
+  support::checkRegularFile("data file", path);  // before the open: a FIFO or a device would block
   // gzread also reads files that are not compressed, as they are.
   std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
   GRAFT_CHECK(f, "cannot open data file '{}'", path);

@@ -10,6 +10,7 @@
 #include "plan/executable.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/limits.hpp"
 
 namespace graft::tools {
 namespace {
@@ -52,6 +53,10 @@ void printStages(const InspectOptions& o, const ir::Graph& g, std::ostream& out)
   for (const ir::Node* n : g.nodes())
     if (n->virtualGraph) maxVg = std::max(maxVg, *n->virtualGraph);
   bool annotated = maxVg >= 0;
+  if (o.virtualDevices > 0) support::checkVirtualDeviceCount("--virtual-devices", o.virtualDevices, 1);
+  // A model's annotations can ask for any number of virtual devices: a worker thread each.
+  if (o.virtualDevices <= 0 && annotated)
+    support::checkVirtualDeviceCount("the model's largest virtual graph annotation (+1)", maxVg + 1, 1);
   int count = o.virtualDevices > 0 ? o.virtualDevices : annotated ? static_cast<int>(maxVg + 1) : 2;
   std::map<std::string, int64_t> dims = parseDims(o.dims);
   InputShapeInfo shapes;

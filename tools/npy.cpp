@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "support/check.hpp"
+#include "support/file_util.hpp"
 
 namespace graft::tools {
 namespace {
@@ -210,6 +211,7 @@ NDArray parseNpy(const std::string& bytes, const std::string& what) {
 }
 
 NDArray readNpy(const std::string& path) {
+  support::checkRegularFile(".npy file", path);  // before the open: a FIFO or a device would block
   std::ifstream f(path, std::ios::binary);
   GRAFT_CHECK(f, "cannot open .npy file '{}'", path);
   std::ostringstream ss;

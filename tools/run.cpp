@@ -22,6 +22,8 @@
 #include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/file_util.hpp"
+#include "support/limits.hpp"
 
 namespace graft::tools {
 namespace fs = std::filesystem;
@@ -64,8 +66,7 @@ double median(std::vector<double> v) {
 
 // Output names from the ModelProto; when it does not parse, the full import reports why.
 std::vector<TensorId> graphOutputs(const std::string& path) {
-  std::error_code ec;
-  GRAFT_CHECK(fs::exists(path, ec), "model file '{}' does not exist", path);
+  support::checkRegularFile("model file", path);
   std::ifstream f(path, std::ios::binary);
   ::onnx::ModelProto m;
   if (!f || !m.ParseFromIstream(&f)) {
@@ -140,7 +141,7 @@ void runCommand(const RunOptions& o, std::ostream& out) {
   GRAFT_CHECK(!o.model.empty(), "no model file given");
   GRAFT_CHECK(o.batchesPerStep >= 1, "--batches-per-step must be at least 1, got {}", o.batchesPerStep);
   GRAFT_CHECK(o.steps >= 1, "--steps must be at least 1, got {}", o.steps);
-  GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
+  support::checkThreadCount("--threads", o.threads);
   auto device = deviceNamed(o.device);
   std::map<std::string, int64_t> dims = parseDims(o.dims);
   std::map<TensorId, std::string> files = inputFiles(o.inputs);
@@ -206,6 +207,7 @@ void runCommand(const RunOptions& o, std::ostream& out) {
   }
   std::set<std::string> usedDims;
   std::mt19937_64 rng(o.seed);
+  int64_t randomBytes = 0;
   for (const auto& id : inputIds) {
     if (files.count(id)) continue;
     TensorInfo info = session->inputInfo(id);
@@ -228,6 +230,17 @@ void runCommand(const RunOptions& o, std::ostream& out) {
         notes.push_back(fmt::format("dimension {} is unnamed: 1", d));
       }
     }
+    // Every batch of a step gets its own random array: the total is checked before any is made.
+    int64_t numel = 1;
+    for (int64_t d : shape) numel = support::saturatingMul(numel, d);
+    int64_t perBatch = support::saturatingAdd(
+        support::saturatingMul(
+            numel, info.dataType() == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(info.dataType()))),
+        static_cast<int64_t>(sizeof(NDArray)));
+    randomBytes = support::saturatingAdd(randomBytes, support::saturatingMul(perBatch, bps));
+    support::checkAllocation(fmt::format("--batches-per-step {} × the random inputs (up to '{}', {} {})", bps, id,
+                                         dtypeName(info.dataType()), shapeToString(shape)),
+                             randomBytes);
     std::vector<NDArray> batches;
     for (int b = 0; b < bps; ++b) batches.push_back(randomArray(info.dataType(), shape, rng, id));
     inputLines.push_back(

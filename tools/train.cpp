@@ -24,6 +24,7 @@
 #include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/limits.hpp"
 #include "train_data.hpp"
 
 namespace graft::tools {
@@ -341,7 +342,7 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   GRAFT_CHECK(o.batchesPerStep >= 1, "--batches-per-step must be at least 1, got {}", o.batchesPerStep);
   GRAFT_CHECK(o.batchSize >= 0, "--batch-size must be positive, got {}", o.batchSize);
   GRAFT_CHECK(o.evalBatchSize >= 0, "--eval-batch-size must be positive, got {}", o.evalBatchSize);
-  GRAFT_CHECK(o.threads >= 0, "--threads must be >= 0, got {}", o.threads);
+  support::checkThreadCount("--threads", o.threads);
   auto device = deviceNamed(o.device);
   GRAFT_CHECK(!o.inputs.empty(), "no training data: give each model input with --input NAME=FILE");
   ParsedOptimizer optimizer = parseOptimizerSpec(o.optimizer);
@@ -415,6 +416,9 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
 
   SessionOptions so;
   so.numThreads = o.threads;
+  // A NaN or inf in the loss, a weight or the optimizer state stops training with an error naming
+  // the step and the tensor: no model full of NaN is written, no finite-looking loss reported.
+  so.detectNonFinite = true;
   so.enableProfiling = o.profile;
   InputShapeInfo shapes;
   for (const auto& f : feeds) shapes.add(f.id, TensorInfo(f.data.dtype(), batchShape(batch, f.sample)));
@@ -447,6 +451,7 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
     SessionOptions eo = so;
     eo.constantWeights = false;  // the weights change after every epoch
     eo.enableProfiling = false;
+    eo.detectNonFinite = false;  // test data may hold what training refuses; its loss is reported as it is
     std::vector<TensorId> anchors{loss.loss};
     if (isClassification(loss.kind)) anchors.push_back(loss.prediction);
     evalSession =
@@ -476,7 +481,17 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
         for (int k = 0; k < bps; ++k)
           gatherRows(f.data, order.data() + (step * bps + k) * batch, batch, io.inputs[f.id][static_cast<size_t>(k)]);
       io.reset();
-      session->run(io);
+      try {
+        session->run(io);
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        if (msg.find("detectNonFinite") == std::string::npos) throw;
+        bar.finish();
+        GRAFT_THROW(
+            "epoch {}, step {} of the epoch: {}: training diverged; try a smaller learning rate than in "
+            "--optimizer {} (or look for NaN and inf in the data); no model is written",
+            epoch, step + 1, msg, o.optimizer);
+      }
       for (const NDArray& l : io.outputs.at(loss.loss)) {
         double v = ops::castArray(l, DataType::Double).data<double>()[0];
         if (!std::isfinite(v)) {

@@ -73,6 +73,11 @@ class Optimizer {
   const std::map<TensorId, std::map<std::string, OptimizerValue>>& specifics() const { return specific_; }
   /// Hyper-parameter names this optimizer uses (per weight).
   std::vector<std::string> hyperParameterNames() const;
+  /// Throws graft::Error naming the optimizer and hyper-parameter when a value is NaN, infinite
+  /// or out of its range (learning rate and weight decay >= 0, momentum, beta1 and beta2 in
+  /// [0, 1), dampening and alpha in [0, 1], velocityScaling, eps and lossScaling > 0). Every
+  /// constructor and insertSpecific call it.
+  void validate() const;
   const std::vector<ClipNormSettings>& clipNormSettings() const { return clip_; }
   void setClipNormSettings(std::vector<ClipNormSettings> c) { clip_ = std::move(c); }
 

@@ -48,6 +48,11 @@ struct SessionOptions {
   /// Pipelining: micro-batches inside the pipeline at once (bounds every queue between stages);
   /// 0: twice the number of programs.
   int pipelineDepth = 0;
+  /// Watch for non-finite values: after every model run an anchor (the loss, when anchored)
+  /// holding NaN or inf, and after every step a weight or optimizer state that went non-finite
+  /// (a gradient or update that was not finite), throws graft::Error naming the step and the
+  /// first such tensor. Off by default (it scans the values); `graft train` turns it on.
+  bool detectNonFinite = false;
 };
 
 }  // namespace graft

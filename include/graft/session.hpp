@@ -57,6 +57,9 @@ class Session {
   /// shapes compile again, once per distinct set of shapes.
   void prepareDevice();
   /// Runs one step: batchesPerStep batches, inputs pulled from and anchors pushed to `stepIO`.
+  /// Thread-safe: calls on one session from several threads (run, prepareDevice, weights and
+  /// checkpoint IO) are serialised by a mutex, one step at a time; separate sessions run in
+  /// parallel.
   void run(IStepIO& stepIO, const std::string& debugName = "");
   /// Copies the host weights to the device (PopART's call; weights load at prepareDevice).
   void weightsFromHost();
@@ -76,7 +79,10 @@ class Session {
   /// (the leading dimension only when it is > 1).
   Shape anchorArrayShape(const TensorId& id) const;
   DataType anchorDataType(const TensorId& id) const;
-  /// Allocates one array per anchor, shaped by anchorArrayShape.
+  /// Throws graft::Error when the anchor arrays initAnchorArrays would allocate need more memory
+  /// than the process can get (system memory or the address-space limit), naming the largest.
+  void checkAnchorArraysFit() const;
+  /// Allocates one array per anchor, shaped by anchorArrayShape (checkAnchorArraysFit first).
   std::map<TensorId, NDArray> initAnchorArrays() const;
 
   const DataFlow& dataFlow() const;

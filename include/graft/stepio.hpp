@@ -35,12 +35,15 @@ class StepIO : public IStepIO {
   /// Called by the session at the start of a run: the leading dimensions of input arrays, whose
   /// product is the number of model runs (micro-batches) in the step.
   void beginStep(const Shape& leadingDims);
+  /// Called by the session after beginStep: anchor `id` returns `count` results this step; its
+  /// array must hold exactly that many (a larger or smaller one is an error, not silently used).
+  void expectResults(const TensorId& id, int64_t count);
   const std::map<TensorId, NDArray>& inputs() const { return inputs_; }
   const std::map<TensorId, NDArray>& outputs() const { return outputs_; }
 
  private:
   std::map<TensorId, NDArray> inputs_, outputs_;
-  std::map<TensorId, int64_t> inIndex_, outIndex_;
+  std::map<TensorId, int64_t> inIndex_, outIndex_, expected_;
   Shape leading_;
   int64_t runs_ = 1;
 };

@@ -67,6 +67,7 @@ class _SessionBase:
         """One zeroed numpy array per anchor, shaped as PopART shapes them: ``[batchesPerStep, ...]``
         for All, ``[batchesPerStep // N, ...]`` for EveryN(N), the tensor's shape for Final and Sum
         (the leading dimension only when it is > 1)."""
+        self.checkAnchorArraysFit()  # graft.Error naming the anchor, before numpy tries to allocate
         return {a: np.zeros(self.anchorArrayShape(a), dtype=self.anchorDtype(a)) for a in self.dataFlow.anchors()}
 
     def getSummaryReport(self, resetProfile=True):

@@ -9,6 +9,22 @@
 #include "support/logging.hpp"
 
 namespace graft::py {
+
+int64_t checkedInt(pyb::handle value, const char* what, int64_t lo, int64_t hi) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (!index) {
+    PyErr_Clear();
+    GRAFT_THROW("{} must be of type int, got {}", what,
+                std::string(pyb::str(pyb::type::handle_of(value).attr("__name__"))));
+  }
+  pyb::object owned = pyb::reinterpret_steal<pyb::object>(index);
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+  GRAFT_CHECK(!overflow && v >= lo && v <= hi, "{} must be an integer from {} to {}, got {}", what, lo, hi,
+              std::string(pyb::str(owned)));
+  return v;
+}
+
 namespace {
 
 // TensorInfo dimensions from Python: ints, strings (named symbolic dims) or None (unknown).
@@ -111,8 +127,11 @@ void bindDataFlow(pyb::module_& m) {
   // PopART's tileSet and exchangeStrategy arguments select IPU tiles; they are accepted and
   // ignored.
   pyb::class_<AnchorReturnType>(m, "AnchorReturnType")
-      .def(pyb::init([](const std::string& name, int period, pyb::args, pyb::kwargs) {
-             return AnchorReturnType(name, period);
+      .def(pyb::init([](const std::string& name, pyb::object period, pyb::args, pyb::kwargs) {
+             // PopART's (name, tileSet, exchangeStrategy) overload: a second argument that is no
+             // integer is a tile set.
+             if (!PyIndex_Check(period.ptr())) return AnchorReturnType(name);
+             return AnchorReturnType(name, static_cast<int>(checkedInt(period, "AnchorReturnType: returnPeriod")));
            }),
            pyb::arg("anchorReturnTypeString"), pyb::arg("returnPeriod"))
       .def(pyb::init([](const std::string& name, pyb::args, pyb::kwargs) { return AnchorReturnType(name); }),
@@ -127,9 +146,14 @@ void bindDataFlow(pyb::module_& m) {
 
   pyb::class_<DataFlow>(m, "DataFlow")
       .def(pyb::init<>())
-      .def(pyb::init<int, const AnchorReturnTypeMap&>(), pyb::arg("batchesPerStep"), pyb::arg("anchorTensors"))
-      .def(pyb::init<int, const std::vector<TensorId>&, const AnchorReturnType&>(), pyb::arg("batchesPerStep"),
-           pyb::arg("anchorIds"), pyb::arg("anchorReturnType") = AnchorReturnType("All"))
+      .def(pyb::init([](pyb::object bps, const AnchorReturnTypeMap& anchors) {
+             return DataFlow(static_cast<int>(checkedInt(bps, "DataFlow: batchesPerStep")), anchors);
+           }),
+           pyb::arg("batchesPerStep"), pyb::arg("anchorTensors"))
+      .def(pyb::init([](pyb::object bps, const std::vector<TensorId>& ids, const AnchorReturnType& art) {
+             return DataFlow(static_cast<int>(checkedInt(bps, "DataFlow: batchesPerStep")), ids, art);
+           }),
+           pyb::arg("batchesPerStep"), pyb::arg("anchorIds"), pyb::arg("anchorReturnType") = AnchorReturnType("All"))
       .def("isAnchored", &DataFlow::isAnchored)
       .def("nAnchors", [](const DataFlow& d) { return d.anchors().size(); })
       .def("batchesPerStep", &DataFlow::batchesPerStep)
@@ -162,26 +186,43 @@ void bindDevices(pyb::module_& m) {
     return d.is_none() ? std::map<std::string, std::string>{} : stringMap(d.cast<pyb::dict>());
   };
   pyb::class_<DeviceManager, std::unique_ptr<DeviceManager, pyb::nodelete>>(m, "DeviceManager")
-      .def(pyb::init([] { return std::unique_ptr<DeviceManager, pyb::nodelete>(&DeviceManager::createDeviceManager()); }))
-      .def("createCpuDevice", &DeviceManager::createCpuDevice, pyb::arg("numVirtualDevices") = 1,
-           pyb::arg("coresPerVirtualDevice") = 0)
-      .def("createReferenceDevice", &DeviceManager::createReferenceDevice, pyb::arg("numVirtualDevices") = 1)
-      .def("createIpuModelDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createIpuModelDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
-      .def("createOfflineIpuDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
-      .def("createOfflineIPUDevice",
-           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
-           pyb::arg("opts") = pyb::none())
+      .def(pyb::init(
+          [] { return std::unique_ptr<DeviceManager, pyb::nodelete>(&DeviceManager::createDeviceManager()); }))
+      .def(
+          "createCpuDevice",
+          [](DeviceManager& dm, pyb::object n, pyb::object cores) {
+            return dm.createCpuDevice(static_cast<int>(checkedInt(n, "createCpuDevice: numVirtualDevices")),
+                                      static_cast<int>(checkedInt(cores, "createCpuDevice: coresPerVirtualDevice")));
+          },
+          pyb::arg("numVirtualDevices") = 1, pyb::arg("coresPerVirtualDevice") = 0)
+      .def(
+          "createReferenceDevice",
+          [](DeviceManager& dm, pyb::object n) {
+            return dm.createReferenceDevice(
+                static_cast<int>(checkedInt(n, "createReferenceDevice: numVirtualDevices")));
+          },
+          pyb::arg("numVirtualDevices") = 1)
+      .def(
+          "createIpuModelDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createIpuModelDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
+      .def(
+          "createOfflineIpuDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
+      .def(
+          "createOfflineIPUDevice",
+          [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
+          pyb::arg("opts") = pyb::none())
       // PopART's tilesPerIpu, pattern, connectionType and selectionCriterion do not apply.
-      .def("acquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1)
-      .def("tryAcquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1);
+      .def(
+          "acquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1)
+      .def(
+          "tryAcquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1);
 }
 
 void bindOptions(pyb::module_& m) {
@@ -205,21 +246,39 @@ void bindOptions(pyb::module_& m) {
   pyb::class_<SessionOptions>(m, "_SessionOptionsCore")
       .def(pyb::init<>())
       .def_readwrite("enableGradientAccumulation", &SessionOptions::enableGradientAccumulation)
-      .def_readwrite("accumulationFactor", &SessionOptions::accumulationFactor)
-      .def_readwrite("accumulationAndReplicationReductionType", &SessionOptions::accumulationAndReplicationReductionType)
+      .def_property(
+          "accumulationFactor", [](const SessionOptions& o) { return o.accumulationFactor; },
+          [](SessionOptions& o, pyb::object v) {
+            o.accumulationFactor = static_cast<int>(checkedInt(v, "SessionOptions.accumulationFactor"));
+          })
+      .def_readwrite("accumulationAndReplicationReductionType",
+                     &SessionOptions::accumulationAndReplicationReductionType)
       .def_readwrite("virtualGraphMode", &SessionOptions::virtualGraphMode)
       .def_readwrite("enablePipelining", &SessionOptions::enablePipelining)
       .def_readwrite("autoRecomputation", &SessionOptions::autoRecomputation)
       .def_readwrite("enableReplicatedGraphs", &SessionOptions::enableReplicatedGraphs)
-      .def_readwrite("replicatedGraphCount", &SessionOptions::replicatedGraphCount)
+      .def_property(
+          "replicatedGraphCount", [](const SessionOptions& o) { return o.replicatedGraphCount; },
+          [](SessionOptions& o, pyb::object v) {
+            o.replicatedGraphCount = static_cast<int>(checkedInt(v, "SessionOptions.replicatedGraphCount"));
+          })
       .def_readwrite("constantWeights", &SessionOptions::constantWeights)
-      .def_readwrite("numThreads", &SessionOptions::numThreads)
+      .def_property(
+          "numThreads", [](const SessionOptions& o) { return o.numThreads; },
+          [](SessionOptions& o, pyb::object v) {
+            o.numThreads = static_cast<int>(checkedInt(v, "SessionOptions.numThreads"));
+          })
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)
       .def_readwrite("dumpGraphAfterPass", &SessionOptions::dumpGraphAfterPass)
       .def_readwrite("logDir", &SessionOptions::logDir)
       .def_readwrite("timelinePath", &SessionOptions::timelinePath)
-      .def_readwrite("pipelineDepth", &SessionOptions::pipelineDepth);
+      .def_readwrite("detectNonFinite", &SessionOptions::detectNonFinite)
+      .def_property(
+          "pipelineDepth", [](const SessionOptions& o) { return o.pipelineDepth; },
+          [](SessionOptions& o, pyb::object v) {
+            o.pipelineDepth = static_cast<int>(checkedInt(v, "SessionOptions.pipelineDepth"));
+          });
 
   pyb::enum_<PatternsLevel>(m, "PatternsLevel")
       .value("NoPatterns", PatternsLevel::NoPatterns)

@@ -135,8 +135,10 @@ void bindSession(pyb::module_& m) {
       .def("getInfo", &Session::getInfo, pyb::arg("id"))
       .def("inputArrayShape", &Session::inputArrayShape, pyb::arg("id"))
       .def("anchorArrayShape", &Session::anchorArrayShape, pyb::arg("id"))
-      .def("anchorDtype", [](const Session& s, const TensorId& id) { return numpyDtype(s.anchorDataType(id)); },
-           pyb::arg("id"))
+      .def("checkAnchorArraysFit", &Session::checkAnchorArraysFit)
+      .def(
+          "anchorDtype", [](const Session& s, const TensorId& id) { return numpyDtype(s.anchorDataType(id)); },
+          pyb::arg("id"))
       .def("_getDataFlow", &Session::dataFlow)
       .def("getDevice", [](const Session& s) { return s.device().str(); })
       .def("lastRunSeconds", &Session::lastRunSeconds)
@@ -145,12 +147,13 @@ void bindSession(pyb::module_& m) {
       .def("graphText", &Session::graphText)
       .def("stagesText", &Session::stagesText)
       .def("timelineJson", &Session::timelineJson)
-      .def("readWeights",
-           [](const Session& s, PyWeightsIO& io) {
-             io.checkWritable();
-             s.readWeights(io);
-           },
-           pyb::arg("weightsIo"))
+      .def(
+          "readWeights",
+          [](const Session& s, PyWeightsIO& io) {
+            io.checkWritable();
+            s.readWeights(io);
+          },
+          pyb::arg("weightsIo"))
       .def("writeWeights", &Session::writeWeights, pyb::arg("weightsIo"))
       .def("weightIds", &Session::weightIds)
       .def("resetHostWeights", &Session::resetHostWeights, pyb::arg("modelProtoOrFilename"),

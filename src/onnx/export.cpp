@@ -1,13 +1,11 @@
 // graft IR -> ONNX ModelProto.
 #include <onnx/onnx_pb.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "onnx/model_io.hpp"
 #include "onnx/proto_convert.hpp"
 #include "onnx/schema_infer.hpp"
 #include "support/check.hpp"
+#include "support/file_util.hpp"
 
 namespace graft::onnxio {
 namespace {
@@ -80,18 +78,8 @@ std::string saveModelBytes(const ir::Graph& graph, const ModelInfo& info) {
 }
 
 void saveModelFile(const ir::Graph& graph, const std::string& path, const ModelInfo& info) {
-  std::string bytes = saveModelBytes(graph, info);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    GRAFT_CHECK(f, "cannot write '{}'", tmp);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    GRAFT_CHECK(f.good(), "error writing '{}'", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  GRAFT_CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+  GRAFT_CHECK(!path.empty(), "cannot write model '{}': the path is empty", graph.name());
+  support::writeFileAtomically("model file", path, saveModelBytes(graph, info));
 }
 
 }  // namespace graft::onnxio

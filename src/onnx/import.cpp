@@ -21,7 +21,9 @@
 
 #include "onnx/model_io.hpp"
 #include "onnx/proto_convert.hpp"
+#include "onnx/validate_names.hpp"
 #include "support/check.hpp"
+#include "support/file_util.hpp"
 #include "support/logging.hpp"
 
 namespace graft::onnxio {
@@ -31,9 +33,7 @@ namespace {
 bool isOnnxDomain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
 std::string readFileBytes(const std::string& path) {
-  std::error_code ec;
-  GRAFT_CHECK(fs::exists(path, ec), "model file '{}' does not exist", path);
-  GRAFT_CHECK(!fs::is_directory(path, ec), "model path '{}' is a directory, not an ONNX file", path);
+  support::checkRegularFile("model file", path);  // before the open: a FIFO or a device would block
   std::ifstream f(path, std::ios::binary);
   GRAFT_CHECK(f, "cannot open model file '{}'", path);
   std::ostringstream ss;
@@ -52,6 +52,7 @@ void parseModel(const std::string& bytes, const std::string& source, ::onnx::Mod
               source);
   GRAFT_CHECK(m->has_graph(), "{} is not an ONNX model: it has no graph", source);
   GRAFT_CHECK(m->ir_version() > 0, "{} is not an ONNX model: it has no ir_version", source);
+  checkNamesAreUtf8(*m, source);
 }
 
 // ---- external data ----------------------------------------------------------------------------

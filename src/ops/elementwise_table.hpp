@@ -32,6 +32,8 @@
 //   P1 D1  the second (activation_beta in fused nodes)
 //   F      the value: an expression over the operands a, b, c and the parameters p0, p1 of the
 //          compute type C, with the math functions of M (StdMath below for the reference)
+// NaN propagates as IEEE 754 and torch say: every formula returns NaN for a NaN operand (Relu,
+// Sign, HardSigmoid and ThresholdedRelu test for it; comparisons are false for NaN, as they must be).
 // Clip (bounds are inputs, not attributes), Celu (alpha must not be 0), Round and PRelu are
 // written by hand where they are used.
 #include <cmath>
@@ -61,7 +63,7 @@
   X(Reciprocal,  "Reciprocal",     "",             13,  1, 0,   0,   Floats,        0,   1,   undef,              "",      0.f,   "",     0.f,  C(1) / a) \
   X(Tanh,        "Tanh",           "",             14,  1, 0,   1,   Floats,        1,   1,   eltwise_tanh,       "",      0.f,   "",     0.f,  M::tanh(a)) \
   X(Sigmoid,     "Sigmoid",        "",             15,  1, 0,   0,   Floats,        1,   1,   eltwise_logistic,   "",      0.f,   "",     0.f,  M::sigmoid(a)) \
-  X(Relu,        "Relu",           "",             16,  1, 0,   1,   SignedNumeric, 0,   1,   eltwise_relu,       "",      0.f,   "",     0.f,  a > C(0) ? a : C(0)) \
+  X(Relu,        "Relu",           "",             16,  1, 0,   1,   SignedNumeric, 0,   1,   eltwise_relu,       "",      0.f,   "",     0.f,  a < C(0) ? C(0) : a) \
   X(Erf,         "Erf",            "",             17,  1, 0,   1,   Floats,        1,   1,   undef,              "",      0.f,   "",     0.f,  M::erf(a)) \
   X(LeakyRelu,   "LeakyRelu",      "",             18,  1, 0,   1,   Floats,        0,   1,   eltwise_relu,       "alpha", 0.01f, "",     0.f,  a >= C(0) ? a : p0 * a) \
   X(GeluTanh,    "Gelu",           "ai.graphcore", 19,  1, 0,   1,   Floats,        1,   0,   eltwise_gelu_tanh,  "",      0.f,   "",     0.f,  M::geluTanh(a)) \
@@ -76,7 +78,7 @@
   X(Not,         "Not",            "",             28,  1, 1,   0,   Bool,          0,   0,   undef,              "",      0.f,   "",     0.f,  a == C(0) ? C(1) : C(0)) \
   X(And,         "And",            "",             29,  2, 1,   0,   Bool,          0,   0,   undef,              "",      0.f,   "",     0.f,  (a != C(0) && b != C(0)) ? C(1) : C(0)) \
   X(Or,          "Or",             "",             30,  2, 1,   0,   Bool,          0,   0,   undef,              "",      0.f,   "",     0.f,  (a != C(0) || b != C(0)) ? C(1) : C(0)) \
-  X(Sign,        "Sign",           "",             31,  1, 0,   1,   Numeric,       0,   0,   undef,              "",      0.f,   "",     0.f,  a > C(0) ? C(1) : (a < C(0) ? C(-1) : C(0))) \
+  X(Sign,        "Sign",           "",             31,  1, 0,   1,   Numeric,       0,   0,   undef,              "",      0.f,   "",     0.f,  a > C(0) ? C(1) : (a < C(0) ? C(-1) : a)) \
   X(Floor,       "Floor",          "",             32,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  std::floor(a)) \
   X(Ceil,        "Ceil",           "",             33,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  std::ceil(a)) \
   X(Square,      "",               "",             34,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  a * a)
@@ -86,10 +88,10 @@
   X(Elu,         "Elu",            "",             -1,  1, 0,   1,   Floats,        1,   1,   eltwise_elu,        "alpha", 1.0f,  "",     0.f,  a >= C(0) ? a : p0 * (M::exp(a) - C(1))) \
   X(Selu,        "Selu",           "",             -1,  1, 0,   1,   Floats,        1,   1,   undef,              "alpha", 1.67326319217681884765625f, "gamma", 1.05070102214813232421875f, \
     p1 * (a > C(0) ? a : p0 * (M::exp(a) - C(1)))) \
-  X(HardSigmoid, "HardSigmoid",    "",             -1,  1, 0,   0,   Floats,        0,   1,   eltwise_linear,     "alpha", 0.2f,  "beta", 0.5f, std::max(C(0), std::min(C(1), p0 * a + p1))) \
+  X(HardSigmoid, "HardSigmoid",    "",             -1,  1, 0,   0,   Floats,        0,   1,   eltwise_linear,     "alpha", 0.2f,  "beta", 0.5f, a != a ? a : std::max(C(0), std::min(C(1), p0 * a + p1))) \
   X(HardSwish,   "HardSwish",      "",             -1,  1, 0,   1,   Floats,        0,   1,   eltwise_hardswish,  "",      0.f,   "",     0.f,  a * std::max(C(0), std::min(C(1), a / C(6) + C(0.5)))) \
   X(Softsign,    "Softsign",       "",             -1,  1, 0,   1,   Floats,        0,   1,   undef,              "",      0.f,   "",     0.f,  a / (C(1) + std::abs(a))) \
-  X(ThresholdedRelu, "ThresholdedRelu", "",        -1,  1, 0,   1,   Floats,        0,   0,   undef,              "alpha", 1.0f,  "",     0.f,  a > p0 ? a : C(0)) \
+  X(ThresholdedRelu, "ThresholdedRelu", "",        -1,  1, 0,   1,   Floats,        0,   0,   undef,              "alpha", 1.0f,  "",     0.f,  a > p0 || a != a ? a : C(0)) \
   X(Sin,         "Sin",            "",             -1,  1, 0,   1,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::sin(a)) \
   X(Cos,         "Cos",            "",             -1,  1, 0,   0,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::cos(a)) \
   X(Tan,         "Tan",            "",             -1,  1, 0,   1,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::tan(a)) \

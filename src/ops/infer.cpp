@@ -25,6 +25,24 @@ bool isConstant(const ir::Tensor* t, bool weightsAreConstant) {
   return t->kind() == ir::TensorKind::Constant || (weightsAreConstant && t->kind() == ir::TensorKind::Variable);
 }
 
+// A graph output's declared type must agree with what its producer computes: ONNX Runtime refuses
+// a mismatch too. A symbolic or unknown declaration (dtype, rank or dimension) is fine.
+void checkDeclaredOutput(const ir::Node& n, const ir::Tensor& t, const ir::ValueType& inferred) {
+  const ir::ValueType& declared = t.type();
+  if (!declared.isTensor() || !inferred.isTensor() || !declared.known()) return;
+  const TensorInfo& d = declared.info;
+  const TensorInfo& i = inferred.info;
+  auto mismatch = [&] {
+    GRAFT_THROW("graph output '{}' is declared {}, but {} computes {}", t.id(), d.str(), n.describe(), i.str());
+  };
+  if (d.dataType() != DataType::Undefined && i.dataType() != DataType::Undefined && d.dataType() != i.dataType())
+    mismatch();
+  if (!d.hasShape() || !i.hasShape()) return;
+  if (d.rank() != i.rank()) mismatch();
+  for (size_t k = 0; k < d.dims().size(); ++k)
+    if (d.dims()[k].known() && i.dims()[k].known() && d.dims()[k].value != i.dims()[k].value) mismatch();
+}
+
 }  // namespace
 
 // A sequence or optional counts as inferred even when its element type is not: its kind is news
@@ -62,6 +80,7 @@ bool inferNode(ir::Node& n, bool weightsAreConstant) {
   for (size_t i = 0; i < n.numOutputs() && i < out.size(); ++i) {
     ir::Tensor* t = n.output(i);
     if (!t) continue;
+    if (t->isGraphOutput()) checkDeclaredOutput(n, *t, out[i]);
     ir::ValueType merged = mergeType(t->type(), out[i]);
     if (!(merged == t->type())) {
       t->setType(merged);

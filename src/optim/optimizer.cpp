@@ -1,5 +1,7 @@
 #include <graft/optimizer.hpp>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "support/check.hpp"
@@ -17,11 +19,52 @@ std::string stripDefault(const std::string& key) {
   return key;
 }
 
+// The range of each hyper-parameter, checked wherever a value enters an optimizer (constructors,
+// insertSpecific): the CLI, C++ and Python share these checks. NaN and inf are never accepted.
+struct Range {
+  const char* name;
+  float lo, hi;
+  bool loOpen, hiOpen;
+};
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr Range kRanges[] = {
+    {"learningRate", 0, kInf, false, true},
+    {"weightDecay", 0, kInf, false, true},
+    {"momentum", 0, 1, false, true},
+    {"dampening", 0, 1, false, false},
+    {"velocityScaling", 0, kInf, true, true},
+    {"beta1", 0, 1, false, true},
+    {"beta2", 0, 1, false, true},
+    {"eps", 0, kInf, true, true},
+    {"maxWeightNorm", 0, kInf, false, true},
+    {"alpha", 0, 1, false, false},
+    {"lossScaling", 0, kInf, true, true},
+};
+
+void checkValue(const std::string& kind, const std::string& name, float v, const std::string& where) {
+  GRAFT_CHECK(std::isfinite(v), "{}: {}{} must be a finite number, got {}", kind, name, where, v);
+  for (const Range& r : kRanges) {
+    if (name != r.name) continue;
+    bool ok = (r.loOpen ? v > r.lo : v >= r.lo) && (r.hiOpen ? v < r.hi : v <= r.hi);
+    std::string range = r.hi == kInf
+                            ? fmt::format("{} {}", r.loOpen ? ">" : ">=", r.lo)
+                            : fmt::format("in {}{}, {}{}", r.loOpen ? "(" : "[", r.lo, r.hi, r.hiOpen ? ")" : "]");
+    GRAFT_CHECK(ok, "{}: {}{} must be {}, got {}", kind, name, where, range, v);
+  }
+}
+
 }  // namespace
+
+void Optimizer::validate() const {
+  checkValue(kind_, "lossScaling", lossScaling_.val(), "");
+  for (const auto& [name, v] : defaults_) checkValue(kind_, name, v.val(), "");
+  for (const auto& [w, m] : specific_)
+    for (const auto& [name, v] : m) checkValue(kind_, name, v.val(), fmt::format(" (for weight '{}')", w));
+}
 
 ClipNormSettings::ClipNormSettings(std::vector<TensorId> weightIds, float maxNorm)
     : weightIds_(std::move(weightIds)), maxNorm_(maxNorm) {
-  GRAFT_CHECK(maxNorm > 0, "ClipNormSettings: maxNorm must be positive, got {}", maxNorm);
+  GRAFT_CHECK(std::isfinite(maxNorm) && maxNorm > 0, "ClipNormSettings: maxNorm must be positive, got {}", maxNorm);
 }
 
 Optimizer::Optimizer(std::map<std::string, OptimizerValue> defaults, const std::map<std::string, std::pair<float, bool>>& params,
@@ -42,6 +85,7 @@ Optimizer::Optimizer(std::map<std::string, OptimizerValue> defaults, const std::
     }
     defaults_[name] = OptimizerValue(value);
   }
+  validate();
 }
 
 OptimizerValue Optimizer::get(const std::string& name, const TensorId& weight) const {
@@ -63,6 +107,7 @@ void Optimizer::insertSpecific(const TensorId& weight, const std::map<std::strin
                 weight, key, fmt::join(hyperParameterNames(), ", "));
     specific_[weight][name] = OptimizerValue(value);
   }
+  validate();
 }
 
 std::vector<std::string> Optimizer::hyperParameterNames() const {
@@ -98,6 +143,7 @@ SGD::SGD(OptimizerValue lr, OptimizerValue wd, OptimizerValue mm, OptimizerValue
   lossScaling_ = ls;
   nesterov_ = nesterov;
   clip_ = std::move(clip);
+  validate();
 }
 
 bool SGD::usesMomentum() const {

@@ -45,6 +45,12 @@ ir::Tensor* ensureTensor(ir::Graph& g, const std::string& id, const NDArray& ini
       t->setKind(kind);
       return t;
     }
+    // A checkpoint's state of the wrong type or shape is an error, never a silent restart.
+    GRAFT_CHECK(!resume || !d,
+                "the model (checkpoint) has optimizer state '{}' of type {} {}, but this model and "
+                "optimizer need {} {}: it was written for another model or optimizer",
+                id, dtypeName(d ? d->dtype() : DataType::Undefined), d ? shapeToString(d->shape()) : "",
+                dtypeName(init.dtype()), shapeToString(init.shape()));
     GRAFT_CHECK(t->kind() == ir::TensorKind::Variable || t->kind() == ir::TensorKind::Constant,
                 "the model has a tensor '{}' that is not optimizer state, but graft reserves that name", id);
     g.removeTensor(t);

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "support/check.hpp"
+#include "support/limits.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft {
@@ -14,6 +15,8 @@ DeviceInfo::DeviceInfo(DeviceType type, int numVirtualDevices, int threads)
     : type_(type), numVirtual_(numVirtualDevices), threads_(threads), id_(nextDeviceId++) {
   GRAFT_CHECK(numVirtualDevices >= 1, "a device needs at least 1 virtual device, got {}", numVirtualDevices);
   GRAFT_CHECK(threads >= 1, "a virtual device needs at least 1 thread, got {}", threads);
+  support::checkThreadCount("threads per virtual device", threads);
+  support::checkVirtualDeviceCount("numVirtualDevices", numVirtualDevices, threads);
 }
 
 std::string DeviceInfo::typeName() const { return type_ == DeviceType::Cpu ? "cpu" : "reference"; }
@@ -31,12 +34,15 @@ DeviceManager& DeviceManager::createDeviceManager() {
 std::shared_ptr<DeviceInfo> DeviceManager::createCpuDevice(int numVirtualDevices, int coresPerVirtualDevice) {
   GRAFT_CHECK(numVirtualDevices >= 1, "createCpuDevice: numVirtualDevices must be at least 1, got {}", numVirtualDevices);
   GRAFT_CHECK(coresPerVirtualDevice >= 0, "createCpuDevice: coresPerVirtualDevice must be >= 0, got {}", coresPerVirtualDevice);
+  support::checkThreadCount("createCpuDevice: coresPerVirtualDevice", coresPerVirtualDevice);
+  support::checkVirtualDeviceCount("createCpuDevice: numVirtualDevices", numVirtualDevices, 1);
   int cores = support::ThreadPool::hardwareThreads();
   int threads = coresPerVirtualDevice > 0 ? coresPerVirtualDevice : std::max(1, cores / numVirtualDevices);
   return std::make_shared<DeviceInfo>(DeviceType::Cpu, numVirtualDevices, threads);
 }
 
 std::shared_ptr<DeviceInfo> DeviceManager::createReferenceDevice(int numVirtualDevices) {
+  support::checkVirtualDeviceCount("createReferenceDevice: numVirtualDevices", numVirtualDevices, 1);
   return std::make_shared<DeviceInfo>(DeviceType::Reference, numVirtualDevices, 1);
 }
 

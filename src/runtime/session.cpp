@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -7,6 +8,8 @@
 #include "ops/registry.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/file_util.hpp"
+#include "support/limits.hpp"
 #include "support/logging.hpp"
 
 namespace graft {
@@ -31,6 +34,25 @@ void addInto(NDArray& acc, const NDArray& v) {
   });
 }
 
+// "" when every element is finite (or the array is not floating point), else where the first
+// non-finite element is: "NaN at flat index 3 of 8".
+std::string firstNonFinite(const NDArray& a) {
+  if (!isFloatingPoint(a.dtype()) || a.dtype() == DataType::Complex64 || a.dtype() == DataType::Complex128) return {};
+  std::string where;
+  ops::dispatch<ops::kFloats>(a.dtype(), "detectNonFinite", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = a.data<T>();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      double v = static_cast<double>(static_cast<ops::ComputeType<T>>(p[i]));
+      if (!std::isfinite(v)) {
+        where = fmt::format("{} at flat index {} of {}", std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf", i, a.numel());
+        return;
+      }
+    }
+  });
+  return where;
+}
+
 }  // namespace
 
 onnxio::Model loadModelArgument(const std::string& model) {
@@ -39,13 +61,15 @@ onnxio::Model loadModelArgument(const std::string& model) {
   opts.expandFunction = [](const std::string& domain, const std::string& type) {
     return ops::Registry::instance().find(domain, type) == nullptr;
   };
-  std::error_code ec;
   bool printable = model.size() < 4096 && std::all_of(model.begin(), model.end(), [](char c) {
     return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
   });
-  if (printable && std::filesystem::is_regular_file(model, ec)) return onnxio::loadModelFile(model, opts);
-  // Serialized ModelProtos are binary; a short printable string was meant as a path.
-  GRAFT_CHECK(!printable || model.empty(), "model file '{}' does not exist", model);
+  // Serialized ModelProtos are binary; a short printable string was meant as a path. Anything but
+  // a regular file (a directory, a FIFO, a device) is refused by name before it is opened.
+  if (printable && !model.empty()) {
+    support::checkRegularFile("model file", model);
+    return onnxio::loadModelFile(model, opts);
+  }
   return onnxio::loadModelBytes(model, opts);
 }
 
@@ -56,7 +80,10 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   dataFlow = df;
   device = std::move(dev);
   options = opts;
-  GRAFT_CHECK(options.numThreads >= 0, "SessionOptions.numThreads must be >= 0, got {}", options.numThreads);
+  support::checkThreadCount("SessionOptions.numThreads", options.numThreads);
+  if (options.numThreads > 0)
+    support::checkVirtualDeviceCount("SessionOptions.numThreads on the device's virtual devices",
+                                     device->numVirtualDevices(), options.numThreads);
   int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
   backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threads);
   pool = std::make_unique<support::ThreadPool>(backend->numThreads());
@@ -196,6 +223,16 @@ void Session::Impl::beginStep(IStepIO& io) {
       GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
                   "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
     s->beginStep(leadingDims());
+    // Each anchor array must hold exactly the results one step returns (anchorArrayShape).
+    int runs = dataFlow.batchesPerStep() * accumulationFactor();
+    for (const auto& id : dataFlow.anchors()) {
+      const AnchorReturnType& art = dataFlow.art(id);
+      int64_t count = art.id() == AnchorReturnTypeId::All ? runs
+                      : art.id() == AnchorReturnTypeId::EveryN
+                          ? dataFlow.batchesPerStep() / art.rp() * accumulationFactor()
+                          : 1;
+      s->expectResults(id, count);
+    }
   }
 }
 
@@ -237,6 +274,13 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
     const TensorId& id = anchors[i];
     const ops::Value& v = outs[i];
     GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
+    if (options.detectNonFinite) {
+      std::string bad = firstNonFinite(v.tensor);
+      GRAFT_CHECK(bad.empty(),
+                  "step {} (model run {} of {}): anchor '{}' is not finite ({}); stopped (SessionOptions."
+                  "detectNonFinite)",
+                  steps + 1, r + 1, runs, id, bad);
+    }
     const AnchorReturnType& art = dataFlow.art(id);
     bool deliver = false;
     const NDArray* value = &v.tensor;
@@ -303,13 +347,24 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 void Session::prepareDevice() {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   if (auto shapes = impl_->staticInputShapes()) impl_->lastPlan = &impl_->planFor(*shapes);
   impl_->prepared = true;
 }
 
 void Session::run(IStepIO& stepIO, const std::string&) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   if (!impl_->prepared) prepareDevice();
   impl_->run(stepIO);
+  if (impl_->options.detectNonFinite && impl_->isTraining())
+    for (const TensorId& id : impl_->persistentIds()) {
+      const ir::Tensor* t = impl_->model.graph->findTensor(id);
+      std::string bad = t && t->data() ? firstNonFinite(*t->data()) : "";
+      GRAFT_CHECK(bad.empty(),
+                  "step {}: '{}' is not finite after the update ({}): a gradient or optimizer update was "
+                  "not finite; stopped (SessionOptions.detectNonFinite)",
+                  impl_->steps, id, bad);
+    }
 }
 
 void Session::weightsFromHost() {}
@@ -324,6 +379,7 @@ TensorInfo Session::inputInfo(const TensorId& id) const {
 }
 
 TensorInfo Session::getInfo(const TensorId& id) const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   const ir::Graph& g = *impl_->anyPlan().graph;
   const ir::Tensor* t = g.findTensor(id);
   if (!t) t = impl_->model.graph->findTensor(id);
@@ -359,7 +415,24 @@ Shape Session::anchorArrayShape(const TensorId& id) const {
 
 DataType Session::anchorDataType(const TensorId& id) const { return getInfo(id).dataType(); }
 
+void Session::checkAnchorArraysFit() const {
+  int64_t total = 0;
+  std::string largest;
+  int64_t largestBytes = -1;
+  for (const auto& id : impl_->dataFlow.anchors()) {
+    DataType dt = anchorDataType(id);
+    int64_t bytes = dt == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(dt));
+    Shape s = anchorArrayShape(id);
+    for (int64_t d : s) bytes = support::saturatingMul(bytes, d);
+    total = support::saturatingAdd(total, bytes);
+    if (bytes > largestBytes)
+      largestBytes = bytes, largest = fmt::format("'{}', {} {}", id, dtypeName(dt), shapeToString(s));
+  }
+  support::checkAllocation(fmt::format("initAnchorArrays (the largest anchor array: {})", largest), total);
+}
+
 std::map<TensorId, NDArray> Session::initAnchorArrays() const {
+  checkAnchorArraysFit();
   std::map<TensorId, NDArray> out;
   for (const auto& id : impl_->dataFlow.anchors()) out.emplace(id, NDArray(anchorDataType(id), anchorArrayShape(id)));
   return out;
@@ -371,6 +444,7 @@ double Session::lastRunSeconds() const { return impl_->lastRunSeconds; }
 double Session::lastCompileSeconds() const { return impl_->lastCompileSeconds; }
 
 std::vector<OpProfile> Session::profile() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   std::vector<OpProfile> out;
   if (!impl_->lastPlan) return out;
   std::vector<plan::ProfileEntry> entries;
@@ -440,9 +514,15 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
   return s;
 }
 
-std::string Session::modelBytes() const { return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info); }
+std::string Session::modelBytes() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info);
+}
 
-void Session::modelToHost(const std::string& path) { onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info); }
+void Session::modelToHost(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info);
+}
 
 std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
                                                                         std::shared_ptr<DeviceInfo> deviceInfo,
@@ -483,6 +563,7 @@ void checkSameType(const NDArray& a, const NDArray& b, const TensorId& id) {
 }  // namespace
 
 void Session::readWeights(WeightsIO& io) const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   for (const auto& [id, arr] : io.arrays()) {
     const ir::Tensor& t = persistentTensor(*impl_, id);
     checkSameType(arr, *t.data(), id);
@@ -492,6 +573,7 @@ void Session::readWeights(WeightsIO& io) const {
 }
 
 void Session::writeWeights(const WeightsIO& io) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   for (const auto& [id, arr] : io.arrays()) {
     ir::Tensor& t = persistentTensor(*impl_, id);
     checkSameType(arr, *t.data(), id);
@@ -513,6 +595,7 @@ std::vector<TensorId> Session::weightIds() const {
 }
 
 void Session::resetHostWeights(const std::string& model, bool ignoreExtra) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   onnxio::Model other = loadModelArgument(model);
   WeightsIO io;
   auto ids = impl_->persistentIds();

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "backends/backend.hpp"
 #include "ir/graph.hpp"
@@ -19,6 +20,10 @@ namespace graft {
 struct Session::Impl {
   virtual ~Impl() = default;
 
+  /// Serialises the calls on one session (run, prepareDevice, weights and checkpoint IO,
+  /// optimizer updates) from several threads: one session runs one step at a time. Recursive
+  /// because public calls nest (run prepares, resetHostWeights writes weights).
+  mutable std::recursive_mutex mutex;
   onnxio::Model model;
   DataFlow dataFlow;
   std::shared_ptr<DeviceInfo> device;

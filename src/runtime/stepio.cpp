@@ -14,7 +14,10 @@ void StepIO::beginStep(const Shape& leadingDims) {
   runs_ = shapeNumel(leadingDims);
   inIndex_.clear();
   outIndex_.clear();
+  expected_.clear();
 }
+
+void StepIO::expectResults(const TensorId& id, int64_t count) { expected_[id] = count; }
 
 namespace {
 // Chunk `index` of the chunks along the leading dimensions (the whole array when there are none).
@@ -50,6 +53,14 @@ NDArray StepIO::out(const TensorId& id, DataType dtype, const Shape& shape) {
               "anchor array '{}' has shape {}, which does not hold whole chunks of shape {}", id, shapeToString(a.shape()),
               shapeToString(shape));
   int64_t count = chunk == 0 ? 1 : a.numel() / chunk;
+  auto want = expected_.find(id);
+  GRAFT_CHECK(
+      want == expected_.end() || chunk == 0 || count == want->second,
+      "anchor array '{}' has shape {} ({} elements), but one step returns {} result{} of shape {} ({} elements): "
+      "shape it as Session.anchorArrayShape says",
+      id, shapeToString(a.shape()), a.numel(), want == expected_.end() ? 0 : want->second,
+      want != expected_.end() && want->second == 1 ? "" : "s", shapeToString(shape),
+      want == expected_.end() ? 0 : want->second * chunk);
   int64_t i = outIndex_[id]++;
   GRAFT_CHECK(i < count, "anchor array '{}' of shape {} has room for {} results of shape {}, but more were returned", id,
               shapeToString(a.shape()), count, shapeToString(shape));

@@ -204,6 +204,7 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
 }
 
 void TrainingSession::updateOptimizerFromHost(const Optimizer& optimizer) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   auto& t = trainingImpl(*impl_);
   checkSpecifics(optimizer, t.weights);
   optim::writeHyperParameters(*t.optimizer, optimizer, *t.model.graph, t.weights);

@@ -8,6 +8,8 @@
 // reference by vec_runner_test.cpp).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <map>
 #include <set>
 
@@ -339,6 +341,24 @@ void matmulCases() {
   }
 }
 
+// `x` with NaN, +inf, -inf and denormals sprinkled in (issue 16: the cpu's max pooling dropped
+// NaN, the reference kept it).
+NDArray sprinkled(const NDArray& x) {
+  NDArray y = x.clone();
+  float* p = y.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (i % 23 == 5)
+      p[i] = std::numeric_limits<float>::quiet_NaN();
+    else if (i % 29 == 7)
+      p[i] = std::numeric_limits<float>::infinity();
+    else if (i % 31 == 11)
+      p[i] = -std::numeric_limits<float>::infinity();
+    else if (i % 37 == 13)
+      p[i] = 1e-40f;
+  }
+  return y;
+}
+
 void poolCases() {
   struct P {
     std::string op;
@@ -370,6 +390,7 @@ void poolCases() {
   for (const P& p : pools) {
     NDArray x = rnd(p.x, p.op + p.tag);
     add(p.op + "_" + p.tag, OpCase{p.op, {x}, p.a});
+    add(p.op + "_" + p.tag + "_special_values", OpCase{p.op, {sprinkled(x)}, p.a});
     if (p.op != "MaxPool" && p.op != "AveragePool") continue;
     // The backward pass (ai.graft MaxPoolGrad / AveragePoolGrad) of the same window.
     Shape ys = runReference(OpCase{p.op, {x}, p.a}).at(0).shape();
@@ -393,6 +414,14 @@ void poolCases() {
       };
       add("ChannelBlocked_MaxPool" + sfx,
           blockedCase("MaxPool", {}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+      {
+        NDArray plain = x;
+        x = sprinkled(plain);
+        add("ChannelBlocked_MaxPool_special_values" + sfx,
+            blockedCase("MaxPool", {},
+                        attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+        x = plain;
+      }
       add("ChannelBlocked_AveragePool" + sfx, blockedCase("AveragePool", {}, attrs({{"kernel_shape", Ints{2, 2}}})));
       add("ChannelBlocked_GlobalAveragePool" + sfx, blockedCase("GlobalAveragePool", {}, {}));
       add("ChannelBlocked_BatchNormalization" + sfx,

@@ -1,15 +1,13 @@
 // libFuzzer entry point for the ONNX importer: arbitrary bytes go through loadModelBytes and, when
-// a model loads, into an InferenceSession on the reference device. graft::Error is the only
-// acceptable way to refuse input; any other exception, crash, sanitizer report, leak or
-// out-of-memory is a finding.
-#include <graft/graft.hpp>
-
+// a model loads, into an InferenceSession on the reference device (fuzz_entries.hpp).
+// graft::Error is the only acceptable way to refuse input; any other exception, crash, sanitizer
+// report, leak or out-of-memory is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "onnx/model_io.hpp"
+#include "fuzz_entries.hpp"
 #include "support/logging.hpp"
 
 namespace {
@@ -32,15 +30,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string bytes(reinterpret_cast<const char*>(data), size);
   try {
-    graft::onnxio::Model model = graft::onnxio::loadModelBytes(bytes);
-    std::vector<graft::TensorId> outputs;
-    for (const auto* t : model.graph->outputs()) outputs.push_back(t->id());
-    if (outputs.empty()) return 0;
-    auto device = graft::DeviceManager::createDeviceManager().createReferenceDevice();
-    auto session = graft::InferenceSession::createFromOnnxModel(bytes, graft::DataFlow(1, outputs), device);
-    if (compileToo()) session->prepareDevice();
+    graft::fuzz::importModel(std::string(reinterpret_cast<const char*>(data), size), compileToo());
+  } catch (const graft::InternalError&) {
+    throw;  // a finding
   } catch (const graft::Error&) {
     // The expected outcome for malformed models.
   }

@@ -107,6 +107,31 @@ def main():
     m.ir_version = 8
     with open(os.path.join(OUT, "popart_annotations.onnx"), "wb") as f:
         f.write(m.SerializeToString())
+    checkpoints()
+
+
+def checkpoints():
+    """Checkpoints of fuzz_entries.cpp's base model (y = x @ w, L1 loss 'loss') written by modelToHost
+    after a step of SGD with momentum and of Adam: the seeds of the checkpoint target (ckpt_*)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(OUT), "..", "..", "python"))
+    import graft
+
+    w = numpy_helper.from_array((0.1 * np.arange(6, dtype=np.float32)).reshape(3, 2), "w")
+    loss = helper.make_node("L1", ["y"], ["loss"], domain="ai.graphcore", reduction=0)
+    loss.attribute.append(helper.make_attribute("lambda", 0.1))
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"]), loss], "ckpt", [f32("x", [2, 3])],
+                          [f32("y", [2, 2])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.graphcore", 1)])
+    m.ir_version = 8
+    for name, opt in [("sgd_momentum", graft.SGD({"defaultLearningRate": (0.1, True), "defaultMomentum": (0.9, True)})),
+                      ("adam", graft.Adam({"defaultLearningRate": (0.01, True)}))]:
+        s = graft.TrainingSession(m.SerializeToString(), graft.DataFlow(1, ["loss"]), "loss", opt,
+                                  graft.DeviceManager().createReferenceDevice())
+        s.prepareDevice()
+        out = s.initAnchorArrays()
+        s.run(graft.PyStepIO({"x": np.ones((2, 3), np.float32)}, out))
+        s.modelToHost(os.path.join(OUT, f"ckpt_{name}.onnx"))
 
 
 if __name__ == "__main__":

@@ -134,6 +134,20 @@ TEST(Clip, MinAboveMaxGivesMaxAndNaNPasses) {
                        arr<float>({3}, {1, 1, NAN})));
 }
 
+// NaN propagates as IEEE 754 and torch say (issue 16: Relu, HardSigmoid and ThresholdedRelu
+// used to turn it into 0, 1 and 0).
+TEST(Relu, NaNPropagates) {
+  EXPECT_TRUE(allClose(run1("Relu", {arr<float>({4}, {NAN, -1, 2, -INFINITY})}), arr<float>({4}, {NAN, 0, 2, 0})));
+}
+
+TEST(HardSigmoid, NaNPropagates) {
+  EXPECT_TRUE(allClose(run1("HardSigmoid", {arr<float>({3}, {NAN, -100, 100})}), arr<float>({3}, {NAN, 0, 1})));
+}
+
+TEST(ThresholdedRelu, NaNPropagates) {
+  EXPECT_TRUE(allClose(run1("ThresholdedRelu", {arr<float>({3}, {NAN, 0.5f, 2})}), arr<float>({3}, {NAN, 0, 2})));
+}
+
 TEST(Clip, IntegersAndBadBounds) {
   EXPECT_TRUE(allClose(run1("Clip", {arr<int64_t>({3}, {-9, 3, 9}), scalar<int64_t>(-1), scalar<int64_t>(4)}),
                        arr<int64_t>({3}, {-1, 3, 4})));

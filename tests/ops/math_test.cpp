@@ -102,6 +102,10 @@ TEST(Abs, Basic) { EXPECT_TRUE(allClose(run1("Abs", {arr<int32_t>({2}, {-3, 4})}
 TEST(Neg, Basic) { EXPECT_TRUE(allClose(run1("Neg", {arr<float>({2}, {-3, 4})}), arr<float>({2}, {3, -4}))); }
 TEST(Sign, Basic) { EXPECT_TRUE(allClose(run1("Sign", {arr<float>({3}, {-3, 0, 4})}), arr<float>({3}, {-1, 0, 1}))); }
 TEST(Round, HalfToEven) { EXPECT_TRUE(allClose(run1("Round", {arr<float>({4}, {0.5f, 1.5f, 2.5f, -0.5f})}), arr<float>({4}, {0, 2, 2, -0.0f}))); }
+TEST(Sign, NaNPropagates) {
+  EXPECT_TRUE(allClose(run1("Sign", {arr<float>({4}, {NAN, -3, 0, 2})}), arr<float>({4}, {NAN, -1, 0, 1})));
+}
+
 TEST(IsNaN, Basic) { EXPECT_TRUE(allClose(run1("IsNaN", {arr<float>({2}, {NAN, 1})}), arr<bool>({2}, {1, 0}))); }
 TEST(IsInf, DetectSigns) {
   EXPECT_TRUE(allClose(run1("IsInf", {arr<float>({3}, {INFINITY, -INFINITY, 1})}, attrs({{"detect_negative", int64_t{0}}})),

@@ -23,7 +23,7 @@ def test_graft_fields():
                      "virtualGraphMode", "enablePipelining",
                      "autoRecomputation", "enableReplicatedGraphs", "replicatedGraphCount", "constantWeights",
                      "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir",
-                     "timelinePath", "pipelineDepth"}
+                     "timelinePath", "pipelineDepth", "detectNonFinite"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):
         o.numThreads = "four"
     assert graft.SessionOptions(numThreads=3).numThreads == 3

@@ -4,6 +4,8 @@
 // 1-D to 3-D. Windows that cover padding only, and AveragePool's count_include_pad together
 // with ceil_mode's extra end windows, are left to the reference kernel: ONNX defines them
 // differently from oneDNN.
+#include <limits>
+
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
@@ -84,7 +86,15 @@ struct PoolState {
   bool reorder = false;
   Shape yShape;
   int threads = 1;
+  bool max = false;
 };
+
+bool anyNaN(const NDArray& a) {
+  const float* p = a.data<float>();
+  bool nan = false;
+  for (int64_t i = 0; i < a.numel(); ++i) nan |= p[i] != p[i];
+  return nan;
+}
 
 ops::KernelFn makePool(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
@@ -94,6 +104,7 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   auto st = std::make_shared<PoolState>();
   st->threads = ctx.pool().numThreads();
   st->yShape = n.output(0)->info().shape();
+  st->max = c.alg == dnnl::algorithm::pooling_max;
   st->x = layoutDesc(c.x, c.block);
   st->y = layoutDesc(c.y, c.block);
   // oneDNN pools plain activations with a simple loop; its jit kernels want channel blocks.
@@ -116,19 +127,37 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   } catch (const dnnl::error&) {
     return decline();
   }
-  return [st](ops::KernelContext& k) {
-    setThreads(st->threads);
-    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+  auto pool = [st](const NDArray& x, NDArray& y) {
     if (!st->reorder) {
-      execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, k.input(0))}, {DNNL_ARG_DST, wrap(st->y, y)}});
+      execute(st->prim, {{DNNL_ARG_SRC, wrap(st->x, x)}, {DNNL_ARG_DST, wrap(st->y, y)}});
       return;
     }
     NDArray xb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->xPrim.get_size())});
     NDArray yb = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->yPrim.get_size())});
     memory xm = wrap(st->xPrim, xb), ym = wrap(st->yPrim, yb);
-    execute(st->xIn, {{DNNL_ARG_FROM, wrap(st->x, k.input(0))}, {DNNL_ARG_TO, xm}});
+    execute(st->xIn, {{DNNL_ARG_FROM, wrap(st->x, x)}, {DNNL_ARG_TO, xm}});
     execute(st->prim, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DST, ym}});
     execute(st->yOut, {{DNNL_ARG_FROM, ym}, {DNNL_ARG_TO, wrap(st->y, y)}});
+  };
+  return [st, pool](ops::KernelContext& k) {
+    setThreads(st->threads);
+    const NDArray& x = k.input(0);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    pool(x, y);
+    // oneDNN's max pooling drops NaN; the reference (and torch) keep it. When the input holds a
+    // NaN, the same primitive pools a mask of the NaN positions (padding pools as -inf, never 1):
+    // every window that saw one gets NaN.
+    if (!st->max || !anyNaN(x)) return;
+    NDArray mask = NDArray::uninitialized(DataType::Float, x.shape());
+    const float* px = x.data<float>();
+    float* pm = mask.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) pm[i] = px[i] != px[i] ? 1.0f : 0.0f;
+    NDArray hit = NDArray::uninitialized(DataType::Float, st->yShape);
+    pool(mask, hit);
+    float* py = y.data<float>();
+    const float* ph = hit.data<float>();
+    for (int64_t i = 0; i < y.numel(); ++i)
+      if (ph[i] > 0.0f) py[i] = std::numeric_limits<float>::quiet_NaN();
   };
 }
 

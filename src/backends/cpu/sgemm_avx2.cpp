@@ -288,8 +288,9 @@ GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, flo
         v1 = _mm256_fmadd_ps(be, c1, v1);
       }
       if (ep->relu) {
-        v0 = _mm256_max_ps(v0, _mm256_setzero_ps());
-        v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+        // This operand order keeps NaN: max returns its second operand when one is NaN.
+        v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);
+        v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);
       }
     }
     storePart(cr, full, m0, v0);

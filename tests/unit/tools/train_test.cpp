@@ -317,7 +317,7 @@ TEST_F(Train, BadOptionsAndDataAreNamed) {
   fails({"train", model, "--input", "x=" + x, "--label", "x=" + y, "--loss", "softmax-ce"},
         "'x' is given both with --input and --label");
   fails({"train", model, "--input", "x=" + dir.file("missing.npy"), "--label", "label=" + y, "--loss", "mse"},
-        "cannot open .npy file");
+        "does not exist");
 
   // Data that does not fit the model.
   std::string fy = dir.file("fy.npy"), big = dir.file("big.npy"), short_ = dir.file("short.npy"),
