@@ -315,7 +315,9 @@ def _graphcore_methods():
                                          {"reduction": _reduction(reduction)}, 1,
                                          debug_name(debugContext, debugPrefix))[0]
 
-    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss}
+    from . import graphcore_ops  # noqa: imports this module
+
+    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss, **graphcore_ops.methods()}
 
 
 # ---- ai.graft: graft's own ops for Builder programs ----------------------------------------------

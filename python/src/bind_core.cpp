@@ -181,7 +181,14 @@ void bindDevices(pyb::module_& m) {
            pyb::arg("numIpus") = 1)
       .def("tryAcquireAvailableDevice",
            [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1);
+           pyb::arg("numIpus") = 1)
+      // graft drives no IPU hardware: PopART's list of attached IPUs is empty here.
+      .def(
+          "enumerateDevices", [](DeviceManager&, pyb::args, pyb::kwargs) { return pyb::list(); },
+          "The IPU devices present: none (graft runs on CPUs; use createCpuDevice).")
+      .def(
+          "setOnDemandAttachTimeout", [](DeviceManager&, pyb::args) {},
+          "PopART's wait for an IPU to become free: there are no IPUs to wait for, so it has no effect.");
 }
 
 void bindOptions(pyb::module_& m) {
