@@ -6,7 +6,7 @@ are graft's (src/ops/graphcore_*.cpp). The argument names and defaults are PopAR
 import numpy as np
 
 from . import _graft
-from .opsets import _as_int, _tensor_id, debug_name
+from .opsets import _as_int, _tensor_id, check_axes, debug_name
 
 
 def _add(self, op_type, args, attrs, num_outputs=1, debugContext="", debugPrefix=None):
@@ -32,11 +32,14 @@ def _unary(op_type, doc):
 
 
 def reducemedian(self, args, axes=None, keepdims=1, debugContext="", debugPrefix=None):
-    """Median of ``args[0]`` over ``axes`` (all when None): returns [values, INT32 indices]. Of an
+    """Median of ``args[0]`` over ``axes`` (all when None, none when []): returns [values, INT32 indices]. Of an
     even count the lower median; the index is the position within the reduced axes, flattened."""
     attrs = {"keepdims": _as_int(keepdims, "reducemedian: keepdims")}
     if axes is not None:
         attrs["axes"] = _ints(axes, "reducemedian: axes")
+        inputs = [args] if isinstance(args, str) else list(args)
+        if inputs:
+            check_axes(self._builder._impl, inputs[0], attrs["axes"])
     return _add(self, "ReduceMedian", args, attrs, 2, debugContext, debugPrefix)
 
 
@@ -60,10 +63,182 @@ def call(self, args, num_outputs, callee, debugContext="", debugPrefix=None):
     return _call(self, args, num_outputs, callee, debugContext, debugPrefix)
 
 
+def _per_conv(name, values, count, spatial_of):
+    """PopART's per-convolution parameter lists: one list per conv, or none at all."""
+    if not values:
+        return [None] * count
+    values = [list(v) for v in values]
+    if len(values) != count:
+        raise _graft.Error(f"MultiConvOp number of {name} parameter sets ({len(values)}) does not match the number "
+                           f"of input sets ({count})")
+    for i, v in enumerate(values):
+        want = spatial_of(i) * (2 if name == "pads" else 1)
+        if len(v) != want:
+            label = "pads" if name == "pads" else name
+            raise _graft.Error(f"Length of {label} vector {len(v)} != number of spatial dimensions {want}")
+    return values
+
+
+def multiconv(self, args, dilations=(), inDilations=(), pads=(), outPads=(), strides=(),
+              availableMemoryProportions=(), partialsTypes=(), planType=None, perConvReservedTiles=None,
+              cycleBackOff=None, enableConvDithering=(), debugContext="", debugPrefix=None):
+    """Several independent convolutions, ``args = [[data, weights(, bias)], ...]``: returns one output
+    per convolution. graft adds one ai.onnx Conv per entry (PopART's MultiConv is their IPU
+    co-scheduling); the IPU planning options (memory proportions, partials types, plan type,
+    reserved tiles, cycle back-off, dithering) are accepted and ignored."""
+    impl = self._builder._impl
+    convs = [list(c) for c in args]
+    for c in convs:
+        if len(c) < 2:
+            raise _graft.Error("MultiConvOp: each convolution must have at least two inputs - data and weights")
+        if len(c) > 3:
+            raise _graft.Error("MultiConvOp: each convolution can have at most three inputs - data, weights, and bias")
+
+    def spatial_of(i):
+        return len(impl.getTensorShape(convs[i][0])) - 2
+
+    n = len(convs)
+    dil = _per_conv("dilations", dilations, n, spatial_of)
+    ind = _per_conv("inDilations", inDilations, n, spatial_of)
+    pad = _per_conv("pads", pads, n, spatial_of)
+    opad = _per_conv("outPads", outPads, n, spatial_of)
+    strd = _per_conv("strides", strides, n, spatial_of)
+    onnx = self._builder.aiOnnx
+    name = debug_name(debugContext, debugPrefix)
+    outs = []
+    for i, c in enumerate(convs):
+        for what, v in (("inDilations", ind[i]), ("outPads", opad[i])):
+            if v is not None and any(x != (1 if what == "inDilations" else 0) for x in v):
+                raise _graft.Error(f"multiconv: {what} {v} (input dilation / output padding) is not supported by "
+                                   "graft's Conv")
+        data_shape = impl.getTensorShape(c[0])
+        weight_shape = impl.getTensorShape(c[1])
+        group = data_shape[1] // weight_shape[1] if weight_shape[1] else 1
+        attrs = {"group": group}
+        if dil[i] is not None:
+            attrs["dilations"] = dil[i]
+        if pad[i] is not None:
+            attrs["pads"] = pad[i]
+        if strd[i] is not None:
+            attrs["strides"] = strd[i]
+        outs.append(onnx.conv(c, debugContext=f"{name}_{i}" if name else "", **attrs))
+    return outs
+
+
+def bucketize(self, args, right=0, debugContext="", debugPrefix=None):
+    """The INT32 bucket index of each element of ``args[0]`` among the sorted 1-D ``args[1]``
+    (torch.bucketize)."""
+    return _add(self, "Bucketize", args, {"right": _as_int(right, "bucketize: right")}, 1, debugContext, debugPrefix)
+
+
+def sort(self, args, axis=-1, descending=0, stable=0, debugContext="", debugPrefix=None):
+    """[values, INT32 indices] of ``args[0]`` sorted along ``axis`` (always stable)."""
+    attrs = {"axis": _as_int(axis, "sort: axis"), "descending": _as_int(descending, "sort: descending"),
+             "stable": _as_int(stable, "sort: stable")}
+    return _add(self, "Sort", args, attrs, 2, debugContext, debugPrefix)
+
+
+# ---- ops that are one ai.onnx op with constant operands ---------------------------------------
+
+
+def _onnx(self):
+    return self._builder.aiOnnx
+
+
+def _const64(self, values, name=""):
+    return _onnx(self).constant(np.asarray(values, dtype=np.int64), name)
+
+
+def _slice(self, x, starts, ends, axes, steps=None, name=""):
+    onnx = _onnx(self)
+    if onnx.version < 10:
+        if steps is not None and any(s != 1 for s in steps):
+            raise _graft.Error(f"slice with steps {steps} needs ai.onnx opset 10 or later, the model uses {onnx.version}")
+        return onnx.slice([x], axes=axes, starts=starts, ends=ends, debugContext=name)
+    ins = [x, _const64(self, starts), _const64(self, ends), _const64(self, axes)]
+    if steps is not None:
+        ins.append(_const64(self, steps))
+    return onnx.slice(ins, debugContext=name)
+
+
+def slice_(self, args, ends, starts, axes, debugContext="", debugPrefix=None):
+    """PopART's Slice with constant ``starts``, ``ends`` and ``axes`` (an ai.onnx Slice)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    return _slice(self, inputs[0], _ints(starts, "slice: starts"), _ints(ends, "slice: ends"), _ints(axes, "slice: axes"),
+                  None, debug_name(debugContext, debugPrefix))
+
+
+def subsample(self, args, strides, debugContext="", debugPrefix=None):
+    """Every ``strides[d]``-th element along each axis d, from the first (an ai.onnx Slice with steps)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    strides = _ints(strides, "subsample: strides")
+    shape = self._builder._impl.getTensorShape(inputs[0])
+    if len(strides) != len(shape):
+        raise _graft.Error(f"subsample: {len(strides)} strides for a rank-{len(shape)} input")
+    for i, st in enumerate(strides):
+        if st < 1:
+            raise _graft.Error(f"Strides invalid. {st} stride at index {i}")
+    n = len(shape)
+    return _slice(self, inputs[0], [0] * n, list(shape), list(range(n)), strides, debug_name(debugContext, debugPrefix))
+
+
+def reverse(self, args, dimensions, debugContext="", debugPrefix=None):
+    """``args[0]`` reversed along each axis in ``dimensions`` (an ai.onnx Slice with step -1)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    dims = _ints(dimensions, "reverse: dimensions")
+    shape = self._builder._impl.getTensorShape(inputs[0])
+    for d in dims:
+        if d < 0:
+            raise _graft.Error(f"ReverseOp: invalid dimension '{d}'. Only positive dimensions are supported")
+        if d >= len(shape):
+            raise _graft.Error(f"ReverseOp: dimension {d} is out of range for a rank-{len(shape)} input")
+        if dims.count(d) > 1:
+            raise _graft.Error(f"ReverseOp: Dimension {d} appears multiple times in the list of dimensions")
+    big = np.iinfo(np.int64).max
+    return _slice(self, inputs[0], [-1] * len(dims), [-big] * len(dims), dims, [-1] * len(dims),
+                  debug_name(debugContext, debugPrefix))
+
+
+def reshape(self, args, shape, debugContext="", debugPrefix=None):
+    """``args[0]`` reshaped to the constant ``shape`` (an ai.onnx Reshape)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    shape = _ints(shape, "reshape: shape")
+    if sum(1 for d in shape if d == -1) > 1:
+        raise _graft.Error("shape input to ReshapeOp can only use -1 to specify one unknown dimension")
+    return _onnx(self).reshape([inputs[0], _const64(self, shape)], debug_name(debugContext, debugPrefix))
+
+
+def depthtospace(self, args, blocksize, mode, debugContext="", debugPrefix=None):
+    """ai.onnx DepthToSpace with ``mode`` "DCR" or "CRD"."""
+    onnx = _onnx(self)
+    name = debug_name(debugContext, debugPrefix)
+    if onnx.version < 11:
+        if mode != "DCR":
+            raise _graft.Error(f"depthtospace: mode '{mode}' needs ai.onnx opset 11 or later, the model uses "
+                               f"{onnx.version}")
+        return onnx.depthtospace(args, blocksize, debugContext=name)
+    return onnx.depthtospace(args, blocksize, mode=mode, debugContext=name)
+
+
+def incrementmod(self, args, increment, modulus, debugContext="", debugPrefix=None):
+    """``(args[0] + increment) mod modulus`` (C's fmod)."""
+    return _add(self, "IncrementMod", args, {"increment": float(increment), "modulus": float(modulus)}, 1,
+                debugContext, debugPrefix)
+
+
 def methods():
     """The methods this module adds to ``builder.aiGraphcore``."""
     m = {
         "call": call,
+        "multiconv": multiconv,
+        "slice": slice_,
+        "subsample": subsample,
+        "reverse": reverse,
+        "reshape": reshape,
+        "depthtospace": depthtospace,
+        "bucketize": bucketize,
+        "sort": sort,
+        "incrementmod": incrementmod,
         "reducemedian": reducemedian,
         "scale": scale,
         "scaledadd": scaledadd,

@@ -171,6 +171,7 @@ def _make_method(sig, domain, version):
         name = debug_name(given.pop("debugContext", None), given.pop("debugPrefix", None))
         extra = given.pop("attributes", {}) if generic else {}
         attributes = {}
+        empty_axes = False
         for key, value in given.items():
             if value is None or value is _UNSET:
                 continue
@@ -178,10 +179,16 @@ def _make_method(sig, domain, version):
             attr = attrs[key]
             value = convert_attribute(op_type, key, attr.kind, value)
             if attr.kind in (Kind.Ints, Kind.Floats, Kind.Strings) and not attr.required and len(value) == 0:
+                if op_type.startswith("Reduce") and key == "axes":
+                    empty_axes = True  # PopART: an explicit empty list reduces over no axis
                 continue  # PopART leaves empty optional lists out
             attributes[key] = value
         attributes.update(extra)
         inputs = [_tensor_id(t, op_type) for t in inputs]
+        if op_type.startswith("Reduce") and inputs:
+            check_axes(self._builder._impl, inputs[0], attributes.get("axes", []))
+            if empty_axes:
+                return self._builder._impl.addOp("Identity", "", version, inputs[:1], {}, 1, name)[0]
         outs = self._builder._impl.addOp(op_type, domain, version, inputs, attributes,
                                          _as_int(num_outputs, "num_outputs"), name)
         return outs if multi_output else outs[0]
@@ -191,6 +198,19 @@ def _make_method(sig, domain, version):
     method.__signature__ = signature
     method.__doc__ = f"{domain or 'ai.onnx'} {op_type} (version {sig.sinceVersion}).\n\n{sig.doc.strip()}"
     return method
+
+
+def check_axes(impl, tensor, axes):
+    """Raises PopART's error for a reduction axis outside the input's rank (when it is known)."""
+    if not axes or not impl.hasTensor(tensor):
+        return
+    info = impl.getTensorInfo(tensor)
+    if not info.hasShape():
+        return
+    rank = len(info.dims())
+    for axis in axes:
+        if not -rank <= axis < rank:
+            raise _graft.Error(f"Axis {axis} is out of acceptable range [{-rank}, {rank - 1}]")
 
 
 def _tensor_id(t, op_type):
@@ -223,7 +243,12 @@ def opset_class(domain, version):
     key = (domain, version)
     if key in _opset_classes:
         return _opset_classes[key]
-    special = _graphcore_methods() if domain == "ai.graphcore" else {"constant": _constant11 if version >= 11 else _constant}
+    if domain == "ai.graphcore":
+        special = _graphcore_methods()
+    else:
+        from .subgraph import onnx_methods  # noqa: imports this module
+
+        special = {"constant": _constant11 if version >= 11 else _constant, **onnx_methods()}
     methods = {}
     for sig in _graft.builderOpSignatures(domain, version):
         name = method_name(sig.type)

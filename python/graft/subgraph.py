@@ -9,7 +9,10 @@ inputs are read from the parent, as PopART does.
 """
 import itertools
 
+import numpy as np
+
 from . import _graft
+from .opsets import debug_name
 
 _ids = itertools.count()
 
@@ -80,6 +83,9 @@ class SubgraphCore:
         stack = self._scopes.get(attribute)
         return stack[-1] if stack else None
 
+    def setGraphName(self, name):
+        self.graphName = name
+
     def pushNameScope(self, name):
         pass
 
@@ -109,11 +115,13 @@ def call(opset, args, num_outputs, callee, debugContext="", debugPrefix=None):
     if not isinstance(core, SubgraphCore):
         raise _graft.Error("aiGraphcore.call: callee must be a builder from createSubgraphBuilder()")
     args = [args] if isinstance(args, str) else list(args)
+    label = debug_name(debugContext, debugPrefix)
     if len(args) != len(core.inputs):
-        raise _graft.Error(f"aiGraphcore.call: the subgraph has {len(core.inputs)} inputs, got {len(args)} arguments")
-    if not 1 <= int(num_outputs) <= len(core.outputs):
-        raise _graft.Error(f"aiGraphcore.call: the subgraph has {len(core.outputs)} outputs, num_outputs is "
-                           f"{num_outputs}")
+        raise _graft.Error(f"For CallOp '{label}', number of inputs ({len(args)}) does not match that of the callee "
+                           f"subgraph ({len(core.inputs)})")
+    if int(num_outputs) != len(core.outputs):
+        raise _graft.Error(f"For CallOp '{label}', number of outputs ({num_outputs}) does not match that of the callee "
+                           f"subgraph ({len(core.outputs)})")
     target = opset._builder._impl
     bound = dict(zip(core.inputs, args))
     for op_type, domain, version, inputs, attrs, n, name, outs in core.ops:
@@ -121,3 +129,124 @@ def call(opset, args, num_outputs, callee, debugContext="", debugPrefix=None):
         got = target.addOp(op_type, domain, version, ins, attrs, n, name)
         bound.update(zip(outs, got))
     return [bound.get(t, t) for t in core.outputs[:int(num_outputs)]]
+
+
+def _core_of(builder, what):
+    core = getattr(builder, "_impl", None)
+    if not isinstance(core, SubgraphCore):
+        raise _graft.Error(f"{what}: the body must be a builder from createSubgraphBuilder()")
+    return core
+
+
+def _replay(target, core, args):
+    """Adds the ops of `core` to `target` with its formal inputs bound to `args`; returns its outputs."""
+    bound = dict(zip(core.inputs, args))
+    for op_type, domain, version, inputs, attrs, n, name, outs in core.ops:
+        got = target.addOp(op_type, domain, version, [bound.get(t, t) if t else t for t in inputs], attrs, n, name)
+        bound.update(zip(outs, got))
+    return [bound.get(t, t) for t in core.outputs]
+
+
+def _const(target, version, value):
+    return target.addOp("Constant", "", version, [], {"value": np.asarray(value)}, 1, "")[0]
+
+
+def _unsqueeze(target, version, t, axis):
+    if version >= 13:
+        return target.addOp("Unsqueeze", "", version, [t, _const(target, version, np.array([axis], np.int64))], {}, 1,
+                            "")[0]
+    return target.addOp("Unsqueeze", "", version, [t], {"axes": [axis]}, 1, "")[0]
+
+
+def logical_if(opset, args, num_outputs, else_branch, then_branch, debugContext="", debugPrefix=None):
+    """ONNX If built from two subgraph builders. graft adds both branches to the graph and selects
+    with Where(cond, then, else): the value (and the gradient, which reaches only the taken branch)
+    is If's, provided both branches give outputs of one shape and raise no error."""
+    then_core = _core_of(then_branch, "logical_if")
+    else_core = _core_of(else_branch, "logical_if")
+    for core, which in ((then_core, "then_branch"), (else_core, "else_branch")):
+        if core.inputs:
+            raise _graft.Error(f"logical_if: {which} has {len(core.inputs)} inputs; If branches take none (they read "
+                               "the tensors of the enclosing graph)")
+        if len(core.outputs) < num_outputs:
+            raise _graft.Error(f"logical_if: {which} has {len(core.outputs)} outputs, num_outputs is {num_outputs}")
+    args = [args] if isinstance(args, str) else list(args)
+    if len(args) != 1:
+        raise _graft.Error(f"logical_if takes one input (the condition), got {len(args)}")
+    target = opset._builder._impl
+    then_outs = _replay(target, then_core, [])
+    else_outs = _replay(target, else_core, [])
+    outs = []
+    for t, e in zip(then_outs[:num_outputs], else_outs[:num_outputs]):
+        if target.hasTensor(t) and target.hasTensor(e):
+            ti, ei = target.getTensorInfo(t), target.getTensorInfo(e)
+            if ti.hasShape() and ei.hasShape() and ti.dims() != ei.dims():
+                raise _graft.Error(f"logical_if: the branches' outputs '{t}' {ti.dims()} and '{e}' {ei.dims()} differ "
+                                   "in shape; graft's If needs branches of one shape")
+        outs.append(target.addOp("Where", "", opset.version, [args[0], t, e], {}, 1,
+                                 debug_name(debugContext, debugPrefix))[0])
+    return outs
+
+
+def scan(opset, args, num_outputs, body, num_scan_inputs, scan_input_axes=(), scan_input_directions=(),
+         scan_output_axes=(), scan_output_directions=(), debugContext="", debugPrefix=None):
+    """PopART's Scan built from a subgraph builder, unrolled over the scanned axis (its length must
+    be known when the op is added): each iteration's body is added to the graph, so it trains like
+    the unrolled loop. As in PopART, the body sees each scan input's slice with the scanned axis
+    kept (size 1), and the scan outputs are the iterations' outputs concatenated along their axis."""
+    core = _core_of(body, "scan")
+    target = opset._builder._impl
+    v = opset.version
+    args = [args] if isinstance(args, str) else list(args)
+    k = int(num_scan_inputs)
+    n = len(args) - k
+    if k < 1 or n < 0:
+        raise _graft.Error(f"scan: num_scan_inputs is {k} with {len(args)} inputs")
+    if len(core.inputs) != len(args):
+        raise _graft.Error(f"scan: the body has {len(core.inputs)} inputs, the op {len(args)}")
+    m = len(core.outputs) - n
+    if m < 0:
+        raise _graft.Error(f"scan: the body has {len(core.outputs)} outputs, fewer than its {n} states")
+    in_axes = list(scan_input_axes) or [0] * k
+    in_dirs = list(scan_input_directions) or [0] * k
+    out_axes = list(scan_output_axes) or [0] * m
+    out_dirs = list(scan_output_directions) or [0] * m
+    xs = args[n:]
+    lengths = set()
+    for x, axis in zip(xs, in_axes):
+        shape = target.getTensorShape(x)
+        lengths.add(shape[axis % len(shape)])
+    if len(lengths) != 1:
+        raise _graft.Error(f"scan: the scan inputs have different lengths along their scan axes: {sorted(lengths)}")
+    length = lengths.pop()
+    states = args[:n]
+    ys = [[] for _ in range(m)]
+    for t in range(length):
+        slices = []
+        for x, axis, d in zip(xs, in_axes, in_dirs):
+            # PopART's Scan keeps the scanned axis (size 1) in each slice and concatenates the
+            # iterations' outputs along the output axis.
+            index = _const(target, v, np.array([length - 1 - t if d else t], np.int64))
+            slices.append(target.addOp("Gather", "", v, [x, index], {"axis": int(axis)}, 1, "")[0])
+        outs = _replay(target, core, states + slices)
+        states = outs[:n]
+        for j in range(m):
+            ys[j].append(outs[n + j])
+    results = list(states)
+    for j in range(m):
+        items = ys[j][::-1] if out_dirs[j] else ys[j]
+        rank = len(target.getTensorShape(items[0]))
+        axis = out_axes[j] % max(rank, 1)
+        parts = items if rank else [_unsqueeze(target, v, y, 0) for y in items]
+        results.append(target.addOp("Concat", "", v, parts, {"axis": axis}, 1, debug_name(debugContext, debugPrefix))[0])
+    return results[:int(num_outputs)]
+
+
+def loop(opset, args, num_outputs, body, debugContext="", debugPrefix=None):
+    raise _graft.Error("aiOnnx.loop from a subgraph builder is not supported by graft's Builder: build the Loop in "
+                       "ONNX (for example with onnx.helper) and load the model")
+
+
+def onnx_methods():
+    """Methods of builder.aiOnnx that take subgraph builders."""
+    return {"logical_if": logical_if, "scan": scan, "loop": loop}

@@ -1,7 +1,8 @@
 // PopART's ai.graphcore elementwise ops, with PopART's semantics:
 //   unary:  Log1p, Expm1, GeluErf (x/2 (1 + erf(x/sqrt 2))), Swish (x sigmoid(x)), Scale (x * scale),
 //           Detach (x; no gradient flows back), Nop (x), Round (half away from zero), NearbyInt
-//           (half to even), BitwiseNot (integers)
+//           (half to even), BitwiseNot (integers), IncrementMod ((x + increment) mod modulus, for
+//           counters; the result of fmod, as PopART computes it)
 //   binary: Atan2 (atan2(a, b), numpy broadcasting), Fmod (C's fmod: the sign of a), Remainder
 //           (Python's %: the sign of b), ScaledAdd (scale0 * a + scale1 * b)
 // Rounding ops have zero gradient, as in PopART; Fmod and Remainder pass the gradient to a only.
@@ -123,6 +124,11 @@ GRAFT_REGISTER_OPS(graphcore_elementwise) {
       .setVjp(zeroGradient);
   r.add("NearbyInt", d).setReference(unaryKernel<kFloats>([](auto x) { return nearbyInt(x); })).setInfer(sameAsInput0)
       .setVjp(zeroGradient);
+  r.add("IncrementMod", d).setReference(unaryKernelWith<kNumeric>([](CompileContext& c) {
+    double inc = c.node().attrFloat("increment"), mod = c.node().attrFloat("modulus");
+    GRAFT_CHECK(mod != 0.0, "{}: modulus must be nonzero", c.node().describe());
+    return [inc, mod](auto x) { return static_cast<decltype(x)>(std::fmod(static_cast<double>(x) + inc, mod)); };
+  })).setInfer(sameAsInput0).setVjp([](GradBuilder& g) { g.setDx(0, g.dy()); });
   r.add("BitwiseNot", d).setReference(unaryKernel<kInts>([](auto x) { return static_cast<decltype(x)>(~x); }))
       .setInfer(sameAsInput0);
 

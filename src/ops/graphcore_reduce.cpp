@@ -1,5 +1,5 @@
 // PopART's ai.graphcore reductions: ReduceMedian (values and INT32 indices over `axes`, all axes
-// by default; `keepdims` 1 by default). Of an even count the lower median is taken, as torch does.
+// when absent, none when an empty list, as PopART; `keepdims` 1 by default). Of an even count the lower median is taken, as torch does.
 // The index is the position within the reduced axes, flattened row-major (so over one axis it is
 // torch.median's index). ReduceMedianGrad (ai.graft) scatters the values' gradient to the
 // medians' positions: PopART's gradient of the median.
@@ -16,21 +16,22 @@ namespace {
 
 // The attributes, read once at compile time.
 struct MedianAttrs {
-  std::vector<int64_t> axes;  // empty: all
+  std::vector<int64_t> axes;
+  bool hasAxes = false;  // no 'axes': all axes; an empty 'axes': none (PopART)
   bool keepdims = true;
   std::string what;
 };
 
 MedianAttrs medianAttrs(const ir::Node& n) {
-  return {n.attrs().has("axes") ? n.attrInts("axes") : std::vector<int64_t>{}, n.attrInt("keepdims", 1) != 0,
-          n.describe()};
+  bool has = n.attrs().has("axes");
+  return {has ? n.attrInts("axes") : std::vector<int64_t>{}, has, n.attrInt("keepdims", 1) != 0, n.describe()};
 }
 
 // Which axes of a rank-`rank` input are reduced.
 std::vector<bool> reducedAxes(const MedianAttrs& a, int64_t rank) {
   std::vector<bool> red(rank, true);
+  if (!a.hasAxes) return red;
   std::vector<int64_t> axes = normalizeAxes(a.axes, rank, a.what);
-  if (axes.empty()) return red;  // PopART: no axes means all of them
   std::fill(red.begin(), red.end(), false);
   for (int64_t a : axes) red[a] = true;
   return red;

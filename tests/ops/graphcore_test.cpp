@@ -27,6 +27,10 @@ TEST(Graphcore_ReduceMedian, ValuesAndIndices) {
   EXPECT_TRUE(allClose(out[0], arr<int32_t>({}, {7})));
   EXPECT_TRUE(allClose(out[1], arr<int32_t>({}, {7})));
   EXPECT_THROW(runReference(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{2}}}), 2)), Error);
+  // An empty axes list reduces over no axis (PopART): the values are the input, every index 0.
+  out = runReference(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{}}}), 2));
+  EXPECT_TRUE(allClose(out[0], x));
+  EXPECT_TRUE(allClose(out[1], arr<int32_t>({2, 3}, {0, 0, 0, 0, 0, 0})));
 }
 
 TEST(Graphcore_ReduceMedian, GradientGoesToTheMedian) {
@@ -97,6 +101,13 @@ TEST(Graphcore_NearbyInt, HalvesToEven) {
                        arr<float>({4}, {0, 2, -2, 2})));
   auto g = vjpOf(gc("NearbyInt", {arr<double>({2}, {0.3, 1.7})}), {0}, {arr<double>({2}, {1, 1})});
   EXPECT_TRUE(allClose(g[0], arr<double>({2}, {0, 0})));
+}
+
+TEST(Graphcore_IncrementMod, WrapsAround) {
+  auto a = attrs({{"increment", 3.0f}, {"modulus", 4.0f}});
+  EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<int32_t>({4}, {0, 1, 2, 3})}, a))[0], arr<int32_t>({4}, {3, 0, 1, 2})));
+  EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<float>({2}, {0.5f, 1.5f})}, a))[0], arr<float>({2}, {3.5f, 0.5f})));
+  EXPECT_TRUE(gradCheck(gc("IncrementMod", {arr<double>({2}, {0.25, 0.5})}, a), {0}));
 }
 
 TEST(Graphcore_BitwiseNot, Integers) {
