@@ -226,6 +226,98 @@ def incrementmod(self, args, increment, modulus, debugContext="", debugPrefix=No
                 debugContext, debugPrefix)
 
 
+_NUMPY_OF = {"FLOAT": np.float32, "FLOAT16": np.float16, "DOUBLE": np.float64, "INT8": np.int8, "INT16": np.int16,
+             "INT32": np.int32, "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+             "UINT64": np.uint64, "BOOL": np.bool_}
+
+
+def init(self, shape, data_type, init_type, batch_axis=-1, debugContext="", debugPrefix=None):
+    """A tensor of ``shape`` and ``data_type`` (a DataType or its name), zero-filled. PopART's
+    InitType.NoInit leaves the values unspecified; graft fills zeros then too."""
+    if isinstance(batch_axis, str) or hasattr(batch_axis, "name") and not isinstance(batch_axis, int):
+        batch_axis, debugContext = -1, batch_axis  # init(shape, dtype, initType, debugContext)
+    name = getattr(data_type, "name", data_type)
+    if str(name).upper() not in _NUMPY_OF:
+        raise _graft.Error(f"init: unsupported data type {data_type!r}")
+    value = np.zeros(_ints(shape, "init: shape"), dtype=_NUMPY_OF[str(name).upper()])
+    return _onnx(self).constant(value, debug_name(debugContext, debugPrefix))
+
+
+def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
+    """The slice of ``args[0]`` of ``sizes`` along ``axes``, starting at the run-time offsets
+    ``args[1]`` (one per axis). An optional ``args[2]`` (PopART's slice buffer) only gives the
+    output's shape. Built as one ai.onnx Gather per axis at indices offset + [0, size), so the
+    shape is known when the op is added and it trains."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) not in (2, 3):
+        raise _graft.Error(f"dynamicslice takes 2 or 3 inputs (tensor, offsets[, slice]), got {len(inputs)}")
+    axes = _ints(axes, "dynamicslice: axes")
+    sizes = _ints(sizes, "dynamicslice: sizes")
+    if len(axes) != len(sizes):
+        raise _graft.Error(f"dynamicslice: {len(axes)} axes but {len(sizes)} sizes")
+    onnx = _onnx(self)
+    offsets = onnx.cast([inputs[1]], "INT64")
+    out = inputs[0]
+    name = debug_name(debugContext, debugPrefix)
+    for i, (axis, size) in enumerate(zip(axes, sizes)):
+        start = onnx.gather([offsets, _const64(self, [i])], axis=0)
+        index = onnx.add([start, _const64(self, np.arange(size))])
+        out = onnx.gather([out, index], axis=axis, debugContext=name if i == len(axes) - 1 else "")
+    return out
+
+
+def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix=None):
+    """Per group g (axis 0 of both inputs): ai.onnx Gather of ``args[0][g]`` at ``args[1][g]`` along
+    ``axis - 1``; the groups' results stacked."""
+    from .subgraph import _unsqueeze
+
+    data, indices = ([args] if isinstance(args, str) else list(args))
+    impl = self._builder._impl
+    groups = impl.getTensorShape(data)[0]
+    if group_size != groups or impl.getTensorShape(indices)[0] != groups:
+        raise _graft.Error(f"groupedgather: group_size {group_size}, but the data has {groups} groups and the "
+                           f"indices {impl.getTensorShape(indices)[0]}")
+    if axis < 1:
+        raise _graft.Error(f"groupedgather: axis must be at least 1 (axis 0 holds the groups), got {axis}")
+    onnx = _onnx(self)
+
+    def group(t, g):
+        part = _slice(self, t, [g], [g + 1], [0])
+        if onnx.version >= 13:
+            return onnx.squeeze([part, _const64(self, [0])])
+        return onnx.squeeze([part], axes=[0])
+
+    parts = []
+    for g in range(groups):
+        gathered = onnx.gather([group(data, g), group(indices, g)], axis=axis - 1)
+        parts.append(_unsqueeze(impl, onnx.version, gathered, 0))
+    return onnx.concat(parts, 0, debug_name(debugContext, debugPrefix))
+
+
+def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", debugPrefix=None):
+    """Group normalization of ``args[0]`` [N, C, ...] with ``args[1]`` scale and ``args[2]`` bias [C]:
+    returns [y, mean, inverse standard deviation], the statistics of shape [N * num_groups] (the
+    variance is the biased one, as PopART's). Built from ai.onnx ops, so it trains."""
+    x, scale, bias = ([args] if isinstance(args, str) else list(args))
+    shape = list(self._builder._impl.getTensorShape(x))
+    n, c = shape[0], shape[1]
+    g = int(num_groups)
+    if g < 1 or c % g:
+        raise _graft.Error(f"groupnormalization: {c} channels do not split into {num_groups} groups")
+    onnx = _onnx(self)
+    xr = onnx.reshape([x, _const64(self, [n, g, -1])])
+    mean = onnx.reducemean([xr], axes=[2], keepdims=1)
+    d = onnx.sub([xr, mean])
+    var = onnx.reducemean([onnx.mul([d, d])], axes=[2], keepdims=1)
+    eps = onnx.constant(np.array([epsilon], dtype=np.dtype(self._builder._impl.getTensorDtypeString(x))))
+    inv = onnx.reciprocal([onnx.sqrt([onnx.add([var, eps])])])
+    normed = onnx.reshape([onnx.mul([d, inv]), _const64(self, shape)])
+    bshape = [1, c] + [1] * (len(shape) - 2)
+    y = onnx.add([onnx.mul([normed, onnx.reshape([scale, _const64(self, bshape)])]),
+                  onnx.reshape([bias, _const64(self, bshape)])], debug_name(debugContext, debugPrefix))
+    return [y, onnx.reshape([mean, _const64(self, [n * g])]), onnx.reshape([inv, _const64(self, [n * g])])]
+
+
 def methods():
     """The methods this module adds to ``builder.aiGraphcore``."""
     m = {
@@ -238,6 +330,10 @@ def methods():
         "depthtospace": depthtospace,
         "bucketize": bucketize,
         "sort": sort,
+        "init": init,
+        "dynamicslice": dynamicslice,
+        "groupedgather": groupedgather,
+        "groupnormalization": groupnormalization,
         "incrementmod": incrementmod,
         "reducemedian": reducemedian,
         "scale": scale,
