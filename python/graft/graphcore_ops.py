@@ -266,6 +266,27 @@ def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPre
     return out
 
 
+def _dynamic(op_type):
+    def method(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
+        inputs = [args] if isinstance(args, str) else list(args)
+        if len(inputs) != 3:
+            raise _graft.Error(f"{op_type.lower()} takes 3 inputs (tensor, offsets, slice), got {len(inputs)}")
+        attrs = {"axes": _ints(axes, f"{op_type}: axes"), "sizes": _ints(sizes, f"{op_type}: sizes")}
+        return _add(self, op_type, inputs, attrs, 1, debugContext, debugPrefix)
+
+    method.__doc__ = {"DynamicUpdate": "args[0] with the region at run-time offsets args[1] replaced by args[2].",
+                      "DynamicAdd": "args[0] with args[2] added to the region at run-time offsets args[1].",
+                      "DynamicZero": "args[0] with the region (args[2]'s shape) at offsets args[1] set to zero."}[op_type]
+    return method
+
+
+def sequenceslice(self, args, zeroUnused=0, debugContext="", debugPrefix=None):
+    """``args = [source, destination, N, sourceOffset, destOffset]``: the destination with N[i] rows
+    of the source from sourceOffset[i] copied to destOffset[i]; zeroUnused zeroes the other rows."""
+    return _add(self, "SequenceSlice", args, {"zeroUnused": _as_int(zeroUnused, "sequenceslice: zeroUnused")}, 1,
+                debugContext, debugPrefix)
+
+
 def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix=None):
     """Per group g (axis 0 of both inputs): ai.onnx Gather of ``args[0][g]`` at ``args[1][g]`` along
     ``axis - 1``; the groups' results stacked."""
@@ -333,6 +354,10 @@ def methods():
         "init": init,
         "dynamicslice": dynamicslice,
         "groupedgather": groupedgather,
+        "sequenceslice": sequenceslice,
+        "dynamicupdate": _dynamic("DynamicUpdate"),
+        "dynamicadd": _dynamic("DynamicAdd"),
+        "dynamiczero": _dynamic("DynamicZero"),
         "groupnormalization": groupnormalization,
         "incrementmod": incrementmod,
         "reducemedian": reducemedian,

@@ -185,6 +185,8 @@ def _make_method(sig, domain, version):
             attributes[key] = value
         attributes.update(extra)
         inputs = [_tensor_id(t, op_type) for t in inputs]
+        if domain == "":
+            inputs = _popart_operands(self, op_type, inputs, attributes)
         if op_type.startswith("Reduce") and inputs:
             check_axes(self._builder._impl, inputs[0], attributes.get("axes", []))
             if empty_axes:
@@ -198,6 +200,23 @@ def _make_method(sig, domain, version):
     method.__signature__ = signature
     method.__doc__ = f"{domain or 'ai.onnx'} {op_type} (version {sig.sinceVersion}).\n\n{sig.doc.strip()}"
     return method
+
+
+def _popart_operands(opset, op_type, inputs, attributes):
+    """What PopART's Builder accepts beyond the ONNX schema, made ONNX: an INT32 shape for Expand
+    (cast to INT64), and RNN / GRU / LSTM without hidden_size (taken from R's shape, which ONNX
+    requires to match it)."""
+    impl = opset._builder._impl
+    if op_type == "Expand" and len(inputs) == 2 and impl.hasTensor(inputs[1]):
+        if impl.getTensorInfo(inputs[1]).data_type() == "INT32":
+            cast = impl.addOp("Cast", "", opset.version, [inputs[1]], {"to": int(_graft._dtypeCode("INT64"))}, 1, "")
+            inputs = [inputs[0], cast[0]]
+    if op_type in ("RNN", "GRU", "LSTM") and "hidden_size" not in attributes and len(inputs) >= 3:
+        if impl.hasTensor(inputs[2]):
+            info = impl.getTensorInfo(inputs[2])
+            if info.hasShape() and len(info.dims()) == 3 and isinstance(info.dims()[2], int) and info.dims()[2] > 0:
+                attributes["hidden_size"] = int(info.dims()[2])
+    return inputs
 
 
 def check_axes(impl, tensor, axes):
@@ -227,7 +246,10 @@ def _constant11(self, value, is_value_sparse=False, debugContext="", debugPrefix
     if is_value_sparse:
         raise _graft.Error("constant: sparse constant values are not supported")
     name = debug_name(debugContext, debugPrefix)
-    return self._builder._impl.addOp("Constant", "", self.version, [], {"value": np.asarray(value)}, 1, name)[0]
+    out = self._builder._impl.addOp("Constant", "", self.version, [], {"value": np.asarray(value)}, 1, name)[0]
+    # Remembered for the ops the Builder unrolls (aiOnnx.loop's trip count).
+    self._builder.__dict__.setdefault("_constants", {})[out] = np.array(value)
+    return out
 
 
 def _constant(self, value, debugContext="", debugPrefix=None):

@@ -56,6 +56,17 @@ class _SessionBase:
         opts = self._options
         return opts.accumulationFactor if opts.enableGradientAccumulation else 1
 
+    def setRandomSeed(self, seedValue):
+        """Seeds the random ops (dropout, RandomUniform, ...) that have no seed attribute: the same
+        seed gives the same values. graft's seed is process-wide: it applies to every session."""
+        if int(seedValue) < 0:
+            raise _graft.Error(f"setRandomSeed: the seed must be non-negative, got {seedValue}")
+        _graft._setRandomSeed(int(seedValue))
+
+    def getRandomSeed(self):
+        """The seed last given to setRandomSeed."""
+        return _graft._randomSeed()
+
     def prepareDevice(self, loadEngine=True, err=None):
         """Compiles the model for its device (PopART's loadEngine and err arguments are accepted)."""
         super().prepareDevice()

@@ -243,8 +243,40 @@ def scan(opset, args, num_outputs, body, num_scan_inputs, scan_input_axes=(), sc
 
 
 def loop(opset, args, num_outputs, body, debugContext="", debugPrefix=None):
-    raise _graft.Error("aiOnnx.loop from a subgraph builder is not supported by graft's Builder: build the Loop in "
-                       "ONNX (for example with onnx.helper) and load the model")
+    """ONNX Loop built from a subgraph builder, unrolled: the trip count ``args[0]`` must be a
+    constant of the builder, and the body must pass its condition through unchanged (a for loop),
+    since an unrolled loop cannot stop early. Each iteration's body is added to the graph."""
+    core = _core_of(body, "loop")
+    target = opset._builder._impl
+    v = opset.version
+    args = [args] if isinstance(args, str) else list(args)
+    if len(args) < 2:
+        raise _graft.Error(f"loop takes the trip count, the condition and the loop-carried values, got {len(args)} inputs")
+    constants = opset._builder.__dict__.get("_constants", {})
+    if args[0] not in constants:
+        raise _graft.Error("loop: graft unrolls Loop, so the trip count must be a constant of the builder "
+                           "(aiOnnx.constant); a computed trip count is not supported")
+    trips = int(np.asarray(constants[args[0]]).reshape(-1)[0])
+    if args[1] and (args[1] not in constants or not bool(np.asarray(constants[args[1]]).reshape(-1)[0])):
+        raise _graft.Error("loop: graft unrolls Loop, so the initial condition must be a constant True")
+    if len(core.inputs) != len(args) or not core.outputs or core.outputs[0] != core.inputs[1]:
+        raise _graft.Error("loop: graft unrolls Loop, so the body must take (iteration, condition, values...) and give "
+                           "back its condition input unchanged as its first output")
+    n = len(args) - 2
+    states = args[2:]
+    scans = [[] for _ in range(len(core.outputs) - 1 - n)]
+    for i in range(trips):
+        outs = _replay(target, core, [_const(target, v, np.array(i, np.int64)), args[1]] + states)
+        states = outs[1:1 + n]
+        for j, t in enumerate(outs[1 + n:]):
+            scans[j].append(t)
+    results = list(states)
+    for items in scans:
+        if not items:
+            raise _graft.Error("loop: a loop with scan outputs needs at least one iteration")
+        parts = [_unsqueeze(target, v, y, 0) for y in items]
+        results.append(target.addOp("Concat", "", v, parts, {"axis": 0}, 1, debug_name(debugContext, debugPrefix))[0])
+    return results[:int(num_outputs)]
 
 
 def onnx_methods():

@@ -5,6 +5,7 @@
 
 #include "bindings.hpp"
 #include "numpy_util.hpp"
+#include "ops/random_seed.hpp"
 #include "support/check.hpp"
 #include "support/logging.hpp"
 
@@ -243,6 +244,9 @@ void bindOptions(pyb::module_& m) {
 void bindLogging(pyb::module_& m) {
   m.def("_dtypeCode", [](pyb::object dt) { return static_cast<int>(dtypeFromObject(dt, "data type")); },
         "The ONNX TensorProto.DataType number of a type name, numpy dtype or numpy type.");
+  m.def("_setRandomSeed", [](uint64_t seed) { ops::setRandomSeed(seed); }, pyb::arg("seed"),
+        "Seeds every random op without a seed attribute (process-wide; see ops/random_seed.hpp).");
+  m.def("_randomSeed", [] { return ops::randomSeed(); });
   m.def("_setLogLevel", [](const std::string& level) {
     using L = support::LogLevel;
     std::string l;

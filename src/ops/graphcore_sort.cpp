@@ -1,7 +1,8 @@
 // PopART's ai.graphcore ordering ops:
 //   Bucketize(x, boundaries): for each x the INT32 index of its bucket among the sorted 1-D
 //     boundaries, as torch.bucketize: right = 0 gives the first i with x <= boundaries[i],
-//     right = 1 the first i with x < boundaries[i]. No gradient.
+//     right = 1 the first i with x < boundaries[i]. No gradient. Like torch, it binary-searches
+//     and does not check that the boundaries are sorted (unsorted ones give a search's answer).
 //   Sort(x): values and INT32 indices along `axis` (default -1), ascending unless `descending`;
 //     ties keep their order (so `stable` is always honoured). The gradient of the values goes
 //     back to the positions they came from (SortGrad, ai.graft).
@@ -40,7 +41,6 @@ KernelFn bucketizeKernel(CompileContext& c) {
       using C = ComputeType<T>;
       std::vector<C> bounds(static_cast<size_t>(b.numel()));
       for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = static_cast<C>(b.data<T>()[i]);
-      GRAFT_CHECK(std::is_sorted(bounds.begin(), bounds.end()), "{}: boundaries must be sorted ascending", what);
       NDArray& y = k.allocOutputUninit(0, DataType::Int32, x.shape());
       for (int64_t i = 0; i < x.numel(); ++i) {
         C v = static_cast<C>(x.data<T>()[i]);

@@ -147,5 +147,83 @@ TEST(Graphcore_ScaledAdd, ValuesAndGradient) {
                            attrs({{"scale0", 0.5f}, {"scale1", 3.0f}})), {0, 1}));
 }
 
+TEST(Graphcore_Bucketize, LeftAndRight) {
+  auto x = arr<float>({5}, {-1, 0, 0.5f, 1, 3});
+  auto b = arr<float>({2}, {0, 1});
+  // right = 0: first i with x <= b[i]; right = 1: first i with x < b[i] (torch.bucketize).
+  EXPECT_TRUE(allClose(runReference(gc("Bucketize", {x, b}))[0], arr<int32_t>({5}, {0, 0, 1, 1, 2})));
+  EXPECT_TRUE(allClose(runReference(gc("Bucketize", {x, b}, attrs({{"right", int64_t{1}}})))[0],
+                       arr<int32_t>({5}, {0, 1, 1, 2, 2})));
+}
+
+TEST(Graphcore_Sort, StableAscendingAndDescending) {
+  auto x = arr<float>({2, 3}, {3, 1, 3, 0, 2, 1});
+  auto up = runReference(gc("Sort", {x}, attrs({{"axis", int64_t{1}}}), 2));
+  EXPECT_TRUE(allClose(up[0], arr<float>({2, 3}, {1, 3, 3, 0, 1, 2})));
+  EXPECT_TRUE(allClose(up[1], arr<int32_t>({2, 3}, {1, 0, 2, 0, 2, 1})));
+  auto down = runReference(gc("Sort", {x}, attrs({{"axis", int64_t{0}}, {"descending", int64_t{1}}}), 2));
+  EXPECT_TRUE(allClose(down[0], arr<float>({2, 3}, {3, 2, 3, 0, 1, 1})));
+  EXPECT_TRUE(allClose(down[1], arr<int32_t>({2, 3}, {0, 1, 0, 1, 0, 1})));
+  EXPECT_TRUE(gradCheck(gc("Sort", {randomArray(DataType::Double, {3, 4}, 12)}, attrs({{"axis", int64_t{1}}}), 2), {0}));
+}
+
+TEST(Graft_SortGrad, ScattersBack) {
+  auto dx = runReference(OpCase{"SortGrad", {arr<float>({3}, {10, 20, 30}), arr<int32_t>({3}, {2, 0, 1})},
+                                attrs({{"axis", int64_t{0}}}), 1, "ai.graft"})[0];
+  EXPECT_TRUE(allClose(dx, arr<float>({3}, {20, 30, 10})));
+}
+
+OpCase dyn(const std::string& type, NDArray x, NDArray off, NDArray upd) {
+  return gc(type, {std::move(x), std::move(off), std::move(upd)},
+            attrs({{"axes", std::vector<int64_t>{1}}, {"sizes", std::vector<int64_t>{2}}}));
+}
+
+TEST(Graphcore_DynamicUpdate, ReplacesTheRegion) {
+  auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  auto u = arr<float>({2, 2}, {10, 11, 12, 13});
+  EXPECT_TRUE(allClose(runReference(dyn("DynamicUpdate", x, arr<uint32_t>({1}, {1}), u))[0],
+                       arr<float>({2, 4}, {0, 10, 11, 3, 4, 12, 13, 7})));
+  // An offset past the end is clamped so that the region ends at the edge.
+  EXPECT_TRUE(allClose(runReference(dyn("DynamicUpdate", x, arr<int32_t>({1}, {3}), u))[0],
+                       arr<float>({2, 4}, {0, 1, 10, 11, 4, 5, 12, 13})));
+  EXPECT_TRUE(gradCheck(dyn("DynamicUpdate", randomArray(DataType::Double, {2, 4}, 13), arr<int32_t>({1}, {1}),
+                            randomArray(DataType::Double, {2, 2}, 14)), {0, 2}));
+}
+
+TEST(Graphcore_DynamicAdd, AddsToTheRegion) {
+  auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  auto u = arr<float>({2, 2}, {10, 10, 10, 10});
+  EXPECT_TRUE(allClose(runReference(dyn("DynamicAdd", x, arr<int64_t>({1}, {2}), u))[0],
+                       arr<float>({2, 4}, {0, 1, 12, 13, 4, 5, 16, 17})));
+  EXPECT_TRUE(gradCheck(dyn("DynamicAdd", randomArray(DataType::Double, {2, 4}, 15), arr<int32_t>({1}, {0}),
+                            randomArray(DataType::Double, {2, 2}, 16)), {0, 2}));
+}
+
+TEST(Graphcore_DynamicZero, ZeroesTheRegion) {
+  auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_TRUE(allClose(runReference(dyn("DynamicZero", x, arr<int32_t>({1}, {0}), NDArray(DataType::Float, {2, 2})))[0],
+                       arr<float>({2, 4}, {0, 0, 2, 3, 0, 0, 6, 7})));
+  EXPECT_TRUE(gradCheck(dyn("DynamicZero", randomArray(DataType::Double, {2, 4}, 17), arr<int32_t>({1}, {2}),
+                            NDArray(DataType::Double, {2, 2})), {0}));
+}
+
+TEST(Graphcore_SequenceSlice, CopiesRows) {
+  auto src = arr<float>({4, 2}, {10, 11, 20, 21, 30, 31, 40, 41});
+  auto dst = arr<float>({3, 2}, {1, 1, 2, 2, 3, 3});
+  auto n = arr<uint32_t>({2}, {1, 2});
+  auto so = arr<uint32_t>({2}, {0, 2});
+  auto dof = arr<uint32_t>({2}, {2, 0});
+  // Row 0 of src -> row 2 of dst; rows 2, 3 of src -> rows 0, 1 of dst.
+  auto c = gc("SequenceSlice", {src, dst, n, so, dof}, attrs({{"zeroUnused", int64_t{0}}}));
+  EXPECT_TRUE(allClose(runReference(c)[0], arr<float>({3, 2}, {30, 31, 40, 41, 10, 11})));
+  auto partial = gc("SequenceSlice", {src, dst, arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {3}), arr<uint32_t>({1}, {1})},
+                    attrs({{"zeroUnused", int64_t{1}}}));
+  EXPECT_TRUE(allClose(runReference(partial)[0], arr<float>({3, 2}, {0, 0, 40, 41, 0, 0})));
+  auto g = gc("SequenceSlice", {randomArray(DataType::Double, {4, 2}, 18), randomArray(DataType::Double, {3, 2}, 19),
+                                arr<uint32_t>({1}, {2}), arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {0})},
+              attrs({{"zeroUnused", int64_t{0}}}));
+  EXPECT_TRUE(gradCheck(g, {0, 1}));
+}
+
 }  // namespace
 }  // namespace graft::testing
