@@ -287,6 +287,22 @@ def sequenceslice(self, args, zeroUnused=0, debugContext="", debugPrefix=None):
                 debugContext, debugPrefix)
 
 
+def ctcloss(self, args, reduction=None, blank=0, outDataType="UNDEFINED", zeroInfinity=False, debugContext="",
+            debugPrefix=None):
+    """torch.nn.CTCLoss of ``args = [log_probs [T, N, C], targets [N, S], input_lengths [N],
+    target_lengths [N]]``; ``reduction`` is a ReductionType (Mean by default). ``outDataType``
+    other than "UNDEFINED" casts the loss."""
+    from .opsets import _reduction
+
+    attrs = {"reduction": _reduction(reduction), "blank": _as_int(blank, "ctcloss: blank"),
+             "zeroInfinity": int(bool(zeroInfinity))}
+    out = _add(self, "CtcLoss", args, attrs, 1, debugContext, debugPrefix)
+    name = getattr(outDataType, "name", outDataType)
+    if str(name).upper() not in ("UNDEFINED", ""):
+        out = _onnx(self).cast([out], str(name).upper())
+    return out
+
+
 def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix=None):
     """Per group g (axis 0 of both inputs): ai.onnx Gather of ``args[0][g]`` at ``args[1][g]`` along
     ``axis - 1``; the groups' results stacked."""
@@ -355,6 +371,7 @@ def methods():
         "dynamicslice": dynamicslice,
         "groupedgather": groupedgather,
         "sequenceslice": sequenceslice,
+        "ctcloss": ctcloss,
         "dynamicupdate": _dynamic("DynamicUpdate"),
         "dynamicadd": _dynamic("DynamicAdd"),
         "dynamiczero": _dynamic("DynamicZero"),

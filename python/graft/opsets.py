@@ -190,7 +190,13 @@ def _make_method(sig, domain, version):
         if op_type.startswith("Reduce") and inputs:
             check_axes(self._builder._impl, inputs[0], attributes.get("axes", []))
             if empty_axes:
-                return self._builder._impl.addOp("Identity", "", version, inputs[:1], {}, 1, name)[0]
+                # A reduction over no axis is its elementwise part: |x| for L1 and L2, log(x) for
+                # LogSum, x * x for SumSquare, x for the others.
+                impl = self._builder._impl
+                unary = {"ReduceL1": "Abs", "ReduceL2": "Abs", "ReduceLogSum": "Log"}.get(op_type, "Identity")
+                if op_type == "ReduceSumSquare":
+                    return impl.addOp("Mul", "", version, [inputs[0], inputs[0]], {}, 1, name)[0]
+                return impl.addOp(unary, "", version, inputs[:1], {}, 1, name)[0]
         outs = self._builder._impl.addOp(op_type, domain, version, inputs, attributes,
                                          _as_int(num_outputs, "num_outputs"), name)
         return outs if multi_output else outs[0]

@@ -13,6 +13,7 @@
 
 #include "ops/dtype_dispatch.hpp"
 #include "ops/grad.hpp"
+#include "ops/graphcore_util.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -47,7 +48,7 @@ KernelFn dynamicKernel(CompileContext& c) {
   DynamicAttrs a = dynamicAttrs(c.node());
   return [a](KernelContext& k) {
     const NDArray& x = k.input(0);
-    std::vector<int64_t> off = toInt64Vector(k.input(1));
+    std::vector<int64_t> off = anyIntToInt64Vector(k.input(1));
     const NDArray& upd = k.input(2);
     GRAFT_CHECK(off.size() == a.axes.size(), "{}: {} offsets for {} axes", a.what, off.size(), a.axes.size());
     // The region: upd's shape, placed at the (clamped) offsets along `axes`, 0 elsewhere.
@@ -113,7 +114,7 @@ KernelFn sequenceSliceKernel(CompileContext& c) {
   return [zeroUnused, what](KernelContext& k) {
     const NDArray& src = k.input(0);
     const NDArray& dst = k.input(1);
-    std::vector<int64_t> n = toInt64Vector(k.input(2)), so = toInt64Vector(k.input(3)), dof = toInt64Vector(k.input(4));
+    std::vector<int64_t> n = anyIntToInt64Vector(k.input(2)), so = anyIntToInt64Vector(k.input(3)), dof = anyIntToInt64Vector(k.input(4));
     GRAFT_CHECK(n.size() == so.size() && n.size() == dof.size(), "{}: N, sourceOffset and destOffset have {}, {} and {} "
                 "entries; they must be equal", what, n.size(), so.size(), dof.size());
     GRAFT_CHECK(src.rank() >= 1 && dst.rank() == src.rank() && src.dtype() == dst.dtype(),

@@ -45,7 +45,10 @@ KernelFn bucketizeKernel(CompileContext& c) {
       for (int64_t i = 0; i < x.numel(); ++i) {
         C v = static_cast<C>(x.data<T>()[i]);
         auto it = right ? std::upper_bound(bounds.begin(), bounds.end(), v) : std::lower_bound(bounds.begin(), bounds.end(), v);
-        y.data<int32_t>()[i] = static_cast<int32_t>(it - bounds.begin());
+        bool nan = false;
+        if constexpr (std::is_floating_point_v<C>) nan = std::isnan(v);
+        // NaN is past every boundary, as in torch.
+        y.data<int32_t>()[i] = static_cast<int32_t>(nan ? bounds.end() - bounds.begin() : it - bounds.begin());
       }
     });
   };

@@ -154,6 +154,9 @@ TEST(Graphcore_Bucketize, LeftAndRight) {
   EXPECT_TRUE(allClose(runReference(gc("Bucketize", {x, b}))[0], arr<int32_t>({5}, {0, 0, 1, 1, 2})));
   EXPECT_TRUE(allClose(runReference(gc("Bucketize", {x, b}, attrs({{"right", int64_t{1}}})))[0],
                        arr<int32_t>({5}, {0, 1, 1, 2, 2})));
+  // NaN lands past every boundary, infinity in the last bucket (torch).
+  auto special = arr<float>({2}, {std::nanf(""), INFINITY});
+  EXPECT_TRUE(allClose(runReference(gc("Bucketize", {special, b}))[0], arr<int32_t>({2}, {2, 2})));
 }
 
 TEST(Graphcore_Sort, StableAscendingAndDescending) {
@@ -223,6 +226,46 @@ TEST(Graphcore_SequenceSlice, CopiesRows) {
                                 arr<uint32_t>({1}, {2}), arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {0})},
               attrs({{"zeroUnused", int64_t{0}}}));
   EXPECT_TRUE(gradCheck(g, {0, 1}));
+}
+
+TEST(Graphcore_CtcLoss, HandWorkedAlignments) {
+  // T = 2, one sample, C = 2 (blank 0), target [1]: the alignments are (1,1), (0,1), (1,0), so
+  // p = a1 b1 + a0 b1 + a1 b0 for frame probabilities a (t = 0) and b (t = 1).
+  double a0 = 0.3, a1 = 0.7, b0 = 0.6, b1 = 0.4;
+  auto lp = arr<double>({2, 1, 2}, {std::log(a0), std::log(a1), std::log(b0), std::log(b1)});
+  auto tg = arr<uint32_t>({1, 1}, {1});
+  auto len = arr<uint32_t>({1}, {2});
+  auto tl = arr<uint32_t>({1}, {1});
+  auto none = attrs({{"reduction", std::string("None")}});
+  double p = a1 * b1 + a0 * b1 + a1 * b0;
+  EXPECT_TRUE(allClose(runReference(gc("CtcLoss", {lp, tg, len, tl}, none))[0], arr<double>({1}, {-std::log(p)})));
+  // Target [1, 1] cannot be emitted in 2 frames (it needs a blank between): infinite, or 0 with zeroInfinity.
+  auto tg2 = arr<uint32_t>({1, 2}, {1, 1});
+  auto tl2 = arr<uint32_t>({1}, {2});
+  EXPECT_TRUE(std::isinf(toDoubles(runReference(gc("CtcLoss", {lp, tg2, len, tl2}, none))[0])[0]));
+  auto zi = attrs({{"reduction", std::string("None")}, {"zeroInfinity", int64_t{1}}});
+  EXPECT_TRUE(allClose(runReference(gc("CtcLoss", {lp, tg2, len, tl2}, zi))[0], arr<double>({1}, {0})));
+}
+
+TEST(Graphcore_CtcLoss, GradientMatchesFiniteDifferences) {
+  auto lp = randomArray(DataType::Double, {4, 2, 3}, 23, -2.0, -0.1);
+  auto tg = arr<uint32_t>({2, 2}, {1, 2, 2, 2});
+  auto len = arr<uint32_t>({2}, {4, 3});
+  auto tl = arr<uint32_t>({2}, {2, 1});
+  for (const char* red : {"None", "Mean", "Sum"})
+    EXPECT_TRUE(gradCheck(gc("CtcLoss", {lp, tg, len, tl}, attrs({{"reduction", std::string(red)}})), {0}, 1e-5, 1e-7))
+        << red;
+}
+
+TEST(Graft_CtcLossGrad, ZeroBeyondTheInputLength) {
+  auto lp = randomArray(DataType::Double, {3, 1, 2}, 24, -2.0, -0.1);
+  auto dx = runReference(OpCase{"CtcLossGrad", {lp, arr<uint32_t>({1, 1}, {1}), arr<uint32_t>({1}, {2}),
+                                                arr<uint32_t>({1}, {1}), arr<double>({1}, {1})},
+                                attrs({{"reduction", std::string("None")}}), 1, "ai.graft"})[0];
+  auto v = toDoubles(dx);
+  EXPECT_EQ(v[4], 0.0);
+  EXPECT_EQ(v[5], 0.0);
+  EXPECT_NE(v[0], 0.0);
 }
 
 }  // namespace

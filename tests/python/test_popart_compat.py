@@ -154,3 +154,46 @@ def test_multiconv_dynamicslice_groupnorm_match_torch():
     ref_y = torch.nn.functional.group_norm(tx_, 2, torch.tensor(scale), torch.tensor(bias), 1e-5)
     np.testing.assert_allclose(out[y], ref_y.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(out[mean], x.reshape(2, 2, -1).mean(axis=2).reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def _dropout_session(seed):
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo("FLOAT", [64]))
+    w = b.addInitializedInputTensor(np.ones(64, np.float32))
+    y = b.aiOnnx.dropout([b.aiOnnx.mul([t, w])], 1, 0.5)[0]
+    loss = b.aiGraphcore.identityloss([y], reduction=graft.ReductionType.Sum)
+    flow = graft.DataFlow(1, {y: graft.AnchorReturnType("All")})
+    s = graft.TrainingSession(fnModel=b.getModelProto(), dataFlow=flow, loss=loss, optimizer=graft.ConstSGD(0.0),
+                              deviceInfo=graft.DeviceManager().createCpuDevice())
+    s.prepareDevice()
+    s.setRandomSeed(seed)
+    out = s.initAnchorArrays()
+    s.weightsFromHost()
+    s.run(graft.PyStepIO({t: np.ones(64, np.float32)}, out))
+    return out[y].copy(), s
+
+
+def test_set_random_seed_makes_dropout_reproducible():
+    a, s = _dropout_session(7)
+    b, _ = _dropout_session(7)
+    c, _ = _dropout_session(8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert set(np.unique(a)) <= {0.0, 2.0}  # kept values are scaled by 1 / (1 - ratio)
+    assert s.getRandomSeed() == 8
+
+
+def test_serialize_ir_lists_the_compiled_ops():
+    import json
+
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 3]))
+    y = b.aiOnnx.sigmoid([b.aiGraphcore.scale([t], 2.0)])
+    s = graft.InferenceSession(fnModel=b.getModelProto(), dataFlow=graft.DataFlow(1, {y: graft.AnchorReturnType("All")}),
+                               deviceInfo=graft.DeviceManager().createCpuDevice())
+    s.prepareDevice()
+    ir = json.loads(s._serializeIr(graft.IrSerializationFormat.JSON))
+    ops = ir["maingraph"]
+    assert ops and all({"type", "domain", "inputs", "outputs", "attributes"} <= set(op) for op in ops)
+    assert any(o["name"] == y for op in ops for o in op["outputs"])
+    assert json.loads(s.getSerializedGraph()) == ir
