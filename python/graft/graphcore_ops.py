@@ -191,7 +191,7 @@ def reverse(self, args, dimensions, debugContext="", debugPrefix=None):
         if d < 0:
             raise _graft.Error(f"ReverseOp: invalid dimension '{d}'. Only positive dimensions are supported")
         if d >= len(shape):
-            raise _graft.Error(f"ReverseOp: dimension {d} is out of range for a rank-{len(shape)} input")
+            raise _graft.Error(f"ReverseOp: invalid dimension '{d}' for input tensor of rank {len(shape)}")
         if dims.count(d) > 1:
             raise _graft.Error(f"ReverseOp: Dimension {d} appears multiple times in the list of dimensions")
     big = np.iinfo(np.int64).max

@@ -210,13 +210,17 @@ def _make_method(sig, domain, version):
 
 def _popart_operands(opset, op_type, inputs, attributes):
     """What PopART's Builder accepts beyond the ONNX schema, made ONNX: an INT32 shape for Expand
-    (cast to INT64), and RNN / GRU / LSTM without hidden_size (taken from R's shape, which ONNX
-    requires to match it)."""
+    (cast to INT64), a negative Flatten axis before opset 11 (counted from the rank), and RNN /
+    GRU / LSTM without hidden_size (taken from R's shape, which ONNX requires to match it)."""
     impl = opset._builder._impl
     if op_type == "Expand" and len(inputs) == 2 and impl.hasTensor(inputs[1]):
         if impl.getTensorInfo(inputs[1]).data_type() == "INT32":
             cast = impl.addOp("Cast", "", opset.version, [inputs[1]], {"to": int(_graft._dtypeCode("INT64"))}, 1, "")
             inputs = [inputs[0], cast[0]]
+    if op_type == "Flatten" and attributes.get("axis", 1) < 0 and opset.version < 11 and impl.hasTensor(inputs[0]):
+        info = impl.getTensorInfo(inputs[0])  # PopART takes a negative axis before ONNX opset 11 did
+        if info.hasShape():
+            attributes["axis"] = attributes["axis"] + len(info.dims())
     if op_type in ("RNN", "GRU", "LSTM") and "hidden_size" not in attributes and len(inputs) >= 3:
         if impl.hasTensor(inputs[2]):
             info = impl.getTensorInfo(inputs[2])

@@ -102,13 +102,15 @@ Batch readBatch(KernelContext& k, const CtcAttrs& a) {
   const NDArray& targets = k.input(1);
   GRAFT_CHECK(targets.rank() == 2 && targets.dim(0) == n, "{}: targets must be [N, S] with N = {}, got {}", a.what, n,
               shapeToString(targets.shape()));
-  std::vector<int64_t> tg = anyIntToInt64Vector(targets), inLen = anyIntToInt64Vector(k.input(2)), tgLen = anyIntToInt64Vector(k.input(3));
+  std::vector<int64_t> tg = anyIntToInt64Vector(targets), inLen = anyIntToInt64Vector(k.input(2)),
+                       tgLen = anyIntToInt64Vector(k.input(3));
   GRAFT_CHECK(static_cast<int64_t>(inLen.size()) == n && static_cast<int64_t>(tgLen.size()) == n,
               "{}: input_lengths and target_lengths must have N = {} entries", a.what, n);
   GRAFT_CHECK(a.blank >= 0 && a.blank < c, "{}: blank {} is not a class (C = {})", a.what, a.blank, c);
   Batch b;
   b.lp.resize(static_cast<size_t>(lpIn.numel()));
-  for (int64_t i = 0; i < lpIn.numel(); ++i) b.lp[i] = static_cast<double>(static_cast<ComputeType<T>>(lpIn.data<T>()[i]));
+  for (int64_t i = 0; i < lpIn.numel(); ++i)
+    b.lp[i] = static_cast<double>(static_cast<ComputeType<T>>(lpIn.data<T>()[i]));
   int64_t s = targets.dim(1);
   for (int64_t j = 0; j < n; ++j) {
     GRAFT_CHECK(inLen[j] >= 0 && inLen[j] <= tMax && tgLen[j] >= 0 && tgLen[j] <= s,
@@ -117,8 +119,10 @@ Batch readBatch(KernelContext& k, const CtcAttrs& a) {
     Sample x{&b.lp, j * c, n * c, c, inLen[j], {a.blank}};
     for (int64_t i = 0; i < tgLen[j]; ++i) {
       int64_t label = tg[j * s + i];
-      GRAFT_CHECK(label >= 0 && label < c && label != a.blank, "{}: target {} of sample {} is {}, not a class other "
-                  "than the blank", a.what, i, j, label);
+      GRAFT_CHECK(label >= 0 && label < c && label != a.blank,
+                  "{}: target {} of sample {} is {}, not a class other "
+                  "than the blank",
+                  a.what, i, j, label);
       x.ext.push_back(label);
       x.ext.push_back(a.blank);
     }
@@ -159,8 +163,9 @@ KernelFn ctcKernel(CompileContext& c) {
       }
       double total = 0;
       for (size_t i = 0; i < losses.size(); ++i)
-        total += a.reduction == Reduction::Mean ? losses[i] / static_cast<double>(std::max<int64_t>(1, b.targetLengths[i]))
-                                                : losses[i];
+        total += a.reduction == Reduction::Mean
+                     ? losses[i] / static_cast<double>(std::max<int64_t>(1, b.targetLengths[i]))
+                     : losses[i];
       if (a.reduction == Reduction::Mean && !losses.empty()) total /= static_cast<double>(losses.size());
       put(k.allocOutputUninit(0, dt, {}).data<T>(), total);
     });
@@ -192,8 +197,10 @@ KernelFn ctcGradKernel(CompileContext& c) {
         std::vector<double> alpha = recursion(x, a.blank, true), beta = recursion(x, a.blank, false);
         double loss = lossOf(x, alpha);
         if (std::isinf(loss)) {
-          GRAFT_CHECK(a.zeroInfinity || x.length == 0, "{}: sample {} has no alignment (infinite loss); its gradient is "
-                      "undefined (set zeroInfinity)", a.what, j);
+          GRAFT_CHECK(a.zeroInfinity || x.length == 0,
+                      "{}: sample {} has no alignment (infinite loss); its gradient is "
+                      "undefined (set zeroInfinity)",
+                      a.what, j);
           continue;
         }
         int64_t s1 = static_cast<int64_t>(x.ext.size());
@@ -216,8 +223,10 @@ KernelFn ctcGradKernel(CompileContext& c) {
 
 std::vector<ir::ValueType> inferCtc(const ir::Node& n, const std::vector<ir::ValueType>& in,
                                     const std::vector<const NDArray*>&) {
-  GRAFT_CHECK(in.size() == 4 && in[0].known(), "{}: takes 4 inputs (log_probs, targets, input_lengths, "
-              "target_lengths)", n.describe());
+  GRAFT_CHECK(in.size() == 4 && in[0].known(),
+              "{}: takes 4 inputs (log_probs, targets, input_lengths, "
+              "target_lengths)",
+              n.describe());
   const TensorInfo& lp = in[0].info;
   GRAFT_CHECK(isFloatingPoint(lp.dataType()), "{}: log_probs must be floating-point, got {}", n.describe(),
               dtypeName(lp.dataType()));
@@ -230,11 +239,16 @@ std::vector<ir::ValueType> inferCtc(const ir::Node& n, const std::vector<ir::Val
 }  // namespace
 
 GRAFT_REGISTER_OPS(graphcore_ctc) {
-  r.add("CtcLoss", kGraphcoreDomain).setReference(ctcKernel).setInfer(inferCtc).noGradient({1, 2, 3})
+  r.add("CtcLoss", kGraphcoreDomain)
+      .setReference(ctcKernel)
+      .setInfer(inferCtc)
+      .noGradient({1, 2, 3})
       .setVjp([](GradBuilder& g) {
         g.setDx(0, g.op("CtcLossGrad", {g.in(0), g.in(1), g.in(2), g.in(3), g.dy()}, g.node().attrs(), kGraftDomain));
       });
-  r.add("CtcLossGrad", kGraftDomain).setReference(ctcGradKernel).noGradient({0, 1, 2, 3, 4})
+  r.add("CtcLossGrad", kGraftDomain)
+      .setReference(ctcGradKernel)
+      .noGradient({0, 1, 2, 3, 4})
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         return std::vector<ir::ValueType>{in.at(0)};
       });

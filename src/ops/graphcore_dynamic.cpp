@@ -75,9 +75,12 @@ KernelFn dynamicKernel(CompileContext& c) {
         int64_t o = 0;
         for (size_t d = 0; d < xs.size(); ++d) o += (start[d] + idx[d]) * xst[d];
         T* p = y.data<T>() + o;
-        if constexpr (M == Mode::Update) *p = upd.data<T>()[e];
-        else if constexpr (M == Mode::Add) *p = static_cast<T>(static_cast<C>(*p) + static_cast<C>(upd.data<T>()[e]));
-        else *p = static_cast<T>(C(0));
+        if constexpr (M == Mode::Update)
+          *p = upd.data<T>()[e];
+        else if constexpr (M == Mode::Add)
+          *p = static_cast<T>(static_cast<C>(*p) + static_cast<C>(upd.data<T>()[e]));
+        else
+          *p = static_cast<T>(C(0));
         for (int64_t d = static_cast<int64_t>(xs.size()) - 1; d >= 0; --d) {
           if (++idx[d] < upd.shape()[d]) break;
           idx[d] = 0;
@@ -114,9 +117,12 @@ KernelFn sequenceSliceKernel(CompileContext& c) {
   return [zeroUnused, what](KernelContext& k) {
     const NDArray& src = k.input(0);
     const NDArray& dst = k.input(1);
-    std::vector<int64_t> n = anyIntToInt64Vector(k.input(2)), so = anyIntToInt64Vector(k.input(3)), dof = anyIntToInt64Vector(k.input(4));
-    GRAFT_CHECK(n.size() == so.size() && n.size() == dof.size(), "{}: N, sourceOffset and destOffset have {}, {} and {} "
-                "entries; they must be equal", what, n.size(), so.size(), dof.size());
+    std::vector<int64_t> n = anyIntToInt64Vector(k.input(2)), so = anyIntToInt64Vector(k.input(3)),
+                         dof = anyIntToInt64Vector(k.input(4));
+    GRAFT_CHECK(n.size() == so.size() && n.size() == dof.size(),
+                "{}: N, sourceOffset and destOffset have {}, {} and {} "
+                "entries; they must be equal",
+                what, n.size(), so.size(), dof.size());
     GRAFT_CHECK(src.rank() >= 1 && dst.rank() == src.rank() && src.dtype() == dst.dtype(),
                 "{}: source {} and destination {} must have one type and rank", what, shapeToString(src.shape()),
                 shapeToString(dst.shape()));
@@ -145,24 +151,37 @@ KernelFn sequenceSliceKernel(CompileContext& c) {
 
 GRAFT_REGISTER_OPS(graphcore_dynamic) {
   const char* d = kGraphcoreDomain;
-  r.add("DynamicUpdate", d).setReference(dynamicKernel<Mode::Update>).setInfer(inferDynamic).noGradient({1})
+  r.add("DynamicUpdate", d)
+      .setReference(dynamicKernel<Mode::Update>)
+      .setInfer(inferDynamic)
+      .noGradient({1})
       .setVjp([](GradBuilder& g) {
         if (g.wants(0)) g.setDx(0, g.op("DynamicZero", {g.dy(), g.in(1), g.in(2)}, g.node().attrs(), kGraphcoreDomain));
         if (g.wants(2)) g.setDx(2, g.reshapeLike(regionOf(g, g.dy()), g.in(2)));
       });
-  r.add("DynamicAdd", d).setReference(dynamicKernel<Mode::Add>).setInfer(inferDynamic).noGradient({1})
+  r.add("DynamicAdd", d)
+      .setReference(dynamicKernel<Mode::Add>)
+      .setInfer(inferDynamic)
+      .noGradient({1})
       .setVjp([](GradBuilder& g) {
         if (g.wants(0)) g.setDx(0, g.dy());
         if (g.wants(2)) g.setDx(2, g.reshapeLike(regionOf(g, g.dy()), g.in(2)));
       });
-  r.add("DynamicZero", d).setReference(dynamicKernel<Mode::Zero>).setInfer(inferDynamic).noGradient({1, 2})
+  r.add("DynamicZero", d)
+      .setReference(dynamicKernel<Mode::Zero>)
+      .setInfer(inferDynamic)
+      .noGradient({1, 2})
       .setVjp([](GradBuilder& g) {
         g.setDx(0, g.op("DynamicZero", {g.dy(), g.in(1), g.in(2)}, g.node().attrs(), kGraphcoreDomain));
       });
-  r.add("SequenceSlice", d).setReference(sequenceSliceKernel).noGradient({2, 3, 4})
+  r.add("SequenceSlice", d)
+      .setReference(sequenceSliceKernel)
+      .noGradient({2, 3, 4})
       .setInfer([](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-        GRAFT_CHECK(in.size() == 5 && in[1].known(), "{}: takes 5 inputs (source, destination, N, sourceOffset, "
-                    "destOffset)", n.describe());
+        GRAFT_CHECK(in.size() == 5 && in[1].known(),
+                    "{}: takes 5 inputs (source, destination, N, sourceOffset, "
+                    "destOffset)",
+                    n.describe());
         return std::vector<ir::ValueType>{in[1]};
       })
       .setVjp([](GradBuilder& g) {
@@ -172,11 +191,15 @@ GRAFT_REGISTER_OPS(graphcore_dynamic) {
         zero.set("zeroUnused", int64_t{1});
         // The source's rows went to the destination's: copy dy's rows back (everything else 0).
         if (g.wants(0))
-          g.setDx(0, g.op("SequenceSlice", {g.dy(), g.zerosLike(g.in(0)), g.in(2), g.in(4), g.in(3)}, zero, kGraphcoreDomain));
+          g.setDx(0, g.op("SequenceSlice", {g.dy(), g.zerosLike(g.in(0)), g.in(2), g.in(4), g.in(3)}, zero,
+                          kGraphcoreDomain));
         // The destination keeps its unwritten rows (unless zeroUnused): dy with the written rows zeroed.
         if (g.wants(1)) {
-          if (g.node().attrInt("zeroUnused", 0) != 0) g.setDx(1, g.zerosLike(g.in(1)));
-          else g.setDx(1, g.op("SequenceSlice", {g.zerosLike(g.in(0)), g.dy(), g.in(2), g.in(3), g.in(4)}, keep, kGraphcoreDomain));
+          if (g.node().attrInt("zeroUnused", 0) != 0)
+            g.setDx(1, g.zerosLike(g.in(1)));
+          else
+            g.setDx(1, g.op("SequenceSlice", {g.zerosLike(g.in(0)), g.dy(), g.in(2), g.in(3), g.in(4)}, keep,
+                            kGraphcoreDomain));
         }
       });
 }

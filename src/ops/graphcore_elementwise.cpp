@@ -77,8 +77,10 @@ C remainderOf(C a, C b) {
 
 template <class C>
 C fmodOf(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return std::fmod(a, b);
-  else return b == C(0) ? C(0) : static_cast<C>(a % b);
+  if constexpr (std::is_floating_point_v<C>)
+    return std::fmod(a, b);
+  else
+    return b == C(0) ? C(0) : static_cast<C>(a % b);
 }
 
 // d/dx of x/2 (1 + erf(x/sqrt 2)) = Phi(x) + x phi(x).
@@ -94,67 +96,104 @@ void zeroGradient(GradBuilder& g) { g.setDx(0, g.zerosLike(g.in(0))); }
 
 GRAFT_REGISTER_OPS(graphcore_elementwise) {
   const char* d = kGraphcoreDomain;
-  r.add("Log1p", d).setReference(unaryKernel<kFloats>([](auto x) { return std::log1p(x); })).setInfer(sameAsInput0)
+  r.add("Log1p", d)
+      .setReference(unaryKernel<kFloats>([](auto x) { return std::log1p(x); }))
+      .setInfer(sameAsInput0)
       .setVjp([](GradBuilder& g) { g.setDx(0, g.div(g.dy(), g.add(g.in(0), g.scalarLike(1.0, g.in(0))))); });
-  r.add("Expm1", d).setReference(unaryKernel<kFloats>([](auto x) { return std::expm1(x); })).setInfer(sameAsInput0)
+  r.add("Expm1", d)
+      .setReference(unaryKernel<kFloats>([](auto x) { return std::expm1(x); }))
+      .setInfer(sameAsInput0)
       .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), g.op("Exp", {g.in(0)}))); });
-  r.add("GeluErf", d).setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
-  })).setInfer(sameAsInput0).setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), geluErfGrad(g, g.in(0)))); });
-  r.add("Swish", d).setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    return x / (C(1) + std::exp(-x));
-  })).setInfer(sameAsInput0).setVjp([](GradBuilder& g) {
-    // d/dx x s(x) = s(x) (1 + x (1 - s(x)))
-    ir::Tensor* x = g.in(0);
-    ir::Tensor* s = g.op("Sigmoid", {x});
-    ir::Tensor* one = g.scalarLike(1.0, x);
-    g.setDx(0, g.mul(g.dy(), g.mul(s, g.add(one, g.mul(x, g.sub(one, s))))));
-  });
-  r.add("Scale", d).setReference(unaryKernelWith<kNumeric>([](CompileContext& c) {
-    double s = c.node().attrFloat("scale");
-    return [s](auto x) { return static_cast<decltype(x)>(static_cast<double>(x) * s); };
-  })).setInfer(sameAsInput0).setVjp([](GradBuilder& g) { g.setDx(0, g.scale(g.dy(), g.node().attrFloat("scale"))); });
-  r.add("Detach", d).setReference(unaryKernel<kNumericBool>([](auto x) { return x; })).setInfer(sameAsInput0)
-      .noGradient({0}).setVjp([](GradBuilder&) {});  // blocks the gradient: input 0 gets none
-  r.add("Nop", d).setReference(unaryKernel<kNumericBool>([](auto x) { return x; })).setInfer(sameAsInput0)
+  r.add("GeluErf", d)
+      .setReference(unaryKernel<kFloats>([](auto x) {
+        using C = decltype(x);
+        return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
+      }))
+      .setInfer(sameAsInput0)
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), geluErfGrad(g, g.in(0)))); });
+  r.add("Swish", d)
+      .setReference(unaryKernel<kFloats>([](auto x) {
+        using C = decltype(x);
+        return x / (C(1) + std::exp(-x));
+      }))
+      .setInfer(sameAsInput0)
+      .setVjp([](GradBuilder& g) {
+        // d/dx x s(x) = s(x) (1 + x (1 - s(x)))
+        ir::Tensor* x = g.in(0);
+        ir::Tensor* s = g.op("Sigmoid", {x});
+        ir::Tensor* one = g.scalarLike(1.0, x);
+        g.setDx(0, g.mul(g.dy(), g.mul(s, g.add(one, g.mul(x, g.sub(one, s))))));
+      });
+  r.add("Scale", d)
+      .setReference(unaryKernelWith<kNumeric>([](CompileContext& c) {
+        double s = c.node().attrFloat("scale");
+        return [s](auto x) { return static_cast<decltype(x)>(static_cast<double>(x) * s); };
+      }))
+      .setInfer(sameAsInput0)
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.scale(g.dy(), g.node().attrFloat("scale"))); });
+  r.add("Detach", d)
+      .setReference(unaryKernel<kNumericBool>([](auto x) { return x; }))
+      .setInfer(sameAsInput0)
+      .noGradient({0})
+      .setVjp([](GradBuilder&) {});  // blocks the gradient: input 0 gets none
+  r.add("Nop", d)
+      .setReference(unaryKernel<kNumericBool>([](auto x) { return x; }))
+      .setInfer(sameAsInput0)
       .setVjp([](GradBuilder& g) { g.setDx(0, g.dy()); });
-  r.add("Round", d).setReference(unaryKernel<kFloats>([](auto x) { return std::round(x); })).setInfer(sameAsInput0)
+  r.add("Round", d)
+      .setReference(unaryKernel<kFloats>([](auto x) { return std::round(x); }))
+      .setInfer(sameAsInput0)
       .setVjp(zeroGradient);
-  r.add("NearbyInt", d).setReference(unaryKernel<kFloats>([](auto x) { return nearbyInt(x); })).setInfer(sameAsInput0)
+  r.add("NearbyInt", d)
+      .setReference(unaryKernel<kFloats>([](auto x) { return nearbyInt(x); }))
+      .setInfer(sameAsInput0)
       .setVjp(zeroGradient);
-  r.add("IncrementMod", d).setReference(unaryKernelWith<kNumeric>([](CompileContext& c) {
-    double inc = c.node().attrFloat("increment"), mod = c.node().attrFloat("modulus");
-    GRAFT_CHECK(mod != 0.0, "{}: modulus must be nonzero", c.node().describe());
-    return [inc, mod](auto x) { return static_cast<decltype(x)>(std::fmod(static_cast<double>(x) + inc, mod)); };
-  })).setInfer(sameAsInput0).setVjp([](GradBuilder& g) { g.setDx(0, g.dy()); });
-  r.add("BitwiseNot", d).setReference(unaryKernel<kInts>([](auto x) { return static_cast<decltype(x)>(~x); }))
+  r.add("IncrementMod", d)
+      .setReference(unaryKernelWith<kNumeric>([](CompileContext& c) {
+        double inc = c.node().attrFloat("increment"), mod = c.node().attrFloat("modulus");
+        GRAFT_CHECK(mod != 0.0, "{}: modulus must be nonzero", c.node().describe());
+        return [inc, mod](auto x) { return static_cast<decltype(x)>(std::fmod(static_cast<double>(x) + inc, mod)); };
+      }))
+      .setInfer(sameAsInput0)
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.dy()); });
+  r.add("BitwiseNot", d)
+      .setReference(unaryKernel<kInts>([](auto x) { return static_cast<decltype(x)>(~x); }))
       .setInfer(sameAsInput0);
 
-  r.add("Atan2", d).setReference(binaryKernel<kFloats>([](auto a, auto b) { return std::atan2(a, b); }))
-      .setInfer(broadcastInfer).setVjp([](GradBuilder& g) {
+  r.add("Atan2", d)
+      .setReference(binaryKernel<kFloats>([](auto a, auto b) { return std::atan2(a, b); }))
+      .setInfer(broadcastInfer)
+      .setVjp([](GradBuilder& g) {
         ir::Tensor* a = g.in(0);
         ir::Tensor* b = g.in(1);
         ir::Tensor* den = g.add(g.mul(a, a), g.mul(b, b));
         if (g.wants(0)) g.setDx(0, g.unbroadcast(g.mul(g.dy(), g.div(b, den)), a));
         if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.mul(g.dy(), g.div(a, den))), b));
       });
-  r.add("Fmod", d).setReference(binaryKernel<kNumeric>([](auto a, auto b) { return fmodOf(a, b); }))
-      .setInfer(broadcastInfer).noGradient({1}).setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
-  r.add("Remainder", d).setReference(binaryKernel<kNumeric>([](auto a, auto b) { return remainderOf(a, b); }))
-      .setInfer(broadcastInfer).noGradient({1}).setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
-  r.add("ScaledAdd", d).setReference([](CompileContext& c) -> KernelFn {
-    double s0 = c.node().attrFloat("scale0", 1.0f), s1 = c.node().attrFloat("scale1", 1.0f);
-    return binaryKernel<kFloats>([s0, s1](auto a, auto b) {
-      using C = decltype(a);
-      return static_cast<C>(s0 * static_cast<double>(a) + s1 * static_cast<double>(b));
-    })(c);
-  }).setInfer(broadcastInfer).setVjp([](GradBuilder& g) {
-    double s0 = g.node().attrFloat("scale0", 1.0f), s1 = g.node().attrFloat("scale1", 1.0f);
-    if (g.wants(0)) g.setDx(0, g.unbroadcast(g.scale(g.dy(), s0), g.in(0)));
-    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.scale(g.dy(), s1), g.in(1)));
-  });
+  r.add("Fmod", d)
+      .setReference(binaryKernel<kNumeric>([](auto a, auto b) { return fmodOf(a, b); }))
+      .setInfer(broadcastInfer)
+      .noGradient({1})
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
+  r.add("Remainder", d)
+      .setReference(binaryKernel<kNumeric>([](auto a, auto b) { return remainderOf(a, b); }))
+      .setInfer(broadcastInfer)
+      .noGradient({1})
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
+  r.add("ScaledAdd", d)
+      .setReference([](CompileContext& c) -> KernelFn {
+        double s0 = c.node().attrFloat("scale0", 1.0f), s1 = c.node().attrFloat("scale1", 1.0f);
+        return binaryKernel<kFloats>([s0, s1](auto a, auto b) {
+          using C = decltype(a);
+          return static_cast<C>(s0 * static_cast<double>(a) + s1 * static_cast<double>(b));
+        })(c);
+      })
+      .setInfer(broadcastInfer)
+      .setVjp([](GradBuilder& g) {
+        double s0 = g.node().attrFloat("scale0", 1.0f), s1 = g.node().attrFloat("scale1", 1.0f);
+        if (g.wants(0)) g.setDx(0, g.unbroadcast(g.scale(g.dy(), s0), g.in(0)));
+        if (g.wants(1)) g.setDx(1, g.unbroadcast(g.scale(g.dy(), s1), g.in(1)));
+      });
 }
 
 }  // namespace graft::ops

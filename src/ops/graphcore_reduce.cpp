@@ -1,6 +1,6 @@
 // PopART's ai.graphcore reductions: ReduceMedian (values and INT32 indices over `axes`, all axes
-// when absent, none when an empty list, as PopART; `keepdims` 1 by default). Of an even count the lower median is taken, as torch does.
-// The index is the position within the reduced axes, flattened row-major (so over one axis it is
+// when absent, none when an empty list, as PopART; `keepdims` 1 by default). Of an even count the lower median is
+// taken, as torch does. The index is the position within the reduced axes, flattened row-major (so over one axis it is
 // torch.median's index). ReduceMedianGrad (ai.graft) scatters the values' gradient to the
 // medians' positions: PopART's gradient of the median.
 #include <algorithm>
@@ -78,10 +78,13 @@ std::vector<ir::ValueType> inferMedian(const ir::Node& n, const std::vector<ir::
   std::vector<bool> red = reducedAxes(a, x.rank());
   std::vector<Dim> dims;
   for (size_t d = 0; d < x.dims().size(); ++d) {
-    if (!red[d]) dims.push_back(x.dims()[d]);
-    else if (keep) dims.push_back(Dim(1));
+    if (!red[d])
+      dims.push_back(x.dims()[d]);
+    else if (keep)
+      dims.push_back(Dim(1));
   }
-  return {ir::ValueType::tensor(TensorInfo(x.dataType(), dims)), ir::ValueType::tensor(TensorInfo(DataType::Int32, dims))};
+  return {ir::ValueType::tensor(TensorInfo(x.dataType(), dims)),
+          ir::ValueType::tensor(TensorInfo(DataType::Int32, dims))};
 }
 
 KernelFn medianKernel(CompileContext& c) {
@@ -152,7 +155,8 @@ GRAFT_REGISTER_OPS(graphcore_reduce) {
       .setReference(medianGradKernel)
       .noGradient({1, 2})
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-        return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(in.at(0).info.dataType(), in.at(2).info.dims()))};
+        return std::vector<ir::ValueType>{
+            ir::ValueType::tensor(TensorInfo(in.at(0).info.dataType(), in.at(2).info.dims()))};
       });
 }
 

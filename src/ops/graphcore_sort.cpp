@@ -44,7 +44,8 @@ KernelFn bucketizeKernel(CompileContext& c) {
       NDArray& y = k.allocOutputUninit(0, DataType::Int32, x.shape());
       for (int64_t i = 0; i < x.numel(); ++i) {
         C v = static_cast<C>(x.data<T>()[i]);
-        auto it = right ? std::upper_bound(bounds.begin(), bounds.end(), v) : std::lower_bound(bounds.begin(), bounds.end(), v);
+        auto it = right ? std::upper_bound(bounds.begin(), bounds.end(), v)
+                        : std::lower_bound(bounds.begin(), bounds.end(), v);
         bool nan = false;
         if constexpr (std::is_floating_point_v<C>) nan = std::isnan(v);
         // NaN is past every boundary, as in torch.
@@ -98,8 +99,8 @@ KernelFn sortKernel(CompileContext& c) {
           std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
             C va = at(a), vb = at(b);
             if constexpr (std::is_floating_point_v<C>) {
-              if (std::isnan(va) || std::isnan(vb)) return descending ? std::isnan(va) && !std::isnan(vb)
-                                                                      : !std::isnan(va) && std::isnan(vb);
+              if (std::isnan(va) || std::isnan(vb))
+                return descending ? std::isnan(va) && !std::isnan(vb) : !std::isnan(va) && std::isnan(vb);
             }
             return descending ? va > vb : va < vb;
           });
@@ -143,8 +144,10 @@ GRAFT_REGISTER_OPS(graphcore_sort) {
     a.set("axis", g.node().attrInt("axis", -1));
     g.setDx(0, g.op("SortGrad", {g.dy(0), g.out(1)}, a, kGraftDomain));
   });
-  r.add("SortGrad", kGraftDomain).setReference(sortGradKernel).noGradient({1}).setInfer(
-      [](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+  r.add("SortGrad", kGraftDomain)
+      .setReference(sortGradKernel)
+      .noGradient({1})
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         return std::vector<ir::ValueType>{in.at(0)};
       });
 }

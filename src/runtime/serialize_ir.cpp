@@ -16,13 +16,23 @@ std::string jsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else
+          out += c;
     }
   }
   return out + "\"";
@@ -33,7 +43,9 @@ std::string attrString(const ir::AttrValue& v) {
     std::string operator()(int64_t x) const { return std::to_string(x); }
     std::string operator()(float x) const { return fmt::format("{}", x); }
     std::string operator()(const std::string& s) const { return s; }
-    std::string operator()(const NDArray& a) const { return fmt::format("tensor {} {}", dtypeName(a.dtype()), shapeToString(a.shape())); }
+    std::string operator()(const NDArray& a) const {
+      return fmt::format("tensor {} {}", dtypeName(a.dtype()), shapeToString(a.shape()));
+    }
     std::string operator()(const ir::GraphPtr& g) const { return g ? g->name() : ""; }
     std::string operator()(const ir::ValueType& t) const { return t.str(); }
     std::string operator()(const std::vector<int64_t>& x) const { return fmt::format("[{}]", fmt::join(x, " ")); }
@@ -66,11 +78,13 @@ std::string graphJson(const ir::Graph& g) {
   std::vector<std::string> ops;
   for (const ir::Node* n : g.schedule()) {
     std::vector<std::string> attrs;
-    for (const auto& [k, v] : n->attrs().all()) attrs.push_back(fmt::format("{}: {}", jsonString(k), jsonString(attrString(v))));
-    ops.push_back(fmt::format("{{\"type\": {}, \"domain\": {}, \"name\": {}, \"inputs\": {}, \"outputs\": {}, "
-                              "\"attributes\": {{{}}}}}",
-                              jsonString(n->type()), jsonString(n->domain().empty() ? "ai.onnx" : n->domain()),
-                              jsonString(n->name()), tensors(n->inputs()), tensors(n->outputs()), fmt::join(attrs, ", ")));
+    for (const auto& [k, v] : n->attrs().all())
+      attrs.push_back(fmt::format("{}: {}", jsonString(k), jsonString(attrString(v))));
+    ops.push_back(
+        fmt::format("{{\"type\": {}, \"domain\": {}, \"name\": {}, \"inputs\": {}, \"outputs\": {}, "
+                    "\"attributes\": {{{}}}}}",
+                    jsonString(n->type()), jsonString(n->domain().empty() ? "ai.onnx" : n->domain()),
+                    jsonString(n->name()), tensors(n->inputs()), tensors(n->outputs()), fmt::join(attrs, ", ")));
   }
   return fmt::format("[{}]", fmt::join(ops, ",\n "));
 }

@@ -12,9 +12,11 @@ OpCase gc(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {
 }
 
 TEST(Graphcore_ReduceMedian, ValuesAndIndices) {
-  // Rows [3 1 2], [9 7 8]: medians 2 (index 2) and 8 (index 2); over all: sorted 1 2 3 7 8 9 -> lower median 3 (index 0).
+  // Rows [3 1 2], [9 7 8]: medians 2 (index 2) and 8 (index 2); over all: sorted 1 2 3 7 8 9 -> lower median 3 (index
+  // 0).
   auto x = arr<float>({2, 3}, {3, 1, 2, 9, 7, 8});
-  auto out = runReference(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}), 2));
+  auto out =
+      runReference(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}), 2));
   EXPECT_TRUE(allClose(out[0], arr<float>({2}, {2, 8})));
   EXPECT_TRUE(allClose(out[1], arr<int32_t>({2}, {2, 2})));
   out = runReference(gc("ReduceMedian", {x}, {}, 2));
@@ -36,15 +38,19 @@ TEST(Graphcore_ReduceMedian, ValuesAndIndices) {
 TEST(Graphcore_ReduceMedian, GradientGoesToTheMedian) {
   auto x = randomArray(DataType::Double, {3, 5, 2}, 7);
   EXPECT_TRUE(gradCheck(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{1}}}), 2), {0}));
-  EXPECT_TRUE(gradCheck(gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{0, 2}}, {"keepdims", int64_t{0}}}), 2), {0}));
+  EXPECT_TRUE(gradCheck(
+      gc("ReduceMedian", {x}, attrs({{"axes", std::vector<int64_t>{0, 2}}, {"keepdims", int64_t{0}}}), 2), {0}));
 }
 
 TEST(Graft_ReduceMedianGrad, Scatters) {
   auto dy = arr<float>({2}, {10, 20});
   auto idx = arr<int32_t>({2}, {1, 0});
   auto like = NDArray(DataType::Float, {2, 3});
-  auto dx = runReference(OpCase{"ReduceMedianGrad", {dy, idx, like}, attrs({{"axes", std::vector<int64_t>{1}},
-                                {"keepdims", int64_t{0}}}), 1, "ai.graft"})[0];
+  auto dx = runReference(OpCase{"ReduceMedianGrad",
+                                {dy, idx, like},
+                                attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}),
+                                1,
+                                "ai.graft"})[0];
   EXPECT_TRUE(allClose(dx, arr<float>({2, 3}, {0, 10, 0, 20, 0, 0})));
 }
 
@@ -105,22 +111,27 @@ TEST(Graphcore_NearbyInt, HalvesToEven) {
 
 TEST(Graphcore_IncrementMod, WrapsAround) {
   auto a = attrs({{"increment", 3.0f}, {"modulus", 4.0f}});
-  EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<int32_t>({4}, {0, 1, 2, 3})}, a))[0], arr<int32_t>({4}, {3, 0, 1, 2})));
-  EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<float>({2}, {0.5f, 1.5f})}, a))[0], arr<float>({2}, {3.5f, 0.5f})));
+  EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<int32_t>({4}, {0, 1, 2, 3})}, a))[0],
+                       arr<int32_t>({4}, {3, 0, 1, 2})));
+  EXPECT_TRUE(
+      allClose(runReference(gc("IncrementMod", {arr<float>({2}, {0.5f, 1.5f})}, a))[0], arr<float>({2}, {3.5f, 0.5f})));
   EXPECT_TRUE(gradCheck(gc("IncrementMod", {arr<double>({2}, {0.25, 0.5})}, a), {0}));
 }
 
 TEST(Graphcore_BitwiseNot, Integers) {
-  EXPECT_TRUE(allClose(runReference(gc("BitwiseNot", {arr<int32_t>({3}, {0, 5, -1})}))[0], arr<int32_t>({3}, {-1, -6, 0})));
+  EXPECT_TRUE(
+      allClose(runReference(gc("BitwiseNot", {arr<int32_t>({3}, {0, 5, -1})}))[0], arr<int32_t>({3}, {-1, -6, 0})));
   EXPECT_THROW(runReference(gc("BitwiseNot", {arr<float>({1}, {1})})), Error);
 }
 
 TEST(Graphcore_Atan2, ValuesBroadcastAndGradient) {
   auto y = arr<float>({2, 2}, {1, -1, 1, 0});
   auto x = arr<float>({2}, {1, -1});
-  EXPECT_TRUE(allClose(runReference(gc("Atan2", {y, x}))[0],
-                       arr<float>({2, 2}, {std::atan2(1.f, 1.f), std::atan2(-1.f, -1.f), std::atan2(1.f, 1.f), std::atan2(0.f, -1.f)})));
-  EXPECT_TRUE(gradCheck(gc("Atan2", {randomArray(DataType::Double, {2, 3}, 8), randomArray(DataType::Double, {3}, 9, 0.5, 2)}), {0, 1}));
+  EXPECT_TRUE(allClose(
+      runReference(gc("Atan2", {y, x}))[0],
+      arr<float>({2, 2}, {std::atan2(1.f, 1.f), std::atan2(-1.f, -1.f), std::atan2(1.f, 1.f), std::atan2(0.f, -1.f)})));
+  EXPECT_TRUE(gradCheck(
+      gc("Atan2", {randomArray(DataType::Double, {2, 3}, 8), randomArray(DataType::Double, {3}, 9, 0.5, 2)}), {0, 1}));
 }
 
 TEST(Graphcore_Fmod, SignOfDividend) {
@@ -132,8 +143,9 @@ TEST(Graphcore_Fmod, SignOfDividend) {
 }
 
 TEST(Graphcore_Remainder, SignOfDivisor) {
-  EXPECT_TRUE(allClose(runReference(gc("Remainder", {arr<float>({3}, {5.5f, -5.5f, 5.5f}), arr<float>({3}, {2, 2, -2})}))[0],
-                       arr<float>({3}, {1.5f, 0.5f, -0.5f})));
+  EXPECT_TRUE(
+      allClose(runReference(gc("Remainder", {arr<float>({3}, {5.5f, -5.5f, 5.5f}), arr<float>({3}, {2, 2, -2})}))[0],
+               arr<float>({3}, {1.5f, 0.5f, -0.5f})));
   EXPECT_TRUE(allClose(runReference(gc("Remainder", {arr<int32_t>({2}, {-7, 7}), arr<int32_t>({2}, {3, -3})}))[0],
                        arr<int32_t>({2}, {2, -2})));
   EXPECT_TRUE(gradCheck(gc("Remainder", {arr<double>({3}, {5.5, -5.3, 3.1}), arr<double>({3}, {2, 2, -2})}), {0}));
@@ -143,8 +155,10 @@ TEST(Graphcore_ScaledAdd, ValuesAndGradient) {
   auto out = runReference(gc("ScaledAdd", {arr<float>({2}, {1, 2}), arr<float>({1}, {10})},
                              attrs({{"scale0", 2.0f}, {"scale1", -0.5f}})))[0];
   EXPECT_TRUE(allClose(out, arr<float>({2}, {-3, -1})));
-  EXPECT_TRUE(gradCheck(gc("ScaledAdd", {randomArray(DataType::Double, {2, 3}, 10), randomArray(DataType::Double, {3}, 11)},
-                           attrs({{"scale0", 0.5f}, {"scale1", 3.0f}})), {0, 1}));
+  EXPECT_TRUE(
+      gradCheck(gc("ScaledAdd", {randomArray(DataType::Double, {2, 3}, 10), randomArray(DataType::Double, {3}, 11)},
+                   attrs({{"scale0", 0.5f}, {"scale1", 3.0f}})),
+                {0, 1}));
 }
 
 TEST(Graphcore_Bucketize, LeftAndRight) {
@@ -167,12 +181,16 @@ TEST(Graphcore_Sort, StableAscendingAndDescending) {
   auto down = runReference(gc("Sort", {x}, attrs({{"axis", int64_t{0}}, {"descending", int64_t{1}}}), 2));
   EXPECT_TRUE(allClose(down[0], arr<float>({2, 3}, {3, 2, 3, 0, 1, 1})));
   EXPECT_TRUE(allClose(down[1], arr<int32_t>({2, 3}, {0, 1, 0, 1, 0, 1})));
-  EXPECT_TRUE(gradCheck(gc("Sort", {randomArray(DataType::Double, {3, 4}, 12)}, attrs({{"axis", int64_t{1}}}), 2), {0}));
+  EXPECT_TRUE(
+      gradCheck(gc("Sort", {randomArray(DataType::Double, {3, 4}, 12)}, attrs({{"axis", int64_t{1}}}), 2), {0}));
 }
 
 TEST(Graft_SortGrad, ScattersBack) {
-  auto dx = runReference(OpCase{"SortGrad", {arr<float>({3}, {10, 20, 30}), arr<int32_t>({3}, {2, 0, 1})},
-                                attrs({{"axis", int64_t{0}}}), 1, "ai.graft"})[0];
+  auto dx = runReference(OpCase{"SortGrad",
+                                {arr<float>({3}, {10, 20, 30}), arr<int32_t>({3}, {2, 0, 1})},
+                                attrs({{"axis", int64_t{0}}}),
+                                1,
+                                "ai.graft"})[0];
   EXPECT_TRUE(allClose(dx, arr<float>({3}, {20, 30, 10})));
 }
 
@@ -190,7 +208,8 @@ TEST(Graphcore_DynamicUpdate, ReplacesTheRegion) {
   EXPECT_TRUE(allClose(runReference(dyn("DynamicUpdate", x, arr<int32_t>({1}, {3}), u))[0],
                        arr<float>({2, 4}, {0, 1, 10, 11, 4, 5, 12, 13})));
   EXPECT_TRUE(gradCheck(dyn("DynamicUpdate", randomArray(DataType::Double, {2, 4}, 13), arr<int32_t>({1}, {1}),
-                            randomArray(DataType::Double, {2, 2}, 14)), {0, 2}));
+                            randomArray(DataType::Double, {2, 2}, 14)),
+                        {0, 2}));
 }
 
 TEST(Graphcore_DynamicAdd, AddsToTheRegion) {
@@ -199,7 +218,8 @@ TEST(Graphcore_DynamicAdd, AddsToTheRegion) {
   EXPECT_TRUE(allClose(runReference(dyn("DynamicAdd", x, arr<int64_t>({1}, {2}), u))[0],
                        arr<float>({2, 4}, {0, 1, 12, 13, 4, 5, 16, 17})));
   EXPECT_TRUE(gradCheck(dyn("DynamicAdd", randomArray(DataType::Double, {2, 4}, 15), arr<int32_t>({1}, {0}),
-                            randomArray(DataType::Double, {2, 2}, 16)), {0, 2}));
+                            randomArray(DataType::Double, {2, 2}, 16)),
+                        {0, 2}));
 }
 
 TEST(Graphcore_DynamicZero, ZeroesTheRegion) {
@@ -207,7 +227,8 @@ TEST(Graphcore_DynamicZero, ZeroesTheRegion) {
   EXPECT_TRUE(allClose(runReference(dyn("DynamicZero", x, arr<int32_t>({1}, {0}), NDArray(DataType::Float, {2, 2})))[0],
                        arr<float>({2, 4}, {0, 0, 2, 3, 0, 0, 6, 7})));
   EXPECT_TRUE(gradCheck(dyn("DynamicZero", randomArray(DataType::Double, {2, 4}, 17), arr<int32_t>({1}, {2}),
-                            NDArray(DataType::Double, {2, 2})), {0}));
+                            NDArray(DataType::Double, {2, 2})),
+                        {0}));
 }
 
 TEST(Graphcore_SequenceSlice, CopiesRows) {
@@ -219,11 +240,13 @@ TEST(Graphcore_SequenceSlice, CopiesRows) {
   // Row 0 of src -> row 2 of dst; rows 2, 3 of src -> rows 0, 1 of dst.
   auto c = gc("SequenceSlice", {src, dst, n, so, dof}, attrs({{"zeroUnused", int64_t{0}}}));
   EXPECT_TRUE(allClose(runReference(c)[0], arr<float>({3, 2}, {30, 31, 40, 41, 10, 11})));
-  auto partial = gc("SequenceSlice", {src, dst, arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {3}), arr<uint32_t>({1}, {1})},
-                    attrs({{"zeroUnused", int64_t{1}}}));
+  auto partial =
+      gc("SequenceSlice", {src, dst, arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {3}), arr<uint32_t>({1}, {1})},
+         attrs({{"zeroUnused", int64_t{1}}}));
   EXPECT_TRUE(allClose(runReference(partial)[0], arr<float>({3, 2}, {0, 0, 40, 41, 0, 0})));
-  auto g = gc("SequenceSlice", {randomArray(DataType::Double, {4, 2}, 18), randomArray(DataType::Double, {3, 2}, 19),
-                                arr<uint32_t>({1}, {2}), arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {0})},
+  auto g = gc("SequenceSlice",
+              {randomArray(DataType::Double, {4, 2}, 18), randomArray(DataType::Double, {3, 2}, 19),
+               arr<uint32_t>({1}, {2}), arr<uint32_t>({1}, {1}), arr<uint32_t>({1}, {0})},
               attrs({{"zeroUnused", int64_t{0}}}));
   EXPECT_TRUE(gradCheck(g, {0, 1}));
 }
@@ -259,9 +282,12 @@ TEST(Graphcore_CtcLoss, GradientMatchesFiniteDifferences) {
 
 TEST(Graft_CtcLossGrad, ZeroBeyondTheInputLength) {
   auto lp = randomArray(DataType::Double, {3, 1, 2}, 24, -2.0, -0.1);
-  auto dx = runReference(OpCase{"CtcLossGrad", {lp, arr<uint32_t>({1, 1}, {1}), arr<uint32_t>({1}, {2}),
-                                                arr<uint32_t>({1}, {1}), arr<double>({1}, {1})},
-                                attrs({{"reduction", std::string("None")}}), 1, "ai.graft"})[0];
+  auto dx = runReference(
+      OpCase{"CtcLossGrad",
+             {lp, arr<uint32_t>({1, 1}, {1}), arr<uint32_t>({1}, {2}), arr<uint32_t>({1}, {1}), arr<double>({1}, {1})},
+             attrs({{"reduction", std::string("None")}}),
+             1,
+             "ai.graft"})[0];
   auto v = toDoubles(dx);
   EXPECT_EQ(v[4], 0.0);
   EXPECT_EQ(v[5], 0.0);
