@@ -95,6 +95,9 @@ class Session {
   std::vector<OpProfile> profile() const;
   /// The compiled graph as text (after prepareDevice); with virtual graphs, one graph per program.
   std::string graphText() const;
+  /// The compiled graph as JSON in PopART's layout (session._serializeIr): {"maingraph": [ops in
+  /// schedule order with type, domain, name, inputs, outputs, attributes]}.
+  std::string serializedIr() const;
   /// The memory plan of the compiled step (after prepareDevice); with `perValue`, `text` lists
   /// every value with its placement, offset and live range over the schedule.
   MemoryPlanSummary memoryPlan(bool perValue = false) const;

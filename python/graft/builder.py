@@ -154,7 +154,24 @@ class Builder:
         return self._impl.addOp(opName, domain, version, list(inputs), dict(attributes), numOutputs, name)
 
     def createSubgraphBuilder(self):
-        raise _graft.Error("subgraph builders (for If, Loop, Scan and call) are not supported by graft's Builder yet")
+        """A builder for a subgraph that ``aiGraphcore.call`` runs (see graft/subgraph.py)."""
+        from .subgraph import SubgraphCore
+
+        sub = Builder(builderCore=SubgraphCore(self._impl))
+        sub._chosenOnnxVersion = self._chosenOnnxVersion or defaultAiOnnxOpset
+        return sub
+
+    def addUntypedInputTensor(self, debugContext=""):
+        """A subgraph input whose type comes from the caller's argument."""
+        return self._impl.addInputTensor(None, debug_name(debugContext))
+
+    def addInputTensorFromParentGraph(self, tensorId):
+        """Makes the parent graph's tensor ``tensorId`` an input of this subgraph, under its own name."""
+        from .subgraph import SubgraphCore
+
+        if not isinstance(self._impl, SubgraphCore):
+            raise _graft.Error("addInputTensorFromParentGraph: only a subgraph builder has a parent graph")
+        self._impl.addInputFromParent(tensorId)
 
     # ---- annotations --------------------------------------------------------------------------
 

@@ -171,6 +171,7 @@ def _make_method(sig, domain, version):
         name = debug_name(given.pop("debugContext", None), given.pop("debugPrefix", None))
         extra = given.pop("attributes", {}) if generic else {}
         attributes = {}
+        empty_axes = False
         for key, value in given.items():
             if value is None or value is _UNSET:
                 continue
@@ -178,10 +179,24 @@ def _make_method(sig, domain, version):
             attr = attrs[key]
             value = convert_attribute(op_type, key, attr.kind, value)
             if attr.kind in (Kind.Ints, Kind.Floats, Kind.Strings) and not attr.required and len(value) == 0:
+                if op_type.startswith("Reduce") and key == "axes":
+                    empty_axes = True  # PopART: an explicit empty list reduces over no axis
                 continue  # PopART leaves empty optional lists out
             attributes[key] = value
         attributes.update(extra)
         inputs = [_tensor_id(t, op_type) for t in inputs]
+        if domain == "":
+            inputs = _popart_operands(self, op_type, inputs, attributes)
+        if op_type.startswith("Reduce") and inputs:
+            check_axes(self._builder._impl, inputs[0], attributes.get("axes", []))
+            if empty_axes:
+                # A reduction over no axis is its elementwise part: |x| for L1 and L2, log(x) for
+                # LogSum, x * x for SumSquare, x for the others.
+                impl = self._builder._impl
+                unary = {"ReduceL1": "Abs", "ReduceL2": "Abs", "ReduceLogSum": "Log"}.get(op_type, "Identity")
+                if op_type == "ReduceSumSquare":
+                    return impl.addOp("Mul", "", version, [inputs[0], inputs[0]], {}, 1, name)[0]
+                return impl.addOp(unary, "", version, inputs[:1], {}, 1, name)[0]
         outs = self._builder._impl.addOp(op_type, domain, version, inputs, attributes,
                                          _as_int(num_outputs, "num_outputs"), name)
         return outs if multi_output else outs[0]
@@ -191,6 +206,40 @@ def _make_method(sig, domain, version):
     method.__signature__ = signature
     method.__doc__ = f"{domain or 'ai.onnx'} {op_type} (version {sig.sinceVersion}).\n\n{sig.doc.strip()}"
     return method
+
+
+def _popart_operands(opset, op_type, inputs, attributes):
+    """What PopART's Builder accepts beyond the ONNX schema, made ONNX: an INT32 shape for Expand
+    (cast to INT64), a negative Flatten axis before opset 11 (counted from the rank), and RNN /
+    GRU / LSTM without hidden_size (taken from R's shape, which ONNX requires to match it)."""
+    impl = opset._builder._impl
+    if op_type == "Expand" and len(inputs) == 2 and impl.hasTensor(inputs[1]):
+        if impl.getTensorInfo(inputs[1]).data_type() == "INT32":
+            cast = impl.addOp("Cast", "", opset.version, [inputs[1]], {"to": int(_graft._dtypeCode("INT64"))}, 1, "")
+            inputs = [inputs[0], cast[0]]
+    if op_type == "Flatten" and attributes.get("axis", 1) < 0 and opset.version < 11 and impl.hasTensor(inputs[0]):
+        info = impl.getTensorInfo(inputs[0])  # PopART takes a negative axis before ONNX opset 11 did
+        if info.hasShape():
+            attributes["axis"] = attributes["axis"] + len(info.dims())
+    if op_type in ("RNN", "GRU", "LSTM") and "hidden_size" not in attributes and len(inputs) >= 3:
+        if impl.hasTensor(inputs[2]):
+            info = impl.getTensorInfo(inputs[2])
+            if info.hasShape() and len(info.dims()) == 3 and isinstance(info.dims()[2], int) and info.dims()[2] > 0:
+                attributes["hidden_size"] = int(info.dims()[2])
+    return inputs
+
+
+def check_axes(impl, tensor, axes):
+    """Raises PopART's error for a reduction axis outside the input's rank (when it is known)."""
+    if not axes or not impl.hasTensor(tensor):
+        return
+    info = impl.getTensorInfo(tensor)
+    if not info.hasShape():
+        return
+    rank = len(info.dims())
+    for axis in axes:
+        if not -rank <= axis < rank:
+            raise _graft.Error(f"Axis {axis} is out of acceptable range [{-rank}, {rank - 1}]")
 
 
 def _tensor_id(t, op_type):
@@ -207,7 +256,10 @@ def _constant11(self, value, is_value_sparse=False, debugContext="", debugPrefix
     if is_value_sparse:
         raise _graft.Error("constant: sparse constant values are not supported")
     name = debug_name(debugContext, debugPrefix)
-    return self._builder._impl.addOp("Constant", "", self.version, [], {"value": np.asarray(value)}, 1, name)[0]
+    out = self._builder._impl.addOp("Constant", "", self.version, [], {"value": np.asarray(value)}, 1, name)[0]
+    # Remembered for the ops the Builder unrolls (aiOnnx.loop's trip count).
+    self._builder.__dict__.setdefault("_constants", {})[out] = np.array(value)
+    return out
 
 
 def _constant(self, value, debugContext="", debugPrefix=None):
@@ -223,7 +275,12 @@ def opset_class(domain, version):
     key = (domain, version)
     if key in _opset_classes:
         return _opset_classes[key]
-    special = _graphcore_methods() if domain == "ai.graphcore" else {"constant": _constant11 if version >= 11 else _constant}
+    if domain == "ai.graphcore":
+        special = _graphcore_methods()
+    else:
+        from .subgraph import onnx_methods  # noqa: imports this module
+
+        special = {"constant": _constant11 if version >= 11 else _constant, **onnx_methods()}
     methods = {}
     for sig in _graft.builderOpSignatures(domain, version):
         name = method_name(sig.type)
@@ -315,7 +372,9 @@ def _graphcore_methods():
                                          {"reduction": _reduction(reduction)}, 1,
                                          debug_name(debugContext, debugPrefix))[0]
 
-    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss}
+    from . import graphcore_ops  # noqa: imports this module
+
+    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss, **graphcore_ops.methods()}
 
 
 # ---- ai.graft: graft's own ops for Builder programs ----------------------------------------------

@@ -56,6 +56,37 @@ class _SessionBase:
         opts = self._options
         return opts.accumulationFactor if opts.enableGradientAccumulation else 1
 
+    def _serializeIr(self, format=None):
+        """The compiled graph as JSON in PopART's layout ({"maingraph": [ops]}); graft's op types
+        are graft's (its passes, not PopART's patterns, shaped the graph)."""
+        from .popart_names import IrSerializationFormat
+
+        if format not in (None, IrSerializationFormat.JSON):
+            raise _graft.Error(f"_serializeIr: only IrSerializationFormat.JSON is supported, got {format!r}")
+        return self._serializedIr()
+
+    def getSerializedGraph(self):
+        """The compiled graph as PopART-layout JSON bytes (see _serializeIr)."""
+        return self._serializedIr().encode()
+
+    def setRandomSeed(self, seedValue):
+        """Seeds the random ops (dropout, RandomUniform, ...) that have no seed attribute: the same
+        seed gives the same values. graft's seed is process-wide: it applies to every session."""
+        if int(seedValue) < 0:
+            raise _graft.Error(f"setRandomSeed: the seed must be non-negative, got {seedValue}")
+        _graft._setRandomSeed(int(seedValue))
+        # Training dropout draws from the session's seed state [seed, step] (passes/training_mode).
+        seed_state = "randomSeed___"
+        try:
+            self.getInfo(seed_state)
+        except _graft.Error:
+            return
+        self.writeWeights(_graft.PyWeightsIO({seed_state: np.array([int(seedValue), 0], np.int64)}))
+
+    def getRandomSeed(self):
+        """The seed last given to setRandomSeed."""
+        return _graft._randomSeed()
+
     def prepareDevice(self, loadEngine=True, err=None):
         """Compiles the model for its device (PopART's loadEngine and err arguments are accepted)."""
         super().prepareDevice()

@@ -5,6 +5,7 @@
 
 #include "bindings.hpp"
 #include "numpy_util.hpp"
+#include "ops/random_seed.hpp"
 #include "support/check.hpp"
 #include "support/logging.hpp"
 
@@ -215,14 +216,19 @@ void bindDevices(pyb::module_& m) {
           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
           pyb::arg("opts") = pyb::none())
       // PopART's tilesPerIpu, pattern, connectionType and selectionCriterion do not apply.
+      .def("acquireAvailableDevice",
+           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+           pyb::arg("numIpus") = 1)
+      .def("tryAcquireAvailableDevice",
+           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+           pyb::arg("numIpus") = 1)
+      // graft drives no IPU hardware: PopART's list of attached IPUs is empty here.
       .def(
-          "acquireAvailableDevice",
-          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-          pyb::arg("numIpus") = 1)
+          "enumerateDevices", [](DeviceManager&, pyb::args, pyb::kwargs) { return pyb::list(); },
+          "The IPU devices present: none (graft runs on CPUs; use createCpuDevice).")
       .def(
-          "tryAcquireAvailableDevice",
-          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-          pyb::arg("numIpus") = 1);
+          "setOnDemandAttachTimeout", [](DeviceManager&, pyb::args) {},
+          "PopART's wait for an IPU to become free: there are no IPUs to wait for, so it has no effect.");
 }
 
 void bindOptions(pyb::module_& m) {
@@ -295,6 +301,9 @@ void bindOptions(pyb::module_& m) {
 void bindLogging(pyb::module_& m) {
   m.def("_dtypeCode", [](pyb::object dt) { return static_cast<int>(dtypeFromObject(dt, "data type")); },
         "The ONNX TensorProto.DataType number of a type name, numpy dtype or numpy type.");
+  m.def("_setRandomSeed", [](uint64_t seed) { ops::setRandomSeed(seed); }, pyb::arg("seed"),
+        "Seeds every random op without a seed attribute (process-wide; see ops/random_seed.hpp).");
+  m.def("_randomSeed", [] { return ops::randomSeed(); });
   m.def("_setLogLevel", [](const std::string& level) {
     using L = support::LogLevel;
     std::string l;

@@ -145,6 +145,7 @@ void bindSession(pyb::module_& m) {
       .def("lastCompileSeconds", &Session::lastCompileSeconds)
       .def("profile", &Session::profile)
       .def("graphText", &Session::graphText)
+      .def("_serializedIr", &Session::serializedIr)
       .def("stagesText", &Session::stagesText)
       .def("timelineJson", &Session::timelineJson)
       .def(

@@ -79,14 +79,29 @@ struct Builder::Impl {
 
   // The value of a tensor known while building: constant initializers and outputs of Constant
   // ops. ONNX's inference needs them for shape inputs (Reshape's shape, Slice's starts, ...).
-  static const NDArray* constantValue(const ir::Tensor& t) {
+  const NDArray* constantValue(const ir::Tensor& t) {
     if (t.kind() == ir::TensorKind::Constant) return t.data();
     const ir::Node* p = t.producer();
     if (p && p->type() == "Constant" && p->domain().empty())
       if (const ir::AttrValue* v = p->attrs().find("value"))
         if (const auto* a = std::get_if<NDArray>(v)) return a;
+    // The Shape of a tensor whose shape is static is known while building (PopART programs
+    // reshape with it: Reshape(x, Shape(y))).
+    if (p && p->type() == "Shape" && p->domain().empty() && p->input(0) && p->input(0)->info().isStatic()) {
+      auto it = shapeValues.find(&t);
+      if (it != shapeValues.end()) return &it->second;
+      Shape dims = p->input(0)->info().shape();
+      auto rank = static_cast<int64_t>(dims.size());
+      auto clampAxis = [rank](int64_t a) { return std::clamp(a < 0 ? a + rank : a, int64_t{0}, rank); };
+      int64_t start = clampAxis(p->attrInt("start", 0)), end = clampAxis(p->attrInt("end", rank));
+      NDArray v(DataType::Int64, {std::max<int64_t>(0, end - start)});
+      for (int64_t i = start; i < end; ++i) v.data<int64_t>()[i - start] = dims[static_cast<size_t>(i)];
+      return &shapeValues.emplace(&t, std::move(v)).first->second;
+    }
     return nullptr;
   }
+  /// Values of Shape ops' outputs computed by constantValue.
+  std::map<const ir::Tensor*, NDArray> shapeValues;
 
   void inferTypes(ir::Node& n) {
     std::vector<ir::ValueType> in;

@@ -6,8 +6,13 @@
 // results with it: a node with a `seed` attribute gives the values numpy's RandomState(seed) gives.
 // A seeded node restarts from its seed on every execution, so its results are reproducible run to
 // run. Without a seed, each node owns a generator seeded from std::random_device that advances
-// from one execution to the next.
+// from one execution to the next, until setRandomSeed (ops/random_seed.hpp) fixes the seed of all
+// unseeded nodes: each then restarts from a seed mixed from the global seed and its identity.
+#include "ops/random_seed.hpp"
+
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -75,10 +80,23 @@ class NumpyRandom {
   double gauss_ = 0;
 };
 
-/// Where a node's random numbers come from: its seed attribute, or a private random stream.
+std::atomic<uint64_t> gSeed{0};
+std::atomic<uint64_t> gSeedEpoch{0};  // 0: setRandomSeed was never called
+
+// splitmix64: spreads (seed, node) into a well-mixed 32-bit generator seed.
+uint32_t mixSeed(uint64_t seed, uint64_t key) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (key + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+/// Where a node's random numbers come from: its seed attribute, the global seed, or a private
+/// random stream.
 class RandomSource {
  public:
-  explicit RandomSource(const ir::Node& n) {
+  explicit RandomSource(const ir::Node& n)
+      : key_(std::hash<std::string>{}(n.type() + "/" + (n.numOutputs() && n.output(0) ? n.output(0)->id() : n.name()))) {
     if (const ir::AttrValue* a = n.attrs().find("seed")) {
       // A float for the generators, an int for Dropout. numpy takes int(seed); seeds outside
       // [0, 2^32) wrap instead of failing.
@@ -97,11 +115,18 @@ class RandomSource {
   }
   /// The generator to draw this execution's values from.
   NumpyRandom& begin() {
-    if (seed_) gen_ = NumpyRandom(*seed_);
+    if (seed_) {
+      gen_ = NumpyRandom(*seed_);
+    } else if (uint64_t e = gSeedEpoch.load(); e != epoch_) {
+      epoch_ = e;
+      gen_ = NumpyRandom(mixSeed(gSeed.load(), key_));
+    }
     return gen_;
   }
 
  private:
+  uint64_t key_;
+  uint64_t epoch_ = 0;
   std::optional<uint32_t> seed_;
   NumpyRandom gen_;
 };
@@ -333,5 +358,12 @@ GRAFT_REGISTER_OPS(random) {
   r.add("Bernoulli").setReference(bernoulliKernel).nondeterministic().noGradient({0});
   r.add("Dropout").setReference(dropoutKernel).setVjp(dropoutVjp).nondeterministic().noGradient({1, 2});
 }
+
+void setRandomSeed(uint64_t seed) {
+  gSeed.store(seed);
+  gSeedEpoch.fetch_add(1);
+}
+
+uint64_t randomSeed() { return gSeed.load(); }
 
 }  // namespace graft::ops

@@ -1,6 +1,7 @@
 // DepthToSpace (DCR and CRD) and SpaceToDepth: block rearrangements between channels and the
 // two spatial axes of an [N, C, H, W] tensor.
 #include "ops/dtype_dispatch.hpp"
+#include "ops/grad.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -90,8 +91,20 @@ KernelFn spaceToDepthKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(space) {
-  r.add("DepthToSpace").setReference(depthToSpaceKernel);
-  r.add("SpaceToDepth").setReference(spaceToDepthKernel);
+  // Each is the other's inverse (DepthToSpace in its DCR mode): a permutation of elements, so its
+  // gradient is the inverse permutation of dy.
+  r.add("DepthToSpace").setReference(depthToSpaceKernel).setVjp([](GradBuilder& g) {
+    GRAFT_CHECK(g.node().attrString("mode", "DCR") == "DCR", "{}: the gradient of DepthToSpace is implemented for mode DCR only",
+                g.node().describe());
+    ir::Attributes a;
+    a.set("blocksize", g.node().attrInt("blocksize"));
+    g.setDx(0, g.op("SpaceToDepth", {g.dy()}, a));
+  });
+  r.add("SpaceToDepth").setReference(spaceToDepthKernel).setVjp([](GradBuilder& g) {
+    ir::Attributes a;
+    a.set("blocksize", g.node().attrInt("blocksize"));
+    g.setDx(0, g.op("DepthToSpace", {g.dy()}, a));
+  });
 }
 
 }  // namespace graft::ops

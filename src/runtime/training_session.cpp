@@ -19,6 +19,9 @@ struct TrainingImpl : Session::Impl {
   TensorId loss;
   std::unique_ptr<Optimizer> optimizer;
   std::vector<TensorId> weights;
+  /// Inputs and intermediates whose gradients are anchored ("Gradient___<id>"): PopART lets a
+  /// program read the gradient of any tensor the loss depends on, trained or not.
+  std::vector<TensorId> gradientAnchors;
 
   bool weightsAreConstant() const override { return false; }
   bool isTraining() const override { return true; }
@@ -37,9 +40,15 @@ struct TrainingImpl : Session::Impl {
     std::string prefix = autodiff::kGradientPrefix;
     if (id.rfind(prefix, 0) == 0) {
       std::string w = id.substr(prefix.size());
-      GRAFT_CHECK(std::find(weights.begin(), weights.end(), w) != weights.end(),
-                  "anchor '{}' is the gradient of '{}', which is not a trained weight (trained: {})", id, w,
-                  fmt::join(weights, ", "));
+      if (std::find(weights.begin(), weights.end(), w) != weights.end()) return;
+      const ir::Tensor* t = model.graph->findTensor(w);
+      GRAFT_CHECK(t, "anchor '{}' is the gradient of '{}', which is not a tensor of the model", id, w);
+      GRAFT_CHECK(t->type().isTensor() && isFloatingPoint(t->info().dataType()),
+                  "anchor '{}' is the gradient of '{}', which is {}: only floating-point tensors have gradients", id, w,
+                  t->type().str());
+      GRAFT_CHECK(lossDependsOn_.count(t),
+                  "anchor '{}' is the gradient of '{}', but the loss '{}' does not depend on '{}' through "
+                  "differentiable values", id, w, loss, w);
       return;
     }
     Session::Impl::checkAnchor(id);
@@ -64,6 +73,7 @@ struct TrainingImpl : Session::Impl {
       const ir::Tensor* t = stack.back();
       stack.pop_back();
       if (!seen.insert(t).second) continue;
+      lossDependsOn_.insert(t);
       if (const ir::Node* n = t->producer()) {
         const ops::OpDef* def = ops::Registry::instance().find(*n);
         for (size_t k = 0; k < n->numInputs(); ++k) {
@@ -78,9 +88,12 @@ struct TrainingImpl : Session::Impl {
       if (t->kind() == ir::TensorKind::Variable && isFloatingPoint(t->info().dataType()) && seen.count(t) &&
           !optim::isOptimizerTensor(t->id()))
         weights.push_back(t->id());
-    GRAFT_CHECK(!weights.empty(), "the loss '{}' depends on no weight (floating-point initializer) of the model: there is "
-                "nothing to train", loss);
+    // A loss that depends on no weight is valid, as in PopART: the step then only computes the
+    // anchored gradients of inputs and intermediates.
   }
+
+  /// Tensors the loss depends on through differentiable inputs (filled by findWeights).
+  std::set<const ir::Tensor*> lossDependsOn_;
 
   void transform(ir::Graph& g, Plan& p) override {
     passes::PassContext ctx;
@@ -105,7 +118,12 @@ struct TrainingImpl : Session::Impl {
     }
     std::vector<ir::Tensor*> wrt;
     for (const auto& w : weights) wrt.push_back(&g.tensor(w));
+    for (const auto& t : gradientAnchors) wrt.push_back(&g.tensor(t));
     auto grads = autodiff::differentiate(g, l, wrt, seed);
+    for (const auto& t : gradientAnchors)
+      GRAFT_CHECK(grads.at(&g.tensor(t)), "anchor '{}{}': the loss '{}' gives '{}' no gradient", autodiff::kGradientPrefix,
+                  t, loss, t);
+    wrt.resize(weights.size());
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
     for (ir::Tensor* w : wrt) {
       ir::Tensor* gr = grads.at(w);
@@ -197,7 +215,14 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
   impl->dataFlow = dataFlow;
   passes::prepareTrainingMode(*impl->model.graph);
   impl->findWeights();
-  for (const auto& id : dataFlow.anchors()) impl->checkAnchor(id);
+  for (const auto& id : dataFlow.anchors()) {
+    impl->checkAnchor(id);
+    std::string prefix = autodiff::kGradientPrefix;
+    if (id.rfind(prefix, 0) != 0) continue;
+    std::string t = id.substr(prefix.size());
+    if (std::find(impl->weights.begin(), impl->weights.end(), t) == impl->weights.end())
+      impl->gradientAnchors.push_back(t);
+  }
   checkSpecifics(*impl->optimizer, impl->weights);
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights, impl->accumulationFactor() > 1);
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));

@@ -56,3 +56,19 @@ TEST(SpaceToDepth, InvertsDepthToSpaceDcr) {
 
 }  // namespace
 }  // namespace graft::testing
+
+namespace graft::testing {
+namespace {
+
+TEST(DepthToSpace, GradientMatchesFiniteDifferences) {
+  OpCase c{"DepthToSpace", {randomArray(DataType::Double, {1, 8, 2, 3}, 21)}, attrs({{"blocksize", int64_t{2}}})};
+  EXPECT_TRUE(gradCheck(c, {0}));
+}
+
+TEST(SpaceToDepth, GradientMatchesFiniteDifferences) {
+  OpCase c{"SpaceToDepth", {randomArray(DataType::Double, {1, 2, 4, 6}, 22)}, attrs({{"blocksize", int64_t{2}}})};
+  EXPECT_TRUE(gradCheck(c, {0}));
+}
+
+}  // namespace
+}  // namespace graft::testing

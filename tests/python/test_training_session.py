@@ -313,8 +313,10 @@ def test_session_errors(tmp_path):
         make(loss="nope")
     with pytest.raises(graft.Error, match="optimizer must be a graft.Optimizer"):
         make(optimizer="sgd")
-    with pytest.raises(graft.Error, match="Gradient___x.*not a trained weight"):
-        make(dataFlow=graft.DataFlow(1, [loss, "Gradient___x"]))
+    # The gradient of any tensor the loss depends on can be anchored (the input x's too), but not
+    # of a name that is no tensor.
+    with pytest.raises(graft.Error, match="Gradient___nope.*not a tensor of the model"):
+        make(dataFlow=graft.DataFlow(1, [loss, "Gradient___nope"]))
     with pytest.raises(graft.Error, match="ClipNormSettings names 'nope'"):
         make(optimizer=graft.SGD({}, clip_norm_settings=[graft.ClipNormSettings.clipWeights(["nope"], 1.0)]))
     typo = graft.SGD({})
@@ -336,9 +338,12 @@ def test_session_errors(tmp_path):
     x, y = batch(0)
     with pytest.raises(graft.Error, match="'x'"):
         s.run(graft.PyStepIO({"x": x, "label": y}, s.initAnchorArrays()))
-    # A loss no weight influences.
+    # A loss no weight influences trains nothing, as in PopART, and gives its inputs' gradients:
+    # d sum|i| / di = sign(i).
     b = graft.Builder()
     i = b.addInputTensor("FLOAT", [3], "i")
     l1 = b.aiGraphcore.l1loss([i], 1.0, graft.ReductionType.Sum)
-    with pytest.raises(graft.Error, match="nothing to train"):
-        make(fnModel=b.getModelProto(), loss=l1, dataFlow=graft.DataFlow(1, [l1]))
+    s = make(fnModel=b.getModelProto(), loss=l1, dataFlow=graft.DataFlow(1, [l1, "Gradient___i"]))
+    out = s.initAnchorArrays()
+    s.run(graft.PyStepIO({"i": np.array([-2.0, 0.5, 3.0], np.float32)}, out))
+    np.testing.assert_array_equal(out["Gradient___i"], [-1.0, 1.0, 1.0])

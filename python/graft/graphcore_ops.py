@@ -1,0 +1,399 @@
+"""``builder.aiGraphcore`` methods with PopART's signatures for graft's ai.graphcore ops.
+
+Each method adds one ai.graphcore node; the op's semantics, type inference, kernel and gradient
+are graft's (src/ops/graphcore_*.cpp). The argument names and defaults are PopART's.
+"""
+import numpy as np
+
+from . import _graft
+from .opsets import _as_int, _tensor_id, check_axes, debug_name
+
+
+def _add(self, op_type, args, attrs, num_outputs=1, debugContext="", debugPrefix=None):
+    inputs = [args] if isinstance(args, str) else list(args or [])
+    inputs = [_tensor_id(t, op_type) for t in inputs]
+    outs = self._builder._impl.addOp(op_type, "ai.graphcore", 1, inputs, attrs, num_outputs,
+                                     debug_name(debugContext, debugPrefix))
+    return outs if num_outputs != 1 else outs[0]
+
+
+def _ints(value, what):
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    return [_as_int(v, what) for v in value]
+
+
+def _unary(op_type, doc):
+    def method(self, args, debugContext="", debugPrefix=None):
+        return _add(self, op_type, args, {}, 1, debugContext, debugPrefix)
+
+    method.__doc__ = doc
+    return method
+
+
+def reducemedian(self, args, axes=None, keepdims=1, debugContext="", debugPrefix=None):
+    """Median of ``args[0]`` over ``axes`` (all when None, none when []): returns [values, INT32 indices]. Of an
+    even count the lower median; the index is the position within the reduced axes, flattened."""
+    attrs = {"keepdims": _as_int(keepdims, "reducemedian: keepdims")}
+    if axes is not None:
+        attrs["axes"] = _ints(axes, "reducemedian: axes")
+        inputs = [args] if isinstance(args, str) else list(args)
+        if inputs:
+            check_axes(self._builder._impl, inputs[0], attrs["axes"])
+    return _add(self, "ReduceMedian", args, attrs, 2, debugContext, debugPrefix)
+
+
+def scale(self, args, scale, debugContext="", debugPrefix=None):
+    """``args[0] * scale``."""
+    return _add(self, "Scale", args, {"scale": float(scale)}, 1, debugContext, debugPrefix)
+
+
+def scaledadd(self, args, scale0=1.0, scale1=1.0, debugContext="", debugPrefix=None):
+    """``scale0 * args[0] + scale1 * args[1]`` (numpy broadcasting)."""
+    if len(args) != 2:
+        raise _graft.Error(f"scaledadd takes 2 inputs (graft has no tensor scales), got {len(args)}")
+    return _add(self, "ScaledAdd", args, {"scale0": float(scale0), "scale1": float(scale1)}, 1, debugContext,
+                debugPrefix)
+
+
+def call(self, args, num_outputs, callee, debugContext="", debugPrefix=None):
+    """Runs subgraph builder ``callee`` on ``args``; returns the list of its outputs."""
+    from .subgraph import call as _call
+
+    return _call(self, args, num_outputs, callee, debugContext, debugPrefix)
+
+
+def _per_conv(name, values, count, spatial_of):
+    """PopART's per-convolution parameter lists: one list per conv, or none at all."""
+    if not values:
+        return [None] * count
+    values = [list(v) for v in values]
+    if len(values) != count:
+        raise _graft.Error(f"MultiConvOp number of {name} parameter sets ({len(values)}) does not match the number "
+                           f"of input sets ({count})")
+    for i, v in enumerate(values):
+        want = spatial_of(i) * (2 if name == "pads" else 1)
+        if len(v) != want:
+            label = "pads" if name == "pads" else name
+            raise _graft.Error(f"Length of {label} vector {len(v)} != number of spatial dimensions {want}")
+    return values
+
+
+def multiconv(self, args, dilations=(), inDilations=(), pads=(), outPads=(), strides=(),
+              availableMemoryProportions=(), partialsTypes=(), planType=None, perConvReservedTiles=None,
+              cycleBackOff=None, enableConvDithering=(), debugContext="", debugPrefix=None):
+    """Several independent convolutions, ``args = [[data, weights(, bias)], ...]``: returns one output
+    per convolution. graft adds one ai.onnx Conv per entry (PopART's MultiConv is their IPU
+    co-scheduling); the IPU planning options (memory proportions, partials types, plan type,
+    reserved tiles, cycle back-off, dithering) are accepted and ignored."""
+    impl = self._builder._impl
+    convs = [list(c) for c in args]
+    for c in convs:
+        if len(c) < 2:
+            raise _graft.Error("MultiConvOp: each convolution must have at least two inputs - data and weights")
+        if len(c) > 3:
+            raise _graft.Error("MultiConvOp: each convolution can have at most three inputs - data, weights, and bias")
+
+    def spatial_of(i):
+        return len(impl.getTensorShape(convs[i][0])) - 2
+
+    n = len(convs)
+    dil = _per_conv("dilations", dilations, n, spatial_of)
+    ind = _per_conv("inDilations", inDilations, n, spatial_of)
+    pad = _per_conv("pads", pads, n, spatial_of)
+    opad = _per_conv("outPads", outPads, n, spatial_of)
+    strd = _per_conv("strides", strides, n, spatial_of)
+    onnx = self._builder.aiOnnx
+    name = debug_name(debugContext, debugPrefix)
+    outs = []
+    for i, c in enumerate(convs):
+        for what, v in (("inDilations", ind[i]), ("outPads", opad[i])):
+            if v is not None and any(x != (1 if what == "inDilations" else 0) for x in v):
+                raise _graft.Error(f"multiconv: {what} {v} (input dilation / output padding) is not supported by "
+                                   "graft's Conv")
+        data_shape = impl.getTensorShape(c[0])
+        weight_shape = impl.getTensorShape(c[1])
+        group = data_shape[1] // weight_shape[1] if weight_shape[1] else 1
+        attrs = {"group": group}
+        if dil[i] is not None:
+            attrs["dilations"] = dil[i]
+        if pad[i] is not None:
+            attrs["pads"] = pad[i]
+        if strd[i] is not None:
+            attrs["strides"] = strd[i]
+        outs.append(onnx.conv(c, debugContext=f"{name}_{i}" if name else "", **attrs))
+    return outs
+
+
+def bucketize(self, args, right=0, debugContext="", debugPrefix=None):
+    """The INT32 bucket index of each element of ``args[0]`` among the sorted 1-D ``args[1]``
+    (torch.bucketize)."""
+    return _add(self, "Bucketize", args, {"right": _as_int(right, "bucketize: right")}, 1, debugContext, debugPrefix)
+
+
+def sort(self, args, axis=-1, descending=0, stable=0, debugContext="", debugPrefix=None):
+    """[values, INT32 indices] of ``args[0]`` sorted along ``axis`` (always stable)."""
+    attrs = {"axis": _as_int(axis, "sort: axis"), "descending": _as_int(descending, "sort: descending"),
+             "stable": _as_int(stable, "sort: stable")}
+    return _add(self, "Sort", args, attrs, 2, debugContext, debugPrefix)
+
+
+# ---- ops that are one ai.onnx op with constant operands ---------------------------------------
+
+
+def _onnx(self):
+    return self._builder.aiOnnx
+
+
+def _const64(self, values, name=""):
+    return _onnx(self).constant(np.asarray(values, dtype=np.int64), name)
+
+
+def _slice(self, x, starts, ends, axes, steps=None, name=""):
+    onnx = _onnx(self)
+    if onnx.version < 10:
+        if steps is not None and any(s != 1 for s in steps):
+            raise _graft.Error(f"slice with steps {steps} needs ai.onnx opset 10 or later, the model uses {onnx.version}")
+        return onnx.slice([x], axes=axes, starts=starts, ends=ends, debugContext=name)
+    ins = [x, _const64(self, starts), _const64(self, ends), _const64(self, axes)]
+    if steps is not None:
+        ins.append(_const64(self, steps))
+    return onnx.slice(ins, debugContext=name)
+
+
+def slice_(self, args, ends, starts, axes, debugContext="", debugPrefix=None):
+    """PopART's Slice with constant ``starts``, ``ends`` and ``axes`` (an ai.onnx Slice)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    return _slice(self, inputs[0], _ints(starts, "slice: starts"), _ints(ends, "slice: ends"), _ints(axes, "slice: axes"),
+                  None, debug_name(debugContext, debugPrefix))
+
+
+def subsample(self, args, strides, debugContext="", debugPrefix=None):
+    """Every ``strides[d]``-th element along each axis d, from the first (an ai.onnx Slice with steps)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    strides = _ints(strides, "subsample: strides")
+    shape = self._builder._impl.getTensorShape(inputs[0])
+    if len(strides) != len(shape):
+        raise _graft.Error(f"subsample: {len(strides)} strides for a rank-{len(shape)} input")
+    for i, st in enumerate(strides):
+        if st < 1:
+            raise _graft.Error(f"Strides invalid. {st} stride at index {i}")
+    n = len(shape)
+    return _slice(self, inputs[0], [0] * n, list(shape), list(range(n)), strides, debug_name(debugContext, debugPrefix))
+
+
+def reverse(self, args, dimensions, debugContext="", debugPrefix=None):
+    """``args[0]`` reversed along each axis in ``dimensions`` (an ai.onnx Slice with step -1)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    dims = _ints(dimensions, "reverse: dimensions")
+    shape = self._builder._impl.getTensorShape(inputs[0])
+    for d in dims:
+        if d < 0:
+            raise _graft.Error(f"ReverseOp: invalid dimension '{d}'. Only positive dimensions are supported")
+        if d >= len(shape):
+            raise _graft.Error(f"ReverseOp: invalid dimension '{d}' for input tensor of rank {len(shape)}")
+        if dims.count(d) > 1:
+            raise _graft.Error(f"ReverseOp: Dimension {d} appears multiple times in the list of dimensions")
+    big = np.iinfo(np.int64).max
+    return _slice(self, inputs[0], [-1] * len(dims), [-big] * len(dims), dims, [-1] * len(dims),
+                  debug_name(debugContext, debugPrefix))
+
+
+def reshape(self, args, shape, debugContext="", debugPrefix=None):
+    """``args[0]`` reshaped to the constant ``shape`` (an ai.onnx Reshape)."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    shape = _ints(shape, "reshape: shape")
+    if sum(1 for d in shape if d == -1) > 1:
+        raise _graft.Error("shape input to ReshapeOp can only use -1 to specify one unknown dimension")
+    return _onnx(self).reshape([inputs[0], _const64(self, shape)], debug_name(debugContext, debugPrefix))
+
+
+def depthtospace(self, args, blocksize, mode, debugContext="", debugPrefix=None):
+    """ai.onnx DepthToSpace with ``mode`` "DCR" or "CRD"."""
+    onnx = _onnx(self)
+    name = debug_name(debugContext, debugPrefix)
+    if onnx.version < 11:
+        if mode != "DCR":
+            raise _graft.Error(f"depthtospace: mode '{mode}' needs ai.onnx opset 11 or later, the model uses "
+                               f"{onnx.version}")
+        return onnx.depthtospace(args, blocksize, debugContext=name)
+    return onnx.depthtospace(args, blocksize, mode=mode, debugContext=name)
+
+
+def incrementmod(self, args, increment, modulus, debugContext="", debugPrefix=None):
+    """``(args[0] + increment) mod modulus`` (C's fmod)."""
+    return _add(self, "IncrementMod", args, {"increment": float(increment), "modulus": float(modulus)}, 1,
+                debugContext, debugPrefix)
+
+
+_NUMPY_OF = {"FLOAT": np.float32, "FLOAT16": np.float16, "DOUBLE": np.float64, "INT8": np.int8, "INT16": np.int16,
+             "INT32": np.int32, "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+             "UINT64": np.uint64, "BOOL": np.bool_}
+
+
+def init(self, shape, data_type, init_type, batch_axis=-1, debugContext="", debugPrefix=None):
+    """A tensor of ``shape`` and ``data_type`` (a DataType or its name), zero-filled. PopART's
+    InitType.NoInit leaves the values unspecified; graft fills zeros then too."""
+    if isinstance(batch_axis, str) or hasattr(batch_axis, "name") and not isinstance(batch_axis, int):
+        batch_axis, debugContext = -1, batch_axis  # init(shape, dtype, initType, debugContext)
+    name = getattr(data_type, "name", data_type)
+    if str(name).upper() not in _NUMPY_OF:
+        raise _graft.Error(f"init: unsupported data type {data_type!r}")
+    value = np.zeros(_ints(shape, "init: shape"), dtype=_NUMPY_OF[str(name).upper()])
+    return _onnx(self).constant(value, debug_name(debugContext, debugPrefix))
+
+
+def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
+    """The slice of ``args[0]`` of ``sizes`` along ``axes``, starting at the run-time offsets
+    ``args[1]`` (one per axis). An optional ``args[2]`` (PopART's slice buffer) only gives the
+    output's shape. Built as one ai.onnx Gather per axis at indices offset + [0, size), so the
+    shape is known when the op is added and it trains."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) not in (2, 3):
+        raise _graft.Error(f"dynamicslice takes 2 or 3 inputs (tensor, offsets[, slice]), got {len(inputs)}")
+    axes = _ints(axes, "dynamicslice: axes")
+    sizes = _ints(sizes, "dynamicslice: sizes")
+    if len(axes) != len(sizes):
+        raise _graft.Error(f"dynamicslice: {len(axes)} axes but {len(sizes)} sizes")
+    onnx = _onnx(self)
+    offsets = onnx.cast([inputs[1]], "INT64")
+    out = inputs[0]
+    name = debug_name(debugContext, debugPrefix)
+    for i, (axis, size) in enumerate(zip(axes, sizes)):
+        start = onnx.gather([offsets, _const64(self, [i])], axis=0)
+        index = onnx.add([start, _const64(self, np.arange(size))])
+        out = onnx.gather([out, index], axis=axis, debugContext=name if i == len(axes) - 1 else "")
+    return out
+
+
+def _dynamic(op_type):
+    def method(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
+        inputs = [args] if isinstance(args, str) else list(args)
+        if len(inputs) != 3:
+            raise _graft.Error(f"{op_type.lower()} takes 3 inputs (tensor, offsets, slice), got {len(inputs)}")
+        attrs = {"axes": _ints(axes, f"{op_type}: axes"), "sizes": _ints(sizes, f"{op_type}: sizes")}
+        return _add(self, op_type, inputs, attrs, 1, debugContext, debugPrefix)
+
+    method.__doc__ = {"DynamicUpdate": "args[0] with the region at run-time offsets args[1] replaced by args[2].",
+                      "DynamicAdd": "args[0] with args[2] added to the region at run-time offsets args[1].",
+                      "DynamicZero": "args[0] with the region (args[2]'s shape) at offsets args[1] set to zero."}[op_type]
+    return method
+
+
+def sequenceslice(self, args, zeroUnused=0, debugContext="", debugPrefix=None):
+    """``args = [source, destination, N, sourceOffset, destOffset]``: the destination with N[i] rows
+    of the source from sourceOffset[i] copied to destOffset[i]; zeroUnused zeroes the other rows."""
+    return _add(self, "SequenceSlice", args, {"zeroUnused": _as_int(zeroUnused, "sequenceslice: zeroUnused")}, 1,
+                debugContext, debugPrefix)
+
+
+def ctcloss(self, args, reduction=None, blank=0, outDataType="UNDEFINED", zeroInfinity=False, debugContext="",
+            debugPrefix=None):
+    """torch.nn.CTCLoss of ``args = [log_probs [T, N, C], targets [N, S], input_lengths [N],
+    target_lengths [N]]``; ``reduction`` is a ReductionType (Mean by default). ``outDataType``
+    other than "UNDEFINED" casts the loss."""
+    from .opsets import _reduction
+
+    attrs = {"reduction": _reduction(reduction), "blank": _as_int(blank, "ctcloss: blank"),
+             "zeroInfinity": int(bool(zeroInfinity))}
+    out = _add(self, "CtcLoss", args, attrs, 1, debugContext, debugPrefix)
+    name = getattr(outDataType, "name", outDataType)
+    if str(name).upper() not in ("UNDEFINED", ""):
+        out = _onnx(self).cast([out], str(name).upper())
+    return out
+
+
+def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix=None):
+    """Per group g (axis 0 of both inputs): ai.onnx Gather of ``args[0][g]`` at ``args[1][g]`` along
+    ``axis - 1``; the groups' results stacked."""
+    from .subgraph import _unsqueeze
+
+    data, indices = ([args] if isinstance(args, str) else list(args))
+    impl = self._builder._impl
+    groups = impl.getTensorShape(data)[0]
+    if group_size != groups or impl.getTensorShape(indices)[0] != groups:
+        raise _graft.Error(f"groupedgather: group_size {group_size}, but the data has {groups} groups and the "
+                           f"indices {impl.getTensorShape(indices)[0]}")
+    if axis < 1:
+        raise _graft.Error(f"groupedgather: axis must be at least 1 (axis 0 holds the groups), got {axis}")
+    onnx = _onnx(self)
+
+    def group(t, g):
+        part = _slice(self, t, [g], [g + 1], [0])
+        if onnx.version >= 13:
+            return onnx.squeeze([part, _const64(self, [0])])
+        return onnx.squeeze([part], axes=[0])
+
+    parts = []
+    for g in range(groups):
+        gathered = onnx.gather([group(data, g), group(indices, g)], axis=axis - 1)
+        parts.append(_unsqueeze(impl, onnx.version, gathered, 0))
+    return onnx.concat(parts, 0, debug_name(debugContext, debugPrefix))
+
+
+def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", debugPrefix=None):
+    """Group normalization of ``args[0]`` [N, C, ...] with ``args[1]`` scale and ``args[2]`` bias [C]:
+    returns [y, mean, inverse standard deviation], the statistics of shape [N * num_groups] (the
+    variance is the biased one, as PopART's). Built from ai.onnx ops, so it trains."""
+    x, scale, bias = ([args] if isinstance(args, str) else list(args))
+    shape = list(self._builder._impl.getTensorShape(x))
+    n, c = shape[0], shape[1]
+    g = int(num_groups)
+    if g < 1 or c % g:
+        raise _graft.Error(f"groupnormalization: {c} channels do not split into {num_groups} groups")
+    onnx = _onnx(self)
+    xr = onnx.reshape([x, _const64(self, [n, g, -1])])
+    mean = onnx.reducemean([xr], axes=[2], keepdims=1)
+    d = onnx.sub([xr, mean])
+    var = onnx.reducemean([onnx.mul([d, d])], axes=[2], keepdims=1)
+    eps = onnx.constant(np.array([epsilon], dtype=np.dtype(self._builder._impl.getTensorDtypeString(x))))
+    inv = onnx.reciprocal([onnx.sqrt([onnx.add([var, eps])])])
+    normed = onnx.reshape([onnx.mul([d, inv]), _const64(self, shape)])
+    bshape = [1, c] + [1] * (len(shape) - 2)
+    y = onnx.add([onnx.mul([normed, onnx.reshape([scale, _const64(self, bshape)])]),
+                  onnx.reshape([bias, _const64(self, bshape)])], debug_name(debugContext, debugPrefix))
+    return [y, onnx.reshape([mean, _const64(self, [n * g])]), onnx.reshape([inv, _const64(self, [n * g])])]
+
+
+def methods():
+    """The methods this module adds to ``builder.aiGraphcore``."""
+    m = {
+        "call": call,
+        "multiconv": multiconv,
+        "slice": slice_,
+        "subsample": subsample,
+        "reverse": reverse,
+        "reshape": reshape,
+        "depthtospace": depthtospace,
+        "bucketize": bucketize,
+        "sort": sort,
+        "init": init,
+        "dynamicslice": dynamicslice,
+        "groupedgather": groupedgather,
+        "sequenceslice": sequenceslice,
+        "ctcloss": ctcloss,
+        "dynamicupdate": _dynamic("DynamicUpdate"),
+        "dynamicadd": _dynamic("DynamicAdd"),
+        "dynamiczero": _dynamic("DynamicZero"),
+        "groupnormalization": groupnormalization,
+        "incrementmod": incrementmod,
+        "reducemedian": reducemedian,
+        "scale": scale,
+        "scaledadd": scaledadd,
+    }
+    for name, op_type, doc in [
+        ("log1p", "Log1p", "log(1 + x)."),
+        ("expm1", "Expm1", "exp(x) - 1."),
+        ("geluerf", "GeluErf", "GELU in its exact form x/2 (1 + erf(x / sqrt 2))."),
+        ("swish", "Swish", "x * sigmoid(x)."),
+        ("detach", "Detach", "x, through which no gradient flows back."),
+        ("nop", "Nop", "x (an identity PopART's passes keep)."),
+        ("round", "Round", "x rounded to the nearest integer, halves away from zero."),
+        ("nearbyint", "NearbyInt", "x rounded to the nearest integer, halves to even."),
+        ("bitwisenot", "BitwiseNot", "~x of an integer tensor."),
+        ("atan2", "Atan2", "atan2(args[0], args[1]) with numpy broadcasting."),
+        ("fmod", "Fmod", "C's fmod(args[0], args[1]): the remainder has the sign of args[0]."),
+        ("remainder", "Remainder", "Python's args[0] % args[1]: the remainder has the sign of args[1]."),
+    ]:
+        m[name] = _unary(op_type, doc)
+    return m
