@@ -6,8 +6,10 @@
 #
 # POPTORCH_CHECKOUT: a checkout of graphcore/poptorch (only its tests/ folder is read; nothing of it
 # is copied into graft). Not part of CI: the suite takes a while and needs torch.
-# Environment: FILES="a_test.py b_test.py" narrows the target files; PER_FILE_TIMEOUT (s, 1800);
-# OUT (a folder for the junit files and the report, default a temporary one).
+# Environment: FILES="a_test.py b_test.py" narrows the target files; PER_FILE_TIMEOUT (s, 1800): a
+# file still running then gets SIGINT, and pytest reports the cases it finished (the report counts
+# only cases that ran); OUT (a folder for the junit files and the report, default a temporary one).
+# Needs torch, onnx and expecttest (torch's testing helpers import it) in the Python used.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -17,17 +19,17 @@ shift
 py="${PYTHON:-$root/.venv/bin/python}"
 out="${OUT:-$(mktemp -d /tmp/poptorch-tests.XXXXXX)}"
 mkdir -p "$out"
-files="${FILES:-torch_nn_test.py activations_test.py blas_test.py convs_test.py losses_test.py norms_test.py
+files="${FILES:-activations_test.py blas_test.py convs_test.py losses_test.py norms_test.py
 pooling_and_padding_test.py reduce_ops_test.py math_ops_test.py index_ops_test.py tensor_ops_test.py
 optimizers_test.py inputs_test.py outputs_test.py batching_test.py dataloader_test.py weights_writing_test.py
-requires_grad_test.py lstm_test.py gru_test.py rnn_test.py}"
+requires_grad_test.py lstm_test.py gru_test.py rnn_test.py torch_nn_test.py}"
 
 export PYTHONPATH="$here/poptorch_shim:$root/python${PYTHONPATH:+:$PYTHONPATH}"
 export GRAFT_LOG_LEVEL="${GRAFT_LOG_LEVEL:-ERR}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 cd "$checkout/tests"
 for f in $files; do
   echo "== $f" >&2
-  timeout "${PER_FILE_TIMEOUT:-1800}" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/${f%.py}.xml" \
+  timeout -s INT -k 60 "${PER_FILE_TIMEOUT:-1800}" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/${f%.py}.xml" \
     "$f" "$@" >"$out/${f%.py}.log" 2>&1 || true
   tail -1 "$out/${f%.py}.log" >&2
 done

@@ -13,6 +13,8 @@ The module is captured with torch's ONNX exporter at the first call (again for n
 dtypes or train/eval mode), compiled by graft's InferenceSession / TrainingSession, and its
 weights flow back into the torch module when the host reads them. See docs/torch.md.
 """
+import enum as _enum
+
 import torch as _torch
 
 from .. import _graft
@@ -81,11 +83,35 @@ class VariableRetrievalMode:
     AllReplicas = 1
 
 
-class MatMulSerializationMode:
+class MatMulSerializationMode(_enum.Enum):
     InputChannels = "input_channels"
     ReducingDim = "reducing_dim"
     OutputChannels = "output_channels"
     Disabled = "none"
+
+
+class ICustomArgParser:
+    """How a custom input type splits into tensors (yieldTensors) and is rebuilt (reconstruct)."""
+
+    def yieldTensors(self, struct):  # noqa: N802
+        raise NotImplementedError
+
+    def reconstruct(self, original_structure, tensor_iterator):
+        raise NotImplementedError
+
+
+def registerCustomArgParser(tensor_type, parser):  # noqa: N802
+    """Lets models take ``tensor_type`` arguments: graft.torch flattens inputs with torch's pytree,
+    so the parser is registered as the type's pytree node."""
+    from torch.utils import _pytree  # noqa: PLC0415
+
+    def flatten(struct):
+        return list(parser.yieldTensors(struct)), struct
+
+    def unflatten(children, struct):
+        return parser.reconstruct(struct, iter(children))
+
+    _pytree.register_pytree_node(tensor_type, flatten, unflatten)
 
 
 def serializedMatMul(lhs, rhs, mode, factor=0, keep_precision=False):  # noqa: N802

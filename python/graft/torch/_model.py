@@ -17,11 +17,13 @@ _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.f
 
 
 def _np(t):
-    """A C-contiguous numpy array of a torch tensor (copied: graft reads the arrays in place)."""
+    """A C-contiguous numpy copy of a torch tensor. A copy, not a view: graft's step IO holds its
+    arrays, and a numpy view would keep the torch tensor alive from outside torch's bookkeeping
+    (torch asserts on such tensors when it tears them down)."""
     t = t.detach()
     if t.dtype == torch.bfloat16:
         raise _graft.Error("graft.torch: bfloat16 inputs are not supported; use float32 or float16")
-    return np.ascontiguousarray(t.cpu().numpy())
+    return np.array(t.cpu().numpy(), copy=True, order="C")
 
 
 # ---- lazy weights: reading a parameter on the host brings the trained values back first ---------

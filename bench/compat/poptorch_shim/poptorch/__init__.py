@@ -13,15 +13,6 @@ for _name in dir(_gt):
         globals().setdefault(_name, getattr(_gt, _name))
 
 
-class ICustomArgParser:
-    """PopTorch's hook for custom input types (registerCustomArgParser): graft.torch flattens
-    inputs with torch's pytree instead."""
-
-
-def registerCustomArgParser(tensor_type, parser):  # noqa: N802
-    raise Error("graft.torch: registerCustomArgParser is not supported (inputs are flattened with torch's pytree)")
-
-
 def load(filename, edit_opts_fn=None):
     raise Error("graft.torch: poptorch.load (precompiled PopART executables) is not supported")
 
