@@ -413,3 +413,16 @@ def test_ipu_only_options_warn_once_by_name():
     with pytest.warns(UserWarning, match="'autoRoundNumIPUs'"):
         opts.autoRoundNumIPUs(True)
     assert not poptorch.ipuHardwareIsAvailable()
+
+
+def test_smaller_last_batch_keeps_optimizer_state():
+    # A new input shape captures again; momentum carries over, so training equals torch's.
+    data = batches((6, 10), 3, seed=11) + batches((4, 10), 1, seed=12)
+    ours = WithLoss(mlp())
+    ref = copy.deepcopy(ours)
+    model = poptorch.trainingModel(ours, optimizer=poptorch.optim.Adam(ours.parameters(), lr=0.01))
+    losses = [float(model(x, y)[1]) for x, y in data]
+    expected = train_torch(ref, torch.optim.Adam(ref.parameters(), lr=0.01), data)
+    np.testing.assert_allclose(losses, expected, atol=ATOL, rtol=RTOL)
+    assert_state_close(ours, ref, "recapture")
+    assert len(model._compiled) == 2  # noqa: SLF001

@@ -307,6 +307,7 @@ class PoplarExecutor:
             # Another capture of the same module (new shapes or train/eval): carry the weights over.
             self._sync_host_if_stale()
             self._write_weights(compiled, force=True)
+            _carry_optimizer_state(self._current, compiled, self._model)
         self._current = compiled
         feeds = self._feeds(compiled, flat, n)
         return compiled, feeds, n
@@ -489,12 +490,47 @@ class PoplarExecutor:
         return lead
 
 
+_STATE_PREFIXES = ("Accl___", "Accl1___", "Accl2___", "Accl3___")
+
+
+def _carry_optimizer_state(old, new, model):
+    """Copies the optimizer state (velocities, moments, step counts) of the weights two captures
+    share, so that a new capture (a smaller last batch, a train/eval switch) continues training
+    where the old one stopped."""
+    state = _capture._named_state(model)  # noqa: SLF001
+    new_wid = {k: wid for wid, k in new.cap.weights.items()}
+    arrays = {}
+    for wid, k in old.cap.weights.items():
+        nwid = new_wid.get(k)
+        if nwid is None:
+            continue
+        t = state[k]
+        wanted = [(p + wid, p + nwid, np.zeros(tuple(t.shape), _NP[t.dtype])) for p in _STATE_PREFIXES]
+        wanted.append(("Step___" + wid, "Step___" + nwid, np.zeros((), np.float32)))
+        for src, dst, a in wanted:
+            try:
+                old.session.readWeights(graft.PyWeightsIO({src: a}))
+            except _graft.Error:
+                continue  # this optimizer keeps no such state
+            arrays[dst] = a
+    for dst, a in arrays.items():
+        try:
+            new.session.writeWeights(graft.PyWeightsIO({dst: a}))
+        except _graft.Error:
+            pass  # the weight is not trained in the new capture (e.g. frozen in eval mode)
+
+
 def inferenceModel(model, options=None):  # noqa: N802
-    """Wraps ``model`` for inference through graft (PopTorch's inferenceModel)."""
+    """Wraps ``model`` for inference through graft (PopTorch's inferenceModel). It shares the
+    module (and so its weights) with ``model``, or with the module of a PoplarExecutor passed in."""
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model  # noqa: SLF001
     return PoplarExecutor(model, options, training=False)
 
 
 def trainingModel(model, options=None, optimizer=None):  # noqa: N802
     """Wraps ``model`` for training through graft (PopTorch's trainingModel): each call runs the
     forward pass, the backward pass from the loss and the optimizer update."""
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model  # noqa: SLF001
     return PoplarExecutor(model, options, training=True, optimizer=optimizer)

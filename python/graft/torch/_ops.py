@@ -130,7 +130,8 @@ def ipuHardwareIsAvailable(num_ipus=1):  # noqa: N802
 
 
 def ipuHardwareVersion():  # noqa: N802
-    return "graft-cpu"
+    """0: no IPU (PopTorch's value when none is present)."""
+    return 0
 
 
 def isRunningOnIpu():  # noqa: N802
