@@ -151,6 +151,10 @@ def capture(model, example, in_spec, in_consts, training):
     """Traces ``model`` on the flat example tensors (one micro-batch) and returns a Capture."""
     import onnx  # noqa: PLC0415  (torch's exporter needs it as well)
 
+    from . import _symbolic  # noqa: PLC0415
+
+    _symbolic.register()
+
     record = {}
     flat = _Flat(model, in_spec, in_consts, record)
     state = _named_state(model)
