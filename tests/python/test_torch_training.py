@@ -426,3 +426,27 @@ def test_smaller_last_batch_keeps_optimizer_state():
     np.testing.assert_allclose(losses, expected, atol=ATOL, rtol=RTOL)
     assert_state_close(ours, ref, "recapture")
     assert len(model._compiled) == 2  # noqa: SLF001
+
+
+def test_block_scopes_shard_inference():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(13)
+            self.a = torch.nn.Linear(4, 8)
+            self.b = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            with poptorch.Block("A", ipu_id=0):
+                h = torch.relu(self.a(x))
+            with poptorch.Block("B", ipu_id=1):
+                return self.b(h)
+
+    net, x = Net(), torch.randn(6, 4)
+    opts = poptorch.Options().setExecutionStrategy(poptorch.ShardedExecution())
+    model = poptorch.inferenceModel(net, opts)
+    with torch.no_grad():
+        np.testing.assert_allclose(model(x).numpy(), net(x).numpy(), atol=ATOL)
+    nodes = model._current.cap.onnx.graph.node  # noqa: SLF001
+    ipus = [next(a.i for a in n.attribute if a.name == "__ipu_number") for n in nodes if n.op_type == "Gemm"]
+    assert ipus == [0, 1]
