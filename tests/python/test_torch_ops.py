@@ -10,6 +10,8 @@ import graft.torch as poptorch  # noqa: E402
 
 CASES = {
     "l1": lambda x, t, s: F.l1_loss(x, t),
+    "unary": lambda x, t, s: torch.acosh(x + 1.5) + torch.asinh(s * x) + torch.atanh(x * 0.9) + torch.cosh(x)
+    + torch.sinh(s * x) + torch.erfc(s * x) + torch.expm1(x) + torch.frac(3 * s * x) + torch.trunc(3 * s * x),
     "nansum": lambda x, t, s: torch.nansum(torch.where(s > 0, x, torch.full_like(x, float("nan")))),
     "nansum_dim": lambda x, t, s: torch.nansum(torch.where(s > 0, x, torch.full_like(x, float("nan"))), dim=1,
                                                keepdim=True),

@@ -158,7 +158,33 @@ def _count_nonzero(g, input, dim):  # noqa: A002
     return _reduce_sum(g, nz, d, False)
 
 
-_TABLE = {"aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
+def _unary(op):
+    def fn(g, x):
+        return g.op(op, x)
+
+    return fn
+
+
+def _trunc(g, x):
+    return g.op("Where", g.op("Less", x, _c(g, 0.0, x)), g.op("Ceil", x), g.op("Floor", x))
+
+
+def _frac(g, x):
+    return g.op("Sub", x, _trunc(g, x))
+
+
+def _erfc(g, x):
+    return g.op("Sub", _c(g, 1.0, x), g.op("Erf", x))
+
+
+def _expm1(g, x):
+    return g.op("Sub", g.op("Exp", x), _c(g, 1.0, x))
+
+
+_TABLE = {"aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+          "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
+          "aten::erfc": _erfc, "aten::expm1": _expm1,
+          "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
           "aten::smooth_l1_loss": _smooth_l1, "aten::soft_margin_loss": _soft_margin,
           "aten::hinge_embedding_loss": _hinge_embedding, "aten::margin_ranking_loss": _margin_ranking,
           "aten::poisson_nll_loss": _poisson_nll, "aten::triplet_margin_loss": _triplet_margin}
