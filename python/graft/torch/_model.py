@@ -103,6 +103,12 @@ class _Compiled:
         self.anchors = anchors
         self.n_ipus = n_ipus
         self.versions = {}  # state key -> (id, _version) last written to or read from the session
+        # ONNX input name -> static dims as the graph declares them (None: symbolic)
+        self.input_shapes = {}
+        for i in cap.onnx.graph.input:
+            dims = i.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                self.input_shapes[i.name] = [d.dim_value for d in dims]
 
 
 class PoplarExecutor:
@@ -326,6 +332,12 @@ class PoplarExecutor:
             a = _np(t)
             if n > 1:
                 a = a.reshape(lead + [a.shape[0] // n] + list(a.shape[1:]))
+            declared = compiled.input_shapes.get(name)
+            if declared is not None and list(a.shape[len(lead):]) != declared and \
+                    int(np.prod(declared)) * (a.size // max(1, int(np.prod(a.shape[len(lead):])))) == a.size:
+                # The exporter sometimes types an input with another shape of the same size (a
+                # [1] value of index_fill as a scalar): feed it as the graph declares it.
+                a = a.reshape(list(a.shape[:len(lead)]) + declared)
             feeds[name] = np.ascontiguousarray(a)
         state = _capture._named_state(self._model)  # noqa: SLF001
         for name, key in compiled.cap.fed.items():
