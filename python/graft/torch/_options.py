@@ -174,8 +174,7 @@ class Options:
             if not output_return_period or output_return_period < 1:
                 raise _graft.Error("Options.outputMode(EveryN) needs output_return_period >= 1")
             self.output_return_period = int(output_return_period)
-        elif output_return_period not in (None, 1):
-            raise _graft.Error("Options.outputMode: output_return_period is only for OutputMode.EveryN")
+        # Other modes ignore output_return_period, as in PopTorch.
         return self
 
     def anchorMode(self, mode, anchor_return_period=None):
