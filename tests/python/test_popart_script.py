@@ -28,3 +28,9 @@ def test_popart_style_training_script():
     assert "popart-style training: OK" in r.stdout
     assert "Loss anchor shape: (4,)" in r.stdout
     assert "Trainable weights: ['fc1/weights', 'fc1/bias', 'fc2/weights', 'fc2/bias']" in r.stdout
+
+
+def test_poptorch_style_training_script():
+    r = _run_script("poptorch_style_training.py")
+    assert "poptorch-style training: OK" in r.stdout
+    assert "epoch 2: loss" in r.stdout

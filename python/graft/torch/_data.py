@@ -1,0 +1,131 @@
+"""poptorch.DataLoader and AsynchronousDataAccessor: batches of the size one call consumes."""
+import enum
+import queue
+import threading
+
+import torch
+
+from .. import _graft
+from ._options import Options
+
+
+class DataLoaderMode(enum.IntEnum):
+    Sync = 0
+    Async = 1
+    AsyncRebatched = 2
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """torch's DataLoader yielding the combined batch one call of a model made with ``options``
+    consumes: ``batch_size x deviceIterations x gradientAccumulation x replicationFactor`` samples.
+    ``mode`` Async / AsyncRebatched wraps the iteration in an AsynchronousDataAccessor."""
+
+    def __init__(self, options, dataset, batch_size=1, shuffle=None, num_workers=0, drop_last=True,
+                 persistent_workers=None, auto_distributed_partitioning=True, mode=DataLoaderMode.Sync,
+                 async_options=None, rebatched_worker_size=None, **kwargs):
+        if options is None:
+            options = Options()
+        if not isinstance(options, Options):
+            raise _graft.Error(f"poptorch.DataLoader: options must be a poptorch.Options, got {type(options).__name__}")
+        if batch_size is None or batch_size < 1:
+            raise _graft.Error(f"poptorch.DataLoader: batch_size must be >= 1, got {batch_size}")
+        # The training factor: PopTorch's DataLoader counts gradient accumulation in (a call of a
+        # trainingModel takes that many micro-batches; an inferenceModel ignores the option).
+        self._combined_batch_size = batch_size * options.device_iterations * \
+            options.Training.gradient_accumulation * options.replication_factor
+        self.options = options
+        self.mode = DataLoaderMode(int(mode))
+        if persistent_workers is None:
+            persistent_workers = num_workers > 0
+        super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle),
+                         num_workers=num_workers, drop_last=drop_last, persistent_workers=persistent_workers, **kwargs)
+
+    @property
+    def combinedBatchSize(self):  # noqa: N802
+        return self._combined_batch_size
+
+    def __iter__(self):
+        if self.mode == DataLoaderMode.Sync:
+            return super().__iter__()
+        return iter(AsynchronousDataAccessor(_Sync(self)))
+
+    def terminate(self):
+        pass
+
+
+class _Sync:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        return torch.utils.data.DataLoader.__iter__(self.loader)
+
+    def __len__(self):
+        return len(self.loader)
+
+
+_END = object()
+
+
+class AsynchronousDataAccessor:
+    """Iterates a DataLoader (or any iterable of batches) on a background thread, ``buffer_size``
+    batches ahead, so loading overlaps the model's calls."""
+
+    def __init__(self, dataset, buffer_size=3, miss_sleep_time_in_ms=0.1, load_indefinitely=False,
+                 early_preload=False, sharing_strategy=None, rebatched_size=None):
+        self._source = dataset
+        self._buffer_size = max(1, int(buffer_size))
+        self._load_indefinitely = load_indefinitely
+        self._thread = None
+        self._queue = None
+        self._stop = threading.Event()
+
+    def __len__(self):
+        return len(self._source)
+
+    def _worker(self, q, stop):
+        try:
+            while not stop.is_set():
+                for item in self._source:
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                if not self._load_indefinitely:
+                    break
+        except BaseException as e:  # noqa: BLE001  (re-raised in the consumer)
+            q.put(("__graft_error__", e))
+            return
+        q.put(_END)
+
+    def __iter__(self):
+        self.terminate()
+        self._stop = threading.Event()
+        self._queue = queue.Queue(self._buffer_size)
+        self._thread = threading.Thread(target=self._worker, args=(self._queue, self._stop), daemon=True)
+        self._thread.start()
+        q = self._queue
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and \
+                    item[0] == "__graft_error__":
+                raise item[1]
+            yield item
+
+    def terminate(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __del__(self):
+        try:
+            self.terminate()
+        except Exception:  # noqa: BLE001,S110
+            pass

@@ -1,0 +1,199 @@
+"""ONNX conversions graft.torch adds to torch's TorchScript exporter for aten ops it cannot export
+at opset 17 (PopTorch lowered these itself). Registered once, on first capture, through torch's
+public register_custom_op_symbolic."""
+import torch
+from torch.onnx import symbolic_helper as sh
+
+_REGISTERED = False
+
+
+def _reduce(g, x, reduction):
+    r = sh._maybe_get_const(reduction, "i")  # noqa: SLF001
+    if r == 1:
+        return g.op("ReduceMean", x, keepdims_i=0)
+    if r == 2:
+        return g.op("ReduceSum", x, keepdims_i=0)
+    return x
+
+
+def _l1_loss(g, input, target, reduction):  # noqa: A002
+    return _reduce(g, g.op("Abs", g.op("Sub", input, target)), reduction)
+
+
+def _scaled(g, x, scale):
+    s = sh._maybe_get_const(scale, "f")  # noqa: SLF001
+    if isinstance(s, (int, float)):
+        if s == 1:
+            return x
+        return g.op("Mul", x, g.op("CastLike", g.op("Constant", value_t=torch.tensor(float(s))), x))
+    return g.op("Mul", x, g.op("CastLike", scale, x))
+
+
+def _addmv(g, input, mat, vec, beta, alpha):  # noqa: A002
+    return g.op("Add", _scaled(g, input, beta), _scaled(g, g.op("MatMul", mat, vec), alpha))
+
+
+def _c(g, value, like):
+    """A scalar constant of ``like``'s type."""
+    return g.op("CastLike", g.op("Constant", value_t=torch.tensor(float(value))), like)
+
+
+def _const(v, kind="f"):
+    return sh._maybe_get_const(v, kind)  # noqa: SLF001
+
+
+def _none(v):
+    return sh._is_none(v)  # noqa: SLF001
+
+
+def _bce(g, input, target, weight, reduction):  # noqa: A002
+    # torch clamps the logs at -100.
+    lo = _c(g, -100.0, input)
+    log_x = g.op("Max", g.op("Log", input), lo)
+    log_1mx = g.op("Max", g.op("Log", g.op("Sub", _c(g, 1.0, input), input)), lo)
+    pos = g.op("Mul", target, log_x)
+    neg = g.op("Mul", g.op("Sub", _c(g, 1.0, target), target), log_1mx)
+    loss = g.op("Neg", g.op("Add", pos, neg))
+    if not _none(weight):
+        loss = g.op("Mul", loss, weight)
+    return _reduce(g, loss, reduction)
+
+
+def _smooth_l1(g, input, target, reduction, beta):  # noqa: A002
+    b = _const(beta)
+    d = g.op("Abs", g.op("Sub", input, target))
+    if not b:
+        return _reduce(g, d, reduction)
+    quad = g.op("Div", g.op("Mul", _c(g, 0.5, d), g.op("Mul", d, d)), _c(g, b, d))
+    lin = g.op("Sub", d, _c(g, 0.5 * b, d))
+    return _reduce(g, g.op("Where", g.op("Less", d, _c(g, b, d)), quad, lin), reduction)
+
+
+def _soft_margin(g, input, target, reduction):  # noqa: A002
+    z = g.op("Neg", g.op("Mul", target, input))
+    return _reduce(g, g.op("Softplus", z), reduction)
+
+
+def _hinge_embedding(g, input, target, margin, reduction):  # noqa: A002
+    zero = _c(g, 0.0, input)
+    m = _const(margin)
+    marg = g.op("Max", g.op("Sub", _c(g, m, input), input), zero)
+    t = g.op("CastLike", target, input)
+    out_margin = g.op("Where", g.op("Equal", t, _c(g, 1.0, input)), zero, marg)
+    out_self = g.op("Where", g.op("Equal", t, _c(g, -1.0, input)), zero, input)
+    return _reduce(g, g.op("Add", out_margin, out_self), reduction)
+
+
+def _margin_ranking(g, x1, x2, target, margin, reduction):
+    z = g.op("Add", g.op("Neg", g.op("Mul", target, g.op("Sub", x1, x2))), _c(g, _const(margin), x1))
+    return _reduce(g, g.op("Relu", z), reduction)
+
+
+def _poisson_nll(g, input, target, log_input, full, eps, reduction):  # noqa: A002
+    if _const(log_input, "i"):
+        loss = g.op("Sub", g.op("Exp", input), g.op("Mul", target, input))
+    else:
+        loss = g.op("Sub", input, g.op("Mul", target, g.op("Log", g.op("Add", input, _c(g, _const(eps), input)))))
+    if _const(full, "i"):
+        t = target
+        stirling = g.op("Add", g.op("Sub", g.op("Mul", t, g.op("Log", t)), t),
+                        g.op("Mul", _c(g, 0.5, t), g.op("Log", g.op("Mul", _c(g, 2 * 3.141592653589793, t), t))))
+        loss = g.op("Add", loss, g.op("Where", g.op("Greater", t, _c(g, 1.0, t)), stirling, _c(g, 0.0, t)))
+    return _reduce(g, loss, reduction)
+
+
+def _pdist(g, a, b, p, eps):
+    d = g.op("Add", g.op("Sub", a, b), _c(g, eps, a))
+    axes = g.op("Constant", value_t=torch.tensor([-1]))
+    if p == 2:
+        return g.op("Sqrt", g.op("ReduceSum", g.op("Mul", d, d), axes, keepdims_i=0))
+    if p == 1:
+        return g.op("ReduceSum", g.op("Abs", d), axes, keepdims_i=0)
+    pw = _c(g, p, a)
+    return g.op("Pow", g.op("ReduceSum", g.op("Pow", g.op("Abs", d), pw), axes, keepdims_i=0),
+                g.op("Div", _c(g, 1.0, a), pw))
+
+
+def _triplet_margin(g, anchor, positive, negative, margin, p, eps, swap, reduction):
+    pv, ev = _const(p), _const(eps)
+    d_ap = _pdist(g, anchor, positive, pv, ev)
+    d_an = _pdist(g, anchor, negative, pv, ev)
+    if _const(swap, "i"):
+        d_an = g.op("Min", d_an, _pdist(g, positive, negative, pv, ev))
+    z = g.op("Add", g.op("Sub", d_ap, d_an), _c(g, _const(margin), anchor))
+    return _reduce(g, g.op("Relu", z), reduction)
+
+
+def _dims(dim):
+    if _none(dim):
+        return None
+    try:
+        d = sh._maybe_get_const(dim, "is")  # noqa: SLF001
+    except TypeError:  # a single int
+        d = sh._maybe_get_const(dim, "i")  # noqa: SLF001
+    if isinstance(d, torch.Tensor):
+        d = d.tolist()
+    if isinstance(d, int):
+        d = [d]
+    return list(d) if d is not None else None
+
+
+def _reduce_sum(g, x, dims, keepdim):
+    if dims is None:
+        return g.op("ReduceSum", x, keepdims_i=int(keepdim))
+    if not dims:
+        return x
+    return g.op("ReduceSum", x, g.op("Constant", value_t=torch.tensor(dims, dtype=torch.int64)),
+                keepdims_i=int(keepdim))
+
+
+def _nansum(g, input, dim, keepdim, dtype):  # noqa: A002
+    clean = g.op("Where", g.op("IsNaN", input), _c(g, 0.0, input), input)
+    return _reduce_sum(g, clean, _dims(dim), bool(_const(keepdim, "i")))
+
+
+def _count_nonzero(g, input, dim):  # noqa: A002
+    nz = g.op("Cast", g.op("Not", g.op("Equal", input, _c(g, 0.0, input))), to_i=7)  # INT64
+    d = _dims(dim)
+    return _reduce_sum(g, nz, d, False)
+
+
+def _unary(op):
+    def fn(g, x):
+        return g.op(op, x)
+
+    return fn
+
+
+def _trunc(g, x):
+    return g.op("Where", g.op("Less", x, _c(g, 0.0, x)), g.op("Ceil", x), g.op("Floor", x))
+
+
+def _frac(g, x):
+    return g.op("Sub", x, _trunc(g, x))
+
+
+def _erfc(g, x):
+    return g.op("Sub", _c(g, 1.0, x), g.op("Erf", x))
+
+
+def _expm1(g, x):
+    return g.op("Sub", g.op("Exp", x), _c(g, 1.0, x))
+
+
+_TABLE = {"aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+          "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
+          "aten::erfc": _erfc, "aten::expm1": _expm1,
+          "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
+          "aten::smooth_l1_loss": _smooth_l1, "aten::soft_margin_loss": _soft_margin,
+          "aten::hinge_embedding_loss": _hinge_embedding, "aten::margin_ranking_loss": _margin_ranking,
+          "aten::poisson_nll_loss": _poisson_nll, "aten::triplet_margin_loss": _triplet_margin}
+
+
+def register():
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    for name, fn in _TABLE.items():
+        torch.onnx.register_custom_op_symbolic(name, fn, 13)
+    _REGISTERED = True

@@ -1,0 +1,192 @@
+"""poptorch.optim: torch's optimizers with PopTorch's extra arguments, and their mapping onto
+graft's optimizers (graft.SGD, graft.Adam, graft.Adaptive). Any torch.optim.SGD / Adam / AdamW /
+RMSprop works too; the per-parameter groups become graft's per-weight hyper-parameters."""
+import torch
+
+from .. import _graft
+
+# Accepted and without effect: graft keeps optimizer state in the weight's type and computes the
+# update in one precision.
+_IGNORED = ("accum_type", "velocity_accum_type", "first_order_momentum_accum_type",
+            "second_order_momentum_accum_type", "use_combined_accum", "foreach", "differentiable", "fused",
+            "capturable")
+
+
+class _Extras:
+    def _graft_init(self, loss_scaling, max_grad_norm, **extra):
+        self.loss_scaling = 1.0 if loss_scaling is None else float(loss_scaling)
+        self.max_grad_norm = max_grad_norm
+        self.graft_extra = extra
+        self._variable = set()
+
+    def variableAttributes(self):  # noqa: N802  (PopTorch marks attributes constant / variable)
+        return self
+
+    def markAsConstant(self, attr):  # noqa: N802
+        """graft compiles every hyper-parameter as a variable: setOptimizer changes any of them."""
+
+    def markAsVariable(self, attr):  # noqa: N802
+        self._variable.add(attr)
+
+
+def _torch_kwargs(names, values):
+    return {k: v for k, v in zip(names, values) if v is not None}
+
+
+class SGD(_Extras, torch.optim.SGD):
+    """torch.optim.SGD plus PopTorch's loss_scaling, velocity_scaling, use_combined_accum,
+    accum_type, velocity_accum_type and max_grad_norm."""
+
+    def __init__(self, params, lr, momentum=None, dampening=None, weight_decay=None, nesterov=None, maximize=None,
+                 foreach=None, differentiable=None, loss_scaling=None, velocity_scaling=None, use_combined_accum=None,
+                 accum_type=None, velocity_accum_type=None, max_grad_norm=None):
+        kw = _torch_kwargs(("momentum", "dampening", "weight_decay", "nesterov", "maximize"),
+                           (momentum, dampening, weight_decay, nesterov, maximize))
+        torch.optim.SGD.__init__(self, params, lr=lr, **kw)
+        for g in self.param_groups:
+            g.setdefault("velocity_scaling", 1.0 if velocity_scaling is None else float(velocity_scaling))
+        self._graft_init(loss_scaling, max_grad_norm)
+
+
+class Adam(_Extras, torch.optim.Adam):
+    def __init__(self, params, lr=None, betas=None, eps=None, weight_decay=None, amsgrad=None, foreach=None,
+                 maximize=None, capturable=None, differentiable=None, fused=None, loss_scaling=None, accum_type=None,
+                 first_order_momentum_accum_type=None, second_order_momentum_accum_type=None, max_grad_norm=None):
+        kw = _torch_kwargs(("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"),
+                           (lr, betas, eps, weight_decay, amsgrad, maximize))
+        torch.optim.Adam.__init__(self, params, **kw)
+        self._graft_init(loss_scaling, max_grad_norm)
+
+
+class AdamW(_Extras, torch.optim.AdamW):
+    def __init__(self, params, lr=None, betas=None, eps=None, weight_decay=None, amsgrad=None, maximize=None,
+                 foreach=None, capturable=None, differentiable=None, fused=None, loss_scaling=None,
+                 bias_correction=None, accum_type=None, first_order_momentum_accum_type=None,
+                 second_order_momentum_accum_type=None, max_grad_norm=None):
+        kw = _torch_kwargs(("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"),
+                           (lr, betas, eps, weight_decay, amsgrad, maximize))
+        torch.optim.AdamW.__init__(self, params, **kw)
+        for g in self.param_groups:
+            g.setdefault("bias_correction", True if bias_correction is None else bool(bias_correction))
+        self._graft_init(loss_scaling, max_grad_norm)
+
+
+class RMSprop(_Extras, torch.optim.RMSprop):
+    def __init__(self, params, lr=None, alpha=None, eps=None, weight_decay=None, momentum=None, centered=None,
+                 foreach=None, maximize=None, differentiable=None, loss_scaling=None, accum_type=None,
+                 first_order_momentum_accum_type=None, second_order_momentum_accum_type=None, use_tf_variant=None):
+        kw = _torch_kwargs(("lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"),
+                           (lr, alpha, eps, weight_decay, momentum, centered, maximize))
+        torch.optim.RMSprop.__init__(self, params, **kw)
+        self._graft_init(loss_scaling, None, use_tf_variant=bool(use_tf_variant))
+
+
+class LAMB(_Extras, torch.optim.Optimizer):
+    """LAMB (You et al.): graft's Adam in Lamb mode (LambNoBias without bias correction). Has no
+    torch counterpart, so ``step()`` in plain torch is not provided."""
+
+    def __init__(self, params, lr=None, betas=None, eps=None, weight_decay=None, bias_correction=None,
+                 loss_scaling=None, max_weight_norm=None, accum_type=None, first_order_momentum_accum_type=None,
+                 second_order_momentum_accum_type=None):
+        defaults = {"lr": 1e-3 if lr is None else lr, "betas": betas or (0.9, 0.999),
+                    "eps": 1e-8 if eps is None else eps, "weight_decay": 1e-2 if weight_decay is None else weight_decay,
+                    "bias_correction": True if bias_correction is None else bias_correction,
+                    "max_weight_norm": 65500.0 if max_weight_norm is None else max_weight_norm}
+        torch.optim.Optimizer.__init__(self, params, defaults)
+        self._graft_init(loss_scaling, None)
+
+    def step(self, closure=None):
+        raise _graft.Error("poptorch.optim.LAMB: graft.torch trains with LAMB inside a trainingModel only")
+
+
+# ---- the mapping onto graft's optimizers ----------------------------------------------------------
+
+
+def _v(x):
+    return (float(x), False)  # variable: setOptimizer can change it without recompiling
+
+
+def _kind(opt):
+    if isinstance(opt, LAMB):
+        return "lamb"
+    if isinstance(opt, torch.optim.AdamW):
+        return "adamw"
+    if isinstance(opt, torch.optim.Adam):
+        return "adam"
+    if isinstance(opt, torch.optim.RMSprop):
+        return "rmsprop"
+    if isinstance(opt, torch.optim.SGD):
+        return "sgd"
+    raise _graft.Error(f"graft.torch: optimizer {type(opt).__name__} is not supported; use SGD, Adam, AdamW, "
+                       "RMSprop (torch.optim or poptorch.optim) or poptorch.optim.LAMB")
+
+
+def _group_values(kind, g, loss_scaling):
+    if g.get("maximize"):
+        raise _graft.Error(f"graft.torch: {kind} with maximize=True is not supported")
+    if g.get("amsgrad"):
+        raise _graft.Error(f"graft.torch: {kind} with amsgrad=True is not supported")
+    if kind == "sgd":
+        if g.get("dampening", 0) and g.get("momentum", 0):
+            # PopART starts the velocity at 0 where torch starts it at the first gradient.
+            pass
+        return {"learningRate": _v(g["lr"]), "weightDecay": _v(g.get("weight_decay", 0)),
+                "momentum": _v(g.get("momentum", 0)), "dampening": _v(g.get("dampening", 0)),
+                "velocityScaling": _v(g.get("velocity_scaling", 1.0))}
+    if kind in ("adam", "adamw", "lamb"):
+        b1, b2 = g["betas"]
+        out = {"learningRate": _v(g["lr"]), "weightDecay": _v(g.get("weight_decay", 0)), "beta1": _v(b1),
+               "beta2": _v(b2), "eps": _v(g["eps"])}
+        if kind == "lamb":
+            out["maxWeightNorm"] = _v(g["max_weight_norm"])
+        return out
+    return {"learningRate": _v(g["lr"]), "weightDecay": _v(g.get("weight_decay", 0)), "alpha": _v(g["alpha"]),
+            "momentum": _v(g.get("momentum", 0)), "eps": _v(g["eps"])}
+
+
+def to_graft(opt, weight_of_param):
+    """graft's optimizer equal to ``opt``: every weight gets its group's hyper-parameters.
+    ``weight_of_param``: id(parameter) -> graft weight id (the parameters the graph trains)."""
+    kind = _kind(opt)
+    loss_scaling = getattr(opt, "loss_scaling", 1.0)
+    groups = opt.param_groups
+    default = {("default" + k[0].upper() + k[1:]): v for k, v in _group_values(kind, groups[0], loss_scaling).items()}
+    default["lossScaling"] = _v(loss_scaling)
+    clip = []
+    max_norm = getattr(opt, "max_grad_norm", None)
+    if max_norm is not None:
+        clip = [_graft.ClipNormSettings.clipAllWeights(float(max_norm))]
+    if kind == "sgd":
+        default["nesterov"] = (1.0 if groups[0].get("nesterov") else 0.0, True)
+        if any(bool(g.get("nesterov")) != bool(groups[0].get("nesterov")) for g in groups):
+            raise _graft.Error("graft.torch: SGD parameter groups with different nesterov settings are not supported")
+        gopt = _graft.SGD(default, clip_norm_settings=clip)
+    elif kind in ("adam", "adamw", "lamb"):
+        if kind == "lamb":
+            mode = _graft.AdamMode.Lamb if groups[0].get("bias_correction", True) else _graft.AdamMode.LambNoBias
+        else:
+            bias = groups[0].get("bias_correction", True)
+            mode = _graft.AdamMode.Adam if bias else _graft.AdamMode.AdamNoBias
+        wd_mode = _graft.WeightDecayMode.L2Regularization if kind == "adam" else _graft.WeightDecayMode.Decay
+        gopt = _graft.Adam(default, mode=mode, weight_decay_mode=wd_mode, clip_norm_settings=clip)
+    else:
+        mode = _graft.AdaptiveMode.CenteredRMSProp if groups[0].get("centered") else _graft.AdaptiveMode.RMSProp
+        if any(bool(g.get("centered")) != bool(groups[0].get("centered")) for g in groups):
+            raise _graft.Error("graft.torch: RMSprop parameter groups with different centered settings are not "
+                               "supported")
+        gopt = _graft.Adaptive(default, mode=mode, weight_decay_mode=_graft.WeightDecayMode.L2Regularization,
+                               rmsprop_tf_variant=bool(getattr(opt, "graft_extra", {}).get("use_tf_variant")),
+                               clip_norm_settings=clip)
+    for g in groups:
+        values = _group_values(kind, g, loss_scaling)
+        for p in g["params"]:
+            wid = weight_of_param.get(id(p))
+            if wid is not None:
+                gopt.insertSpecific(wid, values)
+    return gopt
+
+
+def signature(opt):
+    """A value that changes when any hyper-parameter of ``opt`` changes (lr schedulers included)."""
+    return (type(opt), getattr(opt, "loss_scaling", 1.0), getattr(opt, "max_grad_norm", None),
+            tuple(tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params")) for g in opt.param_groups))

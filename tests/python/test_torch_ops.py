@@ -1,0 +1,93 @@
+"""graft.torch's ops and the exporter conversions it adds (graft/torch/_symbolic.py): losses and
+addmv the TorchScript exporter cannot export at opset 17, checked against torch."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import graft.torch as poptorch  # noqa: E402
+
+CASES = {
+    "l1": lambda x, t, s: F.l1_loss(x, t),
+    "unary": lambda x, t, s: torch.acosh(x + 1.5) + torch.asinh(s * x) + torch.atanh(x * 0.9) + torch.cosh(x)
+    + torch.sinh(s * x) + torch.erfc(s * x) + torch.expm1(x) + torch.frac(3 * s * x) + torch.trunc(3 * s * x),
+    "nansum": lambda x, t, s: torch.nansum(torch.where(s > 0, x, torch.full_like(x, float("nan")))),
+    "nansum_dim": lambda x, t, s: torch.nansum(torch.where(s > 0, x, torch.full_like(x, float("nan"))), dim=1,
+                                               keepdim=True),
+    "count_nonzero": lambda x, t, s: torch.count_nonzero(torch.relu(s), dim=0),
+    "addmv": lambda x, t, s: torch.addmv(x[0], t.T, s[:, 1], beta=0.5, alpha=2.0),
+    "bce": lambda x, t, s: F.binary_cross_entropy(x, t),
+    "bce_weight_sum": lambda x, t, s: F.binary_cross_entropy(x, t, weight=t, reduction="sum"),
+    "smooth_l1": lambda x, t, s: F.smooth_l1_loss(x * 3, t, beta=0.5),
+    "smooth_l1_none": lambda x, t, s: F.smooth_l1_loss(x * 3, t, reduction="none"),
+    "soft_margin": lambda x, t, s: F.soft_margin_loss(x, s),
+    "hinge_embedding": lambda x, t, s: F.hinge_embedding_loss(x, s, margin=0.7),
+    "margin_ranking": lambda x, t, s: F.margin_ranking_loss(x, t, s, margin=0.1),
+    "poisson_nll_full": lambda x, t, s: F.poisson_nll_loss(x, t * 3, log_input=True, full=True),
+    "poisson_nll": lambda x, t, s: F.poisson_nll_loss(x, t * 3, log_input=False),
+    "triplet_margin": lambda x, t, s: F.triplet_margin_loss(x, t, s, margin=0.3),
+    "triplet_margin_swap_p1": lambda x, t, s: F.triplet_margin_loss(x, t, s, p=1, swap=True, reduction="sum"),
+}
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 5, generator=g) * 0.9 + 0.05
+    t = torch.rand(4, 5, generator=g)
+    s = torch.sign(torch.randn(4, 5, generator=g))
+    return x, t, s
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_added_conversions_match_torch(name):
+    args = inputs()
+    got = poptorch.inferenceModel(Fn(CASES[name]))(*args)
+    np.testing.assert_allclose(got.numpy(), CASES[name](*args).numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_added_loss_trains_like_torch():
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(5, 5)
+    ref = torch.nn.Linear(5, 5)
+    ref.load_state_dict(lin.state_dict())
+
+    class Net(torch.nn.Module):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x, t):
+            return F.smooth_l1_loss(self.lin(x), t, beta=0.5)
+
+    x, t, _ = inputs()
+    model = poptorch.trainingModel(Net(lin), optimizer=torch.optim.SGD(lin.parameters(), lr=0.5))
+    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    for _ in range(3):
+        loss = model(x, t)
+        opt.zero_grad()
+        t_loss = F.smooth_l1_loss(ref(x), t, beta=0.5)
+        t_loss.backward()
+        opt.step()
+        np.testing.assert_allclose(float(loss), float(t_loss), atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(lin.weight.detach().numpy(), ref.weight.detach().numpy(), atol=1e-6)
+
+
+def test_ops_pass_through():
+    x = torch.randn(3, 2)
+    assert poptorch.nop(x) is x and poptorch.ipu_print_tensor(x) is x
+    assert poptorch.set_available_memory(x, 0.5) is x
+    out = poptorch.for_loop(3, lambda a: a * 2, [x])
+    np.testing.assert_allclose(out[0].numpy(), (x * 8).numpy())
+    branch = poptorch.cond(torch.tensor(True), lambda a: a + 1, [x], lambda a: a - 1, [x])
+    np.testing.assert_allclose(branch[0].numpy(), (x + 1).numpy())
+    assert poptorch.recomputationCheckpoint(x) is x
