@@ -193,6 +193,10 @@ void bindOptions(pyb::module_& m) {
       .value("Sum", ReductionType::Sum)
       .value("Mean", ReductionType::Mean)
       .value("NoReduction", ReductionType::NoReduction);
+  pyb::enum_<MeanReductionStrategy>(m, "MeanReductionStrategy")
+      .value("Running", MeanReductionStrategy::Running)
+      .value("Post", MeanReductionStrategy::Post)
+      .value("PostAndLoss", MeanReductionStrategy::PostAndLoss);
   pyb::enum_<RecomputationType>(m, "RecomputationType")
       .value("NoRecompute", RecomputationType::None)
       .value("Standard", RecomputationType::Standard)
@@ -212,6 +216,12 @@ void bindOptions(pyb::module_& m) {
       .def_readwrite("autoRecomputation", &SessionOptions::autoRecomputation)
       .def_readwrite("enableReplicatedGraphs", &SessionOptions::enableReplicatedGraphs)
       .def_readwrite("replicatedGraphCount", &SessionOptions::replicatedGraphCount)
+      .def_readwrite("meanAccumulationAndReplicationReductionStrategy",
+                     &SessionOptions::meanAccumulationAndReplicationReductionStrategy)
+      .def_readwrite("enableDistributedReplicatedGraphs", &SessionOptions::enableDistributedReplicatedGraphs)
+      .def_readwrite("globalReplicationFactor", &SessionOptions::globalReplicationFactor)
+      .def_readwrite("globalReplicaOffset", &SessionOptions::globalReplicaOffset)
+      .def_readwrite("collectiveTimeoutSeconds", &SessionOptions::collectiveTimeoutSeconds)
       .def_readwrite("constantWeights", &SessionOptions::constantWeights)
       .def_readwrite("numThreads", &SessionOptions::numThreads)
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
