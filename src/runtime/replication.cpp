@@ -5,8 +5,11 @@
 // replicas' gradient accumulators, here and then over MPI across processes. The optimizer step
 // itself runs once per process on the shared weights, so replicas can never drift apart.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -46,6 +49,15 @@ uint64_t fnv1a(const std::string& s) {
 }
 
 }  // namespace
+
+struct Session::Impl::Plan::Reduction {
+  std::map<std::string, size_t> index;  ///< accumulator id -> position in accumulatorIds
+  std::unique_ptr<std::atomic<int>[]> added;
+  std::unique_ptr<std::atomic<bool>[]> started;
+  /// Accumulate runs per accumulator in one weight update: micro-batches x local replicas.
+  int target = 0;
+  std::mutex commMutex;  ///< MPI calls come from several workers, one at a time
+};
 
 void Session::Impl::checkReplication() {
   const SessionOptions& o = options;
@@ -155,6 +167,13 @@ void Session::Impl::compileReplicated(Plan& p) {
     }
     p.replicas.push_back(std::move(rep));
   }
+  auto red = std::make_shared<Plan::Reduction>();
+  const size_t count = p.accumulatorIds.size();
+  for (size_t k = 0; k < count; ++k) red->index[p.accumulatorIds[k]] = k;
+  red->added.reset(new std::atomic<int>[count]);
+  red->started.reset(new std::atomic<bool>[count]);
+  for (size_t k = 0; k < count; ++k) red->added[k] = 0, red->started[k] = false;
+  p.reduction = red;
   passes::PassContext ctx;
   ctx.weightsAreConstant = weightsAreConstant();
   ctx.verifyEachPass = options.verifyPasses;
@@ -169,24 +188,50 @@ void Session::Impl::compileReplicated(Plan& p) {
       });
       rep->exe->setProfiling(options.enableProfiling);
     }
+    if (count == 0) continue;
+    Plan* plan = &p;
+    auto hook = [this, plan](const ir::Node& n) { afterReplicaNode(*plan, n); };
+    if (rep->exe) rep->exe->setAfterNode(hook);
+    if (rep->staged)
+      for (auto& e : rep->staged->exes) e->setAfterNode(hook);
+  }
+}
+
+void Session::Impl::afterReplicaNode(Plan& p, const ir::Node& n) {
+  if (n.type() != "Accumulate" || n.numInputs() < 1 || !n.input(0)) return;
+  Plan::Reduction& red = *p.reduction;
+  auto it = red.index.find(n.input(0)->id());
+  if (it == red.index.end()) return;
+  // The last replica to finish this gradient sums it, while the others go on with backward.
+  if (red.added[it->second].fetch_add(1) + 1 != red.target) return;
+  reduceAccumulator(p, it->second);
+}
+
+void Session::Impl::reduceAccumulator(Plan& p, size_t k) {
+  Plan::Reduction& red = *p.reduction;
+  if (red.started[k].exchange(true)) return;
+  const TensorId& id = p.accumulatorIds[k];
+  NDArray& sum = p.replicas[0]->accumulators[k];
+  for (size_t i = 1; i < p.replicas.size(); ++i) {
+    NDArray& a = p.replicas[i]->accumulators[k];
+    addInto(sum, a, "all-reduce of '" + id + "'");
+    if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+  }
+  if (comm) {
+    std::lock_guard<std::mutex> lock(red.commMutex);
+    comm->startAllreduceSum(sum, id);
   }
 }
 
 void Session::Impl::reduceGradients(Plan& p) {
-  const size_t r = p.replicas.size();
-  for (size_t k = 0; k < p.accumulatorIds.size(); ++k) {
-    const TensorId& id = p.accumulatorIds[k];
-    NDArray& sum = p.replicas[0]->accumulators[k];
-    for (size_t i = 1; i < r; ++i) {
-      NDArray& a = p.replicas[i]->accumulators[k];
-      addInto(sum, a, "all-reduce of '" + id + "'");
-      if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
-    }
-    // Each tensor goes over the network as soon as its local sum is ready; the next tensor's
-    // local sum overlaps with it.
-    if (comm) comm->startAllreduceSum(sum, id);
+  Plan::Reduction& red = *p.reduction;
+  // Accumulators whose last Accumulate did not report (none should) are reduced here.
+  for (size_t k = 0; k < p.accumulatorIds.size(); ++k) reduceAccumulator(p, k);
+  if (comm) {
+    std::lock_guard<std::mutex> lock(red.commMutex);
+    comm->waitAll();
   }
-  if (comm) comm->waitAll();
+  for (size_t k = 0; k < p.accumulatorIds.size(); ++k) red.added[k] = 0, red.started[k] = false;
 }
 
 void Session::Impl::broadcastWeights() {
@@ -258,10 +303,17 @@ void Session::Impl::runReplicated(IStepIO& io) {
     }
     // A failed step leaves no partial gradient sums behind: the session stays usable.
     auto discardGradients = [&] {
+      if (comm && p->reduction) {
+        std::lock_guard<std::mutex> lock(p->reduction->commMutex);
+        comm->waitAll();  // the all-reduces already started must not write into the next step
+      }
       for (auto& rep : p->replicas)
         for (NDArray& a : rep->accumulators)
           if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+      for (size_t k = 0; k < p->accumulatorIds.size(); ++k)
+        p->reduction->added[k] = 0, p->reduction->started[k] = false;
     };
+    p->reduction->target = n * r;
     if (p->replicas[0]->staged) {
       // Each replica's pipeline has its own host loop; inputs were read above, in order.
       std::vector<std::exception_ptr> errors(r);

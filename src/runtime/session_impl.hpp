@@ -68,6 +68,10 @@ struct Session::Impl {
     /// Training with replication: the gradient accumulators, all-reduced across replicas before
     /// every optimizer step.
     std::vector<TensorId> accumulatorIds;
+    /// Replication: per accumulator, the replica runs that have added to it in the current weight
+    /// update (runtime/replication.cpp; shared_ptr: the type is complete there only).
+    struct Reduction;
+    std::shared_ptr<Reduction> reduction;
   };
   /// Worker threads of the virtual devices (created with the first staged plan; they outlive the
   /// plans, whose kernels they run).
@@ -148,8 +152,14 @@ struct Session::Impl {
   /// Compiles one copy of a plan's graph per local replica.
   void compileReplicated(Plan& p);
   void runReplicated(IStepIO& io);
-  /// Sums the gradient accumulators of all replicas (here, then over MPI) into the first's.
+  /// Sums the gradient accumulators of all replicas (here, then over MPI) into the first's: those
+  /// whose reduction has not started yet, then waits for all.
   void reduceGradients(Plan& p);
+  /// Sums accumulator k of all replicas into the first's and starts its all-reduce over MPI.
+  void reduceAccumulator(Plan& p, size_t k);
+  /// Runs on a replica's worker after each node: once every replica's last Accumulate of a weight
+  /// update has run for an accumulator, its reduction starts (overlapping the rest of backward).
+  void afterReplicaNode(Plan& p, const ir::Node& n);
   /// Distributed: weights and optimizer state from rank 0 to every process.
   void broadcastWeights();
   /// Distributed: throws unless every process has the same model and options.
