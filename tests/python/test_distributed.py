@@ -22,13 +22,21 @@ GRAFT = os.path.join(HERE, "..", "..", "build", "tools", "graft")
 
 
 
+def clean_env(**extra):
+    """This process's environment without the variables MPI set when a test initialised it here
+    (a singleton MPI world): an mpirun started with them thinks it runs inside another job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_", "ORTE_"))}
+    env.update(extra)
+    return env
+
+
 def mpirun(np_, args, timeout):
     assert MPIRUN, "these tests need OpenMPI's mpirun: scripts/setup.sh installs openmpi-bin"
     cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    env = dict(os.environ, GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(np_),
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env = clean_env(GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(np_),
+                    OMPI_MCA_btl_vader_single_copy_mechanism="none")
     t0 = time.monotonic()
     p = subprocess.run(cmd + [sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=timeout, env=env)
     return p, time.monotonic() - t0
@@ -126,7 +134,7 @@ def test_distributed_options_that_do_not_match_the_mpi_world_are_errors():
 
 def test_graft_launch_builds_the_mpirun_command():
     p = subprocess.run([GRAFT, "launch", "--num-instances", "2", "--num-replicas", "4", "--host", "a,b", "--print", "--",
-                        "python", "train.py"], capture_output=True, text=True)
+                        "python", "train.py"], capture_output=True, text=True, env=clean_env())
     assert p.returncode == 0, p.stderr
     cmd = p.stdout.split()
     assert cmd[:3] == ["mpirun", "-np", "2"]
@@ -139,7 +147,7 @@ def test_graft_launch_builds_the_mpirun_command():
 
 def test_graft_launch_runs_a_popdist_style_script(tmp_path):
     out = str(tmp_path / "run")
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env = clean_env(OMPI_MCA_btl_vader_single_copy_mechanism="none")
     p = subprocess.run([GRAFT, "launch", "--num-instances", "2", "--", sys.executable, SCRIPT, "train", out, "2", "sgd",
                         "1"], capture_output=True, text=True, timeout=240, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -209,7 +217,7 @@ def test_two_hosts_over_tcp_between_network_namespaces(tmp_path):
                "--mca", "btl_tcp_if_include", h.net, "--allow-run-as-root", "--bind-to", "none",
                "-x", "GRAFT_NUM_INSTANCES=2", "-x", "GRAFT_NUM_REPLICAS=2",
                sys.executable, SCRIPT, "train", out, str(steps), "adam", "2"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
     assert p.returncode == 0, p.stdout + p.stderr
     want, weights = in_process(steps, "adam", 2)
     ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
