@@ -9,7 +9,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libonnx-dev libonnx-testdata libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libcli11-dev libfmt-dev libdnnl-dev zlib1g-dev
-  dataset-fashion-mnist python3-venv python3-dev
+  dataset-fashion-mnist python3-venv python3-dev libopenmpi-dev openmpi-bin
   clang clang-format clang-tidy
 )
 missing=()

@@ -191,6 +191,20 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
   app.add_subcommand("ops", "List the ops graft implements, by domain");
 
+  LaunchOptions lo;
+  auto* launch = app.add_subcommand("launch", "Run a training script as N instances over MPI (PopRun's role): "
+                                              "graft launch --num-instances 2 --num-replicas 4 -- python train.py");
+  launch->add_option("--num-instances", lo.numInstances, "Processes to start")->required();
+  launch->add_option("--num-replicas", lo.numReplicas, "Replicas in all (a multiple of --num-instances; default: one "
+                                                       "per instance)");
+  launch->add_option("--host", lo.hosts, "Hosts to run on, comma-separated (default: this machine)")->delimiter(',');
+  launch->add_option("--mpirun", lo.mpirun, "The mpirun program")->capture_default_str();
+  launch->add_option("--mpi-args", lo.mpiArgs, "Extra mpirun arguments (quoted, repeatable)");
+  launch->add_option("--timeout", lo.collectiveTimeout, "Seconds a collective waits for a peer before failing")
+      ->capture_default_str();
+  launch->add_flag("--print", lo.printOnly, "Print the mpirun command line instead of running it");
+  launch->add_option("command", lo.command, "The command each instance runs (after --)")->required();
+
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   if (argv.empty()) argv.push_back("graft");
@@ -210,6 +224,7 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
     else if (run->parsed()) runCommand(ro, out);
     else if (bench->parsed()) benchCommand(bo, out);
+    else if (launch->parsed()) return launchCommand(lo, out);
     else if (train->parsed()) {
       bool terminal = &err == &std::cerr && isatty(STDERR_FILENO);
       to.progress = progressMode == "bar"     ? ProgressMode::Bar

@@ -90,6 +90,21 @@ void benchCommand(const BenchOptions& options, std::ostream& out);
 /// Lists the registered ops by domain.
 void opsCommand(std::ostream& out);
 
+struct LaunchOptions {
+  int numInstances = 1;
+  int numReplicas = 0;  ///< all replicas, over all instances; 0: one per instance
+  std::vector<std::string> hosts;
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpiArgs;
+  double collectiveTimeout = 60;
+  bool printOnly = false;
+  std::vector<std::string> command;
+};
+/// The mpirun command line `graft launch` runs.
+std::vector<std::string> launchArguments(const LaunchOptions& options);
+/// Replaces this process with mpirun (printOnly: prints the command line instead).
+int launchCommand(const LaunchOptions& options, std::ostream& out);
+
 /// The whole command line: args[0] is the program name. Returns the exit code: 0 on success, 1
 /// for a graft::Error (its message goes to `err`), 2 for a usage error, 3 for an internal error.
 int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -10,6 +10,10 @@ enum class VirtualGraphMode { Off, Manual, Auto };
 enum class RecomputationType { None, Standard, NormOnly, Pipeline, RecomputeAll };
 /// How gradients of micro-batches combine under gradient accumulation.
 enum class ReductionType { Sum, Mean, NoReduction };
+/// Where the division of a Mean reduction happens (PopART's MeanReductionStrategy). graft divides
+/// once, after accumulating and all-reducing, for every strategy: the results differ from PopART's
+/// Running strategy only by rounding.
+enum class MeanReductionStrategy { Running, Post, PostAndLoss };
 
 /// PopART-compatible session options. Fields PopART has that do not apply to graft's devices
 /// are accepted by the Python layer with a warning (see docs/python-api.md).
@@ -19,13 +23,23 @@ struct SessionOptions {
   int accumulationFactor = 1;
   /// Sum (PopART's default) or Mean of the accumulated micro-batch gradients.
   ReductionType accumulationAndReplicationReductionType = ReductionType::Sum;
+  /// With a Mean reduction: see MeanReductionStrategy.
+  MeanReductionStrategy meanAccumulationAndReplicationReductionStrategy = MeanReductionStrategy::Post;
   // Sharding and pipelining.
   VirtualGraphMode virtualGraphMode = VirtualGraphMode::Off;
   bool enablePipelining = false;
   RecomputationType autoRecomputation = RecomputationType::None;
   // Replication.
+  /// Data parallelism (docs/replication.md): replicatedGraphCount copies of the graph in this
+  /// process, each on its own virtual devices, gradients all-reduced before every weight update.
   bool enableReplicatedGraphs = false;
+  /// Replicas in this process.
   int replicatedGraphCount = 1;
+  /// Replicas in several processes (over MPI): globalReplicationFactor replicas in all, this
+  /// process holding replicas [globalReplicaOffset, globalReplicaOffset + replicatedGraphCount).
+  bool enableDistributedReplicatedGraphs = false;
+  int globalReplicationFactor = 1;
+  int globalReplicaOffset = 0;
   // Inference: weights never change after prepareDevice, so computations on them may be folded.
   bool constantWeights = true;
 
@@ -53,6 +67,9 @@ struct SessionOptions {
   /// (a gradient or update that was not finite), throws graft::Error naming the step and the
   /// first such tensor. Off by default (it scans the values); `graft train` turns it on.
   bool detectNonFinite = false;
+  /// Distributed replication: seconds a process waits for its peers in a collective (all-reduce,
+  /// broadcast, the option check) before it fails with graft::Error (a peer died or hangs).
+  double collectiveTimeoutSeconds = 60;
 };
 
 }  // namespace graft

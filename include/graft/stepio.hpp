@@ -33,8 +33,9 @@ class StepIO : public IStepIO {
   NDArray in(const TensorId& id, const TensorInfo& expected, bool prefetch) override;
   NDArray out(const TensorId& id, DataType dtype, const Shape& shape) override;
   /// Called by the session at the start of a run: the leading dimensions of input arrays, whose
-  /// product is the number of model runs (micro-batches) in the step.
-  void beginStep(const Shape& leadingDims);
+  /// product is the number of model runs (micro-batches, times replicas) in the step. `meaning`
+  /// names them in errors.
+  void beginStep(const Shape& leadingDims, const std::string& meaning = "batchesPerStep, accumulationFactor");
   /// Called by the session after beginStep: anchor `id` returns `count` results this step; its
   /// array must hold exactly that many (a larger or smaller one is an error, not silently used).
   void expectResults(const TensorId& id, int64_t count);
@@ -45,6 +46,7 @@ class StepIO : public IStepIO {
   std::map<TensorId, NDArray> inputs_, outputs_;
   std::map<TensorId, int64_t> inIndex_, outIndex_, expected_;
   Shape leading_;
+  std::string meaning_;
   int64_t runs_ = 1;
 };
 

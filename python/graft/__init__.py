@@ -44,6 +44,7 @@ from ._graft import (  # noqa: F401  (re-exported)
     Optimizer,
     OptimizerValue,
     OptimizerValueMap,
+    MeanReductionStrategy,
     PatternsLevel,
     PyStepIO,
     PyStepIOCallback,

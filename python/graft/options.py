@@ -18,16 +18,16 @@ POPART_IGNORED_OPTIONS = frozenset("""
     batchSerializationSettings bufferingDepthMap cachePath clipNormSettings compileEngine convolutionOptions
     createImplicitPipeliningFwdOnlyProgram customCodeletCompileFlags customCodelets decomposeGradSum
     defaultBufferingDepth defaultPrefetchBufferingDepth delayVarUpdates disableGradAccumulationTensorStreams
-    dotChecks dotOpNames enableDistributedReplicatedGraphs enableEngineCaching enableExplicitIR
+    dotChecks dotOpNames enableEngineCaching enableExplicitIR
     enableExplicitMainLoops enableFloatingPointChecks enableFullyConnectedPass enableInplaceAmbiguityChecking
     enableLoadAndOffloadRNGState enableMergeExchange enableNonStableSoftmax enableOutlining
     enableOutliningCopyCostPruning enablePrefetchDatastreams enableRngStateManagement
     enableSerializedMatmuls enableStableNorm enableStochasticRounding enableVariablesCaching engineOptions
     ensureFp32LossScaleTensor executionPhaseSettings experimentalSettings explicitRecomputation
     exportPoplarComputationGraph exportPoplarVertexGraph finalDotOp firstDotOp gclOptions
-    globalReplicaOffset globalReplicationFactor groupHostSync groupNormStridedChannelGrouping
+    groupHostSync groupNormStridedChannelGrouping
     hardwareInstrumentations instrumentWithHardwareCycleCounter kahnTieBreaker lstmOptions matmulOptions
-    meanAccumulationAndReplicationReductionStrategy mergeVarUpdate mergeVarUpdateMemThreshold numIOTiles
+    mergeVarUpdate mergeVarUpdateMemThreshold numIOTiles
     opxAliasChecking opxModifyChecking optimizerStateTensorLocationSettings outlineSequenceBreakCost
     outlineThreshold partialsTypeMatMuls rearrangeAnchorsOnHost rearrangeStreamsOnHost replicatedCollectivesSettings
     reportOptions scheduleNonWeightUpdateGradientConsumersEarly separateCallOpPdfs serializedPoprithmsShiftGraphsDir
@@ -84,7 +84,8 @@ def graft_option_names():
 class SessionOptions(_graft._SessionOptionsCore):
     """Session options. graft's own fields: enableGradientAccumulation, accumulationFactor,
     accumulationAndReplicationReductionType, virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
-    replicatedGraphCount, constantWeights, numThreads, enableProfiling, verifyPasses,
+    replicatedGraphCount, meanAccumulationAndReplicationReductionStrategy, enableDistributedReplicatedGraphs,
+    globalReplicationFactor, globalReplicaOffset, collectiveTimeoutSeconds, constantWeights, numThreads, enableProfiling, verifyPasses,
     dumpGraphAfterPass, logDir, timelinePath, pipelineDepth. PopART's other option names are accepted with a warning and
     ignored; unknown names raise graft.Error."""
 

@@ -240,6 +240,10 @@ void bindOptions(pyb::module_& m) {
       .value("Sum", ReductionType::Sum)
       .value("Mean", ReductionType::Mean)
       .value("NoReduction", ReductionType::NoReduction);
+  pyb::enum_<MeanReductionStrategy>(m, "MeanReductionStrategy")
+      .value("Running", MeanReductionStrategy::Running)
+      .value("Post", MeanReductionStrategy::Post)
+      .value("PostAndLoss", MeanReductionStrategy::PostAndLoss);
   pyb::enum_<RecomputationType>(m, "RecomputationType")
       .value("NoRecompute", RecomputationType::None)
       .value("Standard", RecomputationType::Standard)
@@ -268,6 +272,12 @@ void bindOptions(pyb::module_& m) {
           [](SessionOptions& o, pyb::object v) {
             o.replicatedGraphCount = static_cast<int>(checkedInt(v, "SessionOptions.replicatedGraphCount"));
           })
+      .def_readwrite("meanAccumulationAndReplicationReductionStrategy",
+                     &SessionOptions::meanAccumulationAndReplicationReductionStrategy)
+      .def_readwrite("enableDistributedReplicatedGraphs", &SessionOptions::enableDistributedReplicatedGraphs)
+      .def_readwrite("globalReplicationFactor", &SessionOptions::globalReplicationFactor)
+      .def_readwrite("globalReplicaOffset", &SessionOptions::globalReplicaOffset)
+      .def_readwrite("collectiveTimeoutSeconds", &SessionOptions::collectiveTimeoutSeconds)
       .def_readwrite("constantWeights", &SessionOptions::constantWeights)
       .def_property(
           "numThreads", [](const SessionOptions& o) { return o.numThreads; },

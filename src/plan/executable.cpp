@@ -255,6 +255,7 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
       for (int s : st.out)
         if (s >= 0) keepOutOfArena(slots_[s], s);
     for (int s : st.release) slots_[s] = ops::Value{};
+    if (afterNode_) afterNode_(*st.node);
   }
   std::vector<ops::Value> out;
   out.reserve(outputSlots_.size());

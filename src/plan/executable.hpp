@@ -2,6 +2,7 @@
 // A compiled graph: a fixed schedule of kernels over numbered value slots, with liveness-based
 // release of intermediate values. Subgraphs compile to nested Executables.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -91,6 +92,9 @@ class Executable {
   /// The live value of a Variable or Constant tensor (weights IO reads and writes it), or nullptr.
   ops::Value* persistent(const std::string& id);
 
+  /// Called on the running thread after each node of this graph (not of its subgraphs) has run;
+  /// replication starts a gradient's all-reduce there as soon as the gradient is complete.
+  void setAfterNode(std::function<void(const ir::Node&)> fn) { afterNode_ = std::move(fn); }
   /// Turns timing on or off, for this graph and its subgraphs.
   void setProfiling(bool on);
   /// Accumulated per-op-type times (slowest first), including nested subgraphs' ops.
@@ -112,6 +116,7 @@ class Executable {
   std::unordered_map<std::string, int> persistentSlots_;
   support::ThreadPool* pool_ = nullptr;
   bool profiling_ = false;
+  std::function<void(const ir::Node&)> afterNode_;
   std::unordered_map<std::string, ProfileEntry> profile_;
   /// Executables of subgraphs compiled for this graph's nodes (shared with their kernels).
   std::vector<std::shared_ptr<Executable>> children_;

@@ -16,7 +16,7 @@ passes::StageConfig Session::Impl::stageConfig() const {
   passes::StageConfig c;
   c.mode = options.virtualGraphMode;
   c.pipelining = options.enablePipelining;
-  c.numVirtualDevices = device->numVirtualDevices();
+  c.numVirtualDevices = virtualDevicesPerReplica();
   c.training = isTraining();
   c.accumulationFactor = accumulationFactor();
   c.recompute = options.autoRecomputation != RecomputationType::None;
@@ -41,7 +41,19 @@ Session::Impl::Plan::Staged::~Staged() {
 }
 
 void Session::Impl::compileStaged(Plan& p) {
-  ir::Graph& g = *p.graph;
+  if (!virtualDevices) {
+    int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
+    if (device->type() == DeviceType::Reference) threads = 1;
+    int count = device->numVirtualDevices();
+    virtualDevices = std::make_unique<pipeline::VirtualDevices>(device->type(), count, threads,
+                                                                pipeline::VirtualDevices::cpuBlocks(count, threads));
+  }
+  p.staged = compileStagedGraph(*p.graph, *virtualDevices);
+}
+
+std::unique_ptr<Session::Impl::Plan::Staged> Session::Impl::compileStagedGraph(ir::Graph& g,
+                                                                                pipeline::VirtualDevices& devs) {
+  pipeline::VirtualDevices* virtualDevices = &devs;
   passes::PassContext ctx;
   ctx.weightsAreConstant = weightsAreConstant();
   ctx.verifyEachPass = options.verifyPasses;
@@ -52,14 +64,7 @@ void Session::Impl::compileStaged(Plan& p) {
   auto st = std::make_unique<Plan::Staged>();
   st->assignment = passes::assignPrograms(g, stageConfig(), lossGradientSeed(g));
   st->graphs = passes::splitPrograms(g, st->assignment);
-  if (!virtualDevices) {
-    int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
-    if (device->type() == DeviceType::Reference) threads = 1;
-    int count = device->numVirtualDevices();
-    virtualDevices = std::make_unique<pipeline::VirtualDevices>(device->type(), count, threads,
-                                                                pipeline::VirtualDevices::cpuBlocks(count, threads));
-  }
-  st->devices = virtualDevices.get();
+  st->devices = virtualDevices;
   std::vector<pipeline::ProgramRun> runs;
   for (size_t i = 0; i < st->graphs.size(); ++i) {
     const passes::Program& prog = st->assignment.programs[i];
@@ -113,7 +118,7 @@ void Session::Impl::compileStaged(Plan& p) {
       st->exes.size() == 1 ? "" : "s", virtualDevices->size(), virtualDevices->size() == 1 ? "" : "s",
       virtualDevices->pool(0).numThreads(), virtualDevices->pool(0).numThreads() == 1 ? "" : "s", pinning, depth,
       depth == 1 ? "" : "es", passes::describePrograms(g, st->assignment));
-  p.staged = std::move(st);
+  return st;
 }
 
 void Session::Impl::runStaged(IStepIO& io) {

@@ -111,6 +111,7 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   for (const auto& id : dataFlow.anchors()) checkAnchor(id);
   auto unsupported = plan::unsupportedNodes(g, *backend);
   GRAFT_CHECK(unsupported.empty(), "{}", plan::unsupportedOpsMessage(unsupported));
+  checkReplication();
   checkStages();
 }
 
@@ -136,6 +137,7 @@ Shape Session::Impl::leadingDims() const {
   Shape s;
   if (dataFlow.batchesPerStep() > 1) s.push_back(dataFlow.batchesPerStep());
   if (accumulationFactor() > 1) s.push_back(accumulationFactor());
+  if (localReplicas() > 1) s.push_back(localReplicas());
   return s;
 }
 
@@ -161,7 +163,7 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
     // Auto mode balances the forward graph; autodiff then places each gradient with its op.
     passes::PassContext actx;
     passes::runPipeline(g, {"infer-shapes"}, actx);
-    std::string split = passes::autoAssignStages(g, device->numVirtualDevices());
+    std::string split = passes::autoAssignStages(g, virtualDevicesPerReplica());
     fmt::print(stderr, "graft: {}", split);
   }
   transform(g, *p);
@@ -176,7 +178,9 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   ctx.weightsAreConstant = weightsAreConstant();
   ctx.verifyEachPass = options.verifyPasses;
   ctx.dumpAfter = options.dumpGraphAfterPass;
-  if (usesStages()) {
+  if (replicated()) {
+    compileReplicated(*p);
+  } else if (usesStages()) {
     compileStaged(*p);
   } else {
     passes::runPipeline(g, pipeline(), ctx);
@@ -222,7 +226,8 @@ void Session::Impl::beginStep(IStepIO& io) {
     for (const auto& [id, a] : s->outputs())
       GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
                   "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
-    s->beginStep(leadingDims());
+    s->beginStep(leadingDims(), localReplicas() > 1 ? "batchesPerStep, accumulationFactor, replicatedGraphCount"
+                                                      : "batchesPerStep, accumulationFactor");
     // Each anchor array must hold exactly the results one step returns (anchorArrayShape).
     int runs = dataFlow.batchesPerStep() * accumulationFactor();
     for (const auto& id : dataFlow.anchors()) {
@@ -231,6 +236,7 @@ void Session::Impl::beginStep(IStepIO& io) {
                       : art.id() == AnchorReturnTypeId::EveryN
                           ? dataFlow.batchesPerStep() / art.rp() * accumulationFactor()
                           : 1;
+      count *= localReplicas();
       s->expectResults(id, count);
     }
   }
@@ -305,6 +311,10 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
 }
 
 void Session::Impl::run(IStepIO& io) {
+  if (replicated()) {
+    runReplicated(io);
+    return;
+  }
   if (usesStages()) {
     runStaged(io);
     return;
@@ -348,6 +358,7 @@ Session::~Session() = default;
 
 void Session::prepareDevice() {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  if (impl_->comm && !impl_->prepared) impl_->checkPeersAgree();
   if (auto shapes = impl_->staticInputShapes()) impl_->lastPlan = &impl_->planFor(*shapes);
   impl_->prepared = true;
 }
@@ -367,7 +378,9 @@ void Session::run(IStepIO& stepIO, const std::string&) {
     }
 }
 
-void Session::weightsFromHost() {}
+void Session::weightsFromHost() {
+  if (impl_->comm) impl_->broadcastWeights();
+}
 void Session::weightsToHost() {}
 
 std::vector<TensorId> Session::inputIds() const { return impl_->inputIds; }
@@ -409,6 +422,9 @@ Shape Session::anchorArrayShape(const TensorId& id) const {
     if (batches > 1) lead.push_back(batches);
     if (accum > 1) lead.push_back(accum);
   }
+  // Every anchor comes back per replica (PopART's layout: the replica dimension last of the leading
+  // ones, for every return type).
+  if (impl_->localReplicas() > 1) lead.push_back(impl_->localReplicas());
   s.insert(s.begin(), lead.begin(), lead.end());
   return s;
 }
@@ -479,6 +495,9 @@ std::string Session::graphText() const {
 
 std::string Session::stagesText() const {
   const Impl::Plan& p = impl_->anyPlan();
+  // Replicated: every replica has the same split; the first's stands for them.
+  if (!p.replicas.empty() && p.replicas[0]->staged)
+    return fmt::format("each of {} replicas: {}", p.replicas.size(), p.replicas[0]->staged->summary);
   if (!p.staged) return "";
   return p.staged->summary;
 }
@@ -521,6 +540,8 @@ std::string Session::modelBytes() const {
 
 void Session::modelToHost(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  // Distributed: the processes hold the same weights; one of them writes the checkpoint.
+  if (impl_->comm && impl_->comm->rank() != 0) return;
   onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info);
 }
 

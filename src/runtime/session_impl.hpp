@@ -12,6 +12,7 @@
 #include "passes/pass.hpp"
 #include "passes/pipeline_stages.hpp"
 #include "plan/executable.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/pipeline.hpp"
 #include "support/thread_pool.hpp"
 
@@ -54,10 +55,38 @@ struct Session::Impl {
       std::string summary;
     };
     std::unique_ptr<Staged> staged;
+    /// Replication (runtime/replication.cpp): one copy of the plan per local replica, on the
+    /// replica's own virtual devices; `exe` and `staged` above are null then.
+    struct Replica {
+      /// Destroys the kernels on the worker that created them.
+      ~Replica();
+      pipeline::VirtualDevices* devices = nullptr;
+      /// Replicas after the first own a copy of the graph, with private copies of the state the
+      /// step writes (gradient accumulators, running statistics); the first uses `graph` above.
+      std::unique_ptr<ir::Graph> ownGraph;
+      ir::Graph* graph = nullptr;
+      std::unique_ptr<plan::Executable> exe;  ///< unsplit: compiled on the replica's worker
+      std::unique_ptr<Staged> staged;         ///< virtual graphs: the replica's own pipeline
+      std::vector<NDArray> accumulators;      ///< this replica's buffers of accumulatorIds
+    };
+    std::vector<std::unique_ptr<Replica>> replicas;
+    /// Training with replication: the gradient accumulators, all-reduced across replicas before
+    /// every optimizer step.
+    std::vector<TensorId> accumulatorIds;
+    /// Replication: per accumulator, the replica runs that have added to it in the current weight
+    /// update (runtime/replication.cpp; shared_ptr: the type is complete there only).
+    struct Reduction;
+    std::shared_ptr<Reduction> reduction;
   };
   /// Worker threads of the virtual devices (created with the first staged plan; they outlive the
   /// plans, whose kernels they run).
   std::unique_ptr<pipeline::VirtualDevices> virtualDevices;
+  /// Replication: each local replica's virtual devices (its own workers, pools and cores).
+  std::vector<std::unique_ptr<pipeline::VirtualDevices>> replicaDevices;
+  /// Distributed replication: the processes (MPI's world).
+  std::shared_ptr<collectives::Communicator> comm;
+  /// Distributed replication: whether weights were broadcast from rank 0 yet.
+  bool weightsBroadcast = false;
   std::map<std::vector<Shape>, std::unique_ptr<Plan>> plans;
   Plan* lastPlan = nullptr;
   bool prepared = false;
@@ -105,8 +134,39 @@ struct Session::Impl {
   /// them on the virtual devices.
   void compileStaged(Plan& p);
   void runStaged(IStepIO& io);
+  /// Compiles `g`'s programs on `devs` (compileStaged's work, for one replica).
+  std::unique_ptr<Plan::Staged> compileStagedGraph(ir::Graph& g, pipeline::VirtualDevices& devs);
   /// Writes lastTimeline where SessionOptions::timelinePath says.
   void writeTimeline() const;
+
+  // Replication (runtime/replication.cpp).
+  /// Replicas in this process (1 without replication).
+  int localReplicas() const { return options.enableReplicatedGraphs ? options.replicatedGraphCount : 1; }
+  /// Replicas in all processes.
+  int globalReplicas() const {
+    return options.enableDistributedReplicatedGraphs ? options.globalReplicationFactor : localReplicas();
+  }
+  /// True when plans are replicated (several replicas here, or replicas in other processes).
+  bool replicated() const { return localReplicas() > 1 || options.enableDistributedReplicatedGraphs; }
+  /// Virtual devices each replica runs on.
+  int virtualDevicesPerReplica() const { return device->numVirtualDevices() / localReplicas(); }
+  /// Checks the replication options against the device and the cores; joins MPI's world.
+  void checkReplication();
+  /// Compiles one copy of a plan's graph per local replica.
+  void compileReplicated(Plan& p);
+  void runReplicated(IStepIO& io);
+  /// Sums the gradient accumulators of all replicas (here, then over MPI) into the first's: those
+  /// whose reduction has not started yet, then waits for all.
+  void reduceGradients(Plan& p);
+  /// Sums accumulator k of all replicas into the first's and starts its all-reduce over MPI.
+  void reduceAccumulator(Plan& p, size_t k);
+  /// Runs on a replica's worker after each node: once every replica's last Accumulate of a weight
+  /// update has run for an accumulator, its reduction starts (overlapping the rest of backward).
+  void afterReplicaNode(Plan& p, const ir::Node& n);
+  /// Distributed: weights and optimizer state from rank 0 to every process.
+  void broadcastWeights();
+  /// Distributed: throws unless every process has the same model and options.
+  void checkPeersAgree();
 
   // Shared by run() and runStaged().
   /// Checks a StepIO's arrays and starts its step.

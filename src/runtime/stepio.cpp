@@ -9,8 +9,9 @@ namespace graft {
 StepIO::StepIO(std::map<TensorId, NDArray> inputs, std::map<TensorId, NDArray> outputs)
     : inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
 
-void StepIO::beginStep(const Shape& leadingDims) {
+void StepIO::beginStep(const Shape& leadingDims, const std::string& meaning) {
   leading_ = leadingDims;
+  meaning_ = meaning;
   runs_ = shapeNumel(leadingDims);
   inIndex_.clear();
   outIndex_.clear();
@@ -21,11 +22,12 @@ void StepIO::expectResults(const TensorId& id, int64_t count) { expected_[id] = 
 
 namespace {
 // Chunk `index` of the chunks along the leading dimensions (the whole array when there are none).
-NDArray chunkOf(const NDArray& a, const Shape& leading, int64_t index, const std::string& what) {
+NDArray chunkOf(const NDArray& a, const Shape& leading, int64_t index, const std::string& what,
+                const std::string& meaning) {
   if (leading.empty()) return a;
   bool ok = a.rank() >= static_cast<int64_t>(leading.size()) && std::equal(leading.begin(), leading.end(), a.shape().begin());
-  GRAFT_CHECK(ok, "{}: expected leading dimensions {} (batchesPerStep, accumulationFactor: one entry per model run), "
-              "got an array of shape {}", what, shapeToString(leading), shapeToString(a.shape()));
+  GRAFT_CHECK(ok, "{}: expected leading dimensions {} ({}, each only when > 1: one entry per model run), got an array of "
+              "shape {}", what, shapeToString(leading), meaning, shapeToString(a.shape()));
   Shape s(a.shape().begin() + static_cast<long>(leading.size()), a.shape().end());
   size_t chunkBytes = static_cast<size_t>(shapeNumel(s)) * dtypeSize(a.dtype());
   auto* base = static_cast<char*>(const_cast<void*>(a.rawData()));
@@ -40,7 +42,7 @@ NDArray StepIO::in(const TensorId& id, const TensorInfo&, bool) {
   GRAFT_CHECK(it != inputs_.end(), "no input array for model input '{}' in the StepIO", id);
   int64_t i = inIndex_[id]++;
   GRAFT_CHECK(i < runs_, "input '{}' was read more than {} times in one step", id, runs_);
-  return chunkOf(it->second, leading_, i, "input '" + id + "'");
+  return chunkOf(it->second, leading_, i, "input '" + id + "'", meaning_);
 }
 
 NDArray StepIO::out(const TensorId& id, DataType dtype, const Shape& shape) {

@@ -134,7 +134,9 @@ struct TrainingImpl : Session::Impl {
       }
       pairs.emplace_back(w, gr);
     }
-    if (accumulationFactor() <= 1) {
+    // Replicas accumulate too (even one micro-batch), so that the accumulators can be all-reduced
+    // between the backward pass and the optimizer step.
+    if (accumulationFactor() <= 1 && !replicated()) {
       optim::addUpdates(*optimizer, g, pairs);
       return;
     }
@@ -145,6 +147,7 @@ struct TrainingImpl : Session::Impl {
                                 {}, "accumulate_" + w->id());
       (void)acc;
       trained.push_back(w->id());
+      p.accumulatorIds.push_back(optim::stateId("Accum", w->id()));
     }
     p.applyGraph = buildApplyGraph(trained);
   }
@@ -164,7 +167,9 @@ struct TrainingImpl : Session::Impl {
       ir::Tensor* acc = &g->tensor(optim::stateId("Accum", w));
       ir::Tensor* grad = acc;
       if (options.accumulationAndReplicationReductionType == ReductionType::Mean) {
-        NDArray s = NDArray::scalar<float>(DataType::Float, 1.0f / static_cast<float>(accumulationFactor()));
+        // The mean over micro-batches and over replicas (the accumulators hold their sum).
+        NDArray s = NDArray::scalar<float>(
+            DataType::Float, static_cast<float>(1.0 / (static_cast<double>(accumulationFactor()) * globalReplicas())));
         ir::Tensor* k = g->addInitializer(g->uniqueId("accumulationScale"), s, ir::TensorKind::Constant);
         ir::Node* cast = g->addNode("CastLike", "", {k, acc}, {g->uniqueId("accumulationScale_" + w)});
         ops::inferNode(*cast, false);
@@ -224,7 +229,8 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
       impl->gradientAnchors.push_back(t);
   }
   checkSpecifics(*impl->optimizer, impl->weights);
-  optim::createState(*impl->optimizer, *impl->model.graph, impl->weights, impl->accumulationFactor() > 1);
+  optim::createState(*impl->optimizer, *impl->model.graph, impl->weights,
+                     impl->accumulationFactor() > 1 || impl->replicated());
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));
 }
 

@@ -22,6 +22,8 @@ def test_graft_fields():
     assert names == {"enableGradientAccumulation", "accumulationFactor", "accumulationAndReplicationReductionType",
                      "virtualGraphMode", "enablePipelining",
                      "autoRecomputation", "enableReplicatedGraphs", "replicatedGraphCount", "constantWeights",
+                     "meanAccumulationAndReplicationReductionStrategy", "enableDistributedReplicatedGraphs",
+                     "globalReplicationFactor", "globalReplicaOffset", "collectiveTimeoutSeconds",
                      "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir",
                      "timelinePath", "pipelineDepth", "detectNonFinite"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):

@@ -1,0 +1,143 @@
+"""Training throughput (samples/s) of data parallelism on 2 cores, for an MLP at a global batch of
+64 (docs/replication.md):
+
+  1 process, 1 replica, 2 kernel threads           (createCpuDevice(1, 2), batch 64)
+  1 process, 2 in-process replicas x 1 thread      (createCpuDevice(2, 1), 2 x 32)
+  mpirun -np 2, 1 replica x 1 thread per process   (2 x 32, gradients all-reduced over MPI)
+
+then the cost model of the all-reduce for 2 -> 64 hosts from the model's gradient bytes and the
+measured step time. Not a test: run it on an otherwise idle machine.
+
+    python bench/replication_bench.py [--steps 20] [--width 512] [--layers 4] [--json out.json]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(_HERE, "..", "python")))
+
+import graft  # noqa: E402
+import graft.distributed as popdist  # noqa: E402
+
+CLASSES = 10
+
+
+def mlp(batch, width, layers, seed=0):
+    rng = np.random.default_rng(seed)
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [batch, width]), "x")
+    label = b.addInputTensor(graft.TensorInfo("INT32", [batch]), "label")
+    h, weights = x, []
+    for i in range(layers):
+        out = CLASSES if i == layers - 1 else width
+        w = b.addInitializedInputTensor((rng.standard_normal((width, out)) / np.sqrt(width)).astype(np.float32))
+        weights.append(w)
+        h = b.aiOnnx.matmul([h, w])
+        if i < layers - 1:
+            h = b.aiOnnx.relu([h])
+    lp = b.aiOnnx.logsoftmax([h], axis=-1)
+    loss = b.aiGraphcore.nllloss([lp, label], graft.ReductionType.Mean, inputIsLogProbability=True)
+    return b.getModelProto(), x, label, loss, weights
+
+
+def measure(global_batch, width, layers, steps, replicas, threads, distributed=False):
+    """Seconds per step (median of `steps` after 3 warm-up steps) of one process's session."""
+    local = popdist.getNumLocalReplicas() if distributed else replicas
+    total = popdist.getNumTotalReplicas() if distributed else replicas
+    micro = global_batch // total
+    model, x, label, loss, weights = mlp(micro, width, layers)
+    opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
+    if distributed:
+        popdist.configureSessionOptions(opts)
+    elif replicas > 1:
+        opts.enableReplicatedGraphs = True
+        opts.replicatedGraphCount = replicas
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("Final")}),
+                              optimizer=graft.SGD({"defaultLearningRate": (0.01, True)}),
+                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads), userOptions=opts)
+    s.prepareDevice()
+    s.weightsFromHost()
+    rng = np.random.default_rng(1)
+    lead = [local] if local > 1 else []
+    xs = rng.standard_normal(lead + [micro, width]).astype(np.float32)
+    ys = rng.integers(0, CLASSES, lead + [micro]).astype(np.int32)
+    anchors = s.initAnchorArrays()
+    times = []
+    for i in range(steps + 3):
+        t0 = time.perf_counter()
+        s.run(graft.PyStepIO({x: xs, label: ys}, anchors))
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    grad_bytes = sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in weights)
+    return float(np.median(times)), grad_bytes
+
+
+def ring_allreduce_seconds(nbytes, hosts, gbit=25.0, latency=20e-6):
+    """Ring all-reduce: 2 (n - 1) steps, each moving nbytes / n over every link."""
+    if hosts <= 1:
+        return 0.0
+    bw = gbit * 1e9 / 8
+    return 2 * (hosts - 1) / hosts * nbytes / bw + 2 * (hosts - 1) * latency
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--json")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:  # one rank of the mpirun case
+        t, _ = measure(a.batch, a.width, a.layers, a.steps, 1, 1, distributed=True)
+        if popdist.getInstanceIndex() == 0:
+            print(json.dumps({"seconds": t}), flush=True)
+        return
+    rows = {}
+    t, grad_bytes = measure(a.batch, a.width, a.layers, a.steps, 1, 2)
+    rows["1 process, 2 threads"] = t
+    rows["2 in-process replicas x 1 thread"], _ = measure(a.batch, a.width, a.layers, a.steps, 2, 1)
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "GRAFT_NUM_INSTANCES=2",
+               "-x", "GRAFT_NUM_REPLICAS=2"]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        p = subprocess.run(cmd + [sys.executable, __file__, "--child", "--steps", str(a.steps), "--batch", str(a.batch),
+                                  "--width", str(a.width), "--layers", str(a.layers)],
+                           capture_output=True, text=True, env=env)
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode == 0 and line:
+            rows["mpirun -np 2 x 1 thread"] = json.loads(line[0])["seconds"]
+        else:
+            print("mpirun case failed:", p.stdout, p.stderr, file=sys.stderr)
+    base = rows["1 process, 2 threads"]
+    print(f"MLP {a.layers} x {a.width}, global batch {a.batch}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
+    print(f"{'configuration':<36}{'ms/step':>10}{'samples/s':>12}{'vs 2 threads':>14}")
+    for k, v in rows.items():
+        print(f"{k:<36}{v * 1e3:>10.2f}{a.batch / v:>12.0f}{base / v:>14.2f}")
+    # The cost model: backward ~ 2/3 of the step; the all-reduce hides behind it while shorter.
+    print("\ncost model: ring all-reduce at 25 Gbit/s, 20 us per hop, against this step's compute")
+    print(f"{'hosts':>6}{'all-reduce ms':>16}{'backward ms':>14}{'hidden':>8}")
+    bwd = base * 2 / 3
+    model_rows = []
+    for hosts in (2, 4, 8, 16, 32, 64):
+        ar = ring_allreduce_seconds(grad_bytes, hosts)
+        model_rows.append({"hosts": hosts, "allreduce_s": ar, "backward_s": bwd})
+        print(f"{hosts:>6}{ar * 1e3:>16.3f}{bwd * 1e3:>14.2f}{'yes' if ar <= bwd else 'no':>8}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows, "grad_bytes": grad_bytes, "batch": a.batch, "cost_model": model_rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+#pragma once
+// Collectives between the processes of a distributed session (docs/replication.md). The MPI
+// implementation (collectives_mpi.cpp) starts every operation non-blocking and polls it against
+// a deadline, so that a peer that died or hangs makes the others fail with graft::Error instead
+// of waiting forever.
+#include <graft/ndarray.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace graft::collectives {
+
+/// The processes of a distributed session.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Starts summing `a` (Float or Double, contiguous) over all processes, in place; `what` names it
+  /// in errors. The array must stay alive and untouched until waitAll().
+  virtual void startAllreduceSum(NDArray a, const std::string& what) = 0;
+  /// Waits for every operation started since the last waitAll(); throws graft::Error naming the
+  /// first that did not finish within the timeout.
+  virtual void waitAll() = 0;
+  /// Copies `a` from process `root` into every other process's `a` (blocking, with the timeout).
+  virtual void broadcast(NDArray a, int root, const std::string& what) = 0;
+  /// Every process's `value`, by rank (blocking, with the timeout).
+  virtual std::vector<uint64_t> allgather(uint64_t value, const std::string& what) = 0;
+  /// Seconds an operation may take before it fails.
+  virtual void setTimeout(double seconds) = 0;
+};
+
+/// True when graft was built with MPI.
+bool mpiAvailable();
+/// MPI's world (MPI is initialised on the first call, finalised at exit unless a collective
+/// failed). Throws graft::Error when graft was built without MPI.
+std::shared_ptr<Communicator> mpiWorld();
+
+}  // namespace graft::collectives

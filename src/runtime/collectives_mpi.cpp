@@ -1,0 +1,176 @@
+// MPI's world as a Communicator. Every collective is non-blocking (MPI_Iallreduce, MPI_Ibcast,
+// MPI_Iallgather) and polled with MPI_Testall until a deadline: a blocking call would wait forever
+// for a peer that died, and MPI has no timeout of its own.
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "runtime/collectives.hpp"
+#include "support/check.hpp"
+
+#ifdef GRAFT_HAVE_MPI
+// The C API only (OpenMPI would otherwise pull in its deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace graft::collectives {
+
+#ifdef GRAFT_HAVE_MPI
+namespace {
+
+// Set when a collective failed: MPI_Finalize would then wait for the dead peer, so it is skipped.
+bool gBroken = false;
+
+void finalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !gBroken) MPI_Finalize();
+}
+
+std::string mpiError(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, buf, &len);
+  return std::string(buf, len);
+}
+
+class MpiWorld : public Communicator {
+ public:
+  MpiWorld() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      // Calls come from one thread at a time (a session's host thread).
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      GRAFT_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: {}", mpiError(rc));
+      std::atexit(finalizeAtExit);
+    }
+    // Errors come back as codes (turned into graft::Error) instead of aborting the process.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void setTimeout(double seconds) override { timeout_ = seconds; }
+
+  void startAllreduceSum(NDArray a, const std::string& what) override {
+    checkUsable(what);
+    GRAFT_CHECK(a.dtype() == DataType::Float || a.dtype() == DataType::Double,
+                "all-reduce of '{}': only float and double tensors are reduced, got {}", what, dtypeName(a.dtype()));
+    GRAFT_CHECK(a.numel() <= INT_MAX, "all-reduce of '{}': {} elements is more than MPI's int count", what, a.numel());
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, a.rawData(), static_cast<int>(a.numel()),
+                            a.dtype() == DataType::Float ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    failIf(rc, "all-reduce of '" + what + "'");
+    pending_.push_back({req, std::move(a), what});
+  }
+
+  void waitAll() override {
+    std::vector<MPI_Request> reqs;
+    for (auto& p : pending_) reqs.push_back(p.req);
+    std::string what = pending_.empty()
+                           ? ""
+                           : "all-reduce of '" + pending_.front().what + "'" +
+                                 (pending_.size() > 1 ? fmt::format(" (and {} more)", pending_.size() - 1) : "");
+    pending_.clear();
+    poll(reqs, what);
+  }
+
+  void broadcast(NDArray a, int root, const std::string& what) override {
+    checkUsable(what);
+    GRAFT_CHECK(a.nbytes() <= static_cast<size_t>(INT_MAX), "broadcast of '{}': {} bytes is more than MPI's int count",
+                what, a.nbytes());
+    MPI_Request req;
+    int rc = MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    failIf(rc, "broadcast of '" + what + "'");
+    poll({req}, "broadcast of '" + what + "'");
+  }
+
+  std::vector<uint64_t> allgather(uint64_t value, const std::string& what) override {
+    checkUsable(what);
+    std::vector<uint64_t> all(size_);
+    MPI_Request req;
+    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
+    failIf(rc, what);
+    poll({req}, what);
+    return all;
+  }
+
+ private:
+  struct Pending {
+    MPI_Request req;
+    NDArray keep;
+    std::string what;
+  };
+
+  void checkUsable(const std::string& what) const {
+    GRAFT_CHECK(!gBroken,
+                "{}: an earlier collective between the processes failed (a peer died or timed out); "
+                "this process cannot take part in collectives any more",
+                what);
+  }
+
+  void failIf(int rc, const std::string& what) {
+    if (rc == MPI_SUCCESS) return;
+    gBroken = true;
+    GRAFT_THROW("{} failed on rank {} of {}: {} (did a peer process die?)", what, rank_, size_, mpiError(rc));
+  }
+
+  void poll(std::vector<MPI_Request> reqs, const std::string& what) {
+    if (reqs.empty()) return;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+      failIf(rc, what);
+      if (done) return;
+      if (std::chrono::steady_clock::now() > deadline) {
+        gBroken = true;
+        GRAFT_THROW(
+            "{} on rank {} of {} did not complete within {} s (SessionOptions.collectiveTimeoutSeconds): a "
+            "peer process died, hangs, or runs a different number of steps",
+            what, rank_, size_, timeout_);
+      }
+      // Spin briefly (a collective between processes on one host finishes in microseconds), then
+      // back off so that a waiting process leaves the cores to the others.
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 20000 ? 1000 : 50));
+    }
+  }
+
+  int rank_ = 0, size_ = 1;
+  double timeout_ = 60;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace
+
+bool mpiAvailable() { return true; }
+
+std::shared_ptr<Communicator> mpiWorld() {
+  static std::mutex mu;
+  static std::shared_ptr<Communicator> world;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!world) world = std::make_shared<MpiWorld>();
+  return world;
+}
+
+#else
+
+bool mpiAvailable() { return false; }
+
+std::shared_ptr<Communicator> mpiWorld() {
+  GRAFT_THROW(
+      "SessionOptions.enableDistributedReplicatedGraphs needs MPI, and this graft was built without it "
+      "(install libopenmpi-dev, see scripts/setup.sh, and reconfigure)");
+}
+
+#endif
+
+}  // namespace graft::collectives

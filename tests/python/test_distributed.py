@@ -1,0 +1,226 @@
+"""Replicas across processes over MPI (docs/replication.md): ``mpirun -np 2`` on this machine
+trains as one process with two replicas; a peer that dies or hangs makes the other fail with a
+clear error within the timeout; processes that disagree on the options fail at prepareDevice;
+``graft launch`` builds the mpirun command."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import graft
+from distributed_train import B, data
+from test_replication import IN, OUT, mlp, optimizer, read
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "distributed_train.py")
+MPIRUN = shutil.which("mpirun")
+GRAFT = os.path.join(HERE, "..", "..", "build", "tools", "graft")
+
+
+
+def clean_env(**extra):
+    """This process's environment without the variables MPI set when a test initialised it here
+    (a singleton MPI world): an mpirun started with them thinks it runs inside another job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_", "ORTE_"))}
+    env.update(extra)
+    return env
+
+
+def mpirun(np_, args, timeout):
+    assert MPIRUN, "these tests need OpenMPI's mpirun: scripts/setup.sh installs openmpi-bin"
+    cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    env = clean_env(GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(np_),
+                    OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    t0 = time.monotonic()
+    p = subprocess.run(cmd + [sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, time.monotonic() - t0
+
+
+def in_process(steps, opt, accum, replicas=2):
+    """The same training as one process with `replicas` replicas."""
+    model, x, label, loss, weights = mlp(B, seed=0)  # rank 0's weights
+    o = graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=replicas,
+                             enableGradientAccumulation=True, accumulationFactor=accum,
+                             accumulationAndReplicationReductionType=graft.ReductionType.Mean)
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=optimizer(opt), deviceInfo=graft.DeviceManager().createCpuDevice(replicas, 1),
+                              userOptions=o)
+    s.prepareDevice()
+    s.weightsFromHost()
+    xs, ys = data(steps, replicas, accum)
+    for step in range(steps):
+        lead = [d for d in (accum, replicas) if d > 1]
+        s.run(graft.PyStepIO({x: xs[step].reshape(lead + [B, IN]), label: ys[step].reshape(lead + [B])},
+                             s.initAnchorArrays()))
+    return read(s, weights), weights
+
+
+@pytest.mark.parametrize("opt,accum", [("adam", 2), ("sgd", 1)])
+def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, accum):
+    out = str(tmp_path / "run")
+    steps = 3
+    p, _ = mpirun(2, ["train", out, str(steps), opt, str(accum)], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    want, weights = in_process(steps, opt, accum)
+    ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+    for w in weights:
+        # Both processes hold the same weights (rank 1 started from other ones: the broadcast).
+        np.testing.assert_array_equal(ranks[0][w], ranks[1][w], err_msg=w)
+        np.testing.assert_allclose(ranks[0][w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
+    # The weights moved, and the one checkpoint (written by rank 0) holds the trained ones.
+    assert not np.allclose(want[weights[0]], _initializer(mlp(B, seed=0)[0], weights[0]))
+    with open(out + ".onnx", "rb") as f:
+        ck = f.read()
+    for w in weights:
+        np.testing.assert_array_equal(_initializer(ck, w), ranks[0][w], err_msg=w)
+
+
+def _initializer(model_bytes, name):
+    import onnx
+    import onnx.numpy_helper
+    for t in onnx.load_from_string(model_bytes).graph.initializer:
+        if t.name == name:
+            return onnx.numpy_helper.to_array(t)
+    raise KeyError(name)
+
+
+def test_a_peer_that_hangs_makes_the_other_fail_within_the_timeout(tmp_path):
+    p, seconds = mpirun(2, ["hang", str(tmp_path / "run"), "3"], timeout=120)
+    assert p.returncode != 0
+    assert "did not complete within 3 s (SessionOptions.collectiveTimeoutSeconds)" in p.stdout, p.stdout + p.stderr
+    assert "rank 0: graft.Error" in p.stdout
+    assert seconds < 50  # the hanging peer sleeps 60 s: rank 0 did not wait for it
+
+
+def test_a_peer_that_dies_makes_the_job_fail_without_a_hang(tmp_path):
+    out = str(tmp_path / "run")
+    p, seconds = mpirun(2, ["kill", out, "3"], timeout=120)
+    assert p.returncode != 0
+    assert seconds < 50, p.stdout + p.stderr
+    # Rank 0 either saw the failure itself or was stopped by mpirun, which reports the dead peer.
+    text = p.stdout + p.stderr
+    assert "rank 0: graft.Error" in text or "signal 9" in text or "Killed" in text, text
+    # The checkpoint of the step before is whole (written to a temporary file, then renamed).
+    assert os.path.exists(out + ".onnx")
+    graft.Builder(out + ".onnx")
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("run.onnx") and f != "run.onnx"]
+
+
+def test_processes_that_disagree_on_the_options_fail_at_prepare_device(tmp_path):
+    p, _ = mpirun(2, ["mismatch", str(tmp_path / "run"), "2"], timeout=120)
+    assert p.returncode != 0
+    assert "process 1 has another model or other session options than process 0" in p.stdout, p.stdout + p.stderr
+
+
+def test_distributed_options_that_do_not_match_the_mpi_world_are_errors():
+    # This process is MPI's world of one: 2 instances' options cannot fit it.
+    model, x, label, loss, _ = mlp(2)
+    o = graft.SessionOptions(enableDistributedReplicatedGraphs=True, globalReplicationFactor=2, globalReplicaOffset=0)
+    with pytest.raises(graft.Error, match=r"globalReplicationFactor = 2 with 1 replica per process means 2 processes, "
+                                          r"but MPI's world has 1"):
+        graft.TrainingSession(model, graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}), loss, optimizer("sgd"),
+                              graft.DeviceManager().createCpuDevice(1, 1), userOptions=o)
+    o.globalReplicaOffset = 2
+    with pytest.raises(graft.Error, match=r"globalReplicaOffset \(2\) must be a multiple of replicatedGraphCount"):
+        graft.TrainingSession(model, graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}), loss, optimizer("sgd"),
+                              graft.DeviceManager().createCpuDevice(1, 1), userOptions=o)
+
+
+def test_graft_launch_builds_the_mpirun_command():
+    p = subprocess.run([GRAFT, "launch", "--num-instances", "2", "--num-replicas", "4", "--host", "a,b", "--print", "--",
+                        "python", "train.py"], capture_output=True, text=True, env=clean_env())
+    assert p.returncode == 0, p.stderr
+    cmd = p.stdout.split()
+    assert cmd[:3] == ["mpirun", "-np", "2"]
+    assert "a:1,b:1" in cmd and "GRAFT_NUM_REPLICAS=4" in cmd and "GRAFT_NUM_INSTANCES=2" in cmd
+    assert cmd[-2:] == ["python", "train.py"]
+    p = subprocess.run([GRAFT, "launch", "--num-instances", "2", "--num-replicas", "3", "--", "python", "x.py"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "--num-replicas (3) must be a multiple of --num-instances (2)" in p.stderr
+
+
+def test_graft_launch_runs_a_popdist_style_script(tmp_path):
+    out = str(tmp_path / "run")
+    env = clean_env(OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    p = subprocess.run([GRAFT, "launch", "--num-instances", "2", "--", sys.executable, SCRIPT, "train", out, "2", "sgd",
+                        "1"], capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rank 0: done" in p.stdout and "rank 1: done" in p.stdout
+    want, weights = in_process(2, "sgd", 1)
+    got = np.load(f"{out}.rank1.npz")
+    for w in weights:
+        np.testing.assert_allclose(got[w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
+
+
+class _TwoHosts:
+    """Two 'hosts' on this machine: network namespaces joined by a veth pair (10.231.N.1 and .2,
+    nothing else reachable), and an rsh agent that mpirun uses instead of ssh to start its daemon
+    inside the namespace of a host's address."""
+
+    def __init__(self, tmp_path):
+        tag = f"{os.getpid() % 10000}"
+        self.ns = [f"graftA{tag}", f"graftB{tag}"]
+        subnet = 200 + os.getpid() % 50  # parallel runs use other addresses
+        self.addr = [f"10.231.{subnet}.1", f"10.231.{subnet}.2"]
+        self.net = f"10.231.{subnet}.0/24"
+        self.agent = str(tmp_path / "netns_agent.sh")
+        with open(self.agent, "w") as f:
+            f.write("#!/bin/sh\nhost=$1; shift\ncase \"$host\" in\n")
+            for a, n in zip(self.addr, self.ns):
+                f.write(f"  {a}) ns={n} ;;\n")
+            f.write("  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\n"
+                    "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n")
+        os.chmod(self.agent, 0o755)
+
+    def ip(self, *args):
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    def __enter__(self):
+        va, vb = f"v{self.ns[0]}", f"v{self.ns[1]}"
+        for n in self.ns:
+            self.ip("netns", "add", n)
+        self.ip("link", "add", va, "type", "veth", "peer", "name", vb)
+        for v, n, a in ((va, self.ns[0], self.addr[0]), (vb, self.ns[1], self.addr[1])):
+            self.ip("link", "set", v, "netns", n)
+            self.ip("-n", n, "addr", "add", f"{a}/24", "dev", v)
+            self.ip("-n", n, "link", "set", v, "up")
+            self.ip("-n", n, "link", "set", "lo", "up")
+        return self
+
+    def __exit__(self, *exc):
+        for n in self.ns:  # deleting a namespace deletes its end of the veth pair, and the pair
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def _can_make_namespaces():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    p = subprocess.run(["ip", "netns", "add", f"graftprobe{os.getpid()}"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", f"graftprobe{os.getpid()}"], capture_output=True)
+    return p.returncode == 0
+
+
+def test_two_hosts_over_tcp_between_network_namespaces(tmp_path):
+    # CI runs as root with `ip netns`; elsewhere this fails and says why rather than skipping.
+    assert _can_make_namespaces(), "this test needs root and `ip netns` (iproute2) to make two hosts on one machine"
+    out = str(tmp_path / "run")
+    steps = 3
+    with _TwoHosts(tmp_path) as h:
+        cmd = ["ip", "netns", "exec", h.ns[0], MPIRUN, "-np", "2", "--host", f"{h.addr[0]}:1,{h.addr[1]}:1",
+               "--mca", "plm_rsh_agent", h.agent, "--mca", "oob_tcp_if_include", h.net, "--mca", "btl", "tcp,self",
+               "--mca", "btl_tcp_if_include", h.net, "--allow-run-as-root", "--bind-to", "none",
+               "-x", "GRAFT_NUM_INSTANCES=2", "-x", "GRAFT_NUM_REPLICAS=2",
+               sys.executable, SCRIPT, "train", out, str(steps), "adam", "2"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    want, weights = in_process(steps, "adam", 2)
+    ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+    for w in weights:
+        np.testing.assert_array_equal(ranks[0][w], ranks[1][w], err_msg=w)
+        np.testing.assert_allclose(ranks[1][w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
