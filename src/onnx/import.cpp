@@ -272,9 +272,10 @@ void restoreOtherDomains(::onnx::GraphProto* g, SetAside aside) {
                nodes.size() - g->node_size());
 }
 
-// ONNX 1.12's checker lets a graph output that nothing defines through, and its version converter
-// then dereferences a null value for it (a fuzzer finding); so this is checked first, in subgraphs
-// too, where values of enclosing graphs count as defined.
+// A graph output that nothing defines: ONNX 1.12's checker let it through and its version converter
+// then dereferenced a null value for it (a fuzzer finding); the checker of later versions rejects
+// it with a message that does not name the graph. So this is checked first, in subgraphs too,
+// where values of enclosing graphs count as defined.
 void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defined, const std::string& source) {
   for (const auto& vi : g.input()) defined.insert(vi.name());
   for (const auto& t : g.initializer()) defined.insert(t.name());
@@ -289,6 +290,34 @@ void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defi
       if (a.has_g()) checkOutputsDefined(a.g(), defined, source);
       for (const auto& sg : a.graphs()) checkOutputsDefined(sg, defined, source);
     }
+}
+
+// A subgraph (If branch, Loop or Scan body) may name a value of an enclosing graph as its output
+// directly; older exporters wrote that, and ONNX 1.12's checker accepted it. Later checkers require
+// every graph output to be produced inside its graph, so such an output is routed through an
+// Identity node first: same value, same position, a name of the subgraph's own.
+void passOuterOutputsThroughIdentity(::onnx::GraphProto* g, bool isSubgraph, int* counter) {
+  std::set<std::string> local;
+  for (const auto& vi : g->input()) local.insert(vi.name());
+  for (const auto& t : g->initializer()) local.insert(t.name());
+  for (const auto& s : g->sparse_initializer()) local.insert(s.values().name());
+  for (auto& n : *g->mutable_node()) {
+    for (const auto& o : n.output()) local.insert(o);
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) passOuterOutputsThroughIdentity(a.mutable_g(), true, counter);
+      for (auto& sg : *a.mutable_graphs()) passOuterOutputsThroughIdentity(&sg, true, counter);
+    }
+  }
+  if (!isSubgraph) return;
+  for (auto& vo : *g->mutable_output()) {
+    if (local.count(vo.name())) continue;
+    std::string renamed = vo.name() + "__graft_outer" + std::to_string((*counter)++);
+    auto* n = g->add_node();
+    n->set_op_type("Identity");
+    n->add_input(vo.name());
+    n->add_output(renamed);
+    vo.set_name(renamed);
+  }
 }
 
 // Upsample (opset 7-9) and Resize-10 map output to input coordinates asymmetrically
@@ -791,6 +820,9 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   Annotations ann;
   stripAnnotations(m.mutable_graph(), &ann);
   checkLocalFunctions(m, source);
+  checkOutputsDefined(m.graph(), {}, source);
+  int outerCounter = 0;
+  passOuterOutputsThroughIdentity(m.mutable_graph(), false, &outerCounter);
 
   if (options.check) {
     try {
@@ -809,7 +841,6 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   out.info.originalOpset = onnxOpset(m);
   for (const auto& kv : m.metadata_props()) out.info.metadata[kv.key()] = kv.value();
 
-  checkOutputsDefined(m.graph(), {}, source);
   runShapeInference(&m);
   std::unordered_map<std::string, ::onnx::TypeProto> preTypes;
   collectTypes(m.graph(), &preTypes);

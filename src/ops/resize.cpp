@@ -209,8 +209,8 @@ ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, cons
     for (int64_t d = 0; d < r; ++d) {
       GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
                   scales[d]);
-      // ONNX's shape inference multiplies in float: do the same so the shapes agree.
-      double o = std::floor(static_cast<double>(static_cast<float>(xShape[d]) * static_cast<float>(scales[d])));
+      // ONNX's shape inference (1.23) and reference multiply in double: do the same so the shapes agree.
+      double o = std::floor(static_cast<double>(xShape[d]) * scales[d]);
       GRAFT_CHECK(o < 9e15, "{}: output extent {} on axis {} is too large", what, o, d);
       out[d] = static_cast<int64_t>(o);
     }
