@@ -1,6 +1,7 @@
 // ONNX file -> graft IR: parse, load external data, check, infer shapes, convert to the canonical
 // opset, expand functions, build the IR.
 #include <onnx/checker.h>
+#include <onnx/common/version.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
@@ -26,6 +27,7 @@
 
 namespace graft::onnxio {
 namespace fs = std::filesystem;
+static_assert(kNewestIrVersion == ::onnx::Version::IR_VERSION, "kNewestIrVersion follows the linked ONNX library");
 namespace {
 
 bool isOnnxDomain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
@@ -352,11 +354,29 @@ void keepLegacyResizeSemantics(::onnx::GraphProto* g) {
   }
 }
 
+// The versions a model declares, against what the linked ONNX library knows; before the checker,
+// whose messages for these cases do not say what graft supports.
+void checkVersions(const ::onnx::ModelProto& m, const std::string& source) {
+  GRAFT_CHECK(m.ir_version() <= kNewestIrVersion,
+              "{} has IR version {}, newer than graft supports (newest: IR version {}, ONNX {})", source,
+              m.ir_version(), kNewestIrVersion, ONNX_VERSION_STRING);
+  const auto& ranges = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& o : m.opset_import()) {
+    std::string domain = isOnnxDomain(o.domain()) ? "" : o.domain();
+    auto it = ranges.find(domain);
+    if (it == ranges.end()) continue;  // a domain ONNX does not define (ai.graphcore, custom ones)
+    GRAFT_CHECK(o.version() <= it->second.second,
+                "{} uses {} opset {}, newer than graft supports (newest: {} opset {}, ONNX {})", source,
+                domain.empty() ? "ai.onnx" : domain, o.version(), domain.empty() ? "ai.onnx" : domain,
+                it->second.second, ONNX_VERSION_STRING);
+  }
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
-  GRAFT_CHECK(v < kCanonicalOpset, "{} uses ai.onnx opset {}, newer than graft supports ({}).", source, v,
-              kCanonicalOpset);
+  GRAFT_CHECK(v < kCanonicalOpset, "{} uses ai.onnx opset {}, newer than graft supports (newest: ai.onnx opset {})",
+              source, v, kCanonicalOpset);
   std::unordered_map<std::string, ::onnx::TypeProto> types;
   collectTypes(m->graph(), &types);
   SetAside aside = setAsideOtherDomains(m->mutable_graph(), types);
@@ -368,8 +388,14 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   }
   restoreTypes(converted.mutable_graph(), types);
   restoreOtherDomains(converted.mutable_graph(), std::move(aside));
+  // ONNX 1.23's converter leaves the model-local functions out of its result; they are expanded
+  // later, each with its own opset imports.
+  if (converted.functions_size() == 0) *converted.mutable_functions() = m->functions();
   if (v < 11) keepLegacyResizeSemantics(converted.mutable_graph());
-  if (converted.ir_version() < 8) converted.set_ir_version(8);
+  // The converter keeps the file's IR version; the converted model declares at least the IR
+  // version of the release that introduced the canonical opset.
+  if (converted.ir_version() < irVersionForOpset(kCanonicalOpset))
+    converted.set_ir_version(irVersionForOpset(kCanonicalOpset));
   *m = std::move(converted);
 }
 
@@ -820,6 +846,7 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   Annotations ann;
   stripAnnotations(m.mutable_graph(), &ann);
   checkLocalFunctions(m, source);
+  checkVersions(m, source);
   checkOutputsDefined(m.graph(), {}, source);
   int outerCounter = 0;
   passOuterOutputsThroughIdentity(m.mutable_graph(), false, &outerCounter);
