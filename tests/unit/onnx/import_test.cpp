@@ -1,6 +1,7 @@
 // onnx: importing models built with the ONNX protobuf API, external data, export round trips,
 // opset conversion and malformed files.
 #include <gtest/gtest.h>
+#include <onnx/defs/schema.h>
 
 #include <cstring>
 #include <fstream>
@@ -268,7 +269,38 @@ TEST(OnnxOpset, RejectsNewerOpsets) {
   auto m = reluModel();
   m.mutable_opset_import(0)->set_version(99);
   std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
-  EXPECT_FALSE(msg.empty());
+  EXPECT_NE(msg.find("uses ai.onnx opset 99, newer than graft supports (newest: ai.onnx opset 28"), std::string::npos)
+      << msg;
+}
+
+TEST(OnnxOpset, RejectsNewerIrVersions) {
+  auto m = reluModel();
+  m.set_ir_version(kNewestIrVersion + 1);
+  std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("has IR version 15, newer than graft supports (newest: IR version 14"), std::string::npos) << msg;
+}
+
+TEST(OnnxOpset, UnknownOpVersionNamesTheNode) {
+  // Relu exists in ai.onnx, but an ai.onnx.ml opset newer than ONNX's is refused by name, and an
+  // op that no opset defines is the checker's error naming the node.
+  auto m = reluModel();
+  auto* ml = m.add_opset_import();
+  ml->set_domain("ai.onnx.ml");
+  ml->set_version(99);
+  std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("uses ai.onnx.ml opset 99, newer than graft supports"), std::string::npos) << msg;
+  auto m2 = reluModel();
+  m2.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+  m2.mutable_graph()->mutable_node(0)->set_name("mystery");
+  msg = errorOf([&] { loadModelBytes(serialize(m2)); });
+  EXPECT_NE(msg.find("is not a valid ONNX model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NoSuchOp"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mystery"), std::string::npos) << msg;
+}
+
+TEST(OnnxOpset, CanonicalOpsetIsTheLibrarysNewest) {
+  const auto& ranges = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  EXPECT_EQ(ranges.at("").second, kCanonicalOpset);
 }
 
 // ---- malformed files --------------------------------------------------------------------------------
