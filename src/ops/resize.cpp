@@ -365,8 +365,13 @@ KernelFn gridSampleKernel(CompileContext& c) {
   const auto& n = c.node();
   std::string what = n.describe();
   bool align = n.attrInt("align_corners", 0) != 0;
-  Interp interp = attrChoice<Interp>(
-      n, "mode", "bilinear", {{"bilinear", Interp::Linear}, {"nearest", Interp::Nearest}, {"bicubic", Interp::Cubic}});
+  // Opset 20 renamed bilinear/bicubic to linear/cubic (the converter rewrites older models).
+  Interp interp = attrChoice<Interp>(n, "mode", "linear",
+                                     {{"linear", Interp::Linear},
+                                      {"bilinear", Interp::Linear},
+                                      {"nearest", Interp::Nearest},
+                                      {"cubic", Interp::Cubic},
+                                      {"bicubic", Interp::Cubic}});
   GridPad pad = attrChoice<GridPad>(
       n, "padding_mode", "zeros",
       {{"zeros", GridPad::Zeros}, {"border", GridPad::Border}, {"reflection", GridPad::Reflection}});

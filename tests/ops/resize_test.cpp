@@ -317,7 +317,7 @@ TEST(GridSample, RejectsBadInputs) {
   EXPECT_THROW(run1("GridSample", {x, arr<float>({1, 1, 1, 3}, {0, 0, 0})}), Error);
   EXPECT_THROW(run1("GridSample", {x, arr<float>({2, 1, 1, 2}, {0, 0, 0, 0})}), Error);
   EXPECT_THROW(run1("GridSample", {arr<float>({1, 4}, {1, 2, 3, 4}), rowGrid({0}, 4)}), Error);
-  EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"mode", str("linear")}})), Error);
+  EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"mode", str("trilinear")}})), Error);
   EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"padding_mode", str("wrap")}})), Error);
   // Non-finite grid values give 0 instead of undefined behaviour.
   auto y = run1("GridSample", {x, arr<float>({1, 1, 2, 2}, {NAN, 0, INFINITY, 0})},
