@@ -70,8 +70,11 @@ bench-compare: build .venv-bench/.installed
 	python3 bench/compare.py $(BUILD)/bench-compare/results.json
 
 # Seeds: the small models of tests/fuzz/seeds (tests/fuzz/make_seeds.py writes them) and the small
-# models of the ONNX conformance data. FUZZ_SECONDS bounds the run; findings land in build-fuzz/.
-ONNX_DATA ?= /usr/share/libonnx-testdata/data
+# models of the ONNX conformance data (the pinned onnx package's, which make setup caches in
+# ONNX_DATA; docs/dependencies.md). FUZZ_SECONDS bounds the run; findings land in build-fuzz/.
+GRAFT_DEPS_DIR ?= $(HOME)/.cache/graft-deps
+ONNX_VERSION := $(shell sed -n 's/^onnx==\([0-9.]*\).*/\1/p' requirements.txt)
+ONNX_DATA ?= $(GRAFT_DEPS_DIR)/onnx-$(ONNX_VERSION)-testdata
 fuzz: setup
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_C_COMPILER=clang -DGRAFT_FUZZ=ON -DGRAFT_PYTHON=OFF

@@ -52,6 +52,9 @@ struct OpSignature {
 /// every op graft's registry knows that exists at that version, plus PopART's loss ops of
 /// ai.graphcore (nllloss, l1loss, identityloss), whose kernels come with training. Ordered by type.
 std::vector<OpSignature> builderOpSignatures(const std::string& domain, int opsetVersion);
+/// The newest ai.onnx opset graft reads and builds: the linked ONNX library's newest, to which
+/// every loaded model is converted.
+int newestAiOnnxOpset();
 /// The signature of one op (any op with an ONNX schema, registered or not); nullopt when the op
 /// does not exist at that version.
 std::optional<OpSignature> findOpSignature(const std::string& domain, const std::string& type, int opsetVersion);

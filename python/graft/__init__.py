@@ -183,7 +183,7 @@ def getLogger(name="all"):
     return _Logger(name)
 
 
-def supportedOps(domain="ai.onnx", opsetVersion=17):
+def supportedOps(domain="ai.onnx", opsetVersion=_graft.newestAiOnnxOpset):
     """The op types graft's Builder offers in a domain (every op of graft's registry)."""
     return [s.type for s in builderOpSignatures(domain, opsetVersion)]
 

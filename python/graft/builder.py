@@ -11,8 +11,9 @@ from .opsets import AiGraftOpset1, debug_name, opset_class
 defaultAiOnnxOpset = 10
 #: The only ai.graphcore opset.
 defaultAiGraphcoreOpset = 1
-#: The ai.onnx opsets the Builder offers (aiOnnxOpset6 ... aiOnnxOpset17).
-AI_ONNX_OPSETS = tuple(range(6, 18))
+#: The ai.onnx opsets the Builder offers (aiOnnxOpset6 ... aiOnnxOpset28): up to the newest of the
+#: ONNX library graft links.
+AI_ONNX_OPSETS = tuple(range(6, _graft.newestAiOnnxOpset + 1))
 
 _VGRAPH = "__ipu_number"
 _STAGE = "__pipeline_stage"
@@ -29,7 +30,7 @@ class Builder:
 
     Arguments:
         modelProtoOrFilename: start from an existing model (ONNX bytes or a path). It is converted
-            to ai.onnx opset 17 on loading, so new ai.onnx ops use opset 17.
+            to the newest ai.onnx opset (28) on loading, so new ai.onnx ops use that opset.
         opsets: ``{"ai.onnx": N}`` fixes the ai.onnx opset of ``aiOnnx``; otherwise the first
             ``aiOnnx``/``aiOnnxOpsetN`` used chooses it (``aiOnnx`` alone: opset 10, PopART's
             default). One model uses one ai.onnx opset.

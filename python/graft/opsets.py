@@ -1,5 +1,5 @@
 """The op-builder objects of a Builder: ``builder.aiOnnx``, ``builder.aiOnnxOpset6`` ...
-``aiOnnxOpset17`` and ``builder.aiGraphcore``.
+``aiOnnxOpset28`` and ``builder.aiGraphcore``.
 
 Their methods are generated from the op signatures graft knows (ONNX's schemas for ai.onnx, graft's
 own table for ai.graphcore), one method per op of graft's registry, named and ordered as PopART
@@ -130,8 +130,11 @@ def _make_method(sig, domain, version):
     variadic_outputs = sig.minOutputs != sig.maxOutputs
     multi_output = sig.maxOutputs != 1
     attrs = {a.name: a for a in sig.attributes}
-    positional = [a for a in sig.attributes if a.required and a.name != "auto_pad"]
-    positional += [a for a in sig.attributes if not a.required and a.name != "auto_pad"]
+    # Split (opset 18) has a num_outputs attribute: the num_outputs parameter sets it (below).
+    count_attr = variadic_outputs and "num_outputs" in attrs
+    skip = {"auto_pad"} | ({"num_outputs"} if count_attr else set())
+    positional = [a for a in sig.attributes if a.required and a.name not in skip]
+    positional += [a for a in sig.attributes if not a.required and a.name not in skip]
     keyword_only = [a for a in sig.attributes if a.name == "auto_pad"]
 
     # An attribute named like a Python keyword gets a trailing underscore as parameter name.
@@ -184,6 +187,9 @@ def _make_method(sig, domain, version):
                 continue  # PopART leaves empty optional lists out
             attributes[key] = value
         attributes.update(extra)
+        if count_attr and len([t for t in inputs if t]) < 2 and num_outputs != -1:
+            # No split sizes: opset 18 wants the count as the num_outputs attribute.
+            attributes["num_outputs"] = _as_int(num_outputs, "num_outputs")
         inputs = [_tensor_id(t, op_type) for t in inputs]
         if domain == "":
             inputs = _popart_operands(self, op_type, inputs, attributes)

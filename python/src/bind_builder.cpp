@@ -123,6 +123,7 @@ void bindBuilder(pyb::module_& m) {
 
   m.def("builderOpSignatures", &builderOpSignatures, pyb::arg("domain"), pyb::arg("opsetVersion"),
         "The ops the Builder offers in a domain at an opset version (every op graft's registry knows).");
+  m.attr("newestAiOnnxOpset") = newestAiOnnxOpset();
   m.def("findOpSignature", &findOpSignature, pyb::arg("domain"), pyb::arg("opType"), pyb::arg("opsetVersion"));
 
   pyb::class_<Builder>(m, "_BuilderCore")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "onnx/model_io.hpp"
 #include "onnx/schema_query.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -145,6 +146,8 @@ std::vector<ir::ValueType> inferGraphcorePlaceholder(const ir::Node& n) {
 }
 
 }  // namespace api
+
+int newestAiOnnxOpset() { return static_cast<int>(onnxio::kCanonicalOpset); }
 
 std::optional<OpSignature> findOpSignature(const std::string& domain, const std::string& type, int opsetVersion) {
   if (domain.empty() || domain == "ai.onnx") return onnxio::onnxOpSignature(type, opsetVersion);

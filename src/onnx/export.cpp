@@ -45,9 +45,21 @@ void exportGraphProto(const ir::Graph& g, ::onnx::GraphProto* out) {
   for (const ir::Tensor* t : g.outputs()) valueInfo(t, out->add_output());
 }
 
+int64_t irVersionForOpset(int64_t opset) {
+  // (first opset, IR version) of each ONNX release that raised the IR version, from ONNX's
+  // onnx.helper.VERSION_TABLE.
+  static constexpr std::pair<int64_t, int64_t> kTable[] = {{9, 4},   {10, 5},  {11, 6},  {12, 7},  {15, 8},
+                                                           {19, 9},  {21, 10}, {23, 11}, {24, 12}, {25, 13},
+                                                           {28, 14}};
+  int64_t ir = 3;
+  for (const auto& [first, v] : kTable)
+    if (opset >= first) ir = v;
+  return ir;
+}
+
 void exportModel(const ir::Graph& graph, const ModelInfo& info, ::onnx::ModelProto* m) {
   m->Clear();
-  m->set_ir_version(std::max<int64_t>(info.irVersion, 8));
+  m->set_ir_version(std::max<int64_t>(info.irVersion, irVersionForOpset(graph.opsetVersion())));
   m->set_producer_name(info.producerName.empty() ? "graft" : info.producerName);
   m->set_producer_version(info.producerVersion);
   m->set_domain(info.domain);

@@ -1,6 +1,7 @@
 // ONNX file -> graft IR: parse, load external data, check, infer shapes, convert to the canonical
 // opset, expand functions, build the IR.
 #include <onnx/checker.h>
+#include <onnx/common/version.h>
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
@@ -28,6 +29,7 @@
 
 namespace graft::onnxio {
 namespace fs = std::filesystem;
+static_assert(kNewestIrVersion == ::onnx::Version::IR_VERSION, "kNewestIrVersion follows the linked ONNX library");
 namespace {
 
 bool isOnnxDomain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
@@ -273,9 +275,10 @@ void restoreOtherDomains(::onnx::GraphProto* g, SetAside aside) {
                nodes.size() - g->node_size());
 }
 
-// ONNX 1.12's checker lets a graph output that nothing defines through, and its version converter
-// then dereferences a null value for it (a fuzzer finding); so this is checked first, in subgraphs
-// too, where values of enclosing graphs count as defined.
+// A graph output that nothing defines: ONNX 1.12's checker let it through and its version converter
+// then dereferenced a null value for it (a fuzzer finding); the checker of later versions rejects
+// it with a message that does not name the graph. So this is checked first, in subgraphs too,
+// where values of enclosing graphs count as defined.
 void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defined, const std::string& source) {
   for (const auto& vi : g.input()) defined.insert(vi.name());
   for (const auto& t : g.initializer()) defined.insert(t.name());
@@ -290,6 +293,34 @@ void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defi
       if (a.has_g()) checkOutputsDefined(a.g(), defined, source);
       for (const auto& sg : a.graphs()) checkOutputsDefined(sg, defined, source);
     }
+}
+
+// A subgraph (If branch, Loop or Scan body) may name a value of an enclosing graph as its output
+// directly; older exporters wrote that, and ONNX 1.12's checker accepted it. Later checkers require
+// every graph output to be produced inside its graph, so such an output is routed through an
+// Identity node first: same value, same position, a name of the subgraph's own.
+void passOuterOutputsThroughIdentity(::onnx::GraphProto* g, bool isSubgraph, int* counter) {
+  std::set<std::string> local;
+  for (const auto& vi : g->input()) local.insert(vi.name());
+  for (const auto& t : g->initializer()) local.insert(t.name());
+  for (const auto& s : g->sparse_initializer()) local.insert(s.values().name());
+  for (auto& n : *g->mutable_node()) {
+    for (const auto& o : n.output()) local.insert(o);
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) passOuterOutputsThroughIdentity(a.mutable_g(), true, counter);
+      for (auto& sg : *a.mutable_graphs()) passOuterOutputsThroughIdentity(&sg, true, counter);
+    }
+  }
+  if (!isSubgraph) return;
+  for (auto& vo : *g->mutable_output()) {
+    if (local.count(vo.name())) continue;
+    std::string renamed = vo.name() + "__graft_outer" + std::to_string((*counter)++);
+    auto* n = g->add_node();
+    n->set_op_type("Identity");
+    n->add_input(vo.name());
+    n->add_output(renamed);
+    vo.set_name(renamed);
+  }
 }
 
 // Upsample (opset 7-9) and Resize-10 map output to input coordinates asymmetrically
@@ -324,11 +355,29 @@ void keepLegacyResizeSemantics(::onnx::GraphProto* g) {
   }
 }
 
+// The versions a model declares, against what the linked ONNX library knows; before the checker,
+// whose messages for these cases do not say what graft supports.
+void checkVersions(const ::onnx::ModelProto& m, const std::string& source) {
+  GRAFT_CHECK(m.ir_version() <= kNewestIrVersion,
+              "{} has IR version {}, newer than graft supports (newest: IR version {}, ONNX {})", source,
+              m.ir_version(), kNewestIrVersion, ONNX_VERSION_STRING);
+  const auto& ranges = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  for (const auto& o : m.opset_import()) {
+    std::string domain = isOnnxDomain(o.domain()) ? "" : o.domain();
+    auto it = ranges.find(domain);
+    if (it == ranges.end()) continue;  // a domain ONNX does not define (ai.graphcore, custom ones)
+    GRAFT_CHECK(o.version() <= it->second.second,
+                "{} uses {} opset {}, newer than graft supports (newest: {} opset {}, ONNX {})", source,
+                domain.empty() ? "ai.onnx" : domain, o.version(), domain.empty() ? "ai.onnx" : domain,
+                it->second.second, ONNX_VERSION_STRING);
+  }
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
-  GRAFT_CHECK(v < kCanonicalOpset, "{} uses ai.onnx opset {}, newer than graft supports ({}).", source, v,
-              kCanonicalOpset);
+  GRAFT_CHECK(v < kCanonicalOpset, "{} uses ai.onnx opset {}, newer than graft supports (newest: ai.onnx opset {})",
+              source, v, kCanonicalOpset);
   std::unordered_map<std::string, ::onnx::TypeProto> types;
   collectTypes(m->graph(), &types);
   SetAside aside = setAsideOtherDomains(m->mutable_graph(), types);
@@ -340,8 +389,14 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   }
   restoreTypes(converted.mutable_graph(), types);
   restoreOtherDomains(converted.mutable_graph(), std::move(aside));
+  // ONNX 1.23's converter leaves the model-local functions out of its result; they are expanded
+  // later, each with its own opset imports.
+  if (converted.functions_size() == 0) *converted.mutable_functions() = m->functions();
   if (v < 11) keepLegacyResizeSemantics(converted.mutable_graph());
-  if (converted.ir_version() < 8) converted.set_ir_version(8);
+  // The converter keeps the file's IR version; the converted model declares at least the IR
+  // version of the release that introduced the canonical opset.
+  if (converted.ir_version() < irVersionForOpset(kCanonicalOpset))
+    converted.set_ir_version(irVersionForOpset(kCanonicalOpset));
   *m = std::move(converted);
 }
 
@@ -792,6 +847,10 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   Annotations ann;
   stripAnnotations(m.mutable_graph(), &ann);
   checkLocalFunctions(m, source);
+  checkVersions(m, source);
+  checkOutputsDefined(m.graph(), {}, source);
+  int outerCounter = 0;
+  passOuterOutputsThroughIdentity(m.mutable_graph(), false, &outerCounter);
 
   if (options.check) {
     try {
@@ -810,7 +869,6 @@ Model importProto(::onnx::ModelProto& m, const ImportOptions& options) {
   out.info.originalOpset = onnxOpset(m);
   for (const auto& kv : m.metadata_props()) out.info.metadata[kv.key()] = kv.value();
 
-  checkOutputsDefined(m.graph(), {}, source);
   runShapeInference(&m);
   std::unordered_map<std::string, ::onnx::TypeProto> preTypes;
   collectTypes(m.graph(), &preTypes);

@@ -15,7 +15,13 @@ class ModelProto;
 namespace graft::onnxio {
 
 /// The ai.onnx opset every imported model is converted to; ops implement this opset's semantics.
-constexpr int64_t kCanonicalOpset = 17;
+/// It is the newest opset of the linked ONNX library (1.23: 28; docs/dependencies.md).
+constexpr int64_t kCanonicalOpset = 28;
+/// The newest IR version accepted: the linked ONNX library's (1.23: 14).
+constexpr int64_t kNewestIrVersion = 14;
+/// The IR version of the ONNX release that introduced ai.onnx `opset` (ONNX's version table):
+/// what an exported model of that opset declares at least.
+int64_t irVersionForOpset(int64_t opset);
 /// The oldest ai.onnx opset accepted.
 constexpr int64_t kMinOpset = 7;
 

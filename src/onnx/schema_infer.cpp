@@ -65,7 +65,8 @@ std::vector<ir::ValueType> inferWithOnnxSchema(const ir::Node& n, const std::vec
     for (const auto& [d, v] : g->otherOpsets) opsets.emplace(d, static_cast<int>(v));
   ::onnx::shape_inference::ModelLocalFunctionsMap noFunctions;
   ::onnx::shape_inference::GraphInferenceContext graphCtx(outerTypes, opsets, nullptr, noFunctions);
-  ::onnx::shape_inference::InferenceContextImpl ctx(np, typesByName, dataByName, {}, nullptr, &graphCtx);
+  ::onnx::shape_inference::InferenceContextImpl ctx(np, typesByName, dataByName, {}, ::onnx::ShapeInferenceOptions{},
+                                                   nullptr, &graphCtx);
   try {
     schema->GetTypeAndShapeInferenceFunction()(ctx);
   } catch (const std::exception& e) {

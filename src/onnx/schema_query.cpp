@@ -1,6 +1,8 @@
 #include "onnx/schema_query.hpp"
 
 #include <onnx/defs/schema.h>
+
+#include <algorithm>
 #include <onnx/shape_inference/implementation.h>
 
 #include "onnx/proto_convert.hpp"
@@ -63,6 +65,10 @@ std::optional<OpSignature> onnxOpSignature(const std::string& type, int64_t opse
     as.defaultValue = defaultOf(a.default_value);
     sig.attributes.push_back(std::move(as));
   }
+  // By name: newer ONNX keeps a schema's attributes in a hash map, and PopART's parameter order (the
+  // Python builder's positional attributes) sorts them by name.
+  std::sort(sig.attributes.begin(), sig.attributes.end(),
+            [](const OpAttributeSignature& x, const OpAttributeSignature& y) { return x.name < y.name; });
   if (s->doc()) sig.doc = s->doc();
   return sig;
 }
@@ -93,7 +99,7 @@ void verifyWithOnnxSchema(const ir::Node& n, int64_t opset) {
   }
   try {
     schema->Verify(np);
-    ::onnx::shape_inference::InferenceContextImpl ctx(np, typesByName, {}, {}, nullptr, nullptr);
+    ::onnx::shape_inference::InferenceContextImpl ctx(np, typesByName, {}, {}, ::onnx::ShapeInferenceOptions{});
     schema->CheckInputOutputType(ctx);
   } catch (const std::exception& e) {
     GRAFT_THROW("{}: {}", n.describe(), e.what());

@@ -205,12 +205,19 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Mod").setReference([](CompileContext& c) -> KernelFn {
     bool fmodSem = c.node().attrInt("fmod", 0) != 0;
     std::string what = c.node().describe();
-    GRAFT_CHECK(fmodSem || !isFloatingPoint(c.inputType(0).info.dataType()) || c.inputType(0).info.dataType() == DataType::Undefined,
-                "{}: fmod must be 1 for floating point inputs", what);
+    // Opset 28: fmod=0 is defined for floats too, as a - floor(a / b) * b (the sign of b; a zero
+    // result takes b's sign; x = +-inf or y = +-0 give NaN, as std::fmod does).
     return binaryKernel<kNumeric>([fmodSem](auto a, auto b) {
       using C = decltype(a);
-      if constexpr (std::is_integral_v<C>) return intMod(a, b, fmodSem);
-      else return static_cast<C>(std::fmod(a, b));
+      if constexpr (std::is_integral_v<C>) {
+        return intMod(a, b, fmodSem);
+      } else {
+        C r = static_cast<C>(std::fmod(a, b));
+        if (fmodSem || std::isnan(r)) return r;
+        if (r == 0) return static_cast<C>(std::copysign(0.0, static_cast<double>(b)));
+        if ((r < 0) != (b < 0)) r = static_cast<C>(r + b);
+        return r;
+      }
     })(c);
   }).elementwise();
   r.add("BitShift").setReference([](CompileContext& c) -> KernelFn {

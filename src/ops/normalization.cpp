@@ -387,8 +387,7 @@ ir::Tensor* meanOver(GradBuilder& g, ir::Tensor* t, const std::vector<int64_t>& 
   if (axes.empty()) return t;
   ir::Attributes a;
   a.set("keepdims", int64_t{1});
-  a.set("axes", axes);
-  return g.op("ReduceMean", {t}, a);
+  return g.op("ReduceMean", {t, g.int64s(axes)}, a);
 }
 
 ir::Tensor* castLike(GradBuilder& g, ir::Tensor* t, ir::Tensor* like) {

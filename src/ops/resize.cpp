@@ -209,8 +209,8 @@ ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, cons
     for (int64_t d = 0; d < r; ++d) {
       GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
                   scales[d]);
-      // ONNX's shape inference multiplies in float: do the same so the shapes agree.
-      double o = std::floor(static_cast<double>(static_cast<float>(xShape[d]) * static_cast<float>(scales[d])));
+      // ONNX's shape inference (1.23) and reference multiply in double: do the same so the shapes agree.
+      double o = std::floor(static_cast<double>(xShape[d]) * scales[d]);
       GRAFT_CHECK(o < 9e15, "{}: output extent {} on axis {} is too large", what, o, d);
       out[d] = static_cast<int64_t>(o);
     }
@@ -365,8 +365,13 @@ KernelFn gridSampleKernel(CompileContext& c) {
   const auto& n = c.node();
   std::string what = n.describe();
   bool align = n.attrInt("align_corners", 0) != 0;
-  Interp interp = attrChoice<Interp>(
-      n, "mode", "bilinear", {{"bilinear", Interp::Linear}, {"nearest", Interp::Nearest}, {"bicubic", Interp::Cubic}});
+  // Opset 20 renamed bilinear/bicubic to linear/cubic (the converter rewrites older models).
+  Interp interp = attrChoice<Interp>(n, "mode", "linear",
+                                     {{"linear", Interp::Linear},
+                                      {"bilinear", Interp::Linear},
+                                      {"nearest", Interp::Nearest},
+                                      {"cubic", Interp::Cubic},
+                                      {"bicubic", Interp::Cubic}});
   GridPad pad = attrChoice<GridPad>(
       n, "padding_mode", "zeros",
       {{"zeros", GridPad::Zeros}, {"border", GridPad::Border}, {"reflection", GridPad::Reflection}});

@@ -56,6 +56,23 @@ std::vector<int64_t> normalizeAxes(const std::vector<int64_t>& axes, int64_t ran
   return out;
 }
 
+std::vector<int64_t> splitEvenSizes(int64_t dim, int64_t n, int64_t numOutputsAttr, const std::string& what) {
+  GRAFT_CHECK(n > 0, "{}: Split needs at least one output", what);
+  if (numOutputsAttr <= 0) {
+    GRAFT_CHECK(dim % n == 0, "{}: axis of size {} cannot be split into {} equal parts (opset 18 and later: set "
+                "num_outputs for a smaller last part)", what, dim, n);
+    return std::vector<int64_t>(static_cast<size_t>(n), dim / n);
+  }
+  GRAFT_CHECK(numOutputsAttr == n, "{}: num_outputs is {} but the node has {} outputs", what, numOutputsAttr, n);
+  int64_t part = (dim + n - 1) / n;
+  std::vector<int64_t> sizes(static_cast<size_t>(n), part);
+  int64_t last = dim - part * (n - 1);
+  GRAFT_CHECK(last >= 0, "{}: an axis of size {} cannot be split into {} parts of {} (num_outputs {}): the last part "
+              "would be empty or negative", what, dim, n, part, n);
+  sizes.back() = last;
+  return sizes;
+}
+
 std::vector<int64_t> toInt64Vector(const NDArray& a) {
   std::vector<int64_t> v(static_cast<size_t>(a.numel()));
   if (a.dtype() == DataType::Int64) {

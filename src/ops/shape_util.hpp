@@ -23,6 +23,11 @@ int64_t normalizeAxis(int64_t axis, int64_t rank, const std::string& what);
 std::vector<int64_t> normalizeAxes(const std::vector<int64_t>& axes, int64_t rank, const std::string& what);
 /// Reads an integer tensor (int32 or int64) as int64 values.
 std::vector<int64_t> toInt64Vector(const NDArray& a);
+/// Split's part sizes along an axis of extent `dim` into `n` outputs when no `split` input is
+/// given. With opset 18's num_outputs attribute (`numOutputsAttr` > 0; it must equal n) the parts
+/// are ceil(dim / n) long and the last one takes what is left, as ONNX's reference does; without
+/// it (older opsets, graft's own nodes) the parts must be equal.
+std::vector<int64_t> splitEvenSizes(int64_t dim, int64_t n, int64_t numOutputsAttr, const std::string& what);
 /// Product of shape[begin:end).
 int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end);
 /// The output shape of concatenating `inputs` (all of the first's dtype and rank, equal outside

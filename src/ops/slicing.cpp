@@ -90,6 +90,7 @@ KernelFn sliceKernel(CompileContext& c) {
 
 KernelFn splitKernel(CompileContext& c) {
   int64_t axisAttr = c.node().attrInt("axis", 0);
+  int64_t numOutputs = c.node().attrInt("num_outputs", 0);
   std::string what = c.node().describe();
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
@@ -109,10 +110,7 @@ KernelFn splitKernel(CompileContext& c) {
       }
       GRAFT_CHECK(sum == dim, "{}: split sizes sum to {}, but axis {} has size {}", what, sum, axis, dim);
     } else {
-      // Opset 13-17: equal parts only (uneven last parts came with opset 18's num_outputs).
-      GRAFT_CHECK(n > 0 && dim % n == 0, "{}: axis {} of size {} cannot be split into {} equal parts", what, axis, dim,
-                  n);
-      sizes.assign(static_cast<size_t>(n), dim / n);
+      sizes = splitEvenSizes(dim, n, numOutputs, what);
     }
     int64_t outer = shapeProduct(x.shape(), 0, axis), inner = shapeProduct(x.shape(), axis + 1, x.rank());
     int64_t at = 0;

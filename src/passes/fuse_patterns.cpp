@@ -149,10 +149,20 @@ class FuseGelu : public Pass {
 
 // ---- LayerNorm -------------------------------------------------------------------------------
 
-// The first axis of the trailing axes a ReduceMean (keepdims) averages over, or nullopt.
+// The first axis of the trailing axes a ReduceMean (keepdims) averages over, or nullopt. The axes
+// are a constant input (opset 18) or, in graphs built at older opsets, the attribute.
 std::optional<int64_t> trailingAxes(const ir::Node* r, int64_t rank) {
-  if (!isOp(r, "ReduceMean") || r->attrInt("keepdims", 1) != 1 || r->numInputs() != 1) return std::nullopt;
+  if (!isOp(r, "ReduceMean") || r->attrInt("keepdims", 1) != 1 || r->numInputs() > 2) return std::nullopt;
   std::vector<int64_t> axes = r->attrInts("axes", {});
+  if (r->numInputs() == 2 && r->input(1)) {
+    const ir::Tensor* t = r->input(1);
+    if (!t->data() || t->kind() != ir::TensorKind::Constant || t->data()->dtype() != DataType::Int64 ||
+        t->data()->rank() > 1)
+      return std::nullopt;
+    const NDArray& a = *t->data();
+    axes.assign(a.data<int64_t>(), a.data<int64_t>() + a.numel());
+  }
+  if (axes.empty() && r->attrInt("noop_with_empty_axes", 0) != 0) return std::nullopt;
   if (axes.empty()) return int64_t{0};
   for (int64_t& a : axes) {
     if (a < -rank || a >= rank) return std::nullopt;

@@ -42,6 +42,9 @@ TEST(Mod, SignFollowsDivisorUnlessFmod) {
   EXPECT_TRUE(allClose(run1("Mod", {arr<int32_t>({2}, {-4, 7}), arr<int32_t>({2}, {3, -3})}), arr<int32_t>({2}, {2, -2})));
   EXPECT_TRUE(allClose(run1("Mod", {arr<float>({2}, {-4, 7}), arr<float>({2}, {3, -3})}, attrs({{"fmod", int64_t{1}}})),
                        arr<float>({2}, {-1, 1})));
+  // Opset 28: floats with fmod=0 take the divisor's sign, like Python's %.
+  EXPECT_TRUE(allClose(run1("Mod", {arr<float>({3}, {-4, 7, 5.5f}), arr<float>({3}, {3, -3, 2})}),
+                       arr<float>({3}, {2, -2, 1.5f})));
 }
 
 TEST(BitShift, LeftAndRight) {

@@ -76,14 +76,15 @@ TEST(Resize, ScalesFloorTheOutput) {
   auto scales = arr<float>({4}, {1, 1, 0.5f, 1.7f});
   auto y = run1("Resize", {x, NDArray{}, scales}, attrs({{"mode", str("linear")}}));
   EXPECT_EQ(y.shape(), Shape({1, 2, 2, 11}));
-  // 10 * 0.7f is 6.99999988 in double but 7 in float, which ONNX's shape inference uses.
+  // 10 * 0.7f is 6.99999988 in double but 7 in float; ONNX's shape inference (1.23) and its
+  // reference multiply in double, and so does the kernel, so that both give 6.
   auto x10 = randomArray(DataType::Float, {10}, 4);
   auto s07 = arr<float>({1}, {0.7f});
-  EXPECT_EQ(resizeBy(x10, {0.7f}, {}).shape(), Shape({7}));
+  EXPECT_EQ(resizeBy(x10, {0.7f}, {}).shape(), Shape({6}));
   auto g = singleNodeGraph({"Resize", {x10, NDArray{}, s07}}, /*constInputs=*/true);
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes"}, ctx);
-  EXPECT_EQ(g->outputs().at(0)->type().info.shape(), Shape({7}));
+  EXPECT_EQ(g->outputs().at(0)->type().info.shape(), Shape({6}));
   // Downsampling by 2 with half_pixel averages neighbouring pairs.
   auto d = resizeBy(arr<float>({4}, {1, 3, 10, 20}), {0.5f}, attrs({{"mode", str("linear")}}));
   EXPECT_TRUE(allClose(d, arr<float>({2}, {2, 15})));
@@ -316,7 +317,7 @@ TEST(GridSample, RejectsBadInputs) {
   EXPECT_THROW(run1("GridSample", {x, arr<float>({1, 1, 1, 3}, {0, 0, 0})}), Error);
   EXPECT_THROW(run1("GridSample", {x, arr<float>({2, 1, 1, 2}, {0, 0, 0, 0})}), Error);
   EXPECT_THROW(run1("GridSample", {arr<float>({1, 4}, {1, 2, 3, 4}), rowGrid({0}, 4)}), Error);
-  EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"mode", str("linear")}})), Error);
+  EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"mode", str("trilinear")}})), Error);
   EXPECT_THROW(run1("GridSample", {x, rowGrid({0}, 4)}, attrs({{"padding_mode", str("wrap")}})), Error);
   // Non-finite grid values give 0 instead of undefined behaviour.
   auto y = run1("GridSample", {x, arr<float>({1, 1, 2, 2}, {NAN, 0, INFINITY, 0})},

@@ -208,6 +208,7 @@ ops::KernelFn concatKernel(ops::CompileContext& c) {
 
 ops::KernelFn splitKernel(ops::CompileContext& c) {
   int64_t axisAttr = c.node().attrInt("axis", 0);
+  int64_t numOutputs = c.node().attrInt("num_outputs", 0);
   std::string what = c.node().describe();
   return [=](ops::KernelContext& k) {
     const NDArray& x = k.input(0);
@@ -226,8 +227,7 @@ ops::KernelFn splitKernel(ops::CompileContext& c) {
       }
       GRAFT_CHECK(sum == dim, "{}: split sizes sum to {}, but axis {} has size {}", what, sum, axis, dim);
     } else {
-      GRAFT_CHECK(n > 0 && dim % n == 0, "{}: axis {} of size {} cannot be split into {} equal parts", what, axis, dim, n);
-      sizes.assign(static_cast<size_t>(n), dim / n);
+      sizes = ops::splitEvenSizes(dim, n, numOutputs, what);
     }
     int64_t es = static_cast<int64_t>(dtypeSize(x.dtype()));
     int64_t outer = ops::shapeProduct(x.shape(), 0, axis), inner = ops::shapeProduct(x.shape(), axis + 1, x.rank()) * es;

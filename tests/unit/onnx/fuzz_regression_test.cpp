@@ -11,8 +11,9 @@ namespace {
 
 using namespace graft::testing;
 
-// ONNX 1.12's checker accepts a graph output that no node produces; the version converter then
-// crashed (null dereference in graphProtoToGraph) on this opset-12 model.
+// ONNX 1.12's checker accepted a graph output that no node produces; the version converter then
+// crashed (null dereference in graphProtoToGraph) on this opset-12 model. graft checks it before
+// the checker, whose message would not name the graph.
 TEST(OnnxFuzzRegression, UndefinedGraphOutputBeforeOpsetConversion) {
   auto m = makeModel(12);
   addInput(m, "x", {int64_t{3}});
@@ -47,6 +48,8 @@ TEST(OnnxFuzzRegression, UndefinedSubgraphOutput) {
   EXPECT_NE(msg.find("'nowhere'"), std::string::npos) << msg;
 }
 
+// Later checkers reject a subgraph output that names an outer value; graft routes it through an
+// Identity inside the branch (import.cpp: passOuterOutputsThroughIdentity) and runs it.
 TEST(OnnxFuzzRegression, SubgraphOutputFromTheOuterScopeIsFine) {
   auto m = makeModel();
   addInput(m, "c", {}, ::onnx::TensorProto::BOOL);

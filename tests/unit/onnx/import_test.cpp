@@ -1,6 +1,7 @@
 // onnx: importing models built with the ONNX protobuf API, external data, export round trips,
 // opset conversion and malformed files.
 #include <gtest/gtest.h>
+#include <onnx/defs/schema.h>
 
 #include <cstring>
 #include <fstream>
@@ -119,6 +120,11 @@ TEST(OnnxExternalData, OffsetAndLengthAreHonouredAndChecked) {
   off->set_value("8");  // only 4 bytes left for 8
   writeFile(dir.file("model.onnx"), serialize(m));
   std::string msg = errorOf([&] { loadModelFile(dir.file("model.onnx")); });
+  // ONNX's checker finds it first; without the checker, graft's own check does.
+  EXPECT_NE(msg.find("(tensor name: w) raw_data size (4 bytes) is too small"), std::string::npos) << msg;
+  ImportOptions unchecked;
+  unchecked.check = false;
+  msg = errorOf([&] { loadModelFile(dir.file("model.onnx"), unchecked); });
   EXPECT_NE(msg.find("'w' has 4 bytes of data but its shape [2] of FLOAT needs 8"), std::string::npos) << msg;
 
   off->set_value("100");  // past the end of the file
@@ -235,7 +241,7 @@ TEST(OnnxExport, RoundTripKeepsNodesAttributesWeightsAndDims) {
 
 // ---- opset conversion -----------------------------------------------------------------------------
 
-TEST(OnnxOpset, ConvertsOpset9To17) {
+TEST(OnnxOpset, ConvertsOpset9ToTheNewest) {
   auto m = makeModel(9);
   addInput(m, "x", {int64_t{3}});
   auto* u = addNode(m.mutable_graph(), "Unsqueeze", {"x"}, {"u"});
@@ -247,7 +253,8 @@ TEST(OnnxOpset, ConvertsOpset9To17) {
   addOutput(m, "y", {int64_t{1}, int64_t{3}});
   Model model = loadModelBytes(serialize(m));
   EXPECT_EQ(model.info.originalOpset, 9);
-  EXPECT_EQ(model.graph->opsetVersion(), 17);
+  EXPECT_EQ(model.graph->opsetVersion(), kCanonicalOpset);
+  EXPECT_EQ(kCanonicalOpset, 28);
   const ir::Node* un = model.graph->tensor("u").producer();
   ASSERT_NE(un, nullptr);
   EXPECT_EQ(un->type(), "Unsqueeze");
@@ -262,7 +269,38 @@ TEST(OnnxOpset, RejectsNewerOpsets) {
   auto m = reluModel();
   m.mutable_opset_import(0)->set_version(99);
   std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
-  EXPECT_FALSE(msg.empty());
+  EXPECT_NE(msg.find("uses ai.onnx opset 99, newer than graft supports (newest: ai.onnx opset 28"), std::string::npos)
+      << msg;
+}
+
+TEST(OnnxOpset, RejectsNewerIrVersions) {
+  auto m = reluModel();
+  m.set_ir_version(kNewestIrVersion + 1);
+  std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("has IR version 15, newer than graft supports (newest: IR version 14"), std::string::npos) << msg;
+}
+
+TEST(OnnxOpset, UnknownOpVersionNamesTheNode) {
+  // Relu exists in ai.onnx, but an ai.onnx.ml opset newer than ONNX's is refused by name, and an
+  // op that no opset defines is the checker's error naming the node.
+  auto m = reluModel();
+  auto* ml = m.add_opset_import();
+  ml->set_domain("ai.onnx.ml");
+  ml->set_version(99);
+  std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("uses ai.onnx.ml opset 99, newer than graft supports"), std::string::npos) << msg;
+  auto m2 = reluModel();
+  m2.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+  m2.mutable_graph()->mutable_node(0)->set_name("mystery");
+  msg = errorOf([&] { loadModelBytes(serialize(m2)); });
+  EXPECT_NE(msg.find("is not a valid ONNX model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NoSuchOp"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mystery"), std::string::npos) << msg;
+}
+
+TEST(OnnxOpset, CanonicalOpsetIsTheLibrarysNewest) {
+  const auto& ranges = ::onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  EXPECT_EQ(ranges.at("").second, kCanonicalOpset);
 }
 
 // ---- malformed files --------------------------------------------------------------------------------
@@ -308,6 +346,10 @@ TEST(OnnxMalformed, ShapeWhoseElementCountOverflowsInt64) {
   t->add_dims(int64_t{1} << 40);
   t->add_dims(int64_t{1} << 40);
   std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("Tensor dimension product overflow (tensor name: huge)"), std::string::npos) << msg;
+  ImportOptions unchecked;  // graft's own check, behind the checker's
+  unchecked.check = false;
+  msg = errorOf([&] { loadModelBytes(serialize(m), unchecked); });
   EXPECT_NE(msg.find("'huge'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("int64"), std::string::npos) << msg;
 }
@@ -316,6 +358,11 @@ TEST(OnnxMalformed, DataThatDoesNotMatchTheShape) {
   auto m = reluModel();
   addFloatInitializer(m.mutable_graph(), "w", {3}, {1, 2});
   std::string msg = errorOf([&] { loadModelBytes(serialize(m)); });
+  EXPECT_NE(msg.find("(tensor name: w) float_data size (2) is too small for the declared shape (3"), std::string::npos)
+      << msg;
+  ImportOptions unchecked;  // graft's own check, behind the checker's
+  unchecked.check = false;
+  msg = errorOf([&] { loadModelBytes(serialize(m), unchecked); });
   EXPECT_NE(msg.find("initializer 'w' has 2 values but its shape [3] needs 3"), std::string::npos) << msg;
 }
 

@@ -82,7 +82,7 @@ TEST_F(Cli, InspectSummarisesTheModel) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "x         FLOAT [batch, 2]")) << r.out;
   EXPECT_TRUE(contains(r.out, "y:0       FLOAT [batch, 3]")) << r.out;
-  EXPECT_TRUE(contains(r.out, "opsets      ai.onnx 17")) << r.out;
+  EXPECT_TRUE(contains(r.out, "opsets      ai.onnx 28")) << r.out;
   EXPECT_TRUE(contains(r.out, "3 nodes of 3 types")) << r.out;
   EXPECT_TRUE(contains(r.out, "parameters  9 values in 2 tensors (36 B)")) << r.out;
   EXPECT_TRUE(contains(r.out, "unsupported none")) << r.out;
@@ -118,7 +118,7 @@ TEST_F(Cli, InspectListsUnsupportedOpsAndTheOriginalOpset) {
   std::ofstream(path, std::ios::binary) << testing::serialize(m);
   Result r = cli({"inspect", path});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(contains(r.out, "ai.onnx 17, com.example 1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "ai.onnx 28 (converted from 17), com.example 1")) << r.out;
   EXPECT_TRUE(contains(r.out, "unsupported 2 op types (3 nodes)")) << r.out;
   EXPECT_TRUE(contains(r.out, "com.example::Frob         2  'f1', 'f2'")) << r.out;
   EXPECT_TRUE(contains(r.out, "com.example::Wobble       1  output 'y'")) << r.out;
@@ -137,7 +137,7 @@ TEST_F(Cli, InspectShowsTheOriginalOpset) {
   std::ofstream(path, std::ios::binary) << testing::serialize(m);
   Result r = cli({"inspect", path});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(contains(r.out, "opsets      ai.onnx 17 (converted from 9)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "opsets      ai.onnx 28 (converted from 9)")) << r.out;
 }
 
 TEST_F(Cli, RunWithGivenInputsWritesOutputs) {
