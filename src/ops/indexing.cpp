@@ -260,6 +260,51 @@ KernelFn scatterNdKernel(CompileContext& c) {
   };
 }
 
+// TensorScatter (opset 24): a KV-cache update. present = past_cache with, per batch b, update's
+// slices along `axis` written from position write_indices[b] (0 when absent) on; "circular"
+// wraps positions modulo the cache length, "linear" requires them to fit.
+KernelFn tensorScatterKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  std::string mode = n.attrString("mode", "linear");
+  int64_t axisAttr = n.attrInt("axis", -2);
+  GRAFT_CHECK(mode == "linear" || mode == "circular", "{}: mode must be 'linear' or 'circular', got '{}'", what, mode);
+  return [=](KernelContext& k) {
+    const NDArray& past = k.input(0);
+    const NDArray& upd = k.input(1);
+    GRAFT_CHECK(past.rank() >= 2 && upd.rank() == past.rank(), "{}: past_cache {} and update {} must have one rank >= 2",
+                what, shapeToString(past.shape()), shapeToString(upd.shape()));
+    GRAFT_CHECK(upd.dtype() == past.dtype(), "{}: update must have past_cache's type {}, got {}", what,
+                dtypeName(past.dtype()), dtypeName(upd.dtype()));
+    int64_t axis = normalizeAxis(axisAttr, past.rank(), what);
+    GRAFT_CHECK(axis != 0, "{}: axis must not be the batch axis 0", what);
+    for (int64_t d = 0; d < past.rank(); ++d)
+      GRAFT_CHECK(d == axis ? upd.dim(d) <= past.dim(d) : upd.dim(d) == past.dim(d),
+                  "{}: update of shape {} does not fit past_cache of shape {} (axis {})", what, shapeToString(upd.shape()),
+                  shapeToString(past.shape()), axis);
+    int64_t B = past.dim(0), maxLen = past.dim(axis), len = upd.dim(axis);
+    std::vector<int64_t> starts(static_cast<size_t>(B), 0);
+    if (k.hasInput(2)) {
+      starts = readIndexTensor(k.input(2), what, "write_indices");
+      GRAFT_CHECK(static_cast<int64_t>(starts.size()) == B, "{}: write_indices must have {} values, got {}", what, B,
+                  starts.size());
+    }
+    NDArray& y = k.allocOutputUninit(0, past.dtype(), past.shape());
+    copyElements(past, 0, y, 0, past.numel());
+    int64_t mid = shapeProduct(past.shape(), 1, axis), inner = shapeProduct(past.shape(), axis + 1, past.rank());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < len; ++s) {
+        int64_t pos = starts[b] + s;
+        if (mode == "circular") pos = ((pos % maxLen) + maxLen) % maxLen;
+        GRAFT_CHECK(pos >= 0 && pos < maxLen, "{}: batch {} writes position {}, outside the cache length {}", what, b, pos,
+                    maxLen);
+        for (int64_t m = 0; m < mid; ++m)
+          copyElements(upd, ((b * mid + m) * len + s) * inner, y, ((b * mid + m) * maxLen + pos) * inner, inner);
+      }
+    }
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(indexing) {
@@ -267,6 +312,7 @@ GRAFT_REGISTER_OPS(indexing) {
   r.add("GatherElements").setReference(gatherElementsKernel).noGradient({1});
   r.add("GatherND").setReference(gatherNdKernel).noGradient({1});
   r.add("ScatterElements").setReference(scatterElementsKernel).noGradient({1});
+  r.add("TensorScatter").setReference(tensorScatterKernel).noGradient({2}).setFallbackInfer(sameTypeAsInput(0));
   r.add("ScatterND").setReference(scatterNdKernel).noGradient({1});
 }
 

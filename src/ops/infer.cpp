@@ -1,5 +1,7 @@
 #include "ops/infer.hpp"
 
+#include <algorithm>
+
 #include "onnx/schema_infer.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -57,6 +59,8 @@ bool inferNode(ir::Node& n, bool weightsAreConstant) {
     }
   } else {
     out = onnxio::inferWithOnnxSchema(n, in, consts);
+    bool none = std::all_of(out.begin(), out.end(), [](const ir::ValueType& v) { return v.isTensor() && !v.known(); });
+    if (none && def && def->fallbackInfer) out = def->fallbackInfer(n, in, consts);
   }
   bool changed = false;
   for (size_t i = 0; i < n.numOutputs() && i < out.size(); ++i) {

@@ -232,6 +232,12 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();
   r.add("Not").setReference(unaryKernel<kBool>([](bool a) { return !a; })).elementwise();
 
+  // Bitwise ops (opset 18) on integer tensors, broadcasting as the arithmetic ops.
+  r.add("BitwiseAnd").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a & b; })).elementwise();
+  r.add("BitwiseOr").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a | b; })).elementwise();
+  r.add("BitwiseXor").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a ^ b; })).elementwise();
+  r.add("BitwiseNot").setFallbackInfer(sameTypeAsInput(0)).setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); })).elementwise();
+
   r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
   r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
   r.add("Max").setReference(variadicKernel([](auto a, auto b) {

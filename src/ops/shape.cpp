@@ -1,6 +1,7 @@
 // Ops that move, view or describe data without arithmetic: Constant, Identity, Cast, Reshape,
 // Flatten, Squeeze, Unsqueeze, Transpose, Concat, Shape, Size.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "ops/cast_util.hpp"
@@ -265,6 +266,29 @@ KernelFn sizeKernel(CompileContext&) {
   return [](KernelContext& k) { k.setOutput(0, NDArray::scalar<int64_t>(DataType::Int64, k.input(0).numel())); };
 }
 
+// BitCast (opset 26): the same bytes read as another type of the same width. A BOOL result
+// normalises each byte to true/false (graft's bool holds only 0 or 1).
+KernelFn bitCastKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  auto to = static_cast<DataType>(n.attrInt("to"));
+  GRAFT_CHECK(to != DataType::String && dtypeSize(to) > 0, "{}: 'to' must be a numeric or BOOL type, got {}", what,
+              dtypeName(to));
+  return [what, to](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() != DataType::String, "{}: BitCast of a STRING tensor is not defined", what);
+    GRAFT_CHECK(dtypeSize(x.dtype()) == dtypeSize(to), "{}: {} ({} bits) and {} ({} bits) differ in width", what,
+                dtypeName(x.dtype()), 8 * dtypeSize(x.dtype()), dtypeName(to), 8 * dtypeSize(to));
+    NDArray& y = k.allocOutputUninit(0, to, x.shape());
+    if (to == DataType::Bool) {
+      const auto* src = static_cast<const uint8_t*>(x.rawData());
+      for (int64_t i = 0; i < x.numel(); ++i) y.data<bool>()[i] = src[i] != 0;
+    } else if (x.nbytes() > 0) {
+      std::memcpy(y.rawData(), x.rawData(), x.nbytes());
+    }
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(shape) {
@@ -280,6 +304,7 @@ GRAFT_REGISTER_OPS(shape) {
   r.add("Concat").setReference(concatKernel);
   r.add("Shape").setReference(shapeKernel);
   r.add("Size").setReference(sizeKernel);
+  r.add("BitCast").setReference(bitCastKernel);
 }
 
 }  // namespace graft::ops

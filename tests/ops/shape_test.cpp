@@ -277,5 +277,24 @@ TEST(Size, CountsElements) {
   EXPECT_TRUE(allClose(run1("Size", {NDArray(DataType::Bool, {0, 5})}), scalar<int64_t>(0)));
 }
 
+
+// ---- opset 18-28 additions ----------------------------------------------------------------------
+
+std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
+  OpCase c;
+  c.type = type;
+  c.inputs = std::move(in);
+  c.attrs = std::move(a);
+  c.numOutputs = outputs;
+  return runReference(c);
+}
+
+TEST(BitCast, ReinterpretsBytes) {
+  auto y = runNew("BitCast", {arr<float>({2}, {1.0f, -2.0f})}, attrs({{"to", int64_t{6}}})).at(0);  // INT32
+  EXPECT_TRUE(allClose(y, arr<int32_t>({2}, {0x3f800000, static_cast<int32_t>(0xc0000000u)})));
+  EXPECT_TRUE(allClose(runNew("BitCast", {y}, attrs({{"to", int64_t{1}}})).at(0), arr<float>({2}, {1.0f, -2.0f})));
+  EXPECT_THROW(runNew("BitCast", {arr<float>({1}, {1})}, attrs({{"to", int64_t{7}}})), Error);  // 32 vs 64 bits
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -1,0 +1,27 @@
+// Tests of src/ops/cumulative.cpp (CumProd).
+#include "op_test_util.hpp"
+
+namespace graft::testing {
+namespace {
+
+NDArray cumProd(NDArray x, int64_t axis, int64_t exclusive = 0, int64_t reverse = 0) {
+  OpCase c{"CumProd", {std::move(x), scalar<int64_t>(axis)}, attrs({{"exclusive", exclusive}, {"reverse", reverse}})};
+  return runReference(c).at(0);
+}
+
+TEST(CumProd, InclusiveExclusiveReverse) {
+  NDArray x = arr<float>({4}, {1, 2, 3, 4});
+  EXPECT_TRUE(allClose(cumProd(x, 0), arr<float>({4}, {1, 2, 6, 24})));
+  EXPECT_TRUE(allClose(cumProd(x, 0, 1), arr<float>({4}, {1, 1, 2, 6})));
+  EXPECT_TRUE(allClose(cumProd(x, 0, 0, 1), arr<float>({4}, {24, 24, 12, 4})));
+  EXPECT_TRUE(allClose(cumProd(x, -1, 1, 1), arr<float>({4}, {24, 12, 4, 1})));
+}
+
+TEST(CumProd, IntegersAlongAnInnerAxis) {
+  EXPECT_TRUE(
+      allClose(cumProd(arr<int32_t>({2, 3}, {1, 2, 3, -1, 4, 5}), 1), arr<int32_t>({2, 3}, {1, 2, 6, -1, -4, -20})));
+  EXPECT_THROW(cumProd(arr<int32_t>({2}, {1, 2}), 1), Error);
+}
+
+}  // namespace
+}  // namespace graft::testing
