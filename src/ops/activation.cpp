@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "ops/elementwise.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -152,12 +153,12 @@ GRAFT_REGISTER_OPS(activation) {
   r.add("PRelu").setReference(preluKernel()).elementwise();
   r.add("Clip").setReference(clipKernel()).elementwise().noGradient({1, 2});
   // Opset 18-28 additions.
-  r.add("Mish").setFallbackInfer(sameTypeAsInput(0)).setReference(unaryKernel<kFloats>([](auto x) {
+  r.add("Mish").setReference(unaryKernel<kFloats>([](auto x) {
     using C = decltype(x);
     C sp = x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
     return x * std::tanh(sp);
   })).elementwise().inplace(0);
-  r.add("Swish").setFallbackInfer(sameTypeAsInput(0)).setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
+  r.add("Swish").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
     float alpha = c.node().attrFloat("alpha", 1.0f);
     return [alpha](auto x) {
       using C = decltype(x);
@@ -166,7 +167,7 @@ GRAFT_REGISTER_OPS(activation) {
     };
   })).elementwise().inplace(0);
   // ai.onnx Gelu (opset 20): exact (erf) by default, PopART's tanh form with approximate="tanh".
-  r.add("Gelu").setFallbackInfer(sameTypeAsInput(0)).setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
+  r.add("Gelu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
     std::string approx = c.node().attrString("approximate", "none");
     GRAFT_CHECK(approx == "none" || approx == "tanh", "{}: approximate must be 'none' or 'tanh', got '{}'",
                 c.node().describe(), approx);
@@ -177,7 +178,7 @@ GRAFT_REGISTER_OPS(activation) {
       return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));
     };
   })).elementwise().inplace(0);
-  r.add("SwiGLU").setReference(swigluKernel()).setFallbackInfer(sameTypeAsInput(0));
+  r.add("SwiGLU").setReference(swigluKernel());
   // PopART's Gelu (ai.graphcore): the tanh approximation, as PopART computes it.
   r.add("Gelu", kGraphcoreDomain).setReference(unaryKernel<kFloats>([](auto x) {
     using C = decltype(x);
@@ -186,6 +187,11 @@ GRAFT_REGISTER_OPS(activation) {
   })).elementwise().setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
     return std::vector<ir::ValueType>{in.at(0)};
   });
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "Mish", sameTypeAsInput(0));
+  setFallbackInfer("", "Swish", sameTypeAsInput(0));
+  setFallbackInfer("", "Gelu", sameTypeAsInput(0));
+  setFallbackInfer("", "SwiGLU", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

@@ -5,6 +5,7 @@
 
 #include "ops/dtype_dispatch.hpp"
 #include "ops/index_util.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -275,8 +276,10 @@ KernelFn attentionKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(attention) {
-  r.add("RotaryEmbedding").setReference(rotaryKernel).noGradient({1, 2, 3}).setFallbackInfer(sameTypeAsInput(0));
+  r.add("RotaryEmbedding").setReference(rotaryKernel).noGradient({1, 2, 3});
   r.add("Attention").setReference(attentionKernel).noGradient({3, 6});
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "RotaryEmbedding", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

@@ -1,6 +1,7 @@
 // CumProd (opset 26): running products along an axis, inclusive or exclusive, forwards or in
 // reverse. (CumSum, older, lives with the reductions in reduce.cpp.)
 #include "ops/dtype_dispatch.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -50,7 +51,9 @@ KernelFn cumProdKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(cumulative) {
-  r.add("CumProd").setReference(cumProdKernel).noGradient({1}).setFallbackInfer(sameTypeAsInput(0));
+  r.add("CumProd").setReference(cumProdKernel).noGradient({1});
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "CumProd", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

@@ -8,6 +8,7 @@
 #include "ops/copy_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/index_util.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -312,8 +313,10 @@ GRAFT_REGISTER_OPS(indexing) {
   r.add("GatherElements").setReference(gatherElementsKernel).noGradient({1});
   r.add("GatherND").setReference(gatherNdKernel).noGradient({1});
   r.add("ScatterElements").setReference(scatterElementsKernel).noGradient({1});
-  r.add("TensorScatter").setReference(tensorScatterKernel).noGradient({2}).setFallbackInfer(sameTypeAsInput(0));
+  r.add("TensorScatter").setReference(tensorScatterKernel).noGradient({2});
   r.add("ScatterND").setReference(scatterNdKernel).noGradient({1});
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "TensorScatter", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

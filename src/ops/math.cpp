@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ops/elementwise.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -233,10 +234,10 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Not").setReference(unaryKernel<kBool>([](bool a) { return !a; })).elementwise();
 
   // Bitwise ops (opset 18) on integer tensors, broadcasting as the arithmetic ops.
-  r.add("BitwiseAnd").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a & b; })).elementwise();
-  r.add("BitwiseOr").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a | b; })).elementwise();
-  r.add("BitwiseXor").setFallbackInfer(broadcastOfInputs()).setReference(binaryKernel<kInts>([](auto a, auto b) { return a ^ b; })).elementwise();
-  r.add("BitwiseNot").setFallbackInfer(sameTypeAsInput(0)).setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); })).elementwise();
+  r.add("BitwiseAnd").setReference(binaryKernel<kInts>([](auto a, auto b) { return a & b; })).elementwise();
+  r.add("BitwiseOr").setReference(binaryKernel<kInts>([](auto a, auto b) { return a | b; })).elementwise();
+  r.add("BitwiseXor").setReference(binaryKernel<kInts>([](auto a, auto b) { return a ^ b; })).elementwise();
+  r.add("BitwiseNot").setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); })).elementwise();
 
   r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
   r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
@@ -282,6 +283,11 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Erf").setReference(unaryKernel<kFloats>([](auto x) { return std::erf(x); })).elementwise().inplace(0);
   r.add("IsNaN").setReference(isNanKernel()).elementwise();
   r.add("IsInf").setReference(isInfKernel()).elementwise();
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "BitwiseAnd", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseOr", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseXor", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseNot", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ops/dtype_dispatch.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -443,9 +444,9 @@ GRAFT_REGISTER_OPS(normalization) {
   r.add("InstanceNormalization").setReference(instanceNormKernel);
   r.add("LayerNormalization").setReference(layerNormKernel);
   r.add("LRN").setReference(lrnKernel);
-  r.add("GroupNormalization").setReference(groupNormKernel).setFallbackInfer(sameTypeAsInput(0));
-  r.add("RMSNormalization").setReference(rmsNormKernel).setFallbackInfer(sameTypeAsInput(0));
-  r.add("LpNormalization").setReference(lpNormKernel).setFallbackInfer(sameTypeAsInput(0));
+  r.add("GroupNormalization").setReference(groupNormKernel);
+  r.add("RMSNormalization").setReference(rmsNormKernel);
+  r.add("LpNormalization").setReference(lpNormKernel);
   // ONNX defines MeanVarianceNormalization by a function body, without an inference function of
   // its own: the output has the input's type and shape.
   r.add("MeanVarianceNormalization")
@@ -464,6 +465,10 @@ GRAFT_REGISTER_OPS(normalization) {
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         return std::vector<ir::ValueType>{in.at(1)};
       });
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "GroupNormalization", sameTypeAsInput(0));
+  setFallbackInfer("", "RMSNormalization", sameTypeAsInput(0));
+  setFallbackInfer("", "LpNormalization", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

@@ -41,9 +41,6 @@ struct OpDef {
   std::string type;
   KernelFactory reference;
   InferFn infer;  ///< empty: ONNX's schema inference
-  /// For standard ops newer than some linked ONNX libraries: used only when ONNX's schema
-  /// inference infers no output at all (the library has no schema for the op at this opset).
-  InferFn fallbackInfer;
   VjpFn vjp;      ///< empty: not differentiable
   OpTraits traits;
   /// Inputs that carry no gradient (indices, shapes, masks), by index.
@@ -51,7 +48,6 @@ struct OpDef {
 
   OpDef& setReference(KernelFactory f) { reference = std::move(f); return *this; }
   OpDef& setInfer(InferFn f) { infer = std::move(f); return *this; }
-  OpDef& setFallbackInfer(InferFn f) { fallbackInfer = std::move(f); return *this; }
   OpDef& setVjp(VjpFn f) { vjp = std::move(f); return *this; }
   OpDef& elementwise() { traits.elementwise = true; return *this; }
   OpDef& viewOf(int input) { traits.viewOfInput = input; return *this; }
@@ -74,11 +70,6 @@ class Registry {
  private:
   std::map<std::pair<std::string, std::string>, OpDef> ops_;
 };
-
-/// A fallback InferFn: every output has input `i`'s type (shape-preserving ops).
-InferFn sameTypeAsInput(size_t i);
-/// A fallback InferFn: output 0 has input 0's element type and the inputs' broadcast shape.
-InferFn broadcastOfInputs();
 
 /// Domain of PopART's extra ops (nllloss, gelu, ...), accepted in models and the Builder.
 inline constexpr const char* kGraphcoreDomain = "ai.graphcore";
