@@ -4,6 +4,7 @@
 
 #include "ops/copy_util.hpp"
 #include "ops/dtype_dispatch.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/index_util.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -178,6 +179,19 @@ GRAFT_REGISTER_OPS(image) {
   r.add("Col2Im").setReference(col2imKernel).noGradient({1, 2});
   r.add("CenterCropPad").setReference(centerCropPadKernel).noGradient({1});
   r.add("AffineGrid").setReference(affineGridKernel).noGradient({1});
+  // Until the linked onnx has its schema (opset 20): the grid's shape from a constant size.
+  setFallbackInfer(
+      "", "AffineGrid",
+      [](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>& consts) {
+        DataType dt = in.at(0).info.dataType();
+        if (consts.size() < 2 || !consts[1])
+          return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo::unranked(dt))};
+        auto size = toInt64Vector(*consts[1]);
+        Shape out{size.at(0)};
+        out.insert(out.end(), size.begin() + 2, size.end());
+        out.push_back(static_cast<int64_t>(size.size()) - 2);
+        return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(dt, out))};
+      });
 }
 
 }  // namespace graft::ops

@@ -55,5 +55,16 @@ TEST(AffineGrid, IdentityAndTranslation) {
   EXPECT_THROW(run("AffineGrid", {eye3, size}), Error);  // 3-D theta for a 2-D size
 }
 
+TEST(AffineGrid, Gradient) {
+  for (int64_t align : {0, 1}) {
+    OpCase c{"AffineGrid",
+             {randomArray(DataType::Double, {2, 2, 3}, 1), arr<int64_t>({4}, {2, 1, 3, 2})},
+             attrs({{"align_corners", align}})};
+    EXPECT_TRUE(gradCheck(c, {0})) << "align_corners=" << align;
+  }
+  OpCase c3{"AffineGrid", {randomArray(DataType::Double, {1, 3, 4}, 2), arr<int64_t>({5}, {1, 1, 2, 2, 3})}};
+  EXPECT_TRUE(gradCheck(c3, {0}));
+}
+
 }  // namespace
 }  // namespace graft::testing
