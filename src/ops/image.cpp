@@ -14,63 +14,87 @@ namespace {
 
 // ---- Col2Im --------------------------------------------------------------------------------------
 
+// The sliding-block geometry of Col2Im: for each (kernel offset k, block l) the flat image
+// position it covers, or -1 inside the padding. Checks the attributes and shapes.
+struct Col2ImGeometry {
+  std::vector<int64_t> image;
+  int64_t kernelSize = 1, L = 1, imageSize = 1;
+  std::vector<int64_t> position;  ///< [kernelSize * L]
+};
+
+struct Col2ImAttrs {
+  std::vector<int64_t> strides, dilations, pads;  ///< empty: the defaults (1s, 1s, 0s)
+  explicit Col2ImAttrs(const ir::Node& n)
+      : strides(n.attrInts("strides", {})), dilations(n.attrInts("dilations", {})), pads(n.attrInts("pads", {})) {}
+};
+
+Col2ImGeometry col2imGeometry(const Col2ImAttrs& a, const std::vector<int64_t>& image,
+                              const std::vector<int64_t>& block, const std::string& what) {
+  size_t nd = image.size();
+  GRAFT_CHECK(nd >= 1 && block.size() == nd, "{}: image_shape ({} values) and block_shape ({} values) must match", what,
+              nd, block.size());
+  std::vector<int64_t> strides = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
+  std::vector<int64_t> dil = a.dilations.empty() ? std::vector<int64_t>(nd, 1) : a.dilations;
+  std::vector<int64_t> pads = a.pads.empty() ? std::vector<int64_t>(2 * nd, 0) : a.pads;
+  GRAFT_CHECK(strides.size() == nd && dil.size() == nd && pads.size() == 2 * nd,
+              "{}: strides and dilations need {} values and pads {}, got {}, {} and {}", what, nd, 2 * nd,
+              strides.size(), dil.size(), pads.size());
+  Col2ImGeometry geo;
+  geo.image = image;
+  std::vector<int64_t> blocks(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    GRAFT_CHECK(block[d] >= 1 && image[d] >= 1 && strides[d] >= 1 && dil[d] >= 1,
+                "{}: image_shape, block_shape, strides and dilations must be positive", what);
+    geo.kernelSize *= block[d];
+    geo.imageSize *= image[d];
+    blocks[d] = (image[d] + pads[d] + pads[d + nd] - dil[d] * (block[d] - 1) - 1) / strides[d] + 1;
+    GRAFT_CHECK(blocks[d] >= 1, "{}: no sliding block fits axis {} of the image", what, d);
+    geo.L *= blocks[d];
+  }
+  geo.position.assign(static_cast<size_t>(geo.kernelSize * geo.L), -1);
+  std::vector<int64_t> kIdx(nd), bIdx(nd);
+  for (int64_t kk = 0; kk < geo.kernelSize; ++kk) {
+    for (int64_t d = static_cast<int64_t>(nd) - 1, r = kk; d >= 0; --d) kIdx[d] = r % block[d], r /= block[d];
+    for (int64_t l = 0; l < geo.L; ++l) {
+      for (int64_t d = static_cast<int64_t>(nd) - 1, r = l; d >= 0; --d) bIdx[d] = r % blocks[d], r /= blocks[d];
+      int64_t at = 0;
+      bool inside = true;
+      for (size_t d = 0; d < nd && inside; ++d) {
+        int64_t p = bIdx[d] * strides[d] - pads[d] + kIdx[d] * dil[d];
+        inside = p >= 0 && p < image[d];
+        at = at * image[d] + p;
+      }
+      if (inside) geo.position[kk * geo.L + l] = at;
+    }
+  }
+  return geo;
+}
+
 // input [N, C * prod(block_shape), L] -> output [N, C, image_shape...]: every column element adds
 // into the image position its block and kernel offset point at (positions in the padding drop).
 KernelFn col2imKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();
-  std::vector<int64_t> stridesA = n.attrInts("strides", {}), padsA = n.attrInts("pads", {}),
-                       dilationsA = n.attrInts("dilations", {});
-  return [=](KernelContext& k) {
+  Col2ImAttrs attrs(n);
+  return [attrs, what](KernelContext& k) {
     const NDArray& x = k.input(0);
-    auto image = readIndexTensor(k.input(1), what, "image_shape");
-    auto block = readIndexTensor(k.input(2), what, "block_shape");
-    size_t nd = image.size();
-    GRAFT_CHECK(nd >= 1 && block.size() == nd, "{}: image_shape ({} values) and block_shape ({} values) must match",
-                what, nd, block.size());
-    std::vector<int64_t> strides = stridesA.empty() ? std::vector<int64_t>(nd, 1) : stridesA;
-    std::vector<int64_t> dil = dilationsA.empty() ? std::vector<int64_t>(nd, 1) : dilationsA;
-    std::vector<int64_t> pads = padsA.empty() ? std::vector<int64_t>(2 * nd, 0) : padsA;
-    GRAFT_CHECK(strides.size() == nd && dil.size() == nd && pads.size() == 2 * nd,
-                "{}: strides, dilations ({} values each) and pads ({} values) must have {} and {} values", what,
-                strides.size(), pads.size(), nd, 2 * nd);
+    Col2ImGeometry geo = col2imGeometry(attrs, readIndexTensor(k.input(1), what, "image_shape"),
+                                        readIndexTensor(k.input(2), what, "block_shape"), what);
     GRAFT_CHECK(x.rank() == 3, "{}: input must be [N, C * prod(block_shape), L], got {}", what,
                 shapeToString(x.shape()));
-    int64_t kernelSize = 1, L = 1;
-    std::vector<int64_t> blocks(nd);
-    for (size_t d = 0; d < nd; ++d) {
-      GRAFT_CHECK(block[d] >= 1 && image[d] >= 1 && strides[d] >= 1 && dil[d] >= 1,
-                  "{}: image_shape, block_shape, strides and dilations must be positive", what);
-      kernelSize *= block[d];
-      blocks[d] = (image[d] + pads[d] + pads[d + nd] - dil[d] * (block[d] - 1) - 1) / strides[d] + 1;
-      GRAFT_CHECK(blocks[d] >= 1, "{}: no sliding block fits axis {} of the image", what, d);
-      L *= blocks[d];
-    }
-    GRAFT_CHECK(x.dim(1) % kernelSize == 0, "{}: input dimension 1 ({}) must be a multiple of prod(block_shape) = {}",
-                what, x.dim(1), kernelSize);
-    GRAFT_CHECK(x.dim(2) == L, "{}: input dimension 2 must be the number of sliding blocks {}, got {}", what, L,
+    GRAFT_CHECK(x.dim(1) % geo.kernelSize == 0,
+                "{}: input dimension 1 ({}) must be a multiple of prod(block_shape) = {}", what, x.dim(1),
+                geo.kernelSize);
+    GRAFT_CHECK(x.dim(2) == geo.L, "{}: input dimension 2 must be the number of sliding blocks {}, got {}", what, geo.L,
                 x.dim(2));
-    int64_t N = x.dim(0), C = x.dim(1) / kernelSize, imageSize = shapeProduct(image, 0, static_cast<int64_t>(nd));
+    int64_t N = x.dim(0), C = x.dim(1) / geo.kernelSize, KL = geo.kernelSize * geo.L;
     auto xs = readAsDoubles(x, what);
-    std::vector<double> ys(static_cast<size_t>(N * C * imageSize), 0.0);
-    std::vector<int64_t> kIdx(nd), bIdx(nd);
+    std::vector<double> ys(static_cast<size_t>(N * C * geo.imageSize), 0.0);
     for (int64_t nc = 0; nc < N * C; ++nc)
-      for (int64_t kk = 0; kk < kernelSize; ++kk) {
-        for (int64_t d = static_cast<int64_t>(nd) - 1, r = kk; d >= 0; --d) kIdx[d] = r % block[d], r /= block[d];
-        for (int64_t l = 0; l < L; ++l) {
-          for (int64_t d = static_cast<int64_t>(nd) - 1, r = l; d >= 0; --d) bIdx[d] = r % blocks[d], r /= blocks[d];
-          int64_t at = 0;
-          bool inside = true;
-          for (size_t d = 0; d < nd && inside; ++d) {
-            int64_t p = bIdx[d] * strides[d] - pads[d] + kIdx[d] * dil[d];
-            inside = p >= 0 && p < image[d];
-            at = at * image[d] + p;
-          }
-          if (inside) ys[nc * imageSize + at] += xs[(nc * kernelSize + kk) * L + l];
-        }
-      }
+      for (int64_t i = 0; i < KL; ++i)
+        if (geo.position[i] >= 0) ys[nc * geo.imageSize + geo.position[i]] += xs[nc * KL + i];
     Shape out{N, C};
-    out.insert(out.end(), image.begin(), image.end());
+    out.insert(out.end(), geo.image.begin(), geo.image.end());
     k.setOutput(0, arrayFromDoubles(ys, x.dtype(), out, what));
   };
 }
@@ -177,6 +201,22 @@ KernelFn affineGridKernel(CompileContext& c) {
 
 GRAFT_REGISTER_OPS(image) {
   r.add("Col2Im").setReference(col2imKernel).noGradient({1, 2});
+  // Until the linked onnx has its schema (opset 18): the shape from constant image and block shapes.
+  setFallbackInfer(
+      "", "Col2Im",
+      [](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>& consts) {
+        DataType dt = in.at(0).info.dataType();
+        std::vector<ir::ValueType> unknown{ir::ValueType::tensor(TensorInfo::unranked(dt))};
+        if (consts.size() < 3 || !consts[1] || !consts[2] || !in[0].info.isStatic() || in[0].info.rank() != 3)
+          return unknown;
+        auto image = toInt64Vector(*consts[1]), block = toInt64Vector(*consts[2]);
+        int64_t k = shapeProduct(block, 0, static_cast<int64_t>(block.size()));
+        Shape x = in[0].info.shape();
+        if (k <= 0 || x[1] % k != 0) return unknown;
+        Shape out{x[0], x[1] / k};
+        out.insert(out.end(), image.begin(), image.end());
+        return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(dt, out))};
+      });
   r.add("CenterCropPad").setReference(centerCropPadKernel).noGradient({1});
   r.add("AffineGrid").setReference(affineGridKernel).noGradient({1});
   // Until the linked onnx has its schema (opset 20): the grid's shape from a constant size.
@@ -198,10 +238,29 @@ GRAFT_REGISTER_OPS(image) {
 
 // ---- gradients ----------------------------------------------------------------------------------
 #include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
 
 namespace graft::ops {
 
 GRAFT_REGISTER_OPS(image_vjp) {
+  // Col2Im is linear; its adjoint is im2col: each column element reads the image position it
+  // added into (0 for the padding). As forward ops: the image flattened per (n, c), one zero
+  // appended, and a Gather by the positions (the padding reads the zero).
+  r.add("Col2Im").setVjp([](GradBuilder& g) {
+    std::string what = g.node().describe();
+    auto image = gradutil::constantInts(g.in(1)), block = gradutil::constantInts(g.in(2));
+    GRAFT_CHECK(image && block, "{}: the gradient needs constant image_shape and block_shape", what);
+    Col2ImGeometry geo = col2imGeometry(Col2ImAttrs(g.node()), *image, *block, what);
+    ir::Tensor* flat = g.op("Reshape", {g.dy(), g.int64s({0, 0, -1})});      // [N, C, P]
+    ir::Tensor* padded = g.op("Pad", {flat, g.int64s({0, 0, 0, 0, 0, 1})});  // [N, C, P + 1]
+    std::vector<int64_t> index = geo.position;
+    for (int64_t& i : index)
+      if (i < 0) i = geo.imageSize;
+    ir::Attributes axis;
+    axis.set("axis", int64_t{2});
+    ir::Tensor* cols = g.op("Gather", {padded, g.int64s(index)}, axis);  // [N, C, K * L]
+    g.setDx(0, g.op("Reshape", {cols, g.int64s({0, -1, geo.L})}));
+  });
   // AffineGrid is linear in theta: dtheta[n] = sum over points of dgrid[n, p] (x) coord_p. The base
   // coordinates come from AffineGrid itself, run on the identity transform.
   r.add("AffineGrid").setVjp([](GradBuilder& g) {

@@ -405,6 +405,44 @@ GRAFT_REGISTER_OPS(indexing_vjp) {
   r.add("GatherND").setVjp(gatherNdVjp);
   r.add("ScatterElements").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherElements"); });
   r.add("ScatterND").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherND"); });
+  // TensorScatter: the written positions take update's gradient, the others past_cache's.
+  r.add("TensorScatter").setVjp([](GradBuilder& g) {
+    ir::Tensor *past = g.in(0), *upd = g.in(1);
+    ir::Tensor* w = g.node().numInputs() > 2 ? g.in(2) : nullptr;
+    int64_t rank = rankOf(g, past);
+    int64_t axis = normAxis(g, g.node().attrInt("axis", -2), rank);
+    if (g.wants(0)) {
+      std::vector<ir::Tensor*> ins{g.dy(), g.zerosLike(upd)};
+      if (w) ins.push_back(w);
+      g.setDx(0, g.op("TensorScatter", ins, g.node().attrs()));
+    }
+    if (!g.wants(1)) return;
+    const auto& ud = upd->info().dims();
+    const auto& pd = past->info().dims();
+    GRAFT_CHECK(upd->info().hasShape() && ud[axis].known() && pd[axis].known(),
+                "{}: the gradient needs the sequence lengths of past_cache and update", g.node().describe());
+    int64_t len = ud[axis].value, maxLen = pd[axis].value;
+    // Position of update slice s in batch b: s + write_indices[b] (modulo the cache length when circular).
+    Shape rs(static_cast<size_t>(rank), 1);
+    rs[axis] = len;
+    NDArray steps(DataType::Int64, rs);
+    for (int64_t i = 0; i < len; ++i) steps.data<int64_t>()[i] = i;
+    ir::Tensor* idx = g.constant(steps);
+    if (w) {
+      std::vector<int64_t> ws(static_cast<size_t>(rank), 1);
+      ws[0] = -1;
+      idx = g.add(idx, g.op("Reshape", {toInt64(g, w), g.int64s(ws)}));
+    }
+    if (g.node().attrString("mode", "linear") == "circular") {
+      ir::Attributes fmod;
+      fmod.set("fmod", int64_t{0});
+      idx = g.op("Mod", {idx, scalarInt64(g, maxLen)}, fmod);
+    }
+    idx = g.op("Expand", {idx, g.op("Shape", {upd})});
+    ir::Attributes a;
+    a.set("axis", axis);
+    g.setDx(1, g.op("GatherElements", {g.dy(), idx}, a));
+  });
 }
 
 }  // namespace graft::ops

@@ -26,6 +26,15 @@ TEST(Col2Im, OverlappingBlocksAdd) {
       Error);  // 3 columns for 2 blocks
 }
 
+TEST(Col2Im, Gradient) {
+  // 2 channels, a 3x4 image, 2x2 blocks with stride 2 on the width, dilation 1, a pad row on top:
+  // the adjoint (im2col) against finite differences.
+  OpCase c{"Col2Im",
+           {randomArray(DataType::Double, {1, 8, 3 * 2}, 1), arr<int64_t>({2}, {3, 4}), arr<int64_t>({2}, {2, 2})},
+           attrs({{"strides", std::vector<int64_t>{1, 2}}, {"pads", std::vector<int64_t>{1, 0, 0, 0}}})};
+  EXPECT_TRUE(gradCheck(c, {0}));
+}
+
 TEST(CenterCropPad, CropsAndPadsAroundTheCentre) {
   NDArray x = arr<float>({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   // Rows 2 -> 3: a zero row at the end (odd difference); columns 5 -> 3: columns 1..3.

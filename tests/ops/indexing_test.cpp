@@ -239,5 +239,14 @@ TEST(TensorScatter, LinearAndCircularWrites) {
   EXPECT_TRUE(allClose(y, arr<float>({2, 4, 1}, {7, 8, 1, 1, 5, 6, 2, 2})));
 }
 
+TEST(TensorScatter, Gradient) {
+  NDArray past = randomArray(DataType::Double, {2, 2, 4, 3}, 1), upd = randomArray(DataType::Double, {2, 2, 3, 3}, 2);
+  for (std::string mode : {"linear", "circular"}) {
+    NDArray w = arr<int64_t>({2}, {1, mode == "linear" ? 0 : 3});
+    EXPECT_TRUE(gradCheck({"TensorScatter", {past, upd, w}, attrs({{"mode", mode}})}, {0, 1})) << mode;
+  }
+  EXPECT_TRUE(gradCheck({"TensorScatter", {past, upd}}, {0, 1}));
+}
+
 }  // namespace
 }  // namespace graft::testing
