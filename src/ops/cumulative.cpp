@@ -57,3 +57,50 @@ GRAFT_REGISTER_OPS(cumulative) {
 }
 
 }  // namespace graft::ops
+
+// ---- gradients ----------------------------------------------------------------------------------
+#include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
+
+namespace graft::ops {
+
+// y_j = prod of x_k over k in S_j (k <= j; k < j when exclusive; mirrored when reverse), so
+// dx_i = sum over j with i in S_j of dy_j * prod over S_j without i. Exact also where x has
+// zeros (no division): for each i, CumProd of x with x_i replaced by 1 gives every such product;
+// a constant mask keeps the j with i in S_j. O(L^2) per line along the axis.
+void cumProdVjp(GradBuilder& g) {
+  using namespace gradutil;
+  std::string what = g.node().describe();
+  ir::Tensor* x = g.in(0);
+  auto axisV = constantInts(g.in(1));
+  GRAFT_CHECK(axisV && axisV->size() == 1, "{}: the gradient needs a constant axis", what);
+  int64_t rank = rankOf(g, x);
+  int64_t axis = normAxis(g, (*axisV)[0], rank);
+  GRAFT_CHECK(x->info().dims()[axis].known(), "{}: the gradient needs the length of axis {}", what, axis);
+  int64_t L = x->info().dims()[axis].value;
+  bool exclusive = g.node().attrInt("exclusive", 0) != 0, reverse = g.node().attrInt("reverse", 0) != 0;
+  std::vector<int64_t> perm(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) perm[d] = d;
+  std::swap(perm[axis], perm[rank - 1]);  // its own inverse
+  auto toLast = [&](ir::Tensor* t) { return axis == rank - 1 ? t : transpose(g, t, perm); };
+  NDArray eye(DataType::Bool, {L, L}), mask(DataType::Bool, {L, L});
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < L; ++j) {
+      eye.data<bool>()[i * L + j] = i == j;
+      bool in = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      mask.data<bool>()[i * L + j] = in;  // row i, column j: i in S_j
+    }
+  ir::Tensor* minus2 = g.int64s({-2});
+  ir::Tensor* xt = toLast(x);                                                                     // [..., L]
+  ir::Tensor* z = g.where(g.constant(eye), g.scalarLike(1, x), g.op("Unsqueeze", {xt, minus2}));  // [..., L(i), L(k)]
+  ir::Tensor* c = g.op("CumProd", {z, g.int64s({-1})}, g.node().attrs());
+  ir::Tensor* terms = g.mul(c, g.op("Unsqueeze", {toLast(g.dy()), minus2}));
+  terms = g.where(g.constant(mask), terms, g.zerosLike(terms));
+  ir::Attributes keep;
+  keep.set("keepdims", int64_t{0});
+  g.setDx(0, toLast(g.op("ReduceSum", {terms, g.int64s({-1})}, keep)));
+}
+
+GRAFT_REGISTER_OPS(cumulative_vjp) { r.add("CumProd").setVjp(cumProdVjp); }
+
+}  // namespace graft::ops

@@ -23,5 +23,22 @@ TEST(CumProd, IntegersAlongAnInnerAxis) {
   EXPECT_THROW(cumProd(arr<int32_t>({2}, {1, 2}), 1), Error);
 }
 
+TEST(CumProd, Gradient) {
+  NDArray x = randomArray(DataType::Double, {2, 4, 3}, 1, 0.5, 1.5);
+  // Zeros (one, and two on one line) have exact gradients too: no division by x.
+  NDArray z = x.clone();
+  z.data<double>()[3] = 0;
+  z.data<double>()[4 * 3 + 1] = 0;
+  z.data<double>()[5 * 3 + 1] = 0;
+  for (int64_t axis : {1, -1, 0})
+    for (int64_t excl : {0, 1})
+      for (int64_t rev : {0, 1}) {
+        OpCase c{"CumProd", {x, scalar<int64_t>(axis)}, attrs({{"exclusive", excl}, {"reverse", rev}})};
+        EXPECT_TRUE(gradCheck(c, {0})) << axis << excl << rev;
+        c.inputs[0] = z;
+        EXPECT_TRUE(gradCheck(c, {0})) << "with zeros " << axis << excl << rev;
+      }
+}
+
 }  // namespace
 }  // namespace graft::testing
