@@ -103,5 +103,56 @@ TEST(Attention, GroupedHeadsPastCacheAnd3D) {
   EXPECT_THROW(run("Attention", {q, k, v, NDArray{}, pk}), Error);  // past_key without past_value
 }
 
+NDArray rnd(Shape s, uint64_t seed) { return randomArray(DataType::Double, std::move(s), seed); }
+
+TEST(Attention, GradientPlain4DAnd3D) {
+  EXPECT_TRUE(gradCheck({"Attention", {rnd({2, 2, 3, 4}, 1), rnd({2, 2, 5, 4}, 2), rnd({2, 2, 5, 3}, 3)}}, {0, 1, 2}));
+  OpCase c3{"Attention",
+            {rnd({1, 3, 8}, 4), rnd({1, 4, 4}, 5), rnd({1, 4, 6}, 6)},
+            attrs({{"q_num_heads", int64_t{2}}, {"kv_num_heads", int64_t{1}}})};
+  EXPECT_TRUE(gradCheck(c3, {0, 1, 2}));
+}
+
+TEST(Attention, GradientMasksCausalSoftcapAndScale) {
+  NDArray mask = rnd({3, 4}, 7);
+  OpCase c{"Attention",
+           {rnd({1, 4, 3, 2}, 8), rnd({1, 2, 4, 2}, 9), rnd({1, 2, 4, 2}, 10), mask},
+           attrs({{"is_causal", int64_t{1}}, {"softcap", 2.0f}, {"scale", 0.7f}})};
+  EXPECT_TRUE(gradCheck(c, {0, 1, 2}));
+  // A boolean mask that hides every key from one query: that row has no gradient to give.
+  NDArray bm = arr<bool>({3, 4}, {true, false, true, true, false, false, false, false, true, true, false, true});
+  OpCase cb{"Attention", {rnd({1, 1, 3, 2}, 11), rnd({1, 1, 4, 2}, 12), rnd({1, 1, 4, 2}, 13), bm}};
+  EXPECT_TRUE(gradCheck(cb, {0, 1, 2}));
+}
+
+TEST(Attention, GradientPastCachePresentOutputsAndScores) {
+  // All four outputs enter the loss: the present caches and the qk output pass gradients too.
+  // (Mode 2 writes the masked scores, -inf under a causal mask: it gets a finite float mask instead.)
+  for (int64_t mode : {0, 2, 3}) {
+    OpCase c{"Attention",
+             {rnd({1, 2, 2, 3}, 14), rnd({1, 1, 2, 3}, 15), rnd({1, 1, 2, 2}, 16), NDArray{}, rnd({1, 1, 3, 3}, 17),
+              rnd({1, 1, 3, 2}, 18)},
+             attrs({{"qk_matmul_output_mode", mode}, {"is_causal", int64_t{mode != 2}}}),
+             4};
+    if (mode == 2) c.inputs[3] = rnd({2, 5}, 19);
+    EXPECT_TRUE(gradCheck(c, {0, 1, 2, 4, 5})) << "mode=" << mode;
+  }
+}
+
+TEST(Graft_AttentionGrad, HandComputedRow) {
+  // q = 0: uniform weights over keys k = (2, 6) with values v = (1, 3); dY = 1.
+  // dV = p dY = (0.5, 0.5); dp = v, ds = p (dp - p.dp) = (-0.5, 0.5), dQ = ds.k = 2, dK = ds q = 0.
+  OpCase c{"AttentionGrad",
+           {arr<float>({1, 1, 1, 1}, {1}), NDArray{}, NDArray{}, NDArray{}, arr<float>({1, 1, 1, 1}, {0}),
+            arr<float>({1, 1, 2, 1}, {2, 6}), arr<float>({1, 1, 2, 1}, {1, 3})},
+           {},
+           3,
+           "ai.graft"};
+  auto r = runReference(c);
+  EXPECT_TRUE(allClose(r.at(0), arr<float>({1, 1, 1, 1}, {2})));
+  EXPECT_TRUE(allClose(r.at(1), arr<float>({1, 1, 2, 1}, {0, 0})));
+  EXPECT_TRUE(allClose(r.at(2), arr<float>({1, 1, 2, 1}, {0.5f, 0.5f})));
+}
+
 }  // namespace
 }  // namespace graft::testing
