@@ -218,6 +218,24 @@ GRAFT_REGISTER_OPS(image) {
         return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(dt, out))};
       });
   r.add("CenterCropPad").setReference(centerCropPadKernel).noGradient({1});
+  setFallbackInfer(
+      "", "CenterCropPad",
+      [](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>& consts) {
+        DataType dt = in.at(0).info.dataType();
+        std::vector<ir::ValueType> unknown{ir::ValueType::tensor(TensorInfo::unranked(dt))};
+        if (consts.size() < 2 || !consts[1] || !in[0].info.isStatic()) return unknown;
+        Shape out = in[0].info.shape();
+        auto target = toInt64Vector(*consts[1]);
+        std::vector<int64_t> axes;
+        if (n.attrs().has("axes")) {
+          axes = normalizeAxes(n.attrInts("axes"), static_cast<int64_t>(out.size()), n.describe());
+        } else {
+          for (size_t d = 0; d < out.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+        }
+        if (axes.size() != target.size()) return unknown;
+        for (size_t i = 0; i < axes.size(); ++i) out[axes[i]] = target[i];
+        return std::vector<ir::ValueType>{ir::ValueType::tensor(TensorInfo(dt, out))};
+      });
   r.add("AffineGrid").setReference(affineGridKernel).noGradient({1});
   // Until the linked onnx has its schema (opset 20): the grid's shape from a constant size.
   setFallbackInfer(
@@ -243,6 +261,20 @@ GRAFT_REGISTER_OPS(image) {
 namespace graft::ops {
 
 GRAFT_REGISTER_OPS(image_vjp) {
+  // Cropping around the centre and padding around it are each other's adjoints with the same
+  // offsets (both put the odd element at the end): dX = CenterCropPad(dY, X's sizes on the axes).
+  r.add("CenterCropPad").setVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    int64_t rank = gradutil::rankOf(g, x);
+    std::vector<int64_t> axes;
+    if (g.node().attrs().has("axes")) {
+      for (int64_t a : g.node().attrInts("axes")) axes.push_back(gradutil::normAxis(g, a, rank));
+    } else {
+      for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    }
+    ir::Tensor* sizes = g.op("Gather", {g.op("Shape", {x}), g.int64s(axes)});
+    g.setDx(0, g.op("CenterCropPad", {g.dy(), sizes}, g.node().attrs()));
+  });
   // Col2Im is linear; its adjoint is im2col: each column element reads the image position it
   // added into (0 for the padding). As forward ops: the image flattened per (n, c), one zero
   // appended, and a Gather by the positions (the padding reads the zero).

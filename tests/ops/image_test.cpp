@@ -47,6 +47,14 @@ TEST(CenterCropPad, CropsAndPadsAroundTheCentre) {
   EXPECT_THROW(run("CenterCropPad", {x, arr<int64_t>({1}, {3})}), Error);  // one size for two axes
 }
 
+TEST(CenterCropPad, Gradient) {
+  // Rows 3 -> 6 (padding), columns 5 -> 2 (cropping, odd difference); then only the last axis.
+  NDArray x = randomArray(DataType::Double, {3, 5}, 1);
+  EXPECT_TRUE(gradCheck({"CenterCropPad", {x, arr<int64_t>({2}, {6, 2})}}, {0}));
+  EXPECT_TRUE(
+      gradCheck({"CenterCropPad", {x, arr<int64_t>({1}, {8})}, attrs({{"axes", std::vector<int64_t>{-1}}})}, {0}));
+}
+
 TEST(AffineGrid, IdentityAndTranslation) {
   NDArray eye = arr<float>({1, 2, 3}, {1, 0, 0, 0, 1, 0});
   NDArray size = arr<int64_t>({4}, {1, 1, 2, 2});
