@@ -6,6 +6,7 @@
 
 #include "ops/cast_util.hpp"
 #include "ops/dtype_dispatch.hpp"
+#include "ops/low_precision.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -73,9 +74,10 @@ KernelFn identityKernel(CompileContext&) {
 }
 
 /// castArray with the node named in any error (unparsable strings, unsupported types).
-NDArray castFor(const NDArray& x, DataType to, const std::string& what) {
+NDArray castFor(const NDArray& x, DataType to, const std::string& what, bool saturate = true) {
   if (x.dtype() == to) return x;
   try {
+    if (isLowPrecision(x.dtype()) || isLowPrecision(to)) return castLowPrecision(x, to, saturate, what);
     return castArray(x, to);
   } catch (const InternalError&) {
     throw;
@@ -87,12 +89,18 @@ NDArray castFor(const NDArray& x, DataType to, const std::string& what) {
 KernelFn castKernel(CompileContext& c) {
   auto to = static_cast<DataType>(c.node().attrInt("to"));
   std::string what = c.node().describe();
-  return [to, what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what)); };
+  // saturate (opset 19) only matters for float8 targets: out-of-range values clamp to the largest
+  // finite value instead of becoming infinity or NaN.
+  bool saturate = c.node().attrInt("saturate", 1) != 0;
+  return [to, what, saturate](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what, saturate)); };
 }
 
 KernelFn castLikeKernel(CompileContext& c) {
   std::string what = c.node().describe();
-  return [what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what)); };
+  bool saturate = c.node().attrInt("saturate", 1) != 0;
+  return [what, saturate](KernelContext& k) {
+    k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what, saturate));
+  };
 }
 
 Shape reshapeTarget(const Shape& in, const std::vector<int64_t>& spec, bool allowZero, const std::string& what) {
@@ -277,6 +285,10 @@ KernelFn bitCastKernel(CompileContext& c) {
   return [what, to](KernelContext& k) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.dtype() != DataType::String, "{}: BitCast of a STRING tensor is not defined", what);
+    // 4-bit elements sit one per byte (INT4 sign-extended): their bytes are not their bits.
+    for (DataType t : {x.dtype(), to})
+      GRAFT_CHECK(t != DataType::Int4 && t != DataType::UInt4 && t != DataType::Float4E2M1,
+                  "{}: BitCast of 4-bit type {} is not supported", what, dtypeName(t));
     GRAFT_CHECK(dtypeSize(x.dtype()) == dtypeSize(to), "{}: {} ({} bits) and {} ({} bits) differ in width", what,
                 dtypeName(x.dtype()), 8 * dtypeSize(x.dtype()), dtypeName(to), 8 * dtypeSize(to));
     NDArray& y = k.allocOutputUninit(0, to, x.shape());
