@@ -27,7 +27,19 @@ enum class DataType : int32_t {
   Complex64 = 14,
   Complex128 = 15,
   BFloat16 = 16,
+  // Low-precision types (ONNX IR 9-10), one element per byte in memory; 4-bit types are packed
+  // two to a byte only in ONNX files. Only Cast/CastLike/BitCast and moving ops read them.
+  Float8E4M3FN = 17,
+  Float8E4M3FNUZ = 18,
+  Float8E5M2 = 19,
+  Float8E5M2FNUZ = 20,
+  UInt4 = 21,
+  Int4 = 22,
+  Float4E2M1 = 23,
 };
+
+/// True for the low-precision storage types above (Float8*, UInt4, Int4, Float4E2M1).
+bool isLowPrecision(DataType dt);
 
 /// Bytes per element (0 for Undefined; sizeof(std::string) for String, which is stored as objects).
 size_t dtypeSize(DataType dt);

@@ -14,7 +14,7 @@ struct TypeRow {
   std::string_view numpy;
 };
 // Indexed by the enum value (ONNX numbering).
-constexpr std::array<TypeRow, 17> kTypes = {{
+constexpr std::array<TypeRow, 24> kTypes = {{
     {DataType::Undefined, 0, "UNDEFINED", "undefined"},
     {DataType::Float, 4, "FLOAT", "float32"},
     {DataType::UInt8, 1, "UINT8", "uint8"},
@@ -32,6 +32,13 @@ constexpr std::array<TypeRow, 17> kTypes = {{
     {DataType::Complex64, 8, "COMPLEX64", "complex64"},
     {DataType::Complex128, 16, "COMPLEX128", "complex128"},
     {DataType::BFloat16, 2, "BFLOAT16", "bfloat16"},
+    {DataType::Float8E4M3FN, 1, "FLOAT8E4M3FN", "float8_e4m3fn"},
+    {DataType::Float8E4M3FNUZ, 1, "FLOAT8E4M3FNUZ", "float8_e4m3fnuz"},
+    {DataType::Float8E5M2, 1, "FLOAT8E5M2", "float8_e5m2"},
+    {DataType::Float8E5M2FNUZ, 1, "FLOAT8E5M2FNUZ", "float8_e5m2fnuz"},
+    {DataType::UInt4, 1, "UINT4", "uint4"},
+    {DataType::Int4, 1, "INT4", "int4"},
+    {DataType::Float4E2M1, 1, "FLOAT4E2M1", "float4_e2m1fn"},
 }};
 
 const TypeRow& row(DataType dt) {
@@ -70,6 +77,11 @@ DataType dtypeFromString(std::string_view name) {
   GRAFT_THROW("unknown data type '{}' (expected one of FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, INT16, "
               "INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, STRING, or numpy names such as float32)",
               name);
+}
+
+bool isLowPrecision(DataType dt) {
+  return static_cast<int>(dt) >= static_cast<int>(DataType::Float8E4M3FN) &&
+         static_cast<int>(dt) <= static_cast<int>(DataType::Float4E2M1);
 }
 
 bool isFloatingPoint(DataType dt) {

@@ -1,6 +1,7 @@
 #include "onnx/proto_convert.hpp"
 
 #include <cstring>
+#include <vector>
 
 #include "support/check.hpp"
 #include "support/float16.hpp"
@@ -9,8 +10,11 @@ namespace graft::onnxio {
 namespace {
 
 bool isSupportedDtype(int32_t code) {
-  return code >= 1 && code <= 16 && code != 14 && code != 15;  // no complex types
+  return code >= 1 && code <= 23 && code != 14 && code != 15;  // no complex types
 }
+
+// Types stored two elements to a byte in ONNX files (one per byte in an NDArray).
+bool isFourBit(DataType dt) { return dt == DataType::Int4 || dt == DataType::UInt4 || dt == DataType::Float4E2M1; }
 
 template <class Src, class Dst>
 void copyConvert(const Src& src, Dst* dst, int64_t n) {
@@ -44,6 +48,27 @@ NDArray tensorFromProto(const ::onnx::TensorProto& t, const std::string& what) {
     return a;
   }
   size_t esize = dtypeSize(dtype);
+  if (isFourBit(dtype)) {
+    // Two elements per byte, the first in the low nibble; int32_data holds one byte per entry.
+    uint64_t bytes = (static_cast<uint64_t>(n) + 1) / 2;
+    std::vector<uint8_t> packed;
+    if (t.has_raw_data()) {
+      if (t.raw_data().size() != bytes)
+        GRAFT_THROW("{} has {} bytes of data but its shape {} of {} needs {}", what, t.raw_data().size(),
+                    shapeToString(shape), dtypeName(dtype), bytes);
+      packed.assign(t.raw_data().begin(), t.raw_data().end());
+    } else {
+      if (static_cast<uint64_t>(t.int32_data_size()) != bytes) mismatch(2 * static_cast<int64_t>(t.int32_data_size()));
+      for (int32_t v : t.int32_data()) packed.push_back(static_cast<uint8_t>(v));
+    }
+    NDArray a(dtype, shape);
+    auto* dst = static_cast<uint8_t*>(a.rawData());
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t nib = (packed[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF;
+      dst[i] = dtype == DataType::Int4 && (nib & 0x8) ? static_cast<uint8_t>(nib | 0xF0) : nib;  // INT4 sign-extends
+    }
+    return a;
+  }
   if (t.has_raw_data()) {
     const std::string& raw = t.raw_data();
     if (static_cast<uint64_t>(raw.size()) != static_cast<uint64_t>(n) * esize)
@@ -99,6 +124,13 @@ NDArray tensorFromProto(const ::onnx::TensorProto& t, const std::string& what) {
       if (t.int32_data_size() != n) mismatch(t.int32_data_size());
       for (int64_t i = 0; i < n; ++i) a.data<uint8_t>()[i] = t.int32_data(static_cast<int>(i)) != 0;
       break;
+    case DataType::Float8E4M3FN:
+    case DataType::Float8E4M3FNUZ:
+    case DataType::Float8E5M2:
+    case DataType::Float8E5M2FNUZ:  // one bit pattern per int32_data entry
+      if (t.int32_data_size() != n) mismatch(t.int32_data_size());
+      copyConvert(t.int32_data(), a.data<uint8_t>(), n);
+      break;
     case DataType::Float16:
     case DataType::BFloat16:  // stored as their bit patterns in int32_data
       if (t.int32_data_size() != n) mismatch(t.int32_data_size());
@@ -117,6 +149,11 @@ void tensorToProto(const NDArray& a, const std::string& name, ::onnx::TensorProt
   for (int64_t d : a.shape()) out->add_dims(d);
   if (a.dtype() == DataType::String) {
     for (int64_t i = 0; i < a.numel(); ++i) out->add_string_data(a.data<std::string>()[i]);
+  } else if (isFourBit(a.dtype())) {
+    std::string packed(static_cast<size_t>((a.numel() + 1) / 2), '\0');
+    const auto* src = static_cast<const uint8_t*>(a.rawData());
+    for (int64_t i = 0; i < a.numel(); ++i) packed[static_cast<size_t>(i / 2)] |= static_cast<char>((src[i] & 0xF) << (4 * (i % 2)));
+    out->set_raw_data(packed);
   } else {
     out->set_raw_data(std::string(static_cast<const char*>(a.rawData()), a.nbytes()));
   }

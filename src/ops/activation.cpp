@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "ops/elementwise.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -69,6 +70,30 @@ KernelFactory preluKernel() {
   };
 }
 
+// SwiGLU (opset 28): Swish_alpha(A) * B, A and B of one shape and type (no broadcasting).
+KernelFactory swigluKernel() {
+  return [](CompileContext& c) -> KernelFn {
+    std::string what = c.node().describe();
+    double alpha = c.node().attrFloat("alpha", 1.0f);
+    return [what, alpha](KernelContext& k) {
+      const NDArray& a = k.input(0);
+      const NDArray& b = k.input(1);
+      GRAFT_CHECK(a.shape() == b.shape(), "{}: A and B must have the same shape (no broadcasting), got {} and {}", what,
+                  shapeToString(a.shape()), shapeToString(b.shape()));
+      GRAFT_CHECK(a.dtype() == b.dtype(), "{}: A and B must have the same type, got {} and {}", what, dtypeName(a.dtype()),
+                  dtypeName(b.dtype()));
+      auto av = readAsDoubles(a, what), bv = readAsDoubles(b, what);
+      std::vector<double> y(av.size());
+      for (size_t i = 0; i < av.size(); ++i) {
+        double t = alpha * av[i];
+        double s = t >= 0 ? 1.0 / (1.0 + std::exp(-t)) : std::exp(t) / (1.0 + std::exp(t));
+        y[i] = av[i] * s * bv[i];
+      }
+      k.setOutput(0, arrayFromDoubles(y, a.dtype(), a.shape(), what));
+    };
+  };
+}
+
 }  // namespace
 
 // Relu, Sigmoid, Tanh, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Softplus, Softsign,
@@ -89,6 +114,38 @@ GRAFT_REGISTER_OPS(activation) {
       .inplace(0);
   r.add("PRelu").setReference(preluKernel()).elementwise();
   r.add("Clip").setReference(clipKernel()).elementwise().noGradient({1, 2});
+  // Opset 18-28 additions.
+  r.add("Mish").setReference(unaryKernel<kFloats>([](auto x) {
+    using C = decltype(x);
+    C sp = x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    return x * std::tanh(sp);
+  })).elementwise().inplace(0);
+  r.add("Swish").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
+    float alpha = c.node().attrFloat("alpha", 1.0f);
+    return [alpha](auto x) {
+      using C = decltype(x);
+      C t = static_cast<C>(alpha) * x;
+      return x * (t >= C(0) ? C(1) / (C(1) + std::exp(-t)) : std::exp(t) / (C(1) + std::exp(t)));
+    };
+  })).elementwise().inplace(0);
+  // ai.onnx Gelu (opset 20): exact (erf) by default, PopART's tanh form with approximate="tanh".
+  r.add("Gelu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
+    std::string approx = c.node().attrString("approximate", "none");
+    GRAFT_CHECK(approx == "none" || approx == "tanh", "{}: approximate must be 'none' or 'tanh', got '{}'",
+                c.node().describe(), approx);
+    bool useTanh = approx == "tanh";
+    return [useTanh](auto x) {
+      using C = decltype(x);
+      if (useTanh) return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
+      return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));
+    };
+  })).elementwise().inplace(0);
+  r.add("SwiGLU").setReference(swigluKernel());
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "Mish", sameTypeAsInput(0));
+  setFallbackInfer("", "Swish", sameTypeAsInput(0));
+  setFallbackInfer("", "Gelu", sameTypeAsInput(0));
+  setFallbackInfer("", "SwiGLU", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops
@@ -173,6 +230,50 @@ GRAFT_REGISTER_OPS(activation_vjp) {
       inside = inside ? g.op("And", {inside, le}) : le;
     }
     g.setDx(0, inside ? g.where(inside, g.dy(), g.zerosLike(g.dy())) : g.dy());
+  });
+  r.add("Mish").setVjp([](GradBuilder& g) {
+    // y = x tanh(sp(x)), sp = softplus: dy/dx = t + x (1 - t^2) sigmoid(x), t = tanh(sp(x)).
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* t = g.op("Tanh", {g.op("Softplus", {x})});
+    ir::Tensor* one = g.scalarLike(1, x);
+    ir::Tensor* d = g.add(t, g.mul(x, g.mul(g.sub(one, g.mul(t, t)), g.op("Sigmoid", {x}))));
+    g.setDx(0, g.mul(g.dy(), d));
+  });
+  r.add("Swish").setVjp([](GradBuilder& g) {
+    // y = x s(a x): dy/dx = s + a x s (1 - s).
+    double alpha = g.node().attrFloat("alpha", 1.0f);
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* s = g.op("Sigmoid", {g.scale(x, alpha)});
+    ir::Tensor* d = g.add(s, g.mul(g.scale(x, alpha), g.mul(s, g.sub(g.scalarLike(1, x), s))));
+    g.setDx(0, g.mul(g.dy(), d));
+  });
+  r.add("Gelu").setVjp([](GradBuilder& g) {
+    ir::Tensor* x = g.in(0);
+    ir::Tensor* one = g.scalarLike(1, x);
+    if (g.node().attrString("approximate", "none") == "tanh") {
+      const double k = 0.7978845608028654, c = 0.044715;
+      ir::Tensor* x2 = g.mul(x, x);
+      ir::Tensor* t = g.op("Tanh", {g.scale(g.add(x, g.scale(g.mul(x2, x), c)), k)});
+      ir::Tensor* a = g.scale(g.add(one, t), 0.5);
+      ir::Tensor* b = g.mul(g.scale(x, 0.5 * k), g.mul(g.sub(one, g.mul(t, t)), g.add(one, g.scale(x2, 3 * c))));
+      g.setDx(0, g.mul(g.dy(), g.add(a, b)));
+      return;
+    }
+    // y = x Phi(x): dy/dx = Phi(x) + x phi(x).
+    ir::Tensor* cdf = g.scale(g.add(one, g.op("Erf", {g.scale(x, 0.7071067811865476)})), 0.5);
+    ir::Tensor* pdf = g.scale(g.op("Exp", {g.scale(g.mul(x, x), -0.5)}), 0.3989422804014327);
+    g.setDx(0, g.mul(g.dy(), g.add(cdf, g.mul(x, pdf))));
+  });
+  r.add("SwiGLU").setVjp([](GradBuilder& g) {
+    // y = a s(alpha a) b: dA = dy b (s + alpha a s (1 - s)), dB = dy a s.
+    double alpha = g.node().attrFloat("alpha", 1.0f);
+    ir::Tensor *a = g.in(0), *b = g.in(1);
+    ir::Tensor* s = g.op("Sigmoid", {g.scale(a, alpha)});
+    if (g.wants(0)) {
+      ir::Tensor* d = g.add(s, g.mul(g.scale(a, alpha), g.mul(s, g.sub(g.scalarLike(1, a), s))));
+      g.setDx(0, g.mul(g.mul(g.dy(), b), d));
+    }
+    if (g.wants(1)) g.setDx(1, g.mul(g.dy(), g.mul(a, s)));
   });
   r.add("Gelu", kGraphcoreDomain).setVjp([](GradBuilder& g) {
     // y = 0.5 x (1 + tanh(u)), u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).

@@ -8,6 +8,7 @@
 #include "ops/copy_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/index_util.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -260,6 +261,51 @@ KernelFn scatterNdKernel(CompileContext& c) {
   };
 }
 
+// TensorScatter (opset 24): a KV-cache update. present = past_cache with, per batch b, update's
+// slices along `axis` written from position write_indices[b] (0 when absent) on; "circular"
+// wraps positions modulo the cache length, "linear" requires them to fit.
+KernelFn tensorScatterKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  std::string mode = n.attrString("mode", "linear");
+  int64_t axisAttr = n.attrInt("axis", -2);
+  GRAFT_CHECK(mode == "linear" || mode == "circular", "{}: mode must be 'linear' or 'circular', got '{}'", what, mode);
+  return [=](KernelContext& k) {
+    const NDArray& past = k.input(0);
+    const NDArray& upd = k.input(1);
+    GRAFT_CHECK(past.rank() >= 2 && upd.rank() == past.rank(), "{}: past_cache {} and update {} must have one rank >= 2",
+                what, shapeToString(past.shape()), shapeToString(upd.shape()));
+    GRAFT_CHECK(upd.dtype() == past.dtype(), "{}: update must have past_cache's type {}, got {}", what,
+                dtypeName(past.dtype()), dtypeName(upd.dtype()));
+    int64_t axis = normalizeAxis(axisAttr, past.rank(), what);
+    GRAFT_CHECK(axis != 0, "{}: axis must not be the batch axis 0", what);
+    for (int64_t d = 0; d < past.rank(); ++d)
+      GRAFT_CHECK(d == axis ? upd.dim(d) <= past.dim(d) : upd.dim(d) == past.dim(d),
+                  "{}: update of shape {} does not fit past_cache of shape {} (axis {})", what, shapeToString(upd.shape()),
+                  shapeToString(past.shape()), axis);
+    int64_t B = past.dim(0), maxLen = past.dim(axis), len = upd.dim(axis);
+    std::vector<int64_t> starts(static_cast<size_t>(B), 0);
+    if (k.hasInput(2)) {
+      starts = readIndexTensor(k.input(2), what, "write_indices");
+      GRAFT_CHECK(static_cast<int64_t>(starts.size()) == B, "{}: write_indices must have {} values, got {}", what, B,
+                  starts.size());
+    }
+    NDArray& y = k.allocOutputUninit(0, past.dtype(), past.shape());
+    copyElements(past, 0, y, 0, past.numel());
+    int64_t mid = shapeProduct(past.shape(), 1, axis), inner = shapeProduct(past.shape(), axis + 1, past.rank());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < len; ++s) {
+        int64_t pos = starts[b] + s;
+        if (mode == "circular") pos = ((pos % maxLen) + maxLen) % maxLen;
+        GRAFT_CHECK(pos >= 0 && pos < maxLen, "{}: batch {} writes position {}, outside the cache length {}", what, b, pos,
+                    maxLen);
+        for (int64_t m = 0; m < mid; ++m)
+          copyElements(upd, ((b * mid + m) * len + s) * inner, y, ((b * mid + m) * maxLen + pos) * inner, inner);
+      }
+    }
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(indexing) {
@@ -267,7 +313,10 @@ GRAFT_REGISTER_OPS(indexing) {
   r.add("GatherElements").setReference(gatherElementsKernel).noGradient({1});
   r.add("GatherND").setReference(gatherNdKernel).noGradient({1});
   r.add("ScatterElements").setReference(scatterElementsKernel).noGradient({1});
+  r.add("TensorScatter").setReference(tensorScatterKernel).noGradient({2});
   r.add("ScatterND").setReference(scatterNdKernel).noGradient({1});
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "TensorScatter", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops
@@ -356,6 +405,44 @@ GRAFT_REGISTER_OPS(indexing_vjp) {
   r.add("GatherND").setVjp(gatherNdVjp);
   r.add("ScatterElements").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherElements"); });
   r.add("ScatterND").setVjp([](GradBuilder& g) { scatterVjp(g, "GatherND"); });
+  // TensorScatter: the written positions take update's gradient, the others past_cache's.
+  r.add("TensorScatter").setVjp([](GradBuilder& g) {
+    ir::Tensor *past = g.in(0), *upd = g.in(1);
+    ir::Tensor* w = g.node().numInputs() > 2 ? g.in(2) : nullptr;
+    int64_t rank = rankOf(g, past);
+    int64_t axis = normAxis(g, g.node().attrInt("axis", -2), rank);
+    if (g.wants(0)) {
+      std::vector<ir::Tensor*> ins{g.dy(), g.zerosLike(upd)};
+      if (w) ins.push_back(w);
+      g.setDx(0, g.op("TensorScatter", ins, g.node().attrs()));
+    }
+    if (!g.wants(1)) return;
+    const auto& ud = upd->info().dims();
+    const auto& pd = past->info().dims();
+    GRAFT_CHECK(upd->info().hasShape() && ud[axis].known() && pd[axis].known(),
+                "{}: the gradient needs the sequence lengths of past_cache and update", g.node().describe());
+    int64_t len = ud[axis].value, maxLen = pd[axis].value;
+    // Position of update slice s in batch b: s + write_indices[b] (modulo the cache length when circular).
+    Shape rs(static_cast<size_t>(rank), 1);
+    rs[axis] = len;
+    NDArray steps(DataType::Int64, rs);
+    for (int64_t i = 0; i < len; ++i) steps.data<int64_t>()[i] = i;
+    ir::Tensor* idx = g.constant(steps);
+    if (w) {
+      std::vector<int64_t> ws(static_cast<size_t>(rank), 1);
+      ws[0] = -1;
+      idx = g.add(idx, g.op("Reshape", {toInt64(g, w), g.int64s(ws)}));
+    }
+    if (g.node().attrString("mode", "linear") == "circular") {
+      ir::Attributes fmod;
+      fmod.set("fmod", int64_t{0});
+      idx = g.op("Mod", {idx, scalarInt64(g, maxLen)}, fmod);
+    }
+    idx = g.op("Expand", {idx, g.op("Shape", {upd})});
+    ir::Attributes a;
+    a.set("axis", axis);
+    g.setDx(1, g.op("GatherElements", {g.dy(), idx}, a));
+  });
 }
 
 }  // namespace graft::ops

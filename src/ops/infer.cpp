@@ -1,6 +1,9 @@
 #include "ops/infer.hpp"
 
+#include <algorithm>
+
 #include "onnx/schema_infer.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
@@ -75,6 +78,9 @@ bool inferNode(ir::Node& n, bool weightsAreConstant) {
     }
   } else {
     out = onnxio::inferWithOnnxSchema(n, in, consts);
+    bool none = std::all_of(out.begin(), out.end(), [](const ir::ValueType& v) { return v.isTensor() && !v.known(); });
+    const InferFn* fallback = none ? findFallbackInfer(n.domain(), n.type()) : nullptr;
+    if (fallback) out = (*fallback)(n, in, consts);
   }
   bool changed = false;
   for (size_t i = 0; i < n.numOutputs() && i < out.size(); ++i) {

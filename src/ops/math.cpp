@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ops/elementwise.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 
 namespace graft::ops {
@@ -238,6 +239,12 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Or").setReference(compareKernel<kBool>([](bool a, bool b) { return a || b; })).elementwise();
   r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();
 
+  // Bitwise ops (opset 18) on integer tensors, broadcasting as the arithmetic ops.
+  r.add("BitwiseAnd").setReference(binaryKernel<kInts>([](auto a, auto b) { return a & b; })).elementwise();
+  r.add("BitwiseOr").setReference(binaryKernel<kInts>([](auto a, auto b) { return a | b; })).elementwise();
+  r.add("BitwiseXor").setReference(binaryKernel<kInts>([](auto a, auto b) { return a ^ b; })).elementwise();
+  r.add("BitwiseNot").setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); })).elementwise();
+
   r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
   r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
   r.add("Max").setReference(variadicKernel([](auto a, auto b) {
@@ -256,6 +263,11 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Round").setReference(unaryKernel<kFloats>([](auto x) { return roundHalfEven(x); })).elementwise();
   r.add("IsNaN").setReference(isNanKernel()).elementwise();
   r.add("IsInf").setReference(isInfKernel()).elementwise();
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "BitwiseAnd", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseOr", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseXor", broadcastOfInputs());
+  setFallbackInfer("", "BitwiseNot", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops

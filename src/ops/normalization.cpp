@@ -1,10 +1,12 @@
 // Normalizations: BatchNormalization (inference and training mode), InstanceNormalization,
-// LayerNormalization, LRN and MeanVarianceNormalization. Statistics accumulate in double; the
+// LayerNormalization, GroupNormalization, RMSNormalization, LpNormalization, LRN and
+// MeanVarianceNormalization. Statistics accumulate in double; the
 // per-channel parameters may have another float type than the data (BatchNormalization's T1, T2).
 #include <array>
 #include <cmath>
 
 #include "ops/dtype_dispatch.hpp"
+#include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -162,6 +164,106 @@ KernelFn layerNormKernel(CompileContext& c) {
     statShape.resize(x.shape().size(), 1);
     if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(means, stashType, statShape, what));
     if (k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(invStd, stashType, statShape, what));
+  };
+}
+
+// ---- GroupNormalization (opset 21), RMSNormalization (23), LpNormalization (22) -----------------
+
+// The stash_type attribute: the statistics are computed in double whatever it says, so any
+// floating-point type is accepted (a narrower stash would only lose precision).
+void checkStashType(const ir::Node& n, const std::string& what) {
+  int64_t stash = n.attrInt("stash_type", static_cast<int64_t>(DataType::Float));
+  GRAFT_CHECK(stash >= 0 && stash < 32 && ((kFloats >> stash) & 1u),
+              "{}: stash_type must be a floating-point type (1 = FLOAT), got {}", what, stash);
+}
+
+KernelFn groupNormKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t groups = n.attrInt("num_groups");
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  checkStashType(n, what);
+  GRAFT_CHECK(groups >= 1, "{}: num_groups must be >= 1, got {}", what, groups);
+  return [=](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.rank() >= 2, "{}: X must have shape [N, C, ...], got {}", what, shapeToString(x.shape()));
+    int64_t N = x.dim(0), C = x.dim(1), inner = shapeProduct(x.shape(), 2, x.rank());
+    GRAFT_CHECK(C % groups == 0, "{}: the {} channels do not divide into num_groups = {}", what, C, groups);
+    auto scale = channelParam(k.input(1), C, what, "scale");
+    auto bias = channelParam(k.input(2), C, what, "bias");
+    auto xs = readAsDoubles(x, what);
+    std::vector<double> ys(xs.size());
+    int64_t perGroup = (C / groups) * inner;
+    for (int64_t b = 0; b < N * groups; ++b) {
+      const double* p = xs.data() + b * perGroup;
+      double s = 0, sq = 0;
+      for (int64_t i = 0; i < perGroup; ++i) s += p[i];
+      double m = perGroup ? s / static_cast<double>(perGroup) : 0.0;
+      for (int64_t i = 0; i < perGroup; ++i) sq += (p[i] - m) * (p[i] - m);
+      double inv = 1.0 / std::sqrt((perGroup ? sq / static_cast<double>(perGroup) : 0.0) + eps);
+      for (int64_t i = 0; i < perGroup; ++i) {
+        int64_t ch = (b % groups) * (C / groups) + i / std::max<int64_t>(inner, 1);
+        ys[b * perGroup + i] = (p[i] - m) * inv * scale[ch] + bias[ch];
+      }
+    }
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
+  };
+}
+
+KernelFn rmsNormKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axisAttr = n.attrInt("axis", -1);
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  checkStashType(n, what);
+  return [=](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
+    Shape norm(x.shape().begin() + axis, x.shape().end());
+    int64_t rows = shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
+    auto sOff = broadcastOffsets(k.input(1).shape(), norm, what, "scale");
+    auto scale = readAsDoubles(k.input(1), what);
+    auto xs = readAsDoubles(x, what);
+    std::vector<double> ys(xs.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* p = xs.data() + r * cols;
+      double sq = 0;
+      for (int64_t j = 0; j < cols; ++j) sq += p[j] * p[j];
+      double inv = 1.0 / std::sqrt((cols ? sq / static_cast<double>(cols) : 0.0) + eps);
+      for (int64_t j = 0; j < cols; ++j) ys[r * cols + j] = p[j] * inv * scale[sOff[j]];
+    }
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
+  };
+}
+
+KernelFn lpNormKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axisAttr = n.attrInt("axis", -1), p = n.attrInt("p", 2);
+  GRAFT_CHECK(p == 1 || p == 2, "{}: p must be 1 or 2, got {}", what, p);
+  return [=](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.rank() >= 1, "{}: input must have rank >= 1, got a scalar", what);
+    int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
+    int64_t outer = shapeProduct(x.shape(), 0, axis), len = x.dim(axis), inner = shapeProduct(x.shape(), axis + 1, x.rank());
+    auto xs = readAsDoubles(x, what);
+    std::vector<double> ys(xs.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          double v = xs[(o * len + j) * inner + i];
+          acc += p == 1 ? std::abs(v) : v * v;
+        }
+        double norm = p == 1 ? acc : std::sqrt(acc);
+        // A zero vector stays zero (instead of 0/0).
+        for (int64_t j = 0; j < len; ++j) {
+          int64_t at = (o * len + j) * inner + i;
+          ys[at] = norm == 0 ? 0.0 : xs[at] / norm;
+        }
+      }
+    k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
   };
 }
 
@@ -342,6 +444,9 @@ GRAFT_REGISTER_OPS(normalization) {
   r.add("InstanceNormalization").setReference(instanceNormKernel);
   r.add("LayerNormalization").setReference(layerNormKernel);
   r.add("LRN").setReference(lrnKernel);
+  r.add("GroupNormalization").setReference(groupNormKernel);
+  r.add("RMSNormalization").setReference(rmsNormKernel);
+  r.add("LpNormalization").setReference(lpNormKernel);
   // ONNX defines MeanVarianceNormalization by a function body, without an inference function of
   // its own: the output has the input's type and shape.
   r.add("MeanVarianceNormalization")
@@ -360,6 +465,10 @@ GRAFT_REGISTER_OPS(normalization) {
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         return std::vector<ir::ValueType>{in.at(1)};
       });
+  // Until the linked onnx has their schemas (opset > 17).
+  setFallbackInfer("", "GroupNormalization", sameTypeAsInput(0));
+  setFallbackInfer("", "RMSNormalization", sameTypeAsInput(0));
+  setFallbackInfer("", "LpNormalization", sameTypeAsInput(0));
 }
 
 }  // namespace graft::ops
@@ -538,12 +647,73 @@ void mvnVjp(GradBuilder& g) {
   g.setDx(0, g.sub(first, g.mul(k, c)));
 }
 
+void groupNormVjp(GradBuilder& g) {
+  const ir::Node& n = g.node();
+  ir::Tensor *x = g.in(0), *scale = g.in(1), *bias = g.in(2);
+  int64_t rank = rankOf(g, x);
+  GRAFT_CHECK(rank >= 2, "{}: X must have shape [N, C, ...]", n.describe());
+  int64_t groups = n.attrInt("num_groups");
+  // Statistics per (sample, group): X viewed as [N, G, C/G * spatial].
+  ir::Tensor* xr = g.op("Reshape", {x, g.int64s({0, groups, -1})});
+  std::vector<int64_t> axes{2};
+  ir::Tensor* centred = g.sub(xr, meanOver(g, xr, axes));
+  ir::Tensor* eps = g.scalarLike(n.attrFloat("epsilon", 1e-5f), x);
+  ir::Tensor* inv = g.op("Reciprocal", {g.op("Sqrt", {g.add(meanOver(g, g.mul(centred, centred), axes), eps)})});
+  ir::Tensor* xhat = g.mul(centred, inv);
+  ir::Tensor* dy = g.dy(0);
+  std::vector<int64_t> channelAxes = range(0, rank);
+  channelAxes.erase(channelAxes.begin() + 1);
+  if (g.wants(1)) g.setDx(1, sumOver(g, g.mul(dy, g.reshapeLike(xhat, x)), channelAxes, false));
+  if (g.wants(2)) g.setDx(2, castLike(g, sumOver(g, dy, channelAxes, false), bias));
+  if (!g.wants(0)) return;
+  ir::Tensor* gy = g.op("Reshape", {g.mul(dy, perChannel(g, castLike(g, scale, x), rank)), g.int64s({0, groups, -1})});
+  g.setDx(0, g.reshapeLike(normalizedGrad(g, gy, xhat, inv, axes), x));
+}
+
+void rmsNormVjp(GradBuilder& g) {
+  // y = x inv scale, inv = (mean(x^2) + eps)^-1/2: dx = inv (gy - xhat mean(gy xhat)), gy = dy scale.
+  const ir::Node& n = g.node();
+  ir::Tensor *x = g.in(0), *scale = g.in(1);
+  int64_t rank = rankOf(g, x);
+  std::vector<int64_t> axes = range(normalizeAxis(n.attrInt("axis", -1), rank, n.describe()), rank);
+  ir::Tensor* eps = g.scalarLike(n.attrFloat("epsilon", 1e-5f), x);
+  ir::Tensor* inv = g.op("Reciprocal", {g.op("Sqrt", {g.add(meanOver(g, g.mul(x, x), axes), eps)})});
+  ir::Tensor* xhat = g.mul(x, inv);
+  ir::Tensor* dy = g.dy(0);
+  if (g.wants(1)) g.setDx(1, g.unbroadcast(g.mul(dy, xhat), scale));
+  if (!g.wants(0)) return;
+  ir::Tensor* gy = g.mul(dy, scale);
+  g.setDx(0, g.mul(inv, g.sub(gy, g.mul(xhat, meanOver(g, g.mul(gy, xhat), axes)))));
+}
+
+void lpNormVjp(GradBuilder& g) {
+  // y = x / r along the axis, r = ||x||_p: dx = (dy - sum(dy y) dr/dx) / r with dr/dx = x / r
+  // (p = 2) or sign(x) (p = 1); zero where r is 0 (the kernel's y is 0 there).
+  const ir::Node& n = g.node();
+  ir::Tensor* x = g.in(0);
+  int64_t rank = rankOf(g, x);
+  int64_t axis = normalizeAxis(n.attrInt("axis", -1), rank, n.describe());
+  bool l1 = n.attrInt("p", 2) == 1;
+  ir::Tensor* r = l1 ? sumOver(g, g.op("Abs", {x}), {axis}, true) : g.op("Sqrt", {sumOver(g, g.mul(x, x), {axis}, true)});
+  ir::Tensor* zero = g.scalarLike(0, x);
+  ir::Tensor* isZero = g.op("Equal", {r, zero});
+  ir::Tensor* safeR = g.where(isZero, g.scalarLike(1, x), r);
+  ir::Tensor* y = g.div(x, safeR);
+  ir::Tensor* dy = g.dy(0);
+  ir::Tensor* dr = l1 ? g.op("Sign", {x}) : y;
+  ir::Tensor* dx = g.div(g.sub(dy, g.mul(sumOver(g, g.mul(dy, y), {axis}, true), dr)), safeR);
+  g.setDx(0, g.where(isZero, g.zerosLike(x), dx));
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(normalization_vjp) {
   r.add("BatchNormalization").setVjp(batchNormVjp);
   r.add("InstanceNormalization").setVjp(instanceNormVjp);
   r.add("LayerNormalization").setVjp(layerNormVjp);
+  r.add("GroupNormalization").setVjp(groupNormVjp);
+  r.add("RMSNormalization").setVjp(rmsNormVjp);
+  r.add("LpNormalization").setVjp(lpNormVjp);
   r.add("MeanVarianceNormalization").setVjp(mvnVjp);
   r.add("LRN").setVjp([](GradBuilder& g) {
     ir::Attributes a;

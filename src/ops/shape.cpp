@@ -1,10 +1,12 @@
 // Ops that move, view or describe data without arithmetic: Constant, Identity, Cast, Reshape,
 // Flatten, Squeeze, Unsqueeze, Transpose, Concat, Shape, Size.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "ops/cast_util.hpp"
 #include "ops/dtype_dispatch.hpp"
+#include "ops/low_precision.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -72,9 +74,10 @@ KernelFn identityKernel(CompileContext&) {
 }
 
 /// castArray with the node named in any error (unparsable strings, unsupported types).
-NDArray castFor(const NDArray& x, DataType to, const std::string& what) {
+NDArray castFor(const NDArray& x, DataType to, const std::string& what, bool saturate = true) {
   if (x.dtype() == to) return x;
   try {
+    if (isLowPrecision(x.dtype()) || isLowPrecision(to)) return castLowPrecision(x, to, saturate, what);
     return castArray(x, to);
   } catch (const InternalError&) {
     throw;
@@ -86,12 +89,18 @@ NDArray castFor(const NDArray& x, DataType to, const std::string& what) {
 KernelFn castKernel(CompileContext& c) {
   auto to = static_cast<DataType>(c.node().attrInt("to"));
   std::string what = c.node().describe();
-  return [to, what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what)); };
+  // saturate (opset 19) only matters for float8 targets: out-of-range values clamp to the largest
+  // finite value instead of becoming infinity or NaN.
+  bool saturate = c.node().attrInt("saturate", 1) != 0;
+  return [to, what, saturate](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what, saturate)); };
 }
 
 KernelFn castLikeKernel(CompileContext& c) {
   std::string what = c.node().describe();
-  return [what](KernelContext& k) { k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what)); };
+  bool saturate = c.node().attrInt("saturate", 1) != 0;
+  return [what, saturate](KernelContext& k) {
+    k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what, saturate));
+  };
 }
 
 Shape reshapeTarget(const Shape& in, const std::vector<int64_t>& spec, bool allowZero, const std::string& what) {
@@ -265,6 +274,33 @@ KernelFn sizeKernel(CompileContext&) {
   return [](KernelContext& k) { k.setOutput(0, NDArray::scalar<int64_t>(DataType::Int64, k.input(0).numel())); };
 }
 
+// BitCast (opset 26): the same bytes read as another type of the same width. A BOOL result
+// normalises each byte to true/false (graft's bool holds only 0 or 1).
+KernelFn bitCastKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  auto to = static_cast<DataType>(n.attrInt("to"));
+  GRAFT_CHECK(to != DataType::String && dtypeSize(to) > 0, "{}: 'to' must be a numeric or BOOL type, got {}", what,
+              dtypeName(to));
+  return [what, to](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() != DataType::String, "{}: BitCast of a STRING tensor is not defined", what);
+    // 4-bit elements sit one per byte (INT4 sign-extended): their bytes are not their bits.
+    for (DataType t : {x.dtype(), to})
+      GRAFT_CHECK(t != DataType::Int4 && t != DataType::UInt4 && t != DataType::Float4E2M1,
+                  "{}: BitCast of 4-bit type {} is not supported", what, dtypeName(t));
+    GRAFT_CHECK(dtypeSize(x.dtype()) == dtypeSize(to), "{}: {} ({} bits) and {} ({} bits) differ in width", what,
+                dtypeName(x.dtype()), 8 * dtypeSize(x.dtype()), dtypeName(to), 8 * dtypeSize(to));
+    NDArray& y = k.allocOutputUninit(0, to, x.shape());
+    if (to == DataType::Bool) {
+      const auto* src = static_cast<const uint8_t*>(x.rawData());
+      for (int64_t i = 0; i < x.numel(); ++i) y.data<bool>()[i] = src[i] != 0;
+    } else if (x.nbytes() > 0) {
+      std::memcpy(y.rawData(), x.rawData(), x.nbytes());
+    }
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(shape) {
@@ -280,6 +316,7 @@ GRAFT_REGISTER_OPS(shape) {
   r.add("Concat").setReference(concatKernel);
   r.add("Shape").setReference(shapeKernel);
   r.add("Size").setReference(sizeKernel);
+  r.add("BitCast").setReference(bitCastKernel);
 }
 
 }  // namespace graft::ops

@@ -1,13 +1,16 @@
-// Text ops: StringNormalizer and TfIdfVectorizer.
+// Text ops: StringNormalizer, TfIdfVectorizer, and opset 20's StringConcat, StringSplit and
+// RegexFullMatch.
 #include <locale.h>
 #include <wctype.h>
 
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 
 #include "ops/dtype_dispatch.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -254,11 +257,111 @@ KernelFn tfIdfKernel(CompileContext& c) {
   };
 }
 
+// ---- StringConcat, StringSplit, RegexFullMatch ---------------------------------------------------
+
+KernelFn stringConcatKernel(CompileContext& c) {
+  std::string what = c.node().describe();
+  return [what](KernelContext& k) {
+    const NDArray& a = k.input(0);
+    const NDArray& b = k.input(1);
+    GRAFT_CHECK(a.dtype() == DataType::String && b.dtype() == DataType::String,
+                "{}: X and Y must be STRING tensors, got {} and {}", what, dtypeName(a.dtype()), dtypeName(b.dtype()));
+    NDArray& y = k.allocOutput(0, DataType::String, broadcastShapes(a.shape(), b.shape(), what));
+    broadcastBinary<std::string, std::string>(a, b, y, [](const std::string& x, const std::string& z) { return x + z; });
+  };
+}
+
+// Python's str.split: with a delimiter every field counts (empty ones too); without one, runs of
+// whitespace separate and leading/trailing whitespace makes no field. At most maxsplit splits
+// (the rest of the string is the last field).
+std::vector<std::string> splitString(const std::string& s, const std::string& delim, int64_t maxsplit) {
+  std::vector<std::string> out;
+  if (!delim.empty()) {
+    size_t start = 0;
+    while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
+      size_t at = s.find(delim, start);
+      if (at == std::string::npos) break;
+      out.push_back(s.substr(start, at - start));
+      start = at + delim.size();
+    }
+    out.push_back(s.substr(start));
+    return out;
+  }
+  auto space = [](char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r') || (ch >= '\x1c' && ch <= '\x1f'); };
+  size_t i = 0;
+  while (true) {
+    while (i < s.size() && space(s[i])) ++i;
+    if (i == s.size()) break;
+    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+      out.push_back(s.substr(i));  // the remainder keeps its trailing whitespace, as Python
+      break;
+    }
+    size_t j = i;
+    while (j < s.size() && !space(s[j])) ++j;
+    out.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+KernelFn stringSplitKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  std::string delim = n.attrString("delimiter", "");
+  bool hasMax = n.attrs().has("maxsplit");
+  int64_t maxsplit = hasMax ? n.attrInt("maxsplit") : -1;
+  GRAFT_CHECK(maxsplit >= -1, "{}: maxsplit must be >= 0, got {}", what, maxsplit);
+  return [=](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() == DataType::String, "{}: X must be a STRING tensor, got {}", what, dtypeName(x.dtype()));
+    std::vector<std::vector<std::string>> parts(static_cast<size_t>(x.numel()));
+    int64_t width = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      parts[i] = splitString(x.data<std::string>()[i], delim, maxsplit);
+      width = std::max<int64_t>(width, static_cast<int64_t>(parts[i].size()));
+    }
+    Shape ys = x.shape();
+    ys.push_back(width);
+    NDArray& y = k.allocOutput(0, DataType::String, ys);
+    NDArray& z = k.allocOutputUninit(1, DataType::Int64, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      for (size_t j = 0; j < parts[i].size(); ++j) y.data<std::string>()[i * width + static_cast<int64_t>(j)] = parts[i][j];
+      z.data<int64_t>()[i] = static_cast<int64_t>(parts[i].size());
+    }
+  };
+}
+
+// RE2 syntax is what ONNX specifies; std::regex's ECMAScript grammar is what graft has. The
+// common subset (classes, quantifiers, groups, alternation, anchors, \d \w \s) agrees; RE2-only
+// constructs ((?P<name>...), (?i) flags, \pL classes) fail to compile and are refused by name.
+KernelFn regexFullMatchKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  std::string pattern = n.attrString("pattern");
+  std::shared_ptr<std::regex> re;
+  try {
+    re = std::make_shared<std::regex>(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    GRAFT_THROW("{}: pattern '{}' is not supported: graft matches with std::regex (ECMAScript syntax), not RE2, and "
+                "it rejects this pattern ({})",
+                what, pattern, e.what());
+  }
+  return [what, re](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() == DataType::String, "{}: X must be a STRING tensor, got {}", what, dtypeName(x.dtype()));
+    NDArray& y = k.allocOutputUninit(0, DataType::Bool, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) y.data<bool>()[i] = std::regex_match(x.data<std::string>()[i], *re);
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(text) {
   r.add("StringNormalizer").setReference(stringNormalizerKernel);
   r.add("TfIdfVectorizer").setReference(tfIdfKernel);
+  r.add("StringConcat").setReference(stringConcatKernel);
+  r.add("StringSplit").setReference(stringSplitKernel);
+  r.add("RegexFullMatch").setReference(regexFullMatchKernel);
 }
 
 }  // namespace graft::ops

@@ -156,5 +156,50 @@ TEST(Clip, IntegersAndBadBounds) {
   EXPECT_THROW(run1("Clip", {arr<float>({1}, {1}), NDArray(DataType::Float, {0})}), Error);
 }
 
+
+// ---- opset 18-28 additions ----------------------------------------------------------------------
+
+std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
+  OpCase c;
+  c.type = type;
+  c.inputs = std::move(in);
+  c.attrs = std::move(a);
+  c.numOutputs = outputs;
+  return runReference(c);
+}
+
+TEST(Mish, MatchesFormula) {
+  checkAgainst("Mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); });
+  EXPECT_TRUE(gradCheck({"Mish", {randomArray(DataType::Double, {7}, 1, -3, 3)}}, {0}));
+}
+
+TEST(Swish, DefaultAndCustomAlpha) {
+  checkAgainst("Swish", [](double x) { return x / (1 + std::exp(-x)); });
+  checkAgainst("Swish", [](double x) { return x / (1 + std::exp(-1.5 * x)); }, attrs({{"alpha", 1.5f}}));
+  EXPECT_TRUE(gradCheck({"Swish", {randomArray(DataType::Double, {7}, 2, -3, 3)}, attrs({{"alpha", 1.5f}})}, {0}));
+}
+
+TEST(Gelu, ExactAndTanhApproximation) {
+  checkAgainst("Gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
+  checkAgainst("Gelu", [](double x) {
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  }, attrs({{"approximate", std::string("tanh")}}));
+  EXPECT_THROW(run1("Gelu", {arr<float>({1}, {1})}, attrs({{"approximate", std::string("fast")}})), Error);
+  for (std::string a : {"none", "tanh"})
+    EXPECT_TRUE(gradCheck({"Gelu", {randomArray(DataType::Double, {7}, 3, -3, 3)}, attrs({{"approximate", a}})}, {0})) << a;
+}
+
+TEST(SwiGLU, GatesBWithSwishOfA) {
+  std::vector<double> a{-2, 0, 1, 3}, b{3, 2, 1, -1};
+  std::vector<float> want;
+  for (size_t i = 0; i < a.size(); ++i) want.push_back(static_cast<float>(a[i] / (1 + std::exp(-2 * a[i])) * b[i]));
+  auto y = runNew("SwiGLU", {arr<float>({2, 2}, {-2, 0, 1, 3}), arr<float>({2, 2}, {3, 2, 1, -1})}, attrs({{"alpha", 2.0f}}));
+  EXPECT_TRUE(allClose(y.at(0), arr<float>({2, 2}, want)));
+  EXPECT_THROW(runNew("SwiGLU", {arr<float>({2}, {1, 2}), arr<float>({1}, {1})}), Error);  // no broadcasting
+  OpCase c{"SwiGLU", {randomArray(DataType::Double, {2, 3}, 4, -2, 2), randomArray(DataType::Double, {2, 3}, 5)},
+           attrs({{"alpha", 1.5f}})};
+  EXPECT_TRUE(gradCheck(c, {0, 1}));
+}
+
 }  // namespace
 }  // namespace graft::testing

@@ -277,5 +277,86 @@ TEST(Size, CountsElements) {
   EXPECT_TRUE(allClose(run1("Size", {NDArray(DataType::Bool, {0, 5})}), scalar<int64_t>(0)));
 }
 
+
+// ---- opset 18-28 additions ----------------------------------------------------------------------
+
+std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
+  OpCase c;
+  c.type = type;
+  c.inputs = std::move(in);
+  c.attrs = std::move(a);
+  c.numOutputs = outputs;
+  return runReference(c);
+}
+
+// ---- low-precision types through Cast -------------------------------------------------------------
+
+NDArray castTo(const NDArray& x, DataType to, int64_t saturate = 1) {
+  return runNew("Cast", {x}, attrs({{"to", static_cast<int64_t>(to)}, {"saturate", saturate}})).at(0);
+}
+// Float values -> `dt` -> float again: the values `dt` represents, as floats.
+NDArray roundTrip(const std::vector<float>& v, DataType dt, int64_t saturate = 1) {
+  NDArray low = castTo(arr<float>({static_cast<int64_t>(v.size())}, v), dt, saturate);
+  EXPECT_EQ(low.dtype(), dt);
+  return castTo(low, DataType::Float);
+}
+uint8_t byteOf(const std::vector<float>& v, DataType dt, int64_t saturate = 1) {
+  NDArray low = castTo(arr<float>({1}, v), dt, saturate);
+  return static_cast<const uint8_t*>(low.rawData())[0];
+}
+
+TEST(Cast, Float8E4M3FN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(byteOf({1.0f}, DataType::Float8E4M3FN), 0x38);
+  EXPECT_EQ(byteOf({-0.0f}, DataType::Float8E4M3FN), 0x80);
+  EXPECT_EQ(byteOf({448.0f}, DataType::Float8E4M3FN), 0x7E);
+  // 464 lies halfway between 448 (even code) and the NaN code: it rounds to 448; 465 overflows.
+  EXPECT_TRUE(allClose(roundTrip({464, 465, 1000, inf, -inf, nan, 0.001f, 3.3f}, DataType::Float8E4M3FN, 0),
+                       arr<float>({8}, {448, nan, nan, nan, nan, nan, 0.001953125f, 3.25f})));
+  EXPECT_TRUE(allClose(roundTrip({465, 1000, inf, -inf}, DataType::Float8E4M3FN), arr<float>({4}, {448, 448, 448, -448})));
+}
+
+TEST(Cast, Float8E5M2AndTheUnsignedZeroFormats) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(byteOf({1.0f}, DataType::Float8E5M2), 0x3C);
+  // 61440 is halfway between 57344 (odd code 0x7B) and infinity (0x7C): it rounds to infinity.
+  EXPECT_TRUE(allClose(roundTrip({57344, 61440, 1000, inf, nan}, DataType::Float8E5M2, 0),
+                       arr<float>({5}, {57344, inf, 1024, inf, nan})));
+  EXPECT_TRUE(allClose(roundTrip({61440, -inf}, DataType::Float8E5M2), arr<float>({2}, {57344, -57344})));
+  EXPECT_EQ(byteOf({1.0f}, DataType::Float8E4M3FNUZ), 0x40);
+  EXPECT_EQ(byteOf({-0.0f}, DataType::Float8E4M3FNUZ), 0x00);  // no negative zero
+  EXPECT_EQ(byteOf({nan}, DataType::Float8E4M3FNUZ), 0x80);
+  EXPECT_TRUE(allClose(roundTrip({240, 250, inf}, DataType::Float8E4M3FNUZ, 0), arr<float>({3}, {240, nan, nan})));
+  EXPECT_TRUE(allClose(roundTrip({250, inf}, DataType::Float8E4M3FNUZ), arr<float>({2}, {240, 240})));
+  EXPECT_EQ(byteOf({1.0f}, DataType::Float8E5M2FNUZ), 0x40);
+  EXPECT_TRUE(allClose(roundTrip({57344, 1e6f}, DataType::Float8E5M2FNUZ), arr<float>({2}, {57344, 57344})));
+}
+
+TEST(Cast, Float4AndFourBitIntegers) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Ties to even: 0.25 -> 0, 0.75 -> 1, -3.5 -> -4; float4 always saturates (to 6).
+  EXPECT_TRUE(allClose(roundTrip({0.48f, 0.25f, 0.75f, 1.05f, -3.5f, -8, 9, nan}, DataType::Float4E2M1),
+                       arr<float>({8}, {0.5f, 0, 1, 1, -4, -6, 6, -0.0f})));
+  // INT4/UINT4: truncation toward zero; out of range gives 0 (as the onnx reference, via ml_dtypes).
+  EXPECT_TRUE(allClose(roundTrip({-9, -8, 7, 8, 7.6f, -7.6f}, DataType::Int4), arr<float>({6}, {0, -8, 7, 0, 7, -7})));
+  EXPECT_TRUE(allClose(roundTrip({-1, 0, 15, 16, 3.9f}, DataType::UInt4), arr<float>({5}, {0, 0, 15, 0, 3})));
+  // Integers to and from INT4, and unsupported arithmetic is refused by type name.
+  EXPECT_TRUE(allClose(castTo(castTo(arr<int8_t>({2}, {-3, 5}), DataType::Int4), DataType::Int8), arr<int8_t>({2}, {-3, 5})));
+  NDArray low = castTo(arr<float>({1}, {1}), DataType::Float8E4M3FN);
+  try {
+    runNew("Relu", {low});
+    ADD_FAILURE() << "expected graft::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FLOAT8E4M3FN"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BitCast, ReinterpretsBytes) {
+  auto y = runNew("BitCast", {arr<float>({2}, {1.0f, -2.0f})}, attrs({{"to", int64_t{6}}})).at(0);  // INT32
+  EXPECT_TRUE(allClose(y, arr<int32_t>({2}, {0x3f800000, static_cast<int32_t>(0xc0000000u)})));
+  EXPECT_TRUE(allClose(runNew("BitCast", {y}, attrs({{"to", int64_t{1}}})).at(0), arr<float>({2}, {1.0f, -2.0f})));
+  EXPECT_THROW(runNew("BitCast", {arr<float>({1}, {1})}, attrs({{"to", int64_t{7}}})), Error);  // 32 vs 64 bits
+}
+
 }  // namespace
 }  // namespace graft::testing

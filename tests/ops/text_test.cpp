@@ -137,5 +137,45 @@ TEST(TfIdfVectorizer, RejectsBadAttributesAndInputs) {
   EXPECT_THROW(ref1("TfIdfVectorizer", {arr<int32_t>({1, 1, 1}, {1})}, tfidf(1, 2, 5)), Error);
 }
 
+
+// ---- opset 18-28 additions ----------------------------------------------------------------------
+
+std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
+  OpCase c;
+  c.type = type;
+  c.inputs = std::move(in);
+  c.attrs = std::move(a);
+  c.numOutputs = outputs;
+  return runReference(c);
+}
+
+TEST(StringConcat, Broadcasts) {
+  EXPECT_TRUE(allClose(runNew("StringConcat", {strs({2}, {"a", "bc"}), strs({1}, {"!"})}).at(0), strs({2}, {"a!", "bc!"})));
+  EXPECT_THROW(runNew("StringConcat", {strs({1}, {"a"}), arr<float>({1}, {1})}), Error);
+}
+
+TEST(StringSplit, DelimiterWhitespaceAndMaxsplit) {
+  auto r = runNew("StringSplit", {strs({2}, {"a,b,,c", "d"})}, attrs({{"delimiter", std::string(",")}}), 2);
+  EXPECT_TRUE(allClose(r.at(0), strs({2, 4}, {"a", "b", "", "c", "d", "", "", ""})));
+  EXPECT_TRUE(allClose(r.at(1), arr<int64_t>({2}, {4, 1})));
+  r = runNew("StringSplit", {strs({1}, {"  x \t y  "})}, {}, 2);
+  EXPECT_TRUE(allClose(r.at(0), strs({1, 2}, {"x", "y"})));
+  r = runNew("StringSplit", {strs({1}, {"1-2-3"})}, attrs({{"delimiter", std::string("-")}, {"maxsplit", int64_t{1}}}), 2);
+  EXPECT_TRUE(allClose(r.at(0), strs({1, 2}, {"1", "2-3"})));
+  EXPECT_TRUE(allClose(r.at(1), arr<int64_t>({1}, {2})));
+}
+
+TEST(RegexFullMatch, WholeStringOnly) {
+  auto y = runNew("RegexFullMatch", {strs({3}, {"abc.com", "abc.comx", "x"})}, attrs({{"pattern", std::string("[a-z]+\\.com")}}));
+  EXPECT_TRUE(allClose(y.at(0), arr<bool>({3}, {true, false, false})));
+  // An RE2-only construct: refused with a message naming the pattern.
+  try {
+    runNew("RegexFullMatch", {strs({1}, {"a"})}, attrs({{"pattern", std::string("(?P<n>a)")}}));
+    ADD_FAILURE() << "expected graft::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(?P<n>a)"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace graft::testing
