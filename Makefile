@@ -1,5 +1,7 @@
 # graft: the two commands for a fresh machine are `make demo` and `make test`.
 SHELL := /bin/bash
+# ccache keys on paths relative to the checkout, so a fresh clone reuses an earlier build's objects.
+export CCACHE_BASEDIR ?= $(CURDIR)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 PY := .venv/bin/python
