@@ -168,18 +168,18 @@ std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir
   return runReference(c);
 }
 
-TEST(Mish, MatchesFormula) {
+TEST(Mish, MatchesFormulaAndGradient) {
   checkAgainst("Mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); });
   EXPECT_TRUE(gradCheck({"Mish", {randomArray(DataType::Double, {7}, 1, -3, 3)}}, {0}));
 }
 
-TEST(Swish, DefaultAndCustomAlpha) {
+TEST(Swish, DefaultAndCustomAlphaAndGradient) {
   checkAgainst("Swish", [](double x) { return x / (1 + std::exp(-x)); });
   checkAgainst("Swish", [](double x) { return x / (1 + std::exp(-1.5 * x)); }, attrs({{"alpha", 1.5f}}));
   EXPECT_TRUE(gradCheck({"Swish", {randomArray(DataType::Double, {7}, 2, -3, 3)}, attrs({{"alpha", 1.5f}})}, {0}));
 }
 
-TEST(Gelu, ExactAndTanhApproximation) {
+TEST(Gelu, ExactAndTanhApproximationAndGradient) {
   checkAgainst("Gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
   checkAgainst("Gelu", [](double x) {
     return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -189,7 +189,7 @@ TEST(Gelu, ExactAndTanhApproximation) {
     EXPECT_TRUE(gradCheck({"Gelu", {randomArray(DataType::Double, {7}, 3, -3, 3)}, attrs({{"approximate", a}})}, {0})) << a;
 }
 
-TEST(SwiGLU, GatesBWithSwishOfA) {
+TEST(SwiGLU, GatesBWithSwishOfAAndGradient) {
   std::vector<double> a{-2, 0, 1, 3}, b{3, 2, 1, -1};
   std::vector<float> want;
   for (size_t i = 0; i < a.size(); ++i) want.push_back(static_cast<float>(a[i] / (1 + std::exp(-2 * a[i])) * b[i]));

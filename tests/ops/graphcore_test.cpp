@@ -90,7 +90,7 @@ TEST(Graphcore_Detach, ForwardsValuesButNoGradient) {
   EXPECT_THROW(vjpOf(gc("Detach", {x}), {0}, {arr<double>({2}, {1, 1})}), Error);  // input 0 gets no gradient
 }
 
-TEST(Graphcore_Nop, Identity) {
+TEST(Graphcore_Nop, IdentityAndGradient) {
   EXPECT_TRUE(allClose(runReference(gc("Nop", {arr<float>({2}, {1, 2})}))[0], arr<float>({2}, {1, 2})));
   EXPECT_TRUE(gradCheck(gc("Nop", {randomArray(DataType::Double, {3}, 6)}), {0}));
 }
@@ -109,7 +109,16 @@ TEST(Graphcore_NearbyInt, HalvesToEven) {
   EXPECT_TRUE(allClose(g[0], arr<double>({2}, {0, 0})));
 }
 
-TEST(Graphcore_IncrementMod, WrapsAround) {
+// Finite differences away from the steps (x in [0.1, 0.4]): the gradient is zero there.
+TEST(Graphcore_Round, GradientIsZero) {
+  EXPECT_TRUE(gradCheck(gc("Round", {randomArray(DataType::Double, {5}, 3, 0.1, 0.4)}), {0}));
+}
+
+TEST(Graphcore_NearbyInt, GradientIsZero) {
+  EXPECT_TRUE(gradCheck(gc("NearbyInt", {randomArray(DataType::Double, {5}, 4, 0.1, 0.4)}), {0}));
+}
+
+TEST(Graphcore_IncrementMod, WrapsAroundAndGradient) {
   auto a = attrs({{"increment", 3.0f}, {"modulus", 4.0f}});
   EXPECT_TRUE(allClose(runReference(gc("IncrementMod", {arr<int32_t>({4}, {0, 1, 2, 3})}, a))[0],
                        arr<int32_t>({4}, {3, 0, 1, 2})));
@@ -134,7 +143,7 @@ TEST(Graphcore_Atan2, ValuesBroadcastAndGradient) {
       gc("Atan2", {randomArray(DataType::Double, {2, 3}, 8), randomArray(DataType::Double, {3}, 9, 0.5, 2)}), {0, 1}));
 }
 
-TEST(Graphcore_Fmod, SignOfDividend) {
+TEST(Graphcore_Fmod, SignOfDividendAndGradient) {
   EXPECT_TRUE(allClose(runReference(gc("Fmod", {arr<float>({3}, {5.5f, -5.5f, 5.5f}), arr<float>({3}, {2, 2, -2})}))[0],
                        arr<float>({3}, {1.5f, -1.5f, 1.5f})));
   EXPECT_TRUE(allClose(runReference(gc("Fmod", {arr<int32_t>({2}, {-7, 7}), arr<int32_t>({2}, {3, -3})}))[0],
@@ -142,7 +151,7 @@ TEST(Graphcore_Fmod, SignOfDividend) {
   EXPECT_TRUE(gradCheck(gc("Fmod", {arr<double>({3}, {5.5, -5.3, 3.1}), arr<double>({3}, {2, 2, -2})}), {0}));
 }
 
-TEST(Graphcore_Remainder, SignOfDivisor) {
+TEST(Graphcore_Remainder, SignOfDivisorAndGradient) {
   EXPECT_TRUE(
       allClose(runReference(gc("Remainder", {arr<float>({3}, {5.5f, -5.5f, 5.5f}), arr<float>({3}, {2, 2, -2})}))[0],
                arr<float>({3}, {1.5f, 0.5f, -0.5f})));
@@ -173,7 +182,7 @@ TEST(Graphcore_Bucketize, LeftAndRight) {
   EXPECT_TRUE(allClose(runReference(gc("Bucketize", {special, b}))[0], arr<int32_t>({2}, {2, 2})));
 }
 
-TEST(Graphcore_Sort, StableAscendingAndDescending) {
+TEST(Graphcore_Sort, StableAscendingAndDescendingAndGradient) {
   auto x = arr<float>({2, 3}, {3, 1, 3, 0, 2, 1});
   auto up = runReference(gc("Sort", {x}, attrs({{"axis", int64_t{1}}}), 2));
   EXPECT_TRUE(allClose(up[0], arr<float>({2, 3}, {1, 3, 3, 0, 1, 2})));
@@ -199,7 +208,7 @@ OpCase dyn(const std::string& type, NDArray x, NDArray off, NDArray upd) {
             attrs({{"axes", std::vector<int64_t>{1}}, {"sizes", std::vector<int64_t>{2}}}));
 }
 
-TEST(Graphcore_DynamicUpdate, ReplacesTheRegion) {
+TEST(Graphcore_DynamicUpdate, ReplacesTheRegionAndGradient) {
   auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
   auto u = arr<float>({2, 2}, {10, 11, 12, 13});
   EXPECT_TRUE(allClose(runReference(dyn("DynamicUpdate", x, arr<uint32_t>({1}, {1}), u))[0],
@@ -212,7 +221,7 @@ TEST(Graphcore_DynamicUpdate, ReplacesTheRegion) {
                         {0, 2}));
 }
 
-TEST(Graphcore_DynamicAdd, AddsToTheRegion) {
+TEST(Graphcore_DynamicAdd, AddsToTheRegionAndGradient) {
   auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
   auto u = arr<float>({2, 2}, {10, 10, 10, 10});
   EXPECT_TRUE(allClose(runReference(dyn("DynamicAdd", x, arr<int64_t>({1}, {2}), u))[0],
@@ -222,7 +231,7 @@ TEST(Graphcore_DynamicAdd, AddsToTheRegion) {
                         {0, 2}));
 }
 
-TEST(Graphcore_DynamicZero, ZeroesTheRegion) {
+TEST(Graphcore_DynamicZero, ZeroesTheRegionAndGradient) {
   auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
   EXPECT_TRUE(allClose(runReference(dyn("DynamicZero", x, arr<int32_t>({1}, {0}), NDArray(DataType::Float, {2, 2})))[0],
                        arr<float>({2, 4}, {0, 0, 2, 3, 0, 0, 6, 7})));
@@ -231,7 +240,7 @@ TEST(Graphcore_DynamicZero, ZeroesTheRegion) {
                         {0}));
 }
 
-TEST(Graphcore_SequenceSlice, CopiesRows) {
+TEST(Graphcore_SequenceSlice, CopiesRowsAndGradient) {
   auto src = arr<float>({4, 2}, {10, 11, 20, 21, 30, 31, 40, 41});
   auto dst = arr<float>({3, 2}, {1, 1, 2, 2, 3, 3});
   auto n = arr<uint32_t>({2}, {1, 2});

@@ -142,7 +142,7 @@ NDArray rndD(Shape s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   return randomArray(DataType::Double, std::move(s), seed, lo, hi);
 }
 
-TEST(GroupNormalization, StatisticsPerGroupParametersPerChannel) {
+TEST(GroupNormalization, StatisticsPerGroupParametersPerChannelAndGradient) {
   // Two groups of two channels: {1, 2} and {3, 4}, each normalised to {-1, 1}.
   auto y = runNew("GroupNormalization",
                   {arr<float>({1, 4, 1}, {1, 2, 3, 4}), arr<float>({4}, {1, 2, 3, 4}), arr<float>({4}, {0, 0, 1, 1})},
@@ -158,7 +158,7 @@ TEST(GroupNormalization, StatisticsPerGroupParametersPerChannel) {
   }
 }
 
-TEST(RMSNormalization, DividesByRootMeanSquare) {
+TEST(RMSNormalization, DividesByRootMeanSquareAndGradient) {
   float r = std::sqrt(12.5f);
   auto y = runNew("RMSNormalization", {arr<float>({1, 2}, {3, 4}), arr<float>({2}, {1, 2})}, attrs({{"epsilon", 0.0f}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 2}, {3 / r, 8 / r})));
@@ -172,7 +172,7 @@ TEST(RMSNormalization, DividesByRootMeanSquare) {
   }
 }
 
-TEST(LpNormalization, L1AndL2) {
+TEST(LpNormalization, L1AndL2AndGradient) {
   EXPECT_TRUE(allClose(runNew("LpNormalization", {arr<float>({2, 2}, {3, 4, 0, 0})}).at(0), arr<float>({2, 2}, {0.6f, 0.8f, 0, 0})));
   EXPECT_TRUE(allClose(runNew("LpNormalization", {arr<float>({2, 2}, {1, 2, -3, 2})}, attrs({{"p", int64_t{1}}, {"axis", int64_t{0}}})).at(0),
                        arr<float>({2, 2}, {0.25f, 0.5f, -0.75f, 0.5f})));
