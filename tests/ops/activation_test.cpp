@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 
+#include "op_case_util.hpp"
 #include "op_test_util.hpp"
 
 namespace graft::testing {
@@ -159,15 +160,6 @@ TEST(Clip, IntegersAndBadBounds) {
 
 // ---- opset 18-28 additions ----------------------------------------------------------------------
 
-std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = outputs;
-  return runReference(c);
-}
-
 TEST(Mish, MatchesFormulaAndGradient) {
   checkAgainst("Mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); });
   EXPECT_TRUE(gradCheck({"Mish", {randomArray(DataType::Double, {7}, 1, -3, 3)}}, {0}));
@@ -193,9 +185,9 @@ TEST(SwiGLU, GatesBWithSwishOfAAndGradient) {
   std::vector<double> a{-2, 0, 1, 3}, b{3, 2, 1, -1};
   std::vector<float> want;
   for (size_t i = 0; i < a.size(); ++i) want.push_back(static_cast<float>(a[i] / (1 + std::exp(-2 * a[i])) * b[i]));
-  auto y = runNew("SwiGLU", {arr<float>({2, 2}, {-2, 0, 1, 3}), arr<float>({2, 2}, {3, 2, 1, -1})}, attrs({{"alpha", 2.0f}}));
+  auto y = runOutputs("SwiGLU", {arr<float>({2, 2}, {-2, 0, 1, 3}), arr<float>({2, 2}, {3, 2, 1, -1})}, attrs({{"alpha", 2.0f}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({2, 2}, want)));
-  EXPECT_THROW(runNew("SwiGLU", {arr<float>({2}, {1, 2}), arr<float>({1}, {1})}), Error);  // no broadcasting
+  EXPECT_THROW(runOutputs("SwiGLU", {arr<float>({2}, {1, 2}), arr<float>({1}, {1})}), Error);  // no broadcasting
   OpCase c{"SwiGLU", {randomArray(DataType::Double, {2, 3}, 4, -2, 2), randomArray(DataType::Double, {2, 3}, 5)},
            attrs({{"alpha", 1.5f}})};
   EXPECT_TRUE(gradCheck(c, {0, 1}));

@@ -2,19 +2,11 @@
 // hand in the comments, or from the definitions written out here in double.
 #include <cmath>
 
+#include "op_case_util.hpp"
 #include "op_test_util.hpp"
 
 namespace graft::testing {
 namespace {
-
-std::vector<NDArray> run(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = outputs;
-  return runReference(c);
-}
 
 // ---- RotaryEmbedding -----------------------------------------------------------------------------
 
@@ -23,9 +15,9 @@ TEST(RotaryEmbedding, HalvesAndInterleavedPairs) {
   NDArray x = arr<float>({1, 1, 1, 4}, {1, 2, 3, 4});
   NDArray cosC = arr<float>({1, 1, 2}, {0, 1}), sinC = arr<float>({1, 1, 2}, {1, 0});
   // Halves: pairs (x0, x2) = (1, 3) -> (-3, 1) and (x1, x3) unchanged.
-  EXPECT_TRUE(allClose(run("RotaryEmbedding", {x, cosC, sinC}).at(0), arr<float>({1, 1, 1, 4}, {-3, 2, 1, 4})));
+  EXPECT_TRUE(allClose(runOutputs("RotaryEmbedding", {x, cosC, sinC}).at(0), arr<float>({1, 1, 1, 4}, {-3, 2, 1, 4})));
   // Interleaved: pairs (x0, x1) = (1, 2) -> (-2, 1) and (x2, x3) unchanged.
-  EXPECT_TRUE(allClose(run("RotaryEmbedding", {x, cosC, sinC}, attrs({{"interleaved", int64_t{1}}})).at(0),
+  EXPECT_TRUE(allClose(runOutputs("RotaryEmbedding", {x, cosC, sinC}, attrs({{"interleaved", int64_t{1}}})).at(0),
                        arr<float>({1, 1, 1, 4}, {-2, 1, 3, 4})));
 }
 
@@ -34,12 +26,12 @@ TEST(RotaryEmbedding, PositionIdsPartialRotationAnd3D) {
   // (x0, x1) of each head. 3-D input [B=1, S=1, 2 heads * 4].
   NDArray x = arr<float>({1, 1, 8}, {1, 2, 3, 4, 5, 6, 7, 8});
   NDArray cosC = arr<float>({3, 1}, {1, 1, 0}), sinC = arr<float>({3, 1}, {0, 0, 1});
-  auto y = run("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {2})},
+  auto y = runOutputs("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {2})},
                attrs({{"num_heads", int64_t{2}}, {"rotary_embedding_dim", int64_t{2}}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 8}, {-2, 1, 3, 4, -6, 5, 7, 8})));
-  EXPECT_THROW(run("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {3})}, attrs({{"num_heads", int64_t{2}}})),
+  EXPECT_THROW(runOutputs("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {3})}, attrs({{"num_heads", int64_t{2}}})),
                Error);  // position 3 is past the cache (and the cache width is wrong)
-  EXPECT_THROW(run("RotaryEmbedding", {x, cosC, sinC}), Error);  // 3-D needs num_heads
+  EXPECT_THROW(runOutputs("RotaryEmbedding", {x, cosC, sinC}), Error);  // 3-D needs num_heads
 }
 
 TEST(RotaryEmbedding, Gradient) {
@@ -61,12 +53,12 @@ TEST(Attention, SoftmaxOfScaledScores) {
   NDArray q = arr<float>({1, 1, 1, 2}, {1, 0}), k = arr<float>({1, 1, 2, 2}, {1, 0, 0, 1}),
           v = arr<float>({1, 1, 2, 1}, {10, 20});
   double p0 = sigmoid(1 / std::sqrt(2.0));
-  auto r = run("Attention", {q, k, v}, {}, 4);
+  auto r = runOutputs("Attention", {q, k, v}, {}, 4);
   EXPECT_TRUE(allClose(r.at(0), arr<float>({1, 1, 1, 1}, {static_cast<float>(10 * p0 + 20 * (1 - p0))})));
   EXPECT_TRUE(allClose(r.at(1), k));  // present_key without a past is K
   EXPECT_TRUE(allClose(r.at(3), arr<float>({1, 1, 1, 2}, {static_cast<float>(1 / std::sqrt(2.0)), 0})));
   // An explicit scale and the softmax weights as the fourth output.
-  r = run("Attention", {q, k, v}, attrs({{"scale", 2.0f}, {"qk_matmul_output_mode", int64_t{3}}}), 4);
+  r = runOutputs("Attention", {q, k, v}, attrs({{"scale", 2.0f}, {"qk_matmul_output_mode", int64_t{3}}}), 4);
   EXPECT_TRUE(allClose(r.at(3),
                        arr<float>({1, 1, 1, 2}, {static_cast<float>(sigmoid(2)), static_cast<float>(1 - sigmoid(2))})));
 }
@@ -75,15 +67,15 @@ TEST(Attention, CausalMasksAndFullyMaskedRows) {
   // Two queries, two keys: with is_causal query 0 sees only key 0.
   NDArray q = arr<float>({1, 1, 2, 1}, {1, 1}), k = arr<float>({1, 1, 2, 1}, {0, 0}),
           v = arr<float>({1, 1, 2, 1}, {10, 20});
-  auto y = run("Attention", {q, k, v}, attrs({{"is_causal", int64_t{1}}})).at(0);
+  auto y = runOutputs("Attention", {q, k, v}, attrs({{"is_causal", int64_t{1}}})).at(0);
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2, 1}, {10, 15})));
   // A boolean mask hiding key 0 from query 0 and every key from query 1: query 1 gives 0.
   NDArray m = arr<bool>({2, 2}, {false, true, false, false});
-  y = run("Attention", {q, k, v, m}).at(0);
+  y = runOutputs("Attention", {q, k, v, m}).at(0);
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2, 1}, {20, 0})));
   // A float mask adds to the scores: log(3) on key 1 weighs it 3:1.
   NDArray fm = arr<float>({1, 2}, {0, static_cast<float>(std::log(3.0))});
-  y = run("Attention", {q, k, v, fm}).at(0);
+  y = runOutputs("Attention", {q, k, v, fm}).at(0);
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2, 1}, {17.5f, 17.5f})));
 }
 
@@ -91,16 +83,16 @@ TEST(Attention, GroupedHeadsPastCacheAnd3D) {
   // Two query heads share one key/value head; the past cache adds a key in front.
   NDArray q = arr<float>({1, 2, 1, 1}, {0, 0}), k = arr<float>({1, 1, 1, 1}, {5}), v = arr<float>({1, 1, 1, 1}, {30});
   NDArray pk = arr<float>({1, 1, 1, 1}, {7}), pv = arr<float>({1, 1, 1, 1}, {10});
-  auto r = run("Attention", {q, k, v, NDArray{}, pk, pv}, {}, 3);
+  auto r = runOutputs("Attention", {q, k, v, NDArray{}, pk, pv}, {}, 3);
   EXPECT_TRUE(allClose(r.at(0), arr<float>({1, 2, 1, 1}, {20, 20})));  // zero scores: the mean of 10 and 30
   EXPECT_TRUE(allClose(r.at(1), arr<float>({1, 1, 2, 1}, {7, 5})));
   EXPECT_TRUE(allClose(r.at(2), arr<float>({1, 1, 2, 1}, {10, 30})));
   // The same as 3-D inputs [B, S, heads * D].
-  auto y = run("Attention", {arr<float>({1, 1, 2}, {0, 0}), arr<float>({1, 1, 1}, {5}), arr<float>({1, 1, 1}, {30})},
+  auto y = runOutputs("Attention", {arr<float>({1, 1, 2}, {0, 0}), arr<float>({1, 1, 1}, {5}), arr<float>({1, 1, 1}, {30})},
                attrs({{"q_num_heads", int64_t{2}}, {"kv_num_heads", int64_t{1}}}))
                .at(0);
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2}, {30, 30})));
-  EXPECT_THROW(run("Attention", {q, k, v, NDArray{}, pk}), Error);  // past_key without past_value
+  EXPECT_THROW(runOutputs("Attention", {q, k, v, NDArray{}, pk}), Error);  // past_key without past_value
 }
 
 NDArray rnd(Shape s, uint64_t seed) { return randomArray(DataType::Double, std::move(s), seed); }

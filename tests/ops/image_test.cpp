@@ -1,28 +1,21 @@
 // Tests of src/ops/image.cpp (Col2Im, CenterCropPad, AffineGrid), with values worked out by hand.
+#include "op_case_util.hpp"
 #include "op_test_util.hpp"
 
 namespace graft::testing {
 namespace {
 
-std::vector<NDArray> run(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  return runReference(c);
-}
-
 TEST(Col2Im, OverlappingBlocksAdd) {
   // Image 1x3, block 1x2, two blocks: columns (1, 2) for kernel offset 0 and (3, 4) for offset 1.
   // Pixel 1 receives block 1 offset 0 (2) and block 0 offset 1 (3).
-  auto y = run("Col2Im", {arr<float>({1, 2, 2}, {1, 2, 3, 4}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})});
+  auto y = runOutputs("Col2Im", {arr<float>({1, 2, 2}, {1, 2, 3, 4}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})});
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 1, 3}, {1, 5, 4})));
   // One pixel of padding on the left of the width: three blocks, the first offset-0 value falls in the padding.
-  y = run("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})},
+  y = runOutputs("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})},
           attrs({{"pads", std::vector<int64_t>{0, 1, 0, 0}}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 1, 3}, {2 + 4, 3 + 5, 6})));
   EXPECT_THROW(
-      run("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})}),
+      runOutputs("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})}),
       Error);  // 3 columns for 2 blocks
 }
 
@@ -38,13 +31,13 @@ TEST(Col2Im, Gradient) {
 TEST(CenterCropPad, CropsAndPadsAroundTheCentre) {
   NDArray x = arr<float>({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   // Rows 2 -> 3: a zero row at the end (odd difference); columns 5 -> 3: columns 1..3.
-  EXPECT_TRUE(allClose(run("CenterCropPad", {x, arr<int64_t>({2}, {3, 3})}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("CenterCropPad", {x, arr<int64_t>({2}, {3, 3})}).at(0),
                        arr<float>({3, 3}, {1, 2, 3, 6, 7, 8, 0, 0, 0})));
   // Only the last axis, 5 -> 8: one zero before, two after.
   EXPECT_TRUE(
-      allClose(run("CenterCropPad", {x, arr<int64_t>({1}, {8})}, attrs({{"axes", std::vector<int64_t>{-1}}})).at(0),
+      allClose(runOutputs("CenterCropPad", {x, arr<int64_t>({1}, {8})}, attrs({{"axes", std::vector<int64_t>{-1}}})).at(0),
                arr<float>({2, 8}, {0, 0, 1, 2, 3, 4, 0, 0, 0, 5, 6, 7, 8, 9, 0, 0})));
-  EXPECT_THROW(run("CenterCropPad", {x, arr<int64_t>({1}, {3})}), Error);  // one size for two axes
+  EXPECT_THROW(runOutputs("CenterCropPad", {x, arr<int64_t>({1}, {3})}), Error);  // one size for two axes
 }
 
 TEST(CenterCropPad, Gradient) {
@@ -59,17 +52,17 @@ TEST(AffineGrid, IdentityAndTranslation) {
   NDArray eye = arr<float>({1, 2, 3}, {1, 0, 0, 0, 1, 0});
   NDArray size = arr<int64_t>({4}, {1, 1, 2, 2});
   // Pixel centres of a 2x2 image: -0.5 and 0.5; grid[h][w] = (x_w, y_h).
-  EXPECT_TRUE(allClose(run("AffineGrid", {eye, size}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("AffineGrid", {eye, size}).at(0),
                        arr<float>({1, 2, 2, 2}, {-0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, 0.5f})));
   // align_corners: the corners -1 and 1; a translation by (0.5, -1) adds to every point.
   NDArray shift = arr<float>({1, 2, 3}, {1, 0, 0.5f, 0, 1, -1});
-  EXPECT_TRUE(allClose(run("AffineGrid", {shift, size}, attrs({{"align_corners", int64_t{1}}})).at(0),
+  EXPECT_TRUE(allClose(runOutputs("AffineGrid", {shift, size}, attrs({{"align_corners", int64_t{1}}})).at(0),
                        arr<float>({1, 2, 2, 2}, {-0.5f, -2, 1.5f, -2, -0.5f, 0, 1.5f, 0})));
   // 3-D: theta [1, 3, 4], size [1, 1, D=1, H=1, W=2] -> (x, y, z) with y = z = 0 at the single centre.
   NDArray eye3 = arr<float>({1, 3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0});
-  EXPECT_TRUE(allClose(run("AffineGrid", {eye3, arr<int64_t>({5}, {1, 1, 1, 1, 2})}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("AffineGrid", {eye3, arr<int64_t>({5}, {1, 1, 1, 1, 2})}).at(0),
                        arr<float>({1, 1, 1, 2, 3}, {-0.5f, 0, 0, 0.5f, 0, 0})));
-  EXPECT_THROW(run("AffineGrid", {eye3, size}), Error);  // 3-D theta for a 2-D size
+  EXPECT_THROW(runOutputs("AffineGrid", {eye3, size}), Error);  // 3-D theta for a 2-D size
 }
 
 TEST(AffineGrid, Gradient) {

@@ -1,6 +1,7 @@
 // Tests of src/ops/math.cpp: elementwise arithmetic, comparison, logic and unary math.
 #include <cmath>
 
+#include "op_case_util.hpp"
 #include "op_test_util.hpp"
 
 namespace graft::testing {
@@ -150,36 +151,27 @@ TEST(Add, HalfPrecisionRoundsThroughFloat) {
 
 // ---- opset 18-28 additions ----------------------------------------------------------------------
 
-std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = outputs;
-  return runReference(c);
-}
-
 TEST(BitwiseAnd, SignedAndUnsigned) {
-  EXPECT_TRUE(allClose(runNew("BitwiseAnd", {arr<int32_t>({2}, {12, -1}), arr<int32_t>({2}, {10, 7})}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("BitwiseAnd", {arr<int32_t>({2}, {12, -1}), arr<int32_t>({2}, {10, 7})}).at(0),
                        arr<int32_t>({2}, {8, 7})));
-  EXPECT_THROW(runNew("BitwiseAnd", {arr<float>({1}, {1}), arr<float>({1}, {1})}), Error);
+  EXPECT_THROW(runOutputs("BitwiseAnd", {arr<float>({1}, {1}), arr<float>({1}, {1})}), Error);
 }
 
 TEST(BitwiseOr, Bytes) {
-  EXPECT_TRUE(allClose(runNew("BitwiseOr", {arr<uint8_t>({2}, {0xF0, 1}), arr<uint8_t>({2}, {0x0F, 2})}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("BitwiseOr", {arr<uint8_t>({2}, {0xF0, 1}), arr<uint8_t>({2}, {0x0F, 2})}).at(0),
                        arr<uint8_t>({2}, {0xFF, 3})));
 }
 
 TEST(BitwiseXor, Broadcasts) {
-  EXPECT_TRUE(allClose(runNew("BitwiseXor", {arr<int64_t>({2, 2}, {1, 2, 3, 4}), arr<int64_t>({1}, {1})}).at(0),
+  EXPECT_TRUE(allClose(runOutputs("BitwiseXor", {arr<int64_t>({2, 2}, {1, 2, 3, 4}), arr<int64_t>({1}, {1})}).at(0),
                        arr<int64_t>({2, 2}, {0, 3, 2, 5})));
   EXPECT_EQ(inferTypes({"BitwiseXor", {arr<int64_t>({2, 1}, {1, 2}), arr<int64_t>({3}, {1, 2, 3})}}).at(0).info.shape(),
             Shape({2, 3}));
 }
 
 TEST(BitwiseNot, ComplementsEveryBit) {
-  EXPECT_TRUE(allClose(runNew("BitwiseNot", {arr<int8_t>({3}, {0, -1, 5})}).at(0), arr<int8_t>({3}, {-1, 0, -6})));
-  EXPECT_TRUE(allClose(runNew("BitwiseNot", {arr<uint16_t>({2}, {0, 0xFF00})}).at(0), arr<uint16_t>({2}, {0xFFFF, 0x00FF})));
+  EXPECT_TRUE(allClose(runOutputs("BitwiseNot", {arr<int8_t>({3}, {0, -1, 5})}).at(0), arr<int8_t>({3}, {-1, 0, -6})));
+  EXPECT_TRUE(allClose(runOutputs("BitwiseNot", {arr<uint16_t>({2}, {0, 0xFF00})}).at(0), arr<uint16_t>({2}, {0xFFFF, 0x00FF})));
 }
 
 }  // namespace

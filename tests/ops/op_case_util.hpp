@@ -24,4 +24,10 @@ inline NDArray run1(const std::string& type, std::vector<NDArray> in, ir::Attrib
   return runReference(opCase(type, std::move(in), std::move(a))).at(0);
 }
 
+/// Every output of `type` on the reference backend.
+inline std::vector<NDArray> runOutputs(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {},
+                                       int numOutputs = 1) {
+  return runReference(opCase(type, std::move(in), std::move(a), numOutputs));
+}
+
 }  // namespace graft::testing

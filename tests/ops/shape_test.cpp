@@ -280,19 +280,10 @@ TEST(Size, CountsElements) {
 
 // ---- opset 18-28 additions ----------------------------------------------------------------------
 
-std::vector<NDArray> runNew(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
-  OpCase c;
-  c.type = type;
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = outputs;
-  return runReference(c);
-}
-
 // ---- low-precision types through Cast -------------------------------------------------------------
 
 NDArray castTo(const NDArray& x, DataType to, int64_t saturate = 1) {
-  return runNew("Cast", {x}, attrs({{"to", static_cast<int64_t>(to)}, {"saturate", saturate}})).at(0);
+  return runOutputs("Cast", {x}, attrs({{"to", static_cast<int64_t>(to)}, {"saturate", saturate}})).at(0);
 }
 // Float values -> `dt` -> float again: the values `dt` represents, as floats.
 NDArray roundTrip(const std::vector<float>& v, DataType dt, int64_t saturate = 1) {
@@ -344,7 +335,7 @@ TEST(Cast, Float4AndFourBitIntegers) {
   EXPECT_TRUE(allClose(castTo(castTo(arr<int8_t>({2}, {-3, 5}), DataType::Int4), DataType::Int8), arr<int8_t>({2}, {-3, 5})));
   NDArray low = castTo(arr<float>({1}, {1}), DataType::Float8E4M3FN);
   try {
-    runNew("Relu", {low});
+    runOutputs("Relu", {low});
     ADD_FAILURE() << "expected graft::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("FLOAT8E4M3FN"), std::string::npos) << e.what();
@@ -352,10 +343,10 @@ TEST(Cast, Float4AndFourBitIntegers) {
 }
 
 TEST(BitCast, ReinterpretsBytes) {
-  auto y = runNew("BitCast", {arr<float>({2}, {1.0f, -2.0f})}, attrs({{"to", int64_t{6}}})).at(0);  // INT32
+  auto y = runOutputs("BitCast", {arr<float>({2}, {1.0f, -2.0f})}, attrs({{"to", int64_t{6}}})).at(0);  // INT32
   EXPECT_TRUE(allClose(y, arr<int32_t>({2}, {0x3f800000, static_cast<int32_t>(0xc0000000u)})));
-  EXPECT_TRUE(allClose(runNew("BitCast", {y}, attrs({{"to", int64_t{1}}})).at(0), arr<float>({2}, {1.0f, -2.0f})));
-  EXPECT_THROW(runNew("BitCast", {arr<float>({1}, {1})}, attrs({{"to", int64_t{7}}})), Error);  // 32 vs 64 bits
+  EXPECT_TRUE(allClose(runOutputs("BitCast", {y}, attrs({{"to", int64_t{1}}})).at(0), arr<float>({2}, {1.0f, -2.0f})));
+  EXPECT_THROW(runOutputs("BitCast", {arr<float>({1}, {1})}, attrs({{"to", int64_t{7}}})), Error);  // 32 vs 64 bits
 }
 
 }  // namespace

@@ -4,23 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "op_test_util.hpp"
+#include "op_case_util.hpp"
 
 namespace graft::testing {
 
 /// An OpCase with every field set (brace-initialising one leaves fields out, which -Wextra flags).
-inline OpCase op(std::string type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
-  OpCase c;
-  c.type = std::move(type);
-  c.inputs = std::move(in);
-  c.attrs = std::move(a);
-  c.numOutputs = outputs;
-  return c;
-}
-
-/// Runs one op on the reference kernels and returns output 0.
-inline NDArray run1(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}) {
-  return runReference(op(type, std::move(in), std::move(a))).at(0);
+inline OpCase op(const std::string& type, std::vector<NDArray> in, ir::Attributes a = {}, int outputs = 1) {
+  return opCase(type, std::move(in), std::move(a), outputs);
 }
 
 /// Passes when running `c` throws graft::Error (not InternalError) whose message names the node
