@@ -185,7 +185,8 @@ TEST(SwiGLU, GatesBWithSwishOfAAndGradient) {
   std::vector<double> a{-2, 0, 1, 3}, b{3, 2, 1, -1};
   std::vector<float> want;
   for (size_t i = 0; i < a.size(); ++i) want.push_back(static_cast<float>(a[i] / (1 + std::exp(-2 * a[i])) * b[i]));
-  auto y = runOutputs("SwiGLU", {arr<float>({2, 2}, {-2, 0, 1, 3}), arr<float>({2, 2}, {3, 2, 1, -1})}, attrs({{"alpha", 2.0f}}));
+  auto y = runOutputs("SwiGLU", {arr<float>({2, 2}, {-2, 0, 1, 3}), arr<float>({2, 2}, {3, 2, 1, -1})},
+                      attrs({{"alpha", 2.0f}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({2, 2}, want)));
   EXPECT_THROW(runOutputs("SwiGLU", {arr<float>({2}, {1, 2}), arr<float>({1}, {1})}), Error);  // no broadcasting
   OpCase c{"SwiGLU", {randomArray(DataType::Double, {2, 3}, 4, -2, 2), randomArray(DataType::Double, {2, 3}, 5)},

@@ -27,10 +27,11 @@ TEST(RotaryEmbedding, PositionIdsPartialRotationAnd3D) {
   NDArray x = arr<float>({1, 1, 8}, {1, 2, 3, 4, 5, 6, 7, 8});
   NDArray cosC = arr<float>({3, 1}, {1, 1, 0}), sinC = arr<float>({3, 1}, {0, 0, 1});
   auto y = runOutputs("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {2})},
-               attrs({{"num_heads", int64_t{2}}, {"rotary_embedding_dim", int64_t{2}}}));
+                      attrs({{"num_heads", int64_t{2}}, {"rotary_embedding_dim", int64_t{2}}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 8}, {-2, 1, 3, 4, -6, 5, 7, 8})));
-  EXPECT_THROW(runOutputs("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {3})}, attrs({{"num_heads", int64_t{2}}})),
-               Error);  // position 3 is past the cache (and the cache width is wrong)
+  EXPECT_THROW(
+      runOutputs("RotaryEmbedding", {x, cosC, sinC, arr<int64_t>({1, 1}, {3})}, attrs({{"num_heads", int64_t{2}}})),
+      Error);  // position 3 is past the cache (and the cache width is wrong)
   EXPECT_THROW(runOutputs("RotaryEmbedding", {x, cosC, sinC}), Error);  // 3-D needs num_heads
 }
 
@@ -88,9 +89,10 @@ TEST(Attention, GroupedHeadsPastCacheAnd3D) {
   EXPECT_TRUE(allClose(r.at(1), arr<float>({1, 1, 2, 1}, {7, 5})));
   EXPECT_TRUE(allClose(r.at(2), arr<float>({1, 1, 2, 1}, {10, 30})));
   // The same as 3-D inputs [B, S, heads * D].
-  auto y = runOutputs("Attention", {arr<float>({1, 1, 2}, {0, 0}), arr<float>({1, 1, 1}, {5}), arr<float>({1, 1, 1}, {30})},
-               attrs({{"q_num_heads", int64_t{2}}, {"kv_num_heads", int64_t{1}}}))
-               .at(0);
+  auto y =
+      runOutputs("Attention", {arr<float>({1, 1, 2}, {0, 0}), arr<float>({1, 1, 1}, {5}), arr<float>({1, 1, 1}, {30})},
+                 attrs({{"q_num_heads", int64_t{2}}, {"kv_num_heads", int64_t{1}}}))
+          .at(0);
   EXPECT_TRUE(allClose(y, arr<float>({1, 1, 2}, {30, 30})));
   EXPECT_THROW(runOutputs("Attention", {q, k, v, NDArray{}, pk}), Error);  // past_key without past_value
 }

@@ -8,15 +8,17 @@ namespace {
 TEST(Col2Im, OverlappingBlocksAdd) {
   // Image 1x3, block 1x2, two blocks: columns (1, 2) for kernel offset 0 and (3, 4) for offset 1.
   // Pixel 1 receives block 1 offset 0 (2) and block 0 offset 1 (3).
-  auto y = runOutputs("Col2Im", {arr<float>({1, 2, 2}, {1, 2, 3, 4}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})});
+  auto y =
+      runOutputs("Col2Im", {arr<float>({1, 2, 2}, {1, 2, 3, 4}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})});
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 1, 3}, {1, 5, 4})));
   // One pixel of padding on the left of the width: three blocks, the first offset-0 value falls in the padding.
-  y = runOutputs("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})},
-          attrs({{"pads", std::vector<int64_t>{0, 1, 0, 0}}}));
+  y = runOutputs("Col2Im",
+                 {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})},
+                 attrs({{"pads", std::vector<int64_t>{0, 1, 0, 0}}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 1, 1, 3}, {2 + 4, 3 + 5, 6})));
-  EXPECT_THROW(
-      runOutputs("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}), arr<int64_t>({2}, {1, 2})}),
-      Error);  // 3 columns for 2 blocks
+  EXPECT_THROW(runOutputs("Col2Im", {arr<float>({1, 2, 3}, {1, 2, 3, 4, 5, 6}), arr<int64_t>({2}, {1, 3}),
+                                     arr<int64_t>({2}, {1, 2})}),
+               Error);  // 3 columns for 2 blocks
 }
 
 TEST(Col2Im, Gradient) {
@@ -34,9 +36,9 @@ TEST(CenterCropPad, CropsAndPadsAroundTheCentre) {
   EXPECT_TRUE(allClose(runOutputs("CenterCropPad", {x, arr<int64_t>({2}, {3, 3})}).at(0),
                        arr<float>({3, 3}, {1, 2, 3, 6, 7, 8, 0, 0, 0})));
   // Only the last axis, 5 -> 8: one zero before, two after.
-  EXPECT_TRUE(
-      allClose(runOutputs("CenterCropPad", {x, arr<int64_t>({1}, {8})}, attrs({{"axes", std::vector<int64_t>{-1}}})).at(0),
-               arr<float>({2, 8}, {0, 0, 1, 2, 3, 4, 0, 0, 0, 5, 6, 7, 8, 9, 0, 0})));
+  EXPECT_TRUE(allClose(
+      runOutputs("CenterCropPad", {x, arr<int64_t>({1}, {8})}, attrs({{"axes", std::vector<int64_t>{-1}}})).at(0),
+      arr<float>({2, 8}, {0, 0, 1, 2, 3, 4, 0, 0, 0, 5, 6, 7, 8, 9, 0, 0})));
   EXPECT_THROW(runOutputs("CenterCropPad", {x, arr<int64_t>({1}, {3})}), Error);  // one size for two axes
 }
 

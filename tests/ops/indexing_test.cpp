@@ -223,10 +223,11 @@ TEST(TensorScatter, LinearAndCircularWrites) {
   NDArray upd = arr<float>({2, 2, 1}, {7, 8, 5, 6});
   auto y = runOutputs("TensorScatter", {past, upd, arr<int64_t>({2}, {1, 0})}).at(0);
   EXPECT_TRUE(allClose(y, arr<float>({2, 4, 1}, {1, 7, 8, 1, 5, 6, 2, 2})));
-  y = runOutputs("TensorScatter", {past, upd, arr<int64_t>({2}, {3, 2})}, attrs({{"mode", std::string("circular")}})).at(0);
+  y = runOutputs("TensorScatter", {past, upd, arr<int64_t>({2}, {3, 2})}, attrs({{"mode", std::string("circular")}}))
+          .at(0);
   EXPECT_TRUE(allClose(y, arr<float>({2, 4, 1}, {8, 1, 1, 7, 2, 2, 5, 6})));
   EXPECT_THROW(runOutputs("TensorScatter", {past, upd, arr<int64_t>({2}, {3, 0})}), Error);  // linear: 3 + 1 >= 4
-  y = runOutputs("TensorScatter", {past, upd}).at(0);  // no write_indices: from 0
+  y = runOutputs("TensorScatter", {past, upd}).at(0);                                        // no write_indices: from 0
   EXPECT_TRUE(allClose(y, arr<float>({2, 4, 1}, {7, 8, 1, 1, 5, 6, 2, 2})));
 }
 

@@ -171,7 +171,8 @@ TEST(BitwiseXor, Broadcasts) {
 
 TEST(BitwiseNot, ComplementsEveryBit) {
   EXPECT_TRUE(allClose(runOutputs("BitwiseNot", {arr<int8_t>({3}, {0, -1, 5})}).at(0), arr<int8_t>({3}, {-1, 0, -6})));
-  EXPECT_TRUE(allClose(runOutputs("BitwiseNot", {arr<uint16_t>({2}, {0, 0xFF00})}).at(0), arr<uint16_t>({2}, {0xFFFF, 0x00FF})));
+  EXPECT_TRUE(allClose(runOutputs("BitwiseNot", {arr<uint16_t>({2}, {0, 0xFF00})}).at(0),
+                       arr<uint16_t>({2}, {0xFFFF, 0x00FF})));
 }
 
 }  // namespace

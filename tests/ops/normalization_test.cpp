@@ -135,12 +135,14 @@ NDArray rndD(Shape s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
 
 TEST(GroupNormalization, StatisticsPerGroupParametersPerChannelAndGradient) {
   // Two groups of two channels: {1, 2} and {3, 4}, each normalised to {-1, 1}.
-  auto y = runOutputs("GroupNormalization",
-                  {arr<float>({1, 4, 1}, {1, 2, 3, 4}), arr<float>({4}, {1, 2, 3, 4}), arr<float>({4}, {0, 0, 1, 1})},
-                  attrs({{"num_groups", int64_t{2}}, {"epsilon", 0.0f}}));
+  auto y =
+      runOutputs("GroupNormalization",
+                 {arr<float>({1, 4, 1}, {1, 2, 3, 4}), arr<float>({4}, {1, 2, 3, 4}), arr<float>({4}, {0, 0, 1, 1})},
+                 attrs({{"num_groups", int64_t{2}}, {"epsilon", 0.0f}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 4, 1}, {-1, 2, -2, 5})));
-  EXPECT_THROW(runOutputs("GroupNormalization", {arr<float>({1, 3}, {1, 2, 3}), arr<float>({3}, {1, 1, 1}), arr<float>({3}, {0, 0, 0})},
-                      attrs({{"num_groups", int64_t{2}}})),
+  EXPECT_THROW(runOutputs("GroupNormalization",
+                          {arr<float>({1, 3}, {1, 2, 3}), arr<float>({3}, {1, 1, 1}), arr<float>({3}, {0, 0, 0})},
+                          attrs({{"num_groups", int64_t{2}}})),
                Error);
   for (auto [s, groups] : {std::pair{Shape{2, 4, 3}, int64_t{2}}, std::pair{Shape{2, 6}, int64_t{3}}}) {
     OpCase c{"GroupNormalization", {rndD(s, 1, -2, 2), rndD({s[1]}, 2, 0.5, 1.5), rndD({s[1]}, 3)},
@@ -151,10 +153,12 @@ TEST(GroupNormalization, StatisticsPerGroupParametersPerChannelAndGradient) {
 
 TEST(RMSNormalization, DividesByRootMeanSquareAndGradient) {
   float r = std::sqrt(12.5f);
-  auto y = runOutputs("RMSNormalization", {arr<float>({1, 2}, {3, 4}), arr<float>({2}, {1, 2})}, attrs({{"epsilon", 0.0f}}));
+  auto y =
+      runOutputs("RMSNormalization", {arr<float>({1, 2}, {3, 4}), arr<float>({2}, {1, 2})}, attrs({{"epsilon", 0.0f}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({1, 2}, {3 / r, 8 / r})));
   // axis 0 over a [2, 1] input: one statistic for both rows.
-  y = runOutputs("RMSNormalization", {arr<float>({2, 1}, {3, 4}), arr<float>({1}, {1})}, attrs({{"epsilon", 0.0f}, {"axis", int64_t{0}}}));
+  y = runOutputs("RMSNormalization", {arr<float>({2, 1}, {3, 4}), arr<float>({1}, {1})},
+                 attrs({{"epsilon", 0.0f}, {"axis", int64_t{0}}}));
   EXPECT_TRUE(allClose(y.at(0), arr<float>({2, 1}, {3 / r, 4 / r})));
   for (int64_t axis : {-1, 1}) {
     OpCase c{"RMSNormalization", {rndD({2, 3, 4}, 4, -2, 2), rndD({4}, 5, 0.5, 1.5)}, attrs({{"axis", axis}, {"epsilon", 1e-3f}})};
@@ -164,8 +168,11 @@ TEST(RMSNormalization, DividesByRootMeanSquareAndGradient) {
 }
 
 TEST(LpNormalization, L1AndL2AndGradient) {
-  EXPECT_TRUE(allClose(runOutputs("LpNormalization", {arr<float>({2, 2}, {3, 4, 0, 0})}).at(0), arr<float>({2, 2}, {0.6f, 0.8f, 0, 0})));
-  EXPECT_TRUE(allClose(runOutputs("LpNormalization", {arr<float>({2, 2}, {1, 2, -3, 2})}, attrs({{"p", int64_t{1}}, {"axis", int64_t{0}}})).at(0),
+  EXPECT_TRUE(allClose(runOutputs("LpNormalization", {arr<float>({2, 2}, {3, 4, 0, 0})}).at(0),
+                       arr<float>({2, 2}, {0.6f, 0.8f, 0, 0})));
+  EXPECT_TRUE(allClose(runOutputs("LpNormalization", {arr<float>({2, 2}, {1, 2, -3, 2})},
+                                  attrs({{"p", int64_t{1}}, {"axis", int64_t{0}}}))
+                           .at(0),
                        arr<float>({2, 2}, {0.25f, 0.5f, -0.75f, 0.5f})));
   EXPECT_THROW(runOutputs("LpNormalization", {arr<float>({1}, {1})}, attrs({{"p", int64_t{3}}})), Error);
   for (int64_t p : {1, 2}) {

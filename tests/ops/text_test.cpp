@@ -142,7 +142,8 @@ TEST(TfIdfVectorizer, RejectsBadAttributesAndInputs) {
 // ---- opset 18-28 additions ----------------------------------------------------------------------
 
 TEST(StringConcat, Broadcasts) {
-  EXPECT_TRUE(allClose(runOutputs("StringConcat", {strs({2}, {"a", "bc"}), strs({1}, {"!"})}).at(0), strs({2}, {"a!", "bc!"})));
+  EXPECT_TRUE(
+      allClose(runOutputs("StringConcat", {strs({2}, {"a", "bc"}), strs({1}, {"!"})}).at(0), strs({2}, {"a!", "bc!"})));
   EXPECT_THROW(runOutputs("StringConcat", {strs({1}, {"a"}), arr<float>({1}, {1})}), Error);
 }
 
@@ -152,13 +153,15 @@ TEST(StringSplit, DelimiterWhitespaceAndMaxsplit) {
   EXPECT_TRUE(allClose(r.at(1), arr<int64_t>({2}, {4, 1})));
   r = runOutputs("StringSplit", {strs({1}, {"  x \t y  "})}, {}, 2);
   EXPECT_TRUE(allClose(r.at(0), strs({1, 2}, {"x", "y"})));
-  r = runOutputs("StringSplit", {strs({1}, {"1-2-3"})}, attrs({{"delimiter", std::string("-")}, {"maxsplit", int64_t{1}}}), 2);
+  r = runOutputs("StringSplit", {strs({1}, {"1-2-3"})},
+                 attrs({{"delimiter", std::string("-")}, {"maxsplit", int64_t{1}}}), 2);
   EXPECT_TRUE(allClose(r.at(0), strs({1, 2}, {"1", "2-3"})));
   EXPECT_TRUE(allClose(r.at(1), arr<int64_t>({1}, {2})));
 }
 
 TEST(RegexFullMatch, WholeStringOnly) {
-  auto y = runOutputs("RegexFullMatch", {strs({3}, {"abc.com", "abc.comx", "x"})}, attrs({{"pattern", std::string("[a-z]+\\.com")}}));
+  auto y = runOutputs("RegexFullMatch", {strs({3}, {"abc.com", "abc.comx", "x"})},
+                      attrs({{"pattern", std::string("[a-z]+\\.com")}}));
   EXPECT_TRUE(allClose(y.at(0), arr<bool>({3}, {true, false, false})));
   // An RE2-only construct: refused with a message naming the pattern.
   try {
