@@ -39,6 +39,7 @@ from ._graft import (  # noqa: F401  (re-exported)
     DeviceType,
     Error,
     InputShapeInfo,
+    InternalError,
     IStepIO,
     OpSignature,
     Optimizer,
@@ -66,6 +67,7 @@ from .session import InferenceSession, TrainingSession  # noqa: F401
 
 __version__ = "0.1.0"
 Error.__module__ = "graft"
+InternalError.__module__ = "graft"  # a bug in graft; not a graft.Error
 
 #: PopART's exception class names; all are graft.Error.
 popart_exception = Error

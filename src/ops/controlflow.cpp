@@ -25,8 +25,6 @@ std::vector<Value> runBody(SubgraphRunner& body, std::vector<Value> in, const Ke
   std::vector<Value> out;
   try {
     out = body.run(std::move(in), k);
-  } catch (const InternalError&) {
-    throw;
   } catch (const Error& e) {
     GRAFT_THROW("{}: {}: {}", what, where, e.what());
   }

@@ -69,8 +69,6 @@ bool inferNode(ir::Node& n, bool weightsAreConstant) {
   if (def && def->infer) {
     try {
       out = def->infer(n, in, consts);
-    } catch (const InternalError&) {
-      throw;
     } catch (const Error& e) {
       std::string msg = e.what();
       if (msg.find(n.describe()) == std::string::npos) GRAFT_THROW("{}: {}", n.describe(), msg);

@@ -208,8 +208,6 @@ KernelFn sequenceMapKernel(CompileContext& c) {
       std::vector<Value> res;
       try {
         res = body->run(std::move(in), k);
-      } catch (const InternalError&) {
-        throw;
       } catch (const Error& e) {
         GRAFT_THROW("{}: element {}: {}", what, i, e.what());
       }

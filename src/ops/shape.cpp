@@ -79,8 +79,6 @@ NDArray castFor(const NDArray& x, DataType to, const std::string& what, bool sat
   try {
     if (isLowPrecision(x.dtype()) || isLowPrecision(to)) return castLowPrecision(x, to, saturate, what);
     return castArray(x, to);
-  } catch (const InternalError&) {
-    throw;
   } catch (const Error& e) {
     throw Error(what + ": " + e.what());
   }

@@ -111,8 +111,6 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
       st.kernel = choice.kernel;
       st.implementation = choice.implementation;
       st.kernelLabel = st.implementation.empty() ? st.kernel : st.kernel + " (" + st.implementation + ")";
-    } catch (const InternalError&) {
-      throw;
     } catch (const Error& e) {
       throw Error(withNode(n, e.what()));
     }

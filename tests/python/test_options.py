@@ -97,6 +97,10 @@ def test_patterns():
 
 def test_module_names():
     assert issubclass(graft.Error, RuntimeError)
+    # A bug in graft is not a user error: `except graft.Error` must not take it.
+    assert issubclass(graft.InternalError, RuntimeError)
+    assert not issubclass(graft.InternalError, graft.Error) and not issubclass(graft.Error, graft.InternalError)
+    assert graft.InternalError.__module__ == "graft"
     assert graft.popart_exception is graft.Error
     assert graft.reservedGradientPrefix() == "Gradient___"
     graft.getLogger().setLevel("WARN")
