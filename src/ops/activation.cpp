@@ -70,35 +70,12 @@ KernelFactory preluKernel() {
   };
 }
 
-// SwiGLU (opset 28): Swish_alpha(A) * B, A and B of one shape and type (no broadcasting).
-KernelFactory swigluKernel() {
-  return [](CompileContext& c) -> KernelFn {
-    std::string what = c.node().describe();
-    double alpha = c.node().attrFloat("alpha", 1.0f);
-    return [what, alpha](KernelContext& k) {
-      const NDArray& a = k.input(0);
-      const NDArray& b = k.input(1);
-      GRAFT_CHECK(a.shape() == b.shape(), "{}: A and B must have the same shape (no broadcasting), got {} and {}", what,
-                  shapeToString(a.shape()), shapeToString(b.shape()));
-      GRAFT_CHECK(a.dtype() == b.dtype(), "{}: A and B must have the same type, got {} and {}", what, dtypeName(a.dtype()),
-                  dtypeName(b.dtype()));
-      auto av = readAsDoubles(a, what), bv = readAsDoubles(b, what);
-      std::vector<double> y(av.size());
-      for (size_t i = 0; i < av.size(); ++i) {
-        double t = alpha * av[i];
-        double s = t >= 0 ? 1.0 / (1.0 + std::exp(-t)) : std::exp(t) / (1.0 + std::exp(t));
-        y[i] = av[i] * s * bv[i];
-      }
-      k.setOutput(0, arrayFromDoubles(y, a.dtype(), a.shape(), what));
-    };
-  };
-}
-
 }  // namespace
 
 // Relu, Sigmoid, Tanh, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Softplus, Softsign,
-// ThresholdedRelu and ai.graphcore Gelu are rows of the elementwise table (elementwise_table.hpp):
-// their reference kernels come from there. The ops below need more than a formula.
+// ThresholdedRelu, Mish, Swish, Gelu (ai.onnx: approximate none / tanh), SwiGLU and ai.graphcore
+// Gelu are rows of the elementwise table (elementwise_table.hpp): their reference kernels come
+// from there, their VJPs are below. The ops registered here need more than a formula.
 GRAFT_REGISTER_OPS(activation) {
   r.add("Celu")
       .setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
@@ -114,33 +91,6 @@ GRAFT_REGISTER_OPS(activation) {
       .inplace(0);
   r.add("PRelu").setReference(preluKernel()).elementwise();
   r.add("Clip").setReference(clipKernel()).elementwise().noGradient({1, 2});
-  // Opset 18-28 additions.
-  r.add("Mish").setReference(unaryKernel<kFloats>([](auto x) {
-    using C = decltype(x);
-    C sp = x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-    return x * std::tanh(sp);
-  })).elementwise().inplace(0);
-  r.add("Swish").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    float alpha = c.node().attrFloat("alpha", 1.0f);
-    return [alpha](auto x) {
-      using C = decltype(x);
-      C t = static_cast<C>(alpha) * x;
-      return x * (t >= C(0) ? C(1) / (C(1) + std::exp(-t)) : std::exp(t) / (C(1) + std::exp(t)));
-    };
-  })).elementwise().inplace(0);
-  // ai.onnx Gelu (opset 20): exact (erf) by default, PopART's tanh form with approximate="tanh".
-  r.add("Gelu").setReference(unaryKernelWith<kFloats>([](CompileContext& c) {
-    std::string approx = c.node().attrString("approximate", "none");
-    GRAFT_CHECK(approx == "none" || approx == "tanh", "{}: approximate must be 'none' or 'tanh', got '{}'",
-                c.node().describe(), approx);
-    bool useTanh = approx == "tanh";
-    return [useTanh](auto x) {
-      using C = decltype(x);
-      if (useTanh) return C(0.5) * x * (C(1) + std::tanh(C(0.7978845608028654) * (x + C(0.044715) * x * x * x)));
-      return C(0.5) * x * (C(1) + std::erf(x * C(0.7071067811865476)));
-    };
-  })).elementwise().inplace(0);
-  r.add("SwiGLU").setReference(swigluKernel());
   // Until the linked onnx has their schemas (opset > 17).
   setFallbackInfer("", "Mish", sameTypeAsInput(0));
   setFallbackInfer("", "Swish", sameTypeAsInput(0));

@@ -28,21 +28,25 @@
 //          Conv / MatMul / Gemm, undef when it does not. HardSigmoid: eltwise_linear, then a clip to
 //          [0, 1] (oneDNN 2.6 has no hardsigmoid)
 //   P0 D0  the first float parameter: attribute name and default ("" when none). It is the
-//          instruction's immediate in programs and activation_alpha in fused nodes
+//          instruction's immediate in programs and activation_alpha in fused nodes. A name of the
+//          form "attr=v0|v1|..." is a string attribute with those values: the parameter is the
+//          index of the node's value (D: the default's index; another value is an Error)
 //   P1 D1  the second (activation_beta in fused nodes)
 //   F      the value: an expression over the operands a, b, c and the parameters p0, p1 of the
 //          compute type C, with the math functions of M (StdMath below for the reference)
 // NaN propagates as IEEE 754 and torch say: every formula returns NaN for a NaN operand (Relu,
 // Sign, HardSigmoid and ThresholdedRelu test for it; comparisons are false for NaN, as they must be).
-// Clip (bounds are inputs, not attributes), Celu (alpha must not be 0), Round and PRelu are
-// written by hand where they are used.
+// Clip (bounds are inputs, not attributes), Celu (alpha must not be 0), Round, PRelu and the
+// ai.graphcore extras are written by hand where they are used.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "ir/graph.hpp"
+#include "support/check.hpp"
 
 // clang-format off
 #define GRAFT_EW_PROGRAM(X) \
@@ -83,7 +87,8 @@
   X(Ceil,        "Ceil",           "",             33,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  std::ceil(a)) \
   X(Square,      "",               "",             34,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  a * a)
 
-// Rows outside FusedElementwise programs (Code is unused).
+// Rows outside FusedElementwise programs (Code is unused). Their two-operand rows (SwiGLU) take
+// operands of one shape and type: no broadcasting.
 #define GRAFT_EW_OTHER(X) \
   X(Elu,         "Elu",            "",             -1,  1, 0,   1,   Floats,        1,   1,   eltwise_elu,        "alpha", 1.0f,  "",     0.f,  a >= C(0) ? a : p0 * (M::exp(a) - C(1))) \
   X(Selu,        "Selu",           "",             -1,  1, 0,   1,   Floats,        1,   1,   undef,              "alpha", 1.67326319217681884765625f, "gamma", 1.05070102214813232421875f, \
@@ -102,7 +107,12 @@
   X(Cosh,        "Cosh",           "",             -1,  1, 0,   0,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::cosh(a)) \
   X(Asinh,       "Asinh",          "",             -1,  1, 0,   1,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::asinh(a)) \
   X(Acosh,       "Acosh",          "",             -1,  1, 0,   0,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::acosh(a)) \
-  X(Atanh,       "Atanh",          "",             -1,  1, 0,   1,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::atanh(a))
+  X(Atanh,       "Atanh",          "",             -1,  1, 0,   1,   Floats,        1,   0,   undef,              "",      0.f,   "",     0.f,  std::atanh(a)) \
+  X(Mish,        "Mish",           "",             -1,  1, 0,   1,   Floats,        1,   1,   undef,              "",      0.f,   "",     0.f,  a * M::tanh(M::softplus(a))) \
+  X(Swish,       "Swish",          "",             -1,  1, 0,   1,   Floats,        1,   1,   undef,              "alpha", 1.0f,  "",     0.f,  a * M::sigmoid(p0 * a)) \
+  X(Gelu,        "Gelu",           "",             -1,  1, 0,   1,   Floats,        1,   1,   undef,              "approximate=none|tanh", 0.f, "", 0.f, \
+    p0 != C(0) ? M::geluTanh(a) : M::geluErf(a)) \
+  X(SwiGLU,      "SwiGLU",         "",             -1,  2, 0,   1,   Floats,        1,   0,   undef,              "alpha", 1.0f,  "",     0.f,  a * M::sigmoid(p0 * a) * b)
 
 #define GRAFT_EW_ALL(X) GRAFT_EW_PROGRAM(X) GRAFT_EW_OTHER(X)
 // clang-format on
@@ -164,10 +174,38 @@ inline const Row* find(std::string_view domain, std::string_view type) {
   return nullptr;
 }
 
-/// The row's parameters as the node's attributes give them (the defaults where absent).
-inline Row::Params params(const Row& r, const ir::Node& n) {
-  return {r.p0[0] ? n.attrFloat(r.p0, r.d0) : 0.f, r.p1[0] ? n.attrFloat(r.p1, r.d1) : 0.f};
+/// True when the parameter column `spec` names a string attribute ("approximate=none|tanh").
+constexpr bool isChoice(std::string_view spec) { return spec.find('=') != std::string_view::npos; }
+
+// A fused activation's parameters travel as floats (activation_alpha / _beta).
+static_assert([] {
+  for (const Row& r : kRows)
+    if (r.postOp() && (isChoice(r.p0) || isChoice(r.p1))) return false;
+  return true;
+}());
+
+/// One parameter of a row as the node's attributes give it (the default where absent).
+inline float param(const char* spec, float dflt, const ir::Node& n) {
+  std::string_view s(spec);
+  if (s.empty()) return 0.f;
+  size_t eq = s.find('=');
+  if (eq == std::string_view::npos) return n.attrFloat(spec, dflt);
+  std::string name(s.substr(0, eq));
+  std::vector<std::string_view> values;
+  for (size_t b = eq + 1;;) {
+    size_t e = s.find('|', b);
+    values.push_back(s.substr(b, e == std::string_view::npos ? e : e - b));
+    if (e == std::string_view::npos) break;
+    b = e + 1;
+  }
+  std::string v = n.attrString(name, std::string(values.at(static_cast<size_t>(dflt))));
+  for (size_t i = 0; i < values.size(); ++i)
+    if (v == values[i]) return static_cast<float>(i);
+  GRAFT_THROW("{}: {} must be one of '{}', got '{}'", n.describe(), name, fmt::join(values, "', '"), v);
 }
+
+/// The row's parameters as the node's attributes give them (the defaults where absent).
+inline Row::Params params(const Row& r, const ir::Node& n) { return {param(r.p0, r.d0, n), param(r.p1, r.d1, n)}; }
 
 /// The math the reference formulas use; the cpu backend substitutes its vectorisable float
 /// functions (backends/cpu/vec_math.hpp) for the transcendental ones.

@@ -73,6 +73,11 @@ GRAFT_VEC_CASES(vec_unary) {
       {"Celu", -5, 5, attrs({{"alpha", 1.3f}})},              {"HardSigmoid", -5, 5, attrs({{"alpha", 0.3f}, {"beta", 0.4f}})},
       {"Gelu", -6, 6, {}, "ai.graphcore"},                    {"GeluErf", -8, 8, {}, "ai.graft"},
   };
+  // The opset 18-28 activations (rows of the elementwise table too).
+  floatOps.push_back({"Mish", -20, 20, {}});
+  floatOps.push_back({"Swish", -20, 20, attrs({{"alpha", 1.5f}})});
+  floatOps.push_back({"Gelu", -8, 8, {}});
+  floatOps.push_back({"Gelu", -6, 6, attrs({{"approximate", std::string("tanh")}})});
   uint64_t seed = 1;
   for (const UnaryOp& op : floatOps) {
     for (DataType dt : {DataType::Float, DataType::Double, DataType::Float16}) {
