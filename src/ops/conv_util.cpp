@@ -179,4 +179,85 @@ void windowTaps(const Window& w, const std::vector<int64_t>& o, std::vector<std:
   tapsWithin(w.kernel, base, w.dilation, w.in, taps);
 }
 
+ConvShape transposedConvShape(const WindowAttrs& wa, const Shape& xs, const Shape& ws, int64_t group,
+                              const std::vector<int64_t>& outputPadding, const std::vector<int64_t>& outputShape) {
+  const std::string& what = wa.what;
+  checkConvShapes(wa, xs, ws, group, /*transposed=*/true);
+  ConvShape s;
+  s.batch = xs[0];
+  s.inChannels = xs[1];
+  s.outChannels = ws[1] * group;  // checked above
+  s.group = group;
+  Shape in = spatialDims(xs), kernel = spatialDims(ws);
+  int64_t r = static_cast<int64_t>(in.size());
+  GRAFT_CHECK(outputPadding.empty() || static_cast<int64_t>(outputPadding.size()) == r,
+              "{}: output_padding must have {} values, got {}", what, r, outputPadding.size());
+  Shape outAttr;
+  if (!outputShape.empty()) {
+    // Some exporters write the full [N, C, spatial...] shape; the spatial part is what counts.
+    GRAFT_CHECK(static_cast<int64_t>(outputShape.size()) == r || static_cast<int64_t>(outputShape.size()) == r + 2,
+                "{}: output_shape must have {} values (one per spatial axis), got {}", what, r, outputShape.size());
+    outAttr.assign(outputShape.end() - r, outputShape.end());
+  }
+  Window& win = s.win;
+  win.in = in;
+  win.kernel = kernel;
+  GRAFT_CHECK(wa.strides.empty() || static_cast<int64_t>(wa.strides.size()) == r,
+              "{}: strides must have {} values, got {}", what, r, wa.strides.size());
+  GRAFT_CHECK(wa.dilations.empty() || static_cast<int64_t>(wa.dilations.size()) == r,
+              "{}: dilations must have {} values, got {}", what, r, wa.dilations.size());
+  GRAFT_CHECK(wa.pads.empty() || static_cast<int64_t>(wa.pads.size()) == 2 * r, "{}: pads must have {} values, got {}",
+              what, 2 * r, wa.pads.size());
+  win.stride = wa.strides.empty() ? Shape(r, 1) : wa.strides;
+  win.dilation = wa.dilations.empty() ? Shape(r, 1) : wa.dilations;
+  win.padBegin.assign(r, 0);
+  win.padEnd.assign(r, 0);
+  win.out.assign(r, 0);
+  bool same = wa.autoPad == AutoPad::SameUpper || wa.autoPad == AutoPad::SameLower;
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t keff = 0;
+    GRAFT_CHECK(!__builtin_mul_overflow(kernel[d] - 1, win.dilation[d], &keff) && keff < (int64_t{1} << 40) &&
+                    in[d] < (int64_t{1} << 40),
+                "{}: sizes too large on spatial axis {}", what, d);
+    keff += 1;
+    int64_t op = outputPadding.empty() ? 0 : outputPadding[d];
+    int64_t full = 0;  // output extent without padding
+    GRAFT_CHECK(!__builtin_mul_overflow(win.stride[d], in[d], &full) && full < (int64_t{1} << 50),
+                "{}: output too large on spatial axis {}", what, d);
+    full = full - win.stride[d] + op + keff;
+    if (!wa.pads.empty()) {
+      win.padBegin[d] = wa.pads[d];
+      win.padEnd[d] = wa.pads[d + r];
+    }
+    if (!outAttr.empty() || (same && wa.pads.empty())) {
+      int64_t out = !outAttr.empty() ? outAttr[d] : in[d] * win.stride[d];
+      if (wa.pads.empty()) {
+        // ONNX: total = full - out, split evenly; an odd total puts the extra element at the end
+        // for SAME_UPPER and at the beginning otherwise (floor division: totals can be
+        // negative when output_shape asks for more than the input covers).
+        int64_t total = full - out;
+        int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+        win.padBegin[d] = wa.autoPad == AutoPad::SameUpper ? half : total - half;
+        win.padEnd[d] = total - win.padBegin[d];
+      }
+      win.out[d] = out;
+    } else {
+      win.out[d] = full - win.padBegin[d] - win.padEnd[d];
+    }
+    GRAFT_CHECK(win.out[d] >= 0, "{}: output extent {} on spatial axis {} is negative (pads {} + {} exceed {})", what,
+                win.out[d], d, win.padBegin[d], win.padEnd[d], full);
+  }
+  return s;
+}
+
+void checkOutputAttrs(const std::string& what, const std::vector<int64_t>& outputPadding,
+                      const std::vector<int64_t>& outputShape) {
+  for (int64_t p : outputPadding)
+    GRAFT_CHECK(p >= 0 && p < (int64_t{1} << 40), "{}: output_padding values must be in [0, 2^40), got {}", what,
+                shapeToString(outputPadding));
+  for (int64_t o : outputShape)
+    GRAFT_CHECK(o >= 0 && o < (int64_t{1} << 50), "{}: output_shape values must be in [0, 2^50), got {}", what,
+                shapeToString(outputShape));
+}
+
 }  // namespace graft::ops

@@ -107,6 +107,17 @@ void checkConvShapes(const WindowAttrs& wa, const Shape& x, const Shape& w, int6
 /// from W's spatial extent. Integer and quantized convolutions start here too.
 ConvShape convShapeOf(const WindowAttrs& wa, const Shape& x, const Shape& w, int64_t group);
 
+/// The window of a ConvTranspose of X by W (X [N, C, in...], W [C, M/group, k...]): output
+/// extents and pads from pads, auto_pad, output_padding and output_shape, as ONNX defines them.
+/// `win.in` is X's spatial extent, `win.out` the output's; pads may be negative when output_shape
+/// asks for more than the input covers. Throws graft::Error naming the node.
+ConvShape transposedConvShape(const WindowAttrs& wa, const Shape& xs, const Shape& ws, int64_t group,
+                              const std::vector<int64_t>& outputPadding, const std::vector<int64_t>& outputShape);
+
+/// Checks ConvTranspose's output_padding and output_shape values (bounded, >= 0).
+void checkOutputAttrs(const std::string& what, const std::vector<int64_t>& outputPadding,
+                      const std::vector<int64_t>& outputShape);
+
 /// Direct grouped N-D convolution.
 ///   acc = sum over taps and input channels of loadX(flat x index) * loadW(flat w index)
 ///   store(flat y index, output channel, acc)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/conv_util.hpp"
 #include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -125,52 +126,33 @@ memory wrap(const memory::desc& d, const NDArray& a) {
 
 std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Shape& kernel, bool ceilMode,
                                     bool paddingOnlyWindows) {
-  size_t r = in.size();
-  if (kernel.size() != r || r == 0) return std::nullopt;
-  auto orDefault = [&](const char* name, int64_t def, size_t len) {
-    auto v = n.attrInts(name, {});
-    if (v.empty()) v.assign(len, def);
-    return v;
-  };
-  auto strides = orDefault("strides", 1, r), dil = orDefault("dilations", 1, r), pads = orDefault("pads", 0, 2 * r);
-  if (strides.size() != r || dil.size() != r || pads.size() != 2 * r) return std::nullopt;
-  std::string autoPad = n.attrString("auto_pad", "NOTSET");
+  // The reference's window (ops/conv_util.hpp); what it refuses, the reference kernel reports.
+  ops::Window ow;
+  try {
+    ops::WindowAttrs a = ops::parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
+    a.ceilMode = ceilMode;
+    ow = ops::resolveWindow(a, in, kernel);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   Window w;
-  for (size_t i = 0; i < r; ++i) {
-    int64_t k = kernel[i], s = strides[i], d = dil[i];
-    if (k <= 0 || s <= 0 || d <= 0 || in[i] <= 0) return std::nullopt;
-    int64_t ext = (k - 1) * d + 1, pb = pads[i], pe = pads[i + r], out = 0;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      out = (in[i] + s - 1) / s;
-      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in[i]);
-      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    } else if (autoPad == "VALID") {
-      pb = pe = 0;
-      if (in[i] < ext) return std::nullopt;
-      out = (in[i] - ext) / s + 1;
-    } else if (autoPad == "NOTSET" || autoPad.empty()) {
-      if (pb < 0 || pe < 0) return std::nullopt;
-      int64_t span = in[i] + pb + pe - ext;
-      if (span < 0) return std::nullopt;
-      out = (ceilMode ? (span + s - 1) / s : span / s) + 1;
-      // oneDNN derives the output extent with floor: pad the end for the ceil_mode windows.
-      int64_t need = (out - 1) * s + ext - in[i] - pb;
-      if (need > pe) {
-        w.extendedEnd = true;
-        pe = need;
-      }
-    } else {
-      return std::nullopt;
+  for (size_t i = 0; i < in.size(); ++i) {
+    int64_t s = ow.stride[i], ext = (ow.kernel[i] - 1) * ow.dilation[i] + 1, pb = ow.padBegin[i], pe = ow.padEnd[i];
+    if (in[i] <= 0) return std::nullopt;
+    // oneDNN derives the output extent with floor: pad the end for the ceil_mode windows.
+    int64_t need = (ow.out[i] - 1) * s + ext - in[i] - pb;
+    if (need > pe) {
+      w.extendedEnd = true;
+      pe = need;
     }
     // Windows that cover padding only: ONNX's pools define them differently from oneDNN's.
-    if (!paddingOnlyWindows && (pb >= ext || (out - 1) * s >= in[i] + pb)) return std::nullopt;
-    w.kernel.push_back(k);
+    if (!paddingOnlyWindows && (pb >= ext || (ow.out[i] - 1) * s >= in[i] + pb)) return std::nullopt;
+    w.kernel.push_back(ow.kernel[i]);
     w.strides.push_back(s);
-    w.dilation.push_back(d - 1);
+    w.dilation.push_back(ow.dilation[i] - 1);
     w.padBegin.push_back(pb);
     w.padEnd.push_back(pe);
-    w.out.push_back(out);
+    w.out.push_back(ow.out[i]);
   }
   return w;
 }

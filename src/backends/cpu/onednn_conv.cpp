@@ -7,6 +7,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "ops/conv_util.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
@@ -203,44 +204,27 @@ std::optional<DeconvConfig> deconvConfig(const ir::Node& n) {
   if (nd < 3 || nd > 5 || c.w.size() != nd || c.group < 1 || c.x[1] != c.w[0] || c.x[1] % c.group != 0 || c.x[0] == 0)
     return std::nullopt;
   size_t r = nd - 2;
-  auto ints = [&](const char* name, int64_t def, size_t len) {
-    auto v = n.attrInts(name, {});
-    if (v.empty()) v.assign(len, def);
-    return v;
-  };
-  auto strides = ints("strides", 1, r), dil = ints("dilations", 1, r), opad = ints("output_padding", 0, r);
-  auto pads = n.attrInts("pads", {});
-  auto outShape = n.attrInts("output_shape", {});
-  auto ks = n.attrInts("kernel_shape", {});
-  if (strides.size() != r || dil.size() != r || opad.size() != r || (!pads.empty() && pads.size() != 2 * r)) return std::nullopt;
-  if (!ks.empty() && Shape(ks.begin(), ks.end()) != spatial(c.w)) return std::nullopt;
-  if (!outShape.empty() && outShape.size() != r && outShape.size() != r + 2) return std::nullopt;
-  std::string autoPad = n.attrString("auto_pad", "NOTSET");
-  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
-  if (!same && autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty()) return std::nullopt;
-  c.y = {c.x[0], c.w[1] * c.group};
+  // The reference's window (ops/conv_util.hpp); what it refuses, the reference kernel reports.
+  ops::ConvShape sh;
+  std::vector<int64_t> opad = n.attrInts("output_padding", {});
+  try {
+    ops::WindowAttrs wa = ops::parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/false);
+    std::vector<int64_t> outShape = n.attrInts("output_shape", {});
+    ops::checkOutputAttrs(wa.what, opad, outShape);
+    sh = ops::transposedConvShape(wa, c.x, c.w, c.group, opad, outShape);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (opad.empty()) opad.assign(r, 0);
+  c.y = {c.x[0], sh.outChannels};
   for (size_t d = 0; d < r; ++d) {
-    int64_t s = strides[d], k = c.w[d + 2], dl = dil[d];
-    if (s <= 0 || k <= 0 || dl <= 0 || opad[d] < 0 || c.x[d + 2] <= 0) return std::nullopt;
-    int64_t ext = (k - 1) * dl + 1, full = s * (c.x[d + 2] - 1) + opad[d] + ext;
-    int64_t pb = pads.empty() ? 0 : pads[d], pe = pads.empty() ? 0 : pads[d + r], out;
-    if (!outShape.empty() || (same && pads.empty())) {
-      out = !outShape.empty() ? outShape[outShape.size() - r + d] : c.x[d + 2] * s;
-      if (pads.empty()) {
-        int64_t total = full - out;
-        if (total < 0) return std::nullopt;
-        pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe = total - pb;
-      }
-    } else {
-      out = full - pb - pe;
-    }
+    int64_t pb = sh.win.padBegin[d], out = sh.win.out[d];
     // oneDNN: out = (in - 1) * s + ext - pb - pe', so output_padding comes off the end padding.
-    int64_t pe2 = pe - opad[d];
-    if (out <= 0 || pb < 0 || pe2 < 0) return std::nullopt;
+    int64_t pe2 = sh.win.padEnd[d] - opad[d];
+    if (c.x[d + 2] <= 0 || out <= 0 || pb < 0 || pe2 < 0) return std::nullopt;
     c.y.push_back(out);
-    c.strides.push_back(s);
-    c.dilation.push_back(dl - 1);
+    c.strides.push_back(sh.win.stride[d]);
+    c.dilation.push_back(sh.win.dilation[d] - 1);
     c.padBegin.push_back(pb);
     c.padEnd.push_back(pe2);
   }
