@@ -2,7 +2,10 @@
 // The loops live in ops/conv_util.hpp (convDirect, convTransposeDirect) so that integer and
 // quantized convolutions can reuse them; this file adds attribute handling and float element
 // access, accumulating in double.
+#include <algorithm>
+
 #include "ops/conv_util.hpp"
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 
@@ -97,8 +100,14 @@ KernelFn convTransposeKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(conv) {
-  r.add("Conv").setReference(convKernel);
-  r.add("ConvTranspose").setReference(convTransposeKernel);
+  r.add("Conv").setReference(convKernel).setCost([](const ir::Node& n) {
+    return cost::convolution(n.output(0), n.input(1));
+  });
+  r.add("ConvTranspose").setReference(convTransposeKernel).setCost([](const ir::Node& n) {
+    // W is [C, M / group, k...]: each output element gathers |W| / C multiply-adds.
+    return 2.0 * cost::numel(n.output(0)) * cost::numel(n.input(1)) /
+           std::max<double>(1, static_cast<double>(cost::dim(n.input(0), 1)));
+  });
 }
 
 }  // namespace graft::ops

@@ -10,6 +10,7 @@
 // it against X's spatial extents exactly as Conv does; dY must have the shape Conv's output has.
 // The reference kernels accumulate in double.
 #include "ops/conv_util.hpp"
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 
@@ -229,8 +230,15 @@ KernelFn convGradWeightKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(conv_grad) {
-  r.add("ConvGradInput", kGraftDomain).setInfer(inferGradInput).setReference(convGradInputKernel);
-  r.add("ConvGradWeight", kGraftDomain).setInfer(inferGradWeight).setReference(convGradWeightKernel);
+  // Conv's backward halves: as many multiply-adds as the forward, per element of dY.
+  r.add("ConvGradInput", kGraftDomain)
+      .setInfer(inferGradInput)
+      .setReference(convGradInputKernel)
+      .setCost([](const ir::Node& n) { return cost::convolution(n.input(0), n.input(1)); });
+  r.add("ConvGradWeight", kGraftDomain)
+      .setInfer(inferGradWeight)
+      .setReference(convGradWeightKernel)
+      .setCost([](const ir::Node& n) { return cost::convolution(n.input(1), n.output(0)); });
 }
 
 }  // namespace graft::ops

@@ -7,6 +7,7 @@
 
 #include "onnx/schema_infer.hpp"
 #include "ops/copy_util.hpp"
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -277,10 +278,29 @@ std::vector<ir::ValueType> einsumInfer(const ir::Node& n, const std::vector<ir::
   return out;
 }
 
+// One multiply per further operand and one add per point of the loop space (output labels and
+// summed labels together).
+double einsumCost(const ir::Node& n) {
+  std::vector<Shape> shapes;
+  for (const ir::Tensor* t : n.inputs()) {
+    if (!t || !t->type().isTensor() || !t->info().isStatic()) return cost::outputElements(n);
+    shapes.push_back(t->info().shape());
+  }
+  try {
+    std::string what = n.describe();
+    EinsumPlan p = planEinsum(parseEquation(n.attrString("equation"), what), shapes, what);
+    double points = 1;
+    for (int64_t s : p.sizes) points *= static_cast<double>(s);
+    return points * static_cast<double>(shapes.size());
+  } catch (const Error&) {
+    return cost::outputElements(n);  // a bad equation is reported when the node compiles
+  }
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(einsum) {
-  r.add("Einsum").setReference(einsumKernel).setInfer(einsumInfer);
+  r.add("Einsum").setReference(einsumKernel).setInfer(einsumInfer).setCost(einsumCost);
   r.add("Det").setReference(detKernel);
 }
 

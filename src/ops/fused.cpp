@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "ops/composite.hpp"
+#include "ops/cost.hpp"
 #include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -239,9 +240,18 @@ KernelFactory referenceOf(CompositeBuilder b) {
 GRAFT_REGISTER_OPS(fused) {
   r.add("ToBlocked", kGraftDomain).setInfer(inferToBlocked).setReference(toBlockedKernel);
   r.add("FromBlocked", kGraftDomain).setInfer(inferFromBlocked).setReference(fromBlockedKernel);
-  r.add("FusedConv", kGraftDomain).setInfer(inferOf(fusedConv)).setReference(referenceOf(fusedConv));
-  r.add("FusedMatMul", kGraftDomain).setInfer(inferOf(fusedMatMul)).setReference(referenceOf(fusedMatMul));
-  r.add("FusedGemm", kGraftDomain).setInfer(inferOf(fusedGemm)).setReference(referenceOf(fusedGemm));
+  r.add("FusedConv", kGraftDomain)
+      .setInfer(inferOf(fusedConv))
+      .setReference(referenceOf(fusedConv))
+      .setCost([](const ir::Node& n) { return cost::convolution(n.output(0), n.input(1)); });
+  r.add("FusedMatMul", kGraftDomain)
+      .setInfer(inferOf(fusedMatMul))
+      .setReference(referenceOf(fusedMatMul))
+      .setCost(cost::matmul);
+  r.add("FusedGemm", kGraftDomain)
+      .setInfer(inferOf(fusedGemm))
+      .setReference(referenceOf(fusedGemm))
+      .setCost(cost::gemm);
   r.add("ChannelBlocked", kGraftDomain).setInfer(inferOf(channelBlocked)).setReference(referenceOf(channelBlocked));
 }
 

@@ -1,5 +1,6 @@
 // MatMul (numpy semantics, batch broadcasting) and Gemm.
 #include "ops/cast_util.hpp"
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -123,8 +124,8 @@ KernelFn gemmKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(matmul) {
-  r.add("MatMul").setReference(matmulKernel);
-  r.add("Gemm").setReference(gemmKernel);
+  r.add("MatMul").setReference(matmulKernel).setCost(cost::matmul);
+  r.add("Gemm").setReference(gemmKernel).setCost(cost::gemm);
 }
 
 }  // namespace graft::ops

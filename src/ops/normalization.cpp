@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
@@ -456,6 +457,8 @@ GRAFT_REGISTER_OPS(normalization) {
       });
   r.add("BatchNormalizationGrad", kGraftDomain)
       .setReference(batchNormGradKernel)
+      // Per element of X: the two channel sums (dY, dY * x-hat) and dX's formula.
+      .setCost([](const ir::Node& n) { return 6.0 * cost::numel(n.input(1)); })
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         ir::ValueType channel = in.at(2);  // dScale and dB: scale's type and shape
         return std::vector<ir::ValueType>{in.at(1), channel, channel};

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "ops/cost.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -297,8 +298,8 @@ GRAFT_REGISTER_OPS(quantize) {
   r.add("QuantizeLinear").setReference(quantizeLinearKernel);
   r.add("DequantizeLinear").setReference(dequantizeLinearKernel);
   r.add("DynamicQuantizeLinear").setReference(dynamicQuantizeLinearKernel);
-  r.add("MatMulInteger").setReference(matMulIntegerKernel);
-  r.add("QLinearMatMul").setReference(qlinearMatMulKernel);
+  r.add("MatMulInteger").setReference(matMulIntegerKernel).setCost(cost::matmul);
+  r.add("QLinearMatMul").setReference(qlinearMatMulKernel).setCost(cost::matmul);  // A is input 0
 }
 
 }  // namespace graft::ops

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ops/conv_util.hpp"
+#include "ops/cost.hpp"
 #include "ops/quantize.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -150,8 +151,12 @@ KernelFn qlinearConvKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(quantize_conv) {
-  r.add("ConvInteger").setReference(convIntegerKernel);
-  r.add("QLinearConv").setReference(qlinearConvKernel);
+  r.add("ConvInteger").setReference(convIntegerKernel).setCost([](const ir::Node& n) {
+    return cost::convolution(n.output(0), n.input(1));
+  });
+  r.add("QLinearConv").setReference(qlinearConvKernel).setCost([](const ir::Node& n) {
+    return cost::convolution(n.output(0), n.input(3));  // x, x_scale, x_zero_point, w, ...
+  });
 }
 
 }  // namespace graft::ops

@@ -1,5 +1,5 @@
 #pragma once
-// The op registry: per op (domain, type) its inference, reference kernel, gradient and traits.
+// The op registry: per op (domain, type) its inference, reference kernel, gradient, cost and traits.
 // Each op family registers itself from its own file with GRAFT_REGISTER_OPS; import and
 // compilation look ops up by (domain, type) in this table.
 #include <functional>
@@ -20,6 +20,9 @@ using InferFn = std::function<std::vector<ir::ValueType>(const ir::Node&, const 
                                                          const std::vector<const NDArray*>& constInputs)>;
 /// Adds the gradient of one node to the backward graph.
 using VjpFn = std::function<void(GradBuilder&)>;
+/// Estimated floating-point operations of one node (a multiply-add counts 2), from its inferred
+/// shapes (unknown ones count 0); ops/cost.hpp has the shared shapes of cost.
+using CostFn = std::function<double(const ir::Node&)>;
 
 struct OpTraits {
   /// Output 0 has the shape of the broadcast inputs and each element depends only on the
@@ -42,6 +45,7 @@ struct OpDef {
   KernelFactory reference;
   InferFn infer;  ///< empty: ONNX's schema inference
   VjpFn vjp;      ///< empty: not differentiable
+  CostFn cost;    ///< empty: one operation per output element (ops::estimateFlops)
   OpTraits traits;
   /// Inputs that carry no gradient (indices, shapes, masks), by index.
   std::vector<int> nonDifferentiableInputs;
@@ -49,6 +53,10 @@ struct OpDef {
   OpDef& setReference(KernelFactory f) { reference = std::move(f); return *this; }
   OpDef& setInfer(InferFn f) { infer = std::move(f); return *this; }
   OpDef& setVjp(VjpFn f) { vjp = std::move(f); return *this; }
+  OpDef& setCost(CostFn f) {
+    cost = std::move(f);
+    return *this;
+  }
   OpDef& elementwise() { traits.elementwise = true; return *this; }
   OpDef& viewOf(int input) { traits.viewOfInput = input; return *this; }
   OpDef& inplace(int input) { traits.inplaceInput = input; return *this; }

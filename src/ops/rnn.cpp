@@ -9,6 +9,7 @@
 #include <cmath>
 #include <optional>
 
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "ops/rnn_cell.hpp"
@@ -356,9 +357,10 @@ namespace graft::ops {
 
 GRAFT_REGISTER_OPS(rnn) {
   using rnn::Cell;
-  r.add("RNN").setReference(rnn::recurrentKernel(Cell::Rnn)).noGradient({4});
-  r.add("GRU").setReference(rnn::recurrentKernel(Cell::Gru)).noGradient({4});
-  r.add("LSTM").setReference(rnn::recurrentKernel(Cell::Lstm)).noGradient({4});
+  auto flops = [](const ir::Node& n) { return cost::recurrence(n, n.input(0), n.input(1), n.input(2)); };
+  r.add("RNN").setReference(rnn::recurrentKernel(Cell::Rnn)).noGradient({4}).setCost(flops);
+  r.add("GRU").setReference(rnn::recurrentKernel(Cell::Gru)).noGradient({4}).setCost(flops);
+  r.add("LSTM").setReference(rnn::recurrentKernel(Cell::Lstm)).noGradient({4}).setCost(flops);
 }
 
 }  // namespace graft::ops

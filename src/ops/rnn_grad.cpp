@@ -18,6 +18,7 @@
 // would be).
 #include <algorithm>
 
+#include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/grad.hpp"
 #include "ops/registry.hpp"
@@ -255,15 +256,23 @@ GRAFT_REGISTER_OPS(rnn_grad) {
   r.add("RNN").setVjp(rnn::recurrentVjp(Cell::Rnn, "RNNGrad"));
   r.add("GRU").setVjp(rnn::recurrentVjp(Cell::Gru, "GRUGrad"));
   r.add("LSTM").setVjp(rnn::recurrentVjp(Cell::Lstm, "LSTMGrad"));
+  // The backward recurrence: the products of dX and of dW and dR, each as costly as the forward's.
+  // Inputs: dY, dY_h (LSTM: dY_c), then the forward's X, W, R, ...
+  auto flops = [](int x) {
+    return [x](const ir::Node& n) { return 2.0 * cost::recurrence(n, n.input(x), n.input(x + 1), n.input(x + 2)); };
+  };
   r.add("RNNGrad", kGraftDomain)
       .setReference(rnn::recurrentGradKernel(Cell::Rnn))
-      .setInfer(rnn::recurrentGradInfer(Cell::Rnn));
+      .setInfer(rnn::recurrentGradInfer(Cell::Rnn))
+      .setCost(flops(2));
   r.add("GRUGrad", kGraftDomain)
       .setReference(rnn::recurrentGradKernel(Cell::Gru))
-      .setInfer(rnn::recurrentGradInfer(Cell::Gru));
+      .setInfer(rnn::recurrentGradInfer(Cell::Gru))
+      .setCost(flops(2));
   r.add("LSTMGrad", kGraftDomain)
       .setReference(rnn::recurrentGradKernel(Cell::Lstm))
-      .setInfer(rnn::recurrentGradInfer(Cell::Lstm));
+      .setInfer(rnn::recurrentGradInfer(Cell::Lstm))
+      .setCost(flops(3));
 }
 
 }  // namespace graft::ops

@@ -4,26 +4,16 @@
 #include <map>
 #include <set>
 
+#include "ops/cost.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
 namespace graft::passes {
 namespace {
 
-double numelOf(const ir::Tensor* t) {
-  if (!t || !t->type().isTensor() || !t->info().isStatic()) return 0;
-  return static_cast<double>(t->info().nelms());
-}
-
 double bytesOf(const ir::Tensor* t) {
   if (!t || !t->type().isTensor() || !t->info().isStatic()) return 0;
   return static_cast<double>(t->info().nbytes());
-}
-
-int64_t dimOf(const ir::Tensor* t, int64_t d) {
-  if (!t || !t->type().isTensor() || !t->info().hasShape() || d >= t->info().rank()) return 0;
-  const Dim& dim = t->info().dims()[d];
-  return dim.known() ? dim.value : 0;
 }
 
 // Constant ops carry no work and no placement: PopART turns them into tensors.
@@ -48,46 +38,8 @@ std::optional<int64_t> stageOf(const ir::Node& n, bool anyStage) {
 NodeCost estimateCost(const ir::Node& n) {
   NodeCost c;
   for (const ir::Tensor* t : n.inputs()) c.bytes += bytesOf(t);
-  double outElems = 0;
-  for (const ir::Tensor* t : n.outputs()) {
-    c.bytes += bytesOf(t);
-    outElems += numelOf(t);
-  }
-  const std::string& op = n.type();
-  const ir::Tensor* out = n.output(0);
-  if (op == "MatMul" || op == "FusedMatMul" || op == "MatMulInteger") {
-    const ir::Tensor* a = n.input(0);
-    int64_t k = a && a->info().hasShape() && a->info().rank() > 0 ? dimOf(a, a->info().rank() - 1) : 0;
-    // A folded Transpose (FusedMatMul perm_a) moves the contracted axis.
-    std::vector<int64_t> pa = n.attrInts("perm_a", {});
-    if (!pa.empty() && a && a->info().hasShape() && static_cast<int64_t>(pa.size()) == a->info().rank() &&
-        pa.back() >= 0 && pa.back() < static_cast<int64_t>(pa.size()))
-      k = dimOf(a, pa.back());
-    c.flops = 2.0 * numelOf(out) * static_cast<double>(k);
-  } else if (op == "Gemm" || op == "FusedGemm") {
-    const ir::Tensor* a = n.input(0);
-    int64_t k = n.attrInt("transA", 0) ? dimOf(a, 0) : dimOf(a, 1);
-    c.flops = 2.0 * numelOf(out) * static_cast<double>(k);
-  } else if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "ConvInteger") {
-    const ir::Tensor* w = n.input(1);
-    double perOut = dimOf(w, 0) > 0 ? numelOf(w) / static_cast<double>(dimOf(w, 0)) : 0;
-    if (op == "ConvTranspose") perOut = numelOf(w) / std::max<double>(1, static_cast<double>(dimOf(n.input(0), 1)));
-    c.flops = 2.0 * numelOf(out) * perOut;
-  } else if (op == "ConvGradInput" || op == "ConvGradWeight") {
-    // Conv's backward halves: as many multiply-adds as the forward, per element of dY.
-    const ir::Tensor* dy = n.input(op == "ConvGradInput" ? 0 : 1);
-    const ir::Tensor* w = op == "ConvGradInput" ? n.input(1) : out;
-    double perOut = dimOf(w, 0) > 0 ? numelOf(w) / static_cast<double>(dimOf(w, 0)) : 0;
-    c.flops = 2.0 * numelOf(dy) * perOut;
-  } else if (op == "LSTM" || op == "GRU" || op == "RNN") {
-    const ir::Tensor* x = n.input(0);
-    bool batchFirst = n.attrInt("layout", 0) != 0;
-    double steps = static_cast<double>(dimOf(x, batchFirst ? 1 : 0));
-    double batch = static_cast<double>(dimOf(x, batchFirst ? 0 : 1));
-    c.flops = 2.0 * steps * batch * (numelOf(n.input(1)) + numelOf(n.input(2))) + outElems * 8;
-  } else {
-    c.flops = outElems;
-  }
+  for (const ir::Tensor* t : n.outputs()) c.bytes += bytesOf(t);
+  c.flops = ops::estimateFlops(n);
   return c;
 }
 

@@ -29,8 +29,9 @@ struct StageConfig {
   bool recompute = false;
 };
 
-/// Estimated cost of one node: floating-point operations (multiply-adds count 2) and bytes read
-/// and written. Shapes must be inferred; unknown shapes count as 0.
+/// Estimated cost of one node: floating-point operations (multiply-adds count 2: the op's own
+/// estimate, OpDef::cost, ops/cost.hpp) and bytes read and written. Shapes must be inferred;
+/// unknown shapes count as 0.
 struct NodeCost {
   double flops = 0;
   double bytes = 0;
