@@ -1,5 +1,5 @@
-// CumProd (opset 26): running products along an axis, inclusive or exclusive, forwards or in
-// reverse. (CumSum, older, lives with the reductions in reduce.cpp.)
+// CumSum and CumProd (opset 26): running sums and products along an axis, inclusive or
+// exclusive, forwards or in reverse. (CumSum's gradient is in reduce.cpp, CumProd's below.)
 #include "ops/dtype_dispatch.hpp"
 #include "ops/fallback_infer.hpp"
 #include "ops/registry.hpp"
@@ -8,7 +8,9 @@
 namespace graft::ops {
 namespace {
 
-KernelFn cumProdKernel(CompileContext& c) {
+// Running sums (CumSum) or products (CumProd) of x along the axis input.
+template <bool Product>
+KernelFn cumulativeKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();
   bool exclusive = n.attrInt("exclusive", 0) != 0;
@@ -29,18 +31,21 @@ KernelFn cumProdKernel(CompileContext& c) {
       NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
       const T* xp = x.data<T>();
       T* yp = y.data<T>();
+      // Floats accumulate in double; integers in uint64 (wrapping as the element type would, without UB).
+      using Acc = std::conditional_t<kIsFloat<T>, double, uint64_t>;
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t in = 0; in < inner; ++in) {
           int64_t base = o * len * inner + in;
-          // Floats multiply in double; integers in uint64 (wrapping as the element type would, without UB).
-          std::conditional_t<kIsFloat<T>, double, uint64_t> acc = 1;
+          Acc acc = Product ? 1 : 0;
           for (int64_t s = 0; s < len; ++s) {
             int64_t off = base + (reverse ? len - 1 - s : s) * inner;
             if (exclusive) yp[off] = static_cast<T>(static_cast<ComputeType<T>>(acc));
+            Acc v;
             if constexpr (kIsFloat<T>)
-              acc *= static_cast<double>(static_cast<ComputeType<T>>(xp[off]));
+              v = static_cast<double>(static_cast<ComputeType<T>>(xp[off]));
             else
-              acc *= static_cast<uint64_t>(xp[off]);
+              v = static_cast<uint64_t>(xp[off]);
+            acc = Product ? acc * v : acc + v;
             if (!exclusive) yp[off] = static_cast<T>(static_cast<ComputeType<T>>(acc));
           }
         }
@@ -51,7 +56,8 @@ KernelFn cumProdKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(cumulative) {
-  r.add("CumProd").setReference(cumProdKernel).noGradient({1});
+  r.add("CumSum").setReference(cumulativeKernel<false>).noGradient({1});
+  r.add("CumProd").setReference(cumulativeKernel<true>).noGradient({1});
   // Until the linked onnx has their schemas (opset > 17).
   setFallbackInfer("", "CumProd", sameTypeAsInput(0));
 }

@@ -90,6 +90,22 @@ KernelFn batchNormKernel(CompileContext& c) {
   };
 }
 
+// The statistics of one contiguous run of n values, in double: the mean (0 when not `centred`)
+// and 1 / sqrt(variance + eps), the variance being the mean squared deviation from it (the
+// population variance; with centred = false, the mean square: RMSNormalization's).
+struct Moments {
+  double mean = 0, invStd = 0;
+};
+Moments moments(const double* p, int64_t n, double eps, bool centred = true) {
+  double m = 0, sq = 0;
+  if (centred && n) {
+    for (int64_t i = 0; i < n; ++i) m += p[i];
+    m /= static_cast<double>(n);
+  }
+  for (int64_t i = 0; i < n; ++i) sq += (p[i] - m) * (p[i] - m);
+  return {m, 1.0 / std::sqrt((n ? sq / static_cast<double>(n) : 0.0) + eps)};
+}
+
 // ---- InstanceNormalization -----------------------------------------------------------------------
 
 KernelFn instanceNormKernel(CompileContext& c) {
@@ -106,13 +122,9 @@ KernelFn instanceNormKernel(CompileContext& c) {
     std::vector<double> ys(xs.size());
     for (int64_t g = 0; g < groups; ++g) {
       const double* p = xs.data() + g * inner;
-      double s = 0, sq = 0;
-      for (int64_t i = 0; i < inner; ++i) s += p[i];
-      double m = inner ? s / static_cast<double>(inner) : 0.0;
-      for (int64_t i = 0; i < inner; ++i) sq += (p[i] - m) * (p[i] - m);
-      double v = inner ? sq / static_cast<double>(inner) : 0.0;
-      double a = scale[g % C] / std::sqrt(v + eps);
-      for (int64_t i = 0; i < inner; ++i) ys[g * inner + i] = (p[i] - m) * a + bias[g % C];
+      Moments st = moments(p, inner, eps);
+      double a = scale[g % C] * st.invStd;
+      for (int64_t i = 0; i < inner; ++i) ys[g * inner + i] = (p[i] - st.mean) * a + bias[g % C];
     }
     k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
   };
@@ -120,21 +132,42 @@ KernelFn instanceNormKernel(CompileContext& c) {
 
 // ---- LayerNormalization --------------------------------------------------------------------------
 
+// The stash_type attribute: the statistics are computed in double whatever it says, so any
+// floating-point type is accepted (a narrower stash would only lose precision).
+void checkStashType(const ir::Node& n, const std::string& what) {
+  int64_t stash = n.attrInt("stash_type", static_cast<int64_t>(DataType::Float));
+  GRAFT_CHECK(stash >= 0 && stash < 32 && ((kFloats >> stash) & 1u),
+              "{}: stash_type must be a floating-point type (1 = FLOAT), got {}", what, stash);
+}
+
+// LayerNormalization's and RMSNormalization's view of X: [rows, cols], the normalised axes (from
+// `axis` on) flattened into cols.
+struct AxisRows {
+  int64_t axis = 0, rows = 0, cols = 0;
+  Shape norm;  ///< the normalised axes' shape (what Scale and B broadcast to)
+};
+AxisRows axisRows(const NDArray& x, int64_t axisAttr, const std::string& what) {
+  GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+  AxisRows a;
+  a.axis = normalizeAxis(axisAttr, x.rank(), what);
+  a.norm.assign(x.shape().begin() + a.axis, x.shape().end());
+  a.rows = shapeProduct(x.shape(), 0, a.axis);
+  a.cols = shapeNumel(a.norm);
+  return a;
+}
+
 KernelFn layerNormKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();
   int64_t axisAttr = n.attrInt("axis", -1);
   double eps = n.attrFloat("epsilon", 1e-5f);
-  int64_t stash = n.attrInt("stash_type", static_cast<int64_t>(DataType::Float));
-  auto stashType = static_cast<DataType>(stash);
-  GRAFT_CHECK(stash >= 0 && stash < 32 && ((kFloats >> stash) & 1u),
-              "{}: stash_type must be a floating-point type (1 = FLOAT), got {}", what, stash);
+  checkStashType(n, what);
+  auto stashType = static_cast<DataType>(n.attrInt("stash_type", static_cast<int64_t>(DataType::Float)));
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
-    int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
-    Shape norm(x.shape().begin() + axis, x.shape().end());
-    int64_t rows = shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
+    AxisRows v = axisRows(x, axisAttr, what);
+    const int64_t axis = v.axis, rows = v.rows, cols = v.cols;
+    const Shape& norm = v.norm;
     auto sOff = broadcastOffsets(k.input(1).shape(), norm, what, "Scale");
     auto scale = readAsDoubles(k.input(1), what);
     std::vector<int64_t> bOff;
@@ -147,15 +180,11 @@ KernelFn layerNormKernel(CompileContext& c) {
     std::vector<double> ys(xs.size()), means(rows), invStd(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const double* p = xs.data() + r * cols;
-      double s = 0, sq = 0;
-      for (int64_t j = 0; j < cols; ++j) s += p[j];
-      double m = cols ? s / static_cast<double>(cols) : 0.0;
-      for (int64_t j = 0; j < cols; ++j) sq += (p[j] - m) * (p[j] - m);
-      double inv = 1.0 / std::sqrt((cols ? sq / static_cast<double>(cols) : 0.0) + eps);
-      means[r] = m;
-      invStd[r] = inv;
+      Moments st = moments(p, cols, eps);
+      means[r] = st.mean;
+      invStd[r] = st.invStd;
       for (int64_t j = 0; j < cols; ++j) {
-        double y = (p[j] - m) * inv * scale[sOff[j]];
+        double y = (p[j] - st.mean) * st.invStd * scale[sOff[j]];
         if (!bias.empty()) y += bias[bOff[j]];
         ys[r * cols + j] = y;
       }
@@ -169,14 +198,6 @@ KernelFn layerNormKernel(CompileContext& c) {
 }
 
 // ---- GroupNormalization (opset 21), RMSNormalization (23), LpNormalization (22) -----------------
-
-// The stash_type attribute: the statistics are computed in double whatever it says, so any
-// floating-point type is accepted (a narrower stash would only lose precision).
-void checkStashType(const ir::Node& n, const std::string& what) {
-  int64_t stash = n.attrInt("stash_type", static_cast<int64_t>(DataType::Float));
-  GRAFT_CHECK(stash >= 0 && stash < 32 && ((kFloats >> stash) & 1u),
-              "{}: stash_type must be a floating-point type (1 = FLOAT), got {}", what, stash);
-}
 
 KernelFn groupNormKernel(CompileContext& c) {
   const ir::Node& n = c.node();
@@ -197,14 +218,10 @@ KernelFn groupNormKernel(CompileContext& c) {
     int64_t perGroup = (C / groups) * inner;
     for (int64_t b = 0; b < N * groups; ++b) {
       const double* p = xs.data() + b * perGroup;
-      double s = 0, sq = 0;
-      for (int64_t i = 0; i < perGroup; ++i) s += p[i];
-      double m = perGroup ? s / static_cast<double>(perGroup) : 0.0;
-      for (int64_t i = 0; i < perGroup; ++i) sq += (p[i] - m) * (p[i] - m);
-      double inv = 1.0 / std::sqrt((perGroup ? sq / static_cast<double>(perGroup) : 0.0) + eps);
+      Moments st = moments(p, perGroup, eps);
       for (int64_t i = 0; i < perGroup; ++i) {
         int64_t ch = (b % groups) * (C / groups) + i / std::max<int64_t>(inner, 1);
-        ys[b * perGroup + i] = (p[i] - m) * inv * scale[ch] + bias[ch];
+        ys[b * perGroup + i] = (p[i] - st.mean) * st.invStd * scale[ch] + bias[ch];
       }
     }
     k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));
@@ -219,19 +236,15 @@ KernelFn rmsNormKernel(CompileContext& c) {
   checkStashType(n, what);
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
-    int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
-    Shape norm(x.shape().begin() + axis, x.shape().end());
-    int64_t rows = shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
-    auto sOff = broadcastOffsets(k.input(1).shape(), norm, what, "scale");
+    AxisRows v = axisRows(x, axisAttr, what);
+    const int64_t rows = v.rows, cols = v.cols;
+    auto sOff = broadcastOffsets(k.input(1).shape(), v.norm, what, "scale");
     auto scale = readAsDoubles(k.input(1), what);
     auto xs = readAsDoubles(x, what);
     std::vector<double> ys(xs.size());
     for (int64_t r = 0; r < rows; ++r) {
       const double* p = xs.data() + r * cols;
-      double sq = 0;
-      for (int64_t j = 0; j < cols; ++j) sq += p[j] * p[j];
-      double inv = 1.0 / std::sqrt((cols ? sq / static_cast<double>(cols) : 0.0) + eps);
+      double inv = moments(p, cols, eps, /*centred=*/false).invStd;
       for (int64_t j = 0; j < cols; ++j) ys[r * cols + j] = p[j] * inv * scale[sOff[j]];
     }
     k.setOutput(0, arrayFromDoubles(ys, x.dtype(), x.shape(), what));

@@ -1,4 +1,5 @@
-// Reductions (ReduceSum, ReduceMean, ... ReduceSumSquare), ArgMax/ArgMin, CumSum and TopK.
+// Reductions (ReduceSum, ReduceMean, ... ReduceSumSquare), ArgMax/ArgMin and TopK; CumSum's
+// gradient (its kernel is CumProd's, in cumulative.cpp).
 //
 // A reduction is planned as two offset lists: for each output element the flat input offset of
 // its group's first element (kept axes), and the offsets within one group (reduced axes). The
@@ -256,45 +257,6 @@ KernelFactory argKernel(bool isMax) {
   };
 }
 
-// ---- CumSum --------------------------------------------------------------------------------------
-
-KernelFn cumSumKernel(CompileContext& c) {
-  const ir::Node& n = c.node();
-  std::string what = n.describe();
-  bool exclusive = n.attrInt("exclusive", 0) != 0;
-  bool reverse = n.attrInt("reverse", 0) != 0;
-  return [=](KernelContext& k) {
-    const NDArray& x = k.input(0);
-    const NDArray& axisT = k.input(1);
-    GRAFT_CHECK(axisT.numel() == 1 && axisT.rank() <= 1, "{}: axis must be a scalar (or a 1-element tensor), got shape {}",
-                what, shapeToString(axisT.shape()));
-    GRAFT_CHECK(x.rank() >= 1, "{}: the input must have rank >= 1, got a scalar", what);
-    int64_t axis = normalizeAxis(toInt64Vector(axisT)[0], x.rank(), what);
-    int64_t len = x.dim(axis);
-    int64_t inner = shapeProduct(x.shape(), axis + 1, x.rank());
-    int64_t outer = shapeProduct(x.shape(), 0, axis);
-    dispatch<kNumeric>(x.dtype(), what, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
-      const T* xp = x.data<T>();
-      T* yp = y.data<T>();
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t in = 0; in < inner; ++in) {
-          int64_t base = o * len * inner + in;
-          std::conditional_t<kIsFloat<T>, double, uint64_t> acc = 0;  // integers wrap, without UB
-          for (int64_t s = 0; s < len; ++s) {
-            int64_t j = reverse ? len - 1 - s : s;
-            int64_t off = base + j * inner;
-            if (exclusive) yp[off] = static_cast<T>(static_cast<ComputeType<T>>(acc));
-            if constexpr (kIsFloat<T>) acc += toDouble(xp[off]);
-            else acc += static_cast<uint64_t>(xp[off]);
-            if (!exclusive) yp[off] = static_cast<T>(static_cast<ComputeType<T>>(acc));
-          }
-        }
-    });
-  };
-}
-
 // ---- TopK ----------------------------------------------------------------------------------------
 
 KernelFn topKKernel(CompileContext& c) {
@@ -362,7 +324,6 @@ GRAFT_REGISTER_OPS(reduce) {
   for (const auto& [name, kind] : reductions) r.add(name).setReference(reduceKernel(kind)).noGradient({1});
   r.add("ArgMax").setReference(argKernel(true));
   r.add("ArgMin").setReference(argKernel(false));
-  r.add("CumSum").setReference(cumSumKernel).noGradient({1});
   r.add("TopK").setReference(topKKernel).noGradient({1});
 }
 
