@@ -1,11 +1,14 @@
-// Every fast kernel of every fast backend against the reference backend, on the same inputs:
-// many shapes and attribute combinations per op, weights both constant (packed at compile
-// time) and fed at run time (re-packed each run: the second run changes them). Tolerances are
-// those of float accumulation in another order (the reference accumulates in double).
+// The backend test matrix: every kernel variant of the cpu backend against the reference backend,
+// on the same inputs. Two lists of cases feed it: the kernel libraries' cases here (many shapes
+// and attribute combinations per op, weights both constant, packed at compile time, and fed at
+// run time, re-packed each run: the second run changes them), and the vectorised kernels' cases
+// (GRAFT_VEC_CASES blocks, vec_cases.hpp). Tolerances are those of float accumulation in another
+// order (the reference accumulates in double).
 //
-// CpuKernelCoverage.EveryRegisteredCpuKernelHasACase fails when a registered cpu kernel is
-// exercised by no case here nor by a vectorised kernels' case (vec_cases.hpp, compared with the
-// reference by vec_runner_test.cpp).
+// KernelVsReference.EveryCaseMatches/cpu_<kernel> runs, per registered cpu kernel, the cases
+// that select it, and fails when there are none; cpu_reference runs those that select none. A
+// case meant to fail names the error it expects (expectError): both backends must throw a
+// graft::Error saying it; any other throw of the reference fails the case.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -31,6 +34,8 @@ struct BackendCase {
   /// Inputs that are Constants of the graph (the others are graph inputs).
   std::vector<bool> constant;
   double rtol = 1e-4, atol = 1e-4;
+  /// Non-empty: both backends must throw graft::Error with this in its message.
+  std::string expectError = {};
 };
 
 std::vector<BackendCase>& cases() {
@@ -593,8 +598,7 @@ const std::vector<BackendCase>& allCases() {
 
 // Compiles c's single-node graph for `backend` and runs it; when some inputs are graph inputs,
 // runs a second time with those inputs changed (kernels must not keep stale packed copies).
-std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backend& backend, const ir::Node** nodeOut = nullptr,
-                                          std::unique_ptr<ir::Graph>* keep = nullptr) {
+std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backend& backend) {
   auto g = singleNodeGraph(c.op, c.constant);
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes"}, ctx);
@@ -616,68 +620,182 @@ std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backen
     for (auto& v : outs) r.push_back(v.isTensor() ? v.tensor : NDArray{});
     results.push_back(std::move(r));
   }
-  if (nodeOut) *nodeOut = g->nodes()[0];
-  if (keep) *keep = std::move(g);
   return results;
+}
+
+std::vector<NDArray> cloneAll(const std::vector<NDArray>& v) {
+  std::vector<NDArray> out;
+  for (const auto& a : v) out.push_back(a.valid() ? a.clone() : NDArray());
+  return out;
+}
+
+// ---- the matrix ---------------------------------------------------------------------------------
+// Every case of both lists, grouped by the cpu kernel the backend's registry selects for its node
+// (CpuKernelRegistry::find, after type inference, as when compiling); cases that select none run
+// on the reference kernel inside the cpu backend (the group "reference"). One test per kernel
+// variant: it fails when no case selects the kernel, and compares each of its cases with the
+// reference backend.
+
+struct MatrixCase {
+  std::string name;
+  const BackendCase* b = nullptr;  ///< one of the two
+  const VecCase* v = nullptr;
+  const OpCase& op() const { return b ? b->op : v->op; }
+  const std::string& expectError() const { return b ? b->expectError : v->expectError; }
+  bool expectFast() const { return v ? v->expectFast : false; }
+};
+
+struct Group {
+  const backends::cpu::CpuKernelDef* kernel = nullptr;  ///< nullptr: the reference
+  std::vector<size_t> cases;                            ///< indices into matrixCases()
+};
+
+std::string opName(const std::string& domain, const std::string& type) {
+  return domain.empty() ? type : domain + "::" + type;
+}
+
+std::string kernelName(const backends::cpu::CpuKernelDef* d) {
+  return d ? d->name + "_" + opName(d->domain, d->type) : std::string("reference");
+}
+
+const std::vector<MatrixCase>& matrixCases() {
+  static const std::vector<MatrixCase> all = [] {
+    std::vector<MatrixCase> m;
+    for (const BackendCase& c : allCases()) m.push_back({c.name, &c, nullptr});
+    for (const VecCase& c : vecCases()) m.push_back({opName(c.op.domain, c.op.type) + " " + c.label, nullptr, &c});
+    return m;
+  }();
+  return all;
+}
+
+// The kernel each case selects (nullptr: none; a case that shape inference refuses selects none).
+const std::map<const backends::cpu::CpuKernelDef*, Group>& groups() {
+  static const std::map<const backends::cpu::CpuKernelDef*, Group> g = [] {
+    std::map<const backends::cpu::CpuKernelDef*, Group> out;
+    for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all()) out[d].kernel = d;
+    out[nullptr].kernel = nullptr;
+    const auto& cases = matrixCases();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const backends::cpu::CpuKernelDef* d = nullptr;
+      try {
+        auto graph = cases[i].b ? singleNodeGraph(cases[i].op(), cases[i].b->constant) : singleNodeGraph(cases[i].op());
+        passes::PassContext ctx;
+        passes::runPipeline(*graph, {"infer-shapes"}, ctx);
+        d = backends::cpu::CpuKernelRegistry::instance().find(*graph->nodes()[0]);
+      } catch (const Error&) {
+        // Refused by shape inference: an expected-error case (checked when it runs).
+      }
+      out[d].cases.push_back(i);
+    }
+    return out;
+  }();
+  return g;
+}
+
+// Runs one case on the cpu backend and the reference backend and compares them; where the case
+// expects an error, both must throw graft::Error (not InternalError) whose message has it.
+void checkCase(const MatrixCase& mc, backends::Backend& cpu, backends::Backend& ref) {
+  const std::string& expect = mc.expectError();
+  std::vector<std::vector<NDArray>> want, got;
+  std::vector<NDArray> refInputs, cpuInputs;
+  auto runOn = [&](backends::Backend& backend, std::vector<NDArray>* inputsAfter) {
+    if (mc.b) return runCase(*mc.b, backend);
+    OpCase c = mc.v->op;
+    c.inputs = cloneAll(mc.v->op.inputs);
+    std::vector<std::vector<NDArray>> r{&backend == &ref ? runReference(c) : runOnBackend(c, backend)};
+    *inputsAfter = std::move(c.inputs);
+    return r;
+  };
+  if (!expect.empty()) {
+    for (backends::Backend* b : {&ref, &cpu}) {
+      std::string which = b == &ref ? "the reference" : "the cpu backend";
+      try {
+        std::vector<NDArray> ignored;
+        runOn(*b, &ignored);
+        ADD_FAILURE() << which << " does not throw; expected an error with '" << expect << "'";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(expect), std::string::npos)
+            << which << " throws another error: " << e.what() << " (expected '" << expect << "')";
+      }
+    }
+    return;
+  }
+  try {
+    want = runOn(ref, &refInputs);
+  } catch (const Error& e) {
+    FAIL() << "the reference throws (set expectError where an error is meant): " << e.what();
+  }
+  got = runOn(cpu, &cpuInputs);
+  ASSERT_EQ(got.size(), want.size());
+  double rtol = mc.b ? mc.b->rtol : mc.v->rtol, atol = mc.b ? mc.b->atol : mc.v->atol;
+  for (size_t round = 0; round < want.size(); ++round) {
+    ASSERT_EQ(got[round].size(), want[round].size());
+    for (size_t i = 0; i < want[round].size(); ++i) {
+      if (!want[round][i].valid()) continue;
+      EXPECT_TRUE(allClose(got[round][i], want[round][i], rtol, atol)) << "run " << round << ", output " << i;
+    }
+  }
+  if (mc.v) {
+    for (int i : mc.v->mutatedInputs) {
+      EXPECT_TRUE(allClose(cpuInputs[i], refInputs[i], rtol, atol)) << "updated input " << i;
+    }
+  }
 }
 
 struct Param {
   std::string backend;
-  const BackendCase* c;
+  const backends::cpu::CpuKernelDef* kernel;
+  std::string name;  ///< the test's name: backend and kernel (a count where one repeats)
 };
 
-std::unique_ptr<backends::Backend> makeBackend(const std::string& name) {
-  if (name == "cpu") return backends::makeCpuBackend(2);
-  return backends::makeReferenceBackend();
-}
+class KernelVsReference : public ::testing::TestWithParam<Param> {};
 
-class FastVsReference : public ::testing::TestWithParam<Param> {};
-
-TEST_P(FastVsReference, MatchesReference) {
-  const BackendCase& c = *GetParam().c;
-  auto fast = makeBackend(GetParam().backend);
+TEST_P(KernelVsReference, EveryCaseMatches) {
+  const Group& g = groups().at(GetParam().kernel);
+  ASSERT_FALSE(g.cases.empty()) << "no case selects the cpu kernel " << kernelName(g.kernel)
+                                << ": add one (tests/backends/cpu_vs_reference_test.cpp or a GRAFT_VEC_CASES block)";
+  auto cpu = backends::makeCpuBackend(2);
   auto ref = backends::makeReferenceBackend();
-  auto got = runCase(c, *fast);
-  auto want = runCase(c, *ref);
-  for (size_t round = 0; round < want.size(); ++round)
-    for (size_t i = 0; i < want[round].size(); ++i)
-      EXPECT_TRUE(allClose(got[round][i], want[round][i], c.rtol, c.atol)) << "run " << round << ", output " << i;
+  for (size_t i : g.cases) {
+    const MatrixCase& mc = matrixCases()[i];
+    SCOPED_TRACE(mc.name);
+    if (!g.kernel && mc.expectFast() && mc.expectError().empty())
+      ADD_FAILURE() << "the cpu backend picks no fast kernel";
+    checkCase(mc, *cpu, *ref);
+  }
 }
 
 std::vector<Param> params() {
   std::vector<Param> p;
-  for (const auto& c : allCases()) p.push_back({"cpu", &c});
+  for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all()) p.push_back({"cpu", d, ""});
+  p.push_back({"cpu", nullptr, ""});
+  std::map<std::string, int> seen;
+  for (Param& q : p) {
+    q.name = q.backend + "_" + kernelName(q.kernel);
+    for (char& ch : q.name)
+      if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    if (int k = seen[q.name]++) q.name += "_" + std::to_string(k + 1);
+  }
   return p;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FastVsReference, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.backend + "_" + i.param.c->name; });
-
-TEST(CpuKernelCoverage, EveryRegisteredCpuKernelHasACase) {
-  // Which registered kernel each case's node selects (after type inference, as when compiling).
-  std::set<const backends::cpu::CpuKernelDef*> used;
-  for (const auto& c : allCases()) {
-    auto g = singleNodeGraph(c.op, c.constant);
-    passes::PassContext ctx;
-    passes::runPipeline(*g, {"infer-shapes"}, ctx);
-    if (auto* d = backends::cpu::CpuKernelRegistry::instance().find(*g->nodes()[0])) used.insert(d);
-  }
-  for (const VecCase& c : vecCases()) {
-    try {
-      auto g = singleNodeGraph(c.op);
-      passes::PassContext ctx;
-      passes::runPipeline(*g, {"infer-shapes"}, ctx);
-      if (auto* d = backends::cpu::CpuKernelRegistry::instance().find(*g->nodes()[0])) used.insert(d);
-    } catch (const Error&) {
-      // A bad-input case: it selects no kernel.
-    }
-  }
-  std::vector<std::string> missing;
-  for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
-    if (!used.count(d)) missing.push_back((d->domain.empty() ? "" : d->domain + "::") + d->type + " (" + d->name + ")");
-  EXPECT_TRUE(missing.empty()) << "registered cpu kernels that no case of cpu_vs_reference_test exercises: "
-                               << ::testing::PrintToString(missing);
-}
+INSTANTIATE_TEST_SUITE_P(Backends, KernelVsReference, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.name; });
 
 }  // namespace
+
+std::vector<VecCaseBuilder>& vecCaseBuilders() {
+  static std::vector<VecCaseBuilder> builders;
+  return builders;
+}
+
+const std::vector<VecCase>& vecCases() {
+  static const std::vector<VecCase> cases = [] {
+    std::vector<VecCase> all;
+    for (VecCaseBuilder build : vecCaseBuilders()) build(all);
+    return all;
+  }();
+  return cases;
+}
+
 }  // namespace graft::testing

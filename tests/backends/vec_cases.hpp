@@ -1,7 +1,8 @@
 #pragma once
 // Cases for the cpu backend's vectorised kernels, each run both through the cpu backend and
-// through the op's reference kernel (vec_runner_test.cpp compares them). Families register their
-// cases with GRAFT_VEC_CASES; the coverage check fails when a registered vec_* kernel has none.
+// through the op's reference kernel (the matrix in cpu_vs_reference_test.cpp compares them).
+// Families register their cases with GRAFT_VEC_CASES; the matrix fails for a registered kernel
+// that no case selects.
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@ struct VecCase {
   std::vector<int> mutatedInputs;
   /// The cpu backend must pick a fast kernel (not the reference) for this case.
   bool expectFast = true;
+  /// Non-empty: bad input that both backends must refuse with a graft::Error saying this.
+  std::string expectError;
 };
 
 using VecCaseBuilder = void (*)(std::vector<VecCase>&);

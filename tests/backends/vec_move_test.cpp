@@ -1,7 +1,7 @@
 // Cases of the cpu backend's data-movement kernels (vec_move.cpp), compared with the reference
-// kernels by vec_runner_test.cpp: several element sizes (1, 2, 4, 8 bytes and bool), contiguous
-// and strided patterns, empty tensors, negative axes and indices, and bad inputs (which both
-// backends must refuse).
+// kernels by the backend matrix (cpu_vs_reference_test.cpp): several element sizes (1, 2, 4, 8 bytes and bool),
+// contiguous and strided patterns, empty tensors, negative axes and indices, and bad inputs (which both backends must
+// refuse).
 #include "vec_cases.hpp"
 
 namespace graft::testing {
@@ -80,13 +80,19 @@ GRAFT_VEC_CASES(vec_move) {
   }
   // Bad inputs: both backends refuse them.
   cases.push_back(make("index out of range", "Gather", {rnd(DataType::Float, {5, 3}), ints({2}, {1, 5})}));
+  cases.back().expectError = "indices value 5 is out of range for axis 0 of size 5";
   cases.push_back(make("index out of range", "GatherElements", {rnd(DataType::Float, {3, 3}), ints({1, 3}, {0, 3, 1})}));
+  cases.back().expectError = "indices value 3 is out of range";
   cases.push_back(make("split sizes do not add up", "Split", {rnd(DataType::Float, {4, 10}), ints({2}, {3, 3})},
                        attrs({{"axis", int64_t{1}}}), 2));
+  cases.back().expectError = "split sizes sum to 6, but axis 1 has size 10";
   cases.push_back(make("zero step", "Slice",
                        {rnd(DataType::Float, {4, 4}), ints({1}, {0}), ints({1}, {4}), ints({1}, {0}), ints({1}, {0})}));
+  cases.back().expectError = "step for axis 0 is 0";
   cases.push_back(make("negative repeats", "Tile", {rnd(DataType::Float, {2, 3}), ints({2}, {1, -1})}));
+  cases.back().expectError = "repeats must be >= 0, got -1";
   cases.push_back(make("shapes do not broadcast", "Expand", {rnd(DataType::Float, {3, 4}), ints({2}, {5, 4})}));
+  cases.back().expectError = "do not broadcast";
   for (size_t i = cases.size() - 6; i < cases.size(); ++i) cases[i].expectFast = false;
 }
 
