@@ -79,10 +79,17 @@ class Session {
   /// (the leading dimension only when it is > 1).
   Shape anchorArrayShape(const TensorId& id) const;
   DataType anchorDataType(const TensorId& id) const;
+  /// True when anchor `id` is a tensor whose shape is known before running (PopART's fixed
+  /// anchors: anchorArrayShape gives its array). False for a sequence or optional, for a shape
+  /// that depends on the data (NonZero, Unique, ...) and for symbolic dimensions that no input
+  /// shape fixes yet: such anchors come back whole through IStepIO::outValue.
+  bool anchorIsFixed(const TensorId& id) const;
   /// Throws graft::Error when the anchor arrays initAnchorArrays would allocate need more memory
   /// than the process can get (system memory or the address-space limit), naming the largest.
+  /// Anchors that are not fixed (anchorIsFixed) allocate nothing.
   void checkAnchorArraysFit() const;
-  /// Allocates one array per anchor, shaped by anchorArrayShape (checkAnchorArraysFit first).
+  /// Allocates one array per fixed anchor (anchorIsFixed), shaped by anchorArrayShape
+  /// (checkAnchorArraysFit first); the other anchors have no entry.
   std::map<TensorId, NDArray> initAnchorArrays() const;
 
   const DataFlow& dataFlow() const;

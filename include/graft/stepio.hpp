@@ -7,13 +7,33 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace graft {
+
+/// One model run's value of an input or anchor, of any ONNX value type: a tensor, a sequence of
+/// tensors, or an absent optional (None).
+struct StepValue {
+  enum class Kind { Tensor, Sequence, None };
+  Kind kind = Kind::Tensor;
+  NDArray tensor;              ///< Kind::Tensor
+  std::vector<NDArray> items;  ///< Kind::Sequence
+};
 
 /// The interface a session pulls inputs from and pushes anchors to, one batch at a time.
 class IStepIO {
  public:
   virtual ~IStepIO() = default;
+  /// The next batch of input `id`, whose model type is a sequence or an optional (in() serves
+  /// tensor inputs). The default throws graft::Error naming the input.
+  virtual StepValue inValue(const TensorId& id, bool prefetch);
+  /// True when anchor `id` is returned through outValue (whole results whose shape the step
+  /// decides: data-dependent shapes, sequences, optionals) instead of out(). Anchors whose value
+  /// is not a tensor always go to outValue.
+  virtual bool takesValues(const TensorId& id) const { return false; }
+  /// Receives one returned result of anchor `id` (see takesValues). The default throws
+  /// graft::Error naming the anchor.
+  virtual void outValue(const TensorId& id, const StepValue& value);
   /// The next batch of input `id`. `expected` is the model's input type (dimensions may be
   /// symbolic). The returned array must stay valid until inComplete(id).
   virtual NDArray in(const TensorId& id, const TensorInfo& expected, bool prefetch) = 0;

@@ -97,9 +97,16 @@ class _SessionBase:
     def initAnchorArrays(self):
         """One zeroed numpy array per anchor, shaped as PopART shapes them: ``[batchesPerStep, ...]``
         for All, ``[batchesPerStep // N, ...]`` for EveryN(N), the tensor's shape for Final and Sum
-        (the leading dimension only when it is > 1)."""
+        (the leading dimension only when it is > 1). String anchors get object arrays.
+
+        Anchors whose shape is not known before the run (a shape that depends on the data, as
+        NonZero's and Unique's; symbolic dimensions no input shape fixes yet; sequences and
+        optionals) get ``None``: the run replaces it with the result (an array, a list of arrays
+        for a sequence, None for an absent optional; several results of one step stacked, or a
+        list when their shapes differ)."""
         self.checkAnchorArraysFit()  # graft.Error naming the anchor, before numpy tries to allocate
-        return {a: np.zeros(self.anchorArrayShape(a), dtype=self.anchorDtype(a)) for a in self.dataFlow.anchors()}
+        return {a: (np.zeros(self.anchorArrayShape(a), dtype=self.anchorDtype(a)) if self.anchorIsFixed(a) else None)
+                for a in self.dataFlow.anchors()}
 
     def getSummaryReport(self, resetProfile=True):
         """Per-op-type kernel times of the last run (needs SessionOptions.enableProfiling)."""

@@ -18,25 +18,153 @@ struct KeepAlive {
 };
 
 /// PopART's PyStepIO: numpy arrays used in place. The arrays are referenced here, so they stay
-/// alive as long as this object.
+/// alive as long as this object. Beyond PopART it carries every ONNX value type:
+/// - inputs: string (str/object) arrays are copied; a sequence input is a list of arrays (with
+///   several model runs per step, a list of such lists, one per run); an absent optional is None.
+/// - anchors: a numeric array is written in place (PopART's fixed anchors); None (what
+///   initAnchorArrays gives for anchors whose shape only the run decides, sequences and optionals)
+///   is replaced after the run by the result: an array, a list of arrays for a sequence, None for
+///   an absent optional; several results per step are stacked (equal shapes) or listed. A string
+///   anchor array is filled after the run.
 class PyStepIO : private KeepAlive, public StepIO {
  public:
   PyStepIO(const pyb::dict& inputs, const pyb::dict& outputs)
-      : KeepAlive(), StepIO(arrays(inputs, "input", false, keep_), arrays(outputs, "anchor", true, keep_)) {}
+      : KeepAlive(), StepIO(inputArrays(inputs, keep_), anchorArrays(outputs, keep_)), outputs_(outputs) {
+    for (auto [k, v] : inputs) {
+      std::string id = k.cast<std::string>();
+      if (pyb::isinstance<pyb::list>(v) || pyb::isinstance<pyb::tuple>(v) || v.is_none())
+        values_[id] = stepValues(v, fmt::format("PyStepIO: input '{}'", id));
+    }
+    for (auto [k, v] : outputs) {
+      std::string id = k.cast<std::string>();
+      if (v.is_none() || isStringArray(v)) collected_[id];
+    }
+  }
+
+  StepValue inValue(const TensorId& id, bool) override {
+    auto it = values_.find(id);
+    GRAFT_CHECK(it != values_.end(),
+                "PyStepIO: model input '{}' is a sequence or an optional: give a list of arrays "
+                "(or None for an absent optional)",
+                id);
+    int64_t i = valueIndex_[id]++;
+    const auto& runs = it->second;
+    if (runs.size() == 1) return runs[0];  // one value for every run of the step
+    GRAFT_CHECK(i < static_cast<int64_t>(runs.size()),
+                "PyStepIO: input '{}' holds values for {} model runs, but the "
+                "step makes more",
+                id, runs.size());
+    return runs[static_cast<size_t>(i)];
+  }
+  bool takesValues(const TensorId& id) const override { return collected_.count(id) != 0; }
+  void outValue(const TensorId& id, const StepValue& v) override {
+    auto it = collected_.find(id);
+    if (it == collected_.end()) StepIO::outValue(id, v);  // graft::Error naming the anchor
+    it->second.push_back(v);
+  }
+
+  /// Before a run (GIL held).
+  void beginRun() {
+    valueIndex_.clear();
+    for (auto& [id, r] : collected_) r.clear();
+  }
+  /// After a run (GIL held): the collected anchors into the dict the PyStepIO was made with.
+  void deliver() {
+    for (auto& [id, results] : collected_) {
+      if (results.empty()) continue;
+      pyb::object value = pythonValue(results);
+      pyb::str key(id);
+      pyb::object given = outputs_.contains(key) ? pyb::object(outputs_[key]) : pyb::object(pyb::none());
+      if (pyb::isinstance<pyb::array>(given) && pyb::isinstance<pyb::array>(value) &&
+          pyb::tuple(given.attr("shape")).equal(pyb::tuple(value.attr("shape")))) {
+        given[pyb::ellipsis()] = value;  // a string anchor array of PopART's layout: filled in place
+      } else {
+        outputs_[key] = value;
+      }
+      results.clear();
+    }
+  }
 
  private:
-  static std::map<TensorId, NDArray> arrays(const pyb::dict& d, const char* what, bool writable,
-                                            std::vector<pyb::object>& keep) {
+  static std::map<TensorId, NDArray> inputArrays(const pyb::dict& d, std::vector<pyb::object>& keep) {
     std::map<TensorId, NDArray> out;
     for (auto [k, v] : d) {
-      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyStepIO: {} names must be tensor ids (str), got {}", what,
+      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyStepIO: input names must be tensor ids (str), got {}",
                   pyb::repr(k).cast<std::string>());
       std::string id = k.cast<std::string>();
-      out[id] = viewOf(v, fmt::format("PyStepIO: {} '{}'", what, id), writable);
+      std::string what = fmt::format("PyStepIO: input '{}'", id);
+      if (pyb::isinstance<pyb::list>(v) || pyb::isinstance<pyb::tuple>(v) || v.is_none()) continue;  // inValue
+      out[id] = isStringArray(v) ? stringsOf(v, what) : viewOf(v, what, false);
       keep.push_back(pyb::reinterpret_borrow<pyb::object>(v));
     }
     return out;
   }
+  static std::map<TensorId, NDArray> anchorArrays(const pyb::dict& d, std::vector<pyb::object>& keep) {
+    std::map<TensorId, NDArray> out;
+    for (auto [k, v] : d) {
+      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyStepIO: anchor names must be tensor ids (str), got {}",
+                  pyb::repr(k).cast<std::string>());
+      std::string id = k.cast<std::string>();
+      if (v.is_none() || isStringArray(v)) continue;  // returned whole (outValue)
+      out[id] = viewOf(v, fmt::format("PyStepIO: anchor '{}'", id), true);
+      keep.push_back(pyb::reinterpret_borrow<pyb::object>(v));
+    }
+    return out;
+  }
+  static StepValue oneValue(pyb::handle v, const std::string& what) {
+    StepValue sv;
+    if (v.is_none()) {
+      sv.kind = StepValue::Kind::None;
+    } else if (pyb::isinstance<pyb::list>(v) || pyb::isinstance<pyb::tuple>(v)) {
+      sv.kind = StepValue::Kind::Sequence;
+      size_t i = 0;
+      for (pyb::handle e : v) sv.items.push_back(copyOf(e, fmt::format("{}, sequence element {}", what, i++)));
+    } else {
+      sv.tensor = copyOf(v, what);
+    }
+    return sv;
+  }
+  // A list of lists (or of None) holds one value per model run; anything else is one value.
+  static std::vector<StepValue> stepValues(pyb::handle v, const std::string& what) {
+    bool perRun = false;
+    if (pyb::isinstance<pyb::list>(v) && pyb::len(v) > 0) {
+      perRun = true;
+      for (pyb::handle e : v) perRun &= pyb::isinstance<pyb::list>(e) || pyb::isinstance<pyb::tuple>(e) || e.is_none();
+    }
+    std::vector<StepValue> out;
+    if (!perRun) {
+      out.push_back(oneValue(v, what));
+      return out;
+    }
+    size_t r = 0;
+    for (pyb::handle e : v) out.push_back(oneValue(e, fmt::format("{} (model run {})", what, r++)));
+    return out;
+  }
+  static pyb::object pythonOf(const StepValue& v) {
+    if (v.kind == StepValue::Kind::None) return pyb::none();
+    if (v.kind == StepValue::Kind::Tensor) return toNumpy(v.tensor);
+    pyb::list l;
+    for (const NDArray& a : v.items) l.append(toNumpy(a));
+    return l;
+  }
+  // One result: itself. Several: stacked along a new first dimension when they are tensors of one
+  // dtype and shape, a list otherwise.
+  static pyb::object pythonValue(const std::vector<StepValue>& results) {
+    if (results.size() == 1) return pythonOf(results[0]);
+    bool stack = true;
+    for (const auto& r : results)
+      stack &= r.kind == StepValue::Kind::Tensor && r.tensor.dtype() == results[0].tensor.dtype() &&
+               r.tensor.shape() == results[0].tensor.shape();
+    pyb::list l;
+    for (const auto& r : results) l.append(pythonOf(r));
+    if (!stack) return l;
+    return pyb::module_::import("numpy").attr("stack")(l);
+  }
+
+  pyb::dict outputs_;
+  std::map<TensorId, std::vector<StepValue>> values_;
+  std::map<TensorId, int64_t> valueIndex_;
+  std::map<TensorId, std::vector<StepValue>> collected_;
 };
 
 /// PopART's PyWeightsIO: numpy arrays by weight id, used in place by readWeights (which writes
@@ -126,8 +254,18 @@ void bindSession(pyb::module_& m) {
 
   pyb::class_<Session>(m, "_SessionCore")
       .def("prepareDevice", &Session::prepareDevice, pyb::call_guard<pyb::gil_scoped_release>())
-      .def("run", &Session::run, pyb::arg("stepio"), pyb::arg("debugName") = "",
-           pyb::call_guard<pyb::gil_scoped_release>())
+      .def(
+          "run",
+          [](Session& s, IStepIO& io, const std::string& debugName) {
+            auto* py = dynamic_cast<PyStepIO*>(&io);
+            if (py) py->beginRun();
+            {
+              pyb::gil_scoped_release release;
+              s.run(io, debugName);
+            }
+            if (py) py->deliver();
+          },
+          pyb::arg("stepio"), pyb::arg("debugName") = "")
       .def("weightsFromHost", &Session::weightsFromHost)
       .def("weightsToHost", &Session::weightsToHost)
       .def("inputIds", &Session::inputIds)
@@ -136,6 +274,7 @@ void bindSession(pyb::module_& m) {
       .def("inputArrayShape", &Session::inputArrayShape, pyb::arg("id"))
       .def("anchorArrayShape", &Session::anchorArrayShape, pyb::arg("id"))
       .def("checkAnchorArraysFit", &Session::checkAnchorArraysFit)
+      .def("anchorIsFixed", &Session::anchorIsFixed, pyb::arg("id"))
       .def(
           "anchorDtype", [](const Session& s, const TensorId& id) { return numpyDtype(s.anchorDataType(id)); },
           pyb::arg("id"))

@@ -312,8 +312,17 @@ std::vector<const ir::Node*> unsupportedNodes(const ir::Graph& g, const KernelPr
 
 std::string unsupportedOpsMessage(const std::vector<const ir::Node*>& nodes) {
   std::map<std::string, std::vector<std::string>> byOp;
+  std::map<std::string, std::string> versionOf;
   for (const ir::Node* n : nodes) {
     std::string op = n->domain().empty() ? n->type() : n->domain() + "::" + n->type();
+    // The domain's opset version as the model imports it (a subgraph's node: the root graph's).
+    const ir::Graph* root = &n->graph();
+    while (root->parent()) root = root->parent();
+    auto v = root->otherOpsets.find(n->domain());
+    if (!n->domain().empty())
+      versionOf[op] = v != root->otherOpsets.end()
+                          ? fmt::format(" of domain '{}', opset version {}", n->domain(), v->second)
+                          : fmt::format(" of domain '{}', of which the model imports no opset", n->domain());
     std::string name = !n->name().empty() ? n->name() : (n->output(0) ? "output " + n->output(0)->id() : "#" + std::to_string(n->id()));
     byOp[op].push_back("'" + name + "'");
   }
@@ -321,7 +330,8 @@ std::string unsupportedOpsMessage(const std::vector<const ir::Node*>& nodes) {
   for (auto& [op, names] : byOp) {
     std::string shown = names.size() > 3 ? fmt::format("{}, ...", fmt::join(names.begin(), names.begin() + 3, ", "))
                                          : fmt::format("{}", fmt::join(names, ", "));
-    parts.push_back(fmt::format("{} ({} node{}: {})", op, names.size(), names.size() == 1 ? "" : "s", shown));
+    parts.push_back(
+        fmt::format("{} ({} node{}: {}){}", op, names.size(), names.size() == 1 ? "" : "s", shown, versionOf[op]));
   }
   return fmt::format("{} op type{} of this model {} not supported by graft: {}", byOp.size(), byOp.size() == 1 ? "" : "s",
                      byOp.size() == 1 ? "is" : "are", fmt::join(parts, "; "));

@@ -119,6 +119,10 @@ std::optional<std::vector<Shape>> Session::Impl::staticInputShapes() const {
   std::vector<Shape> shapes;
   for (const auto& id : inputIds) {
     const TensorInfo& info = inputInfos.at(id);
+    if (!model.graph->tensor(id).type().isTensor()) {
+      shapes.push_back(Shape{-1});  // a sequence or optional: the plan does not depend on it (as in execute)
+      continue;
+    }
     if (!info.isStatic()) return std::nullopt;
     shapes.push_back(info.shape());
   }
@@ -242,12 +246,64 @@ void Session::Impl::beginStep(IStepIO& io) {
   }
 }
 
+namespace {
+// A StepIO's value of a sequence or optional input, checked against the model's type.
+ops::Value valueFromStep(StepValue sv, const ir::ValueType& vt, const TensorId& id) {
+  using K = StepValue::Kind;
+  bool optional = vt.kind == ir::ValueKind::Optional;
+  bool sequence = vt.kind == ir::ValueKind::Sequence || (optional && vt.optionalOf == ir::ValueKind::Sequence);
+  if (sv.kind == K::None) {
+    GRAFT_CHECK(optional, "input '{}' is {}, but the StepIO gave None (only optional inputs can be absent)", id,
+                vt.str());
+    return ops::Value::none();
+  }
+  GRAFT_CHECK(sequence == (sv.kind == K::Sequence), "input '{}' is {}, but the StepIO gave {}", id, vt.str(),
+              sv.kind == K::Sequence ? "a sequence (list)" : "a tensor");
+  auto check = [&](const NDArray& a, const std::string& what) {
+    GRAFT_CHECK(vt.info.dataType() == DataType::Undefined || a.dtype() == vt.info.dataType(),
+                "input '{}'{}: the model expects {} elements, got {}", id, what, dtypeName(vt.info.dataType()),
+                dtypeName(a.dtype()));
+    if (vt.info.hasShape()) {
+      bool ok = a.rank() == vt.info.rank();
+      for (int64_t d = 0; ok && d < a.rank(); ++d)
+        if (vt.info.dims()[d].known()) ok = vt.info.dims()[d].value == a.dim(d);
+      GRAFT_CHECK(ok, "input '{}'{} has shape {}, but the model expects {}", id, what, shapeToString(a.shape()),
+                  vt.info.str());
+    }
+  };
+  if (!sequence) {
+    check(sv.tensor, "");
+    return ops::Value::fromTensor(std::move(sv.tensor));
+  }
+  for (size_t i = 0; i < sv.items.size(); ++i) check(sv.items[i], fmt::format(" (sequence element {})", i));
+  return ops::Value::fromSequence(std::move(sv.items));
+}
+
+StepValue stepValueOf(const ops::Value& v) {
+  StepValue sv;
+  if (v.isSequence()) {
+    sv.kind = StepValue::Kind::Sequence;
+    for (const NDArray& a : *v.sequence) sv.items.push_back(a.clone());
+  } else if (v.isTensor()) {
+    sv.tensor = v.tensor.clone();
+  } else {
+    sv.kind = StepValue::Kind::None;
+  }
+  return sv;
+}
+}  // namespace
+
 std::vector<ops::Value> Session::Impl::readInputs(IStepIO& io) {
   Shape leading = leadingDims();
   std::vector<ops::Value> values;
   std::map<std::string, int64_t> symbols;
   for (const auto& id : inputIds) {
     const TensorInfo& info = inputInfos.at(id);
+    const ir::ValueType& vt = model.graph->tensor(id).type();
+    if (!vt.isTensor()) {
+      values.push_back(valueFromStep(io.inValue(id, false), vt, id));
+      continue;
+    }
     NDArray a = io.in(id, info, false);
     GRAFT_CHECK(a.valid(), "input '{}': the StepIO returned no array", id);
     GRAFT_CHECK(a.dtype() == info.dataType(), "input '{}' is {} ({}), but the model expects {}", id,
@@ -279,8 +335,12 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
   for (size_t i = 0; i < anchors.size(); ++i) {
     const TensorId& id = anchors[i];
     const ops::Value& v = outs[i];
-    GRAFT_CHECK(v.isTensor(), "anchor '{}' is not a tensor (a sequence or an absent optional); it cannot be returned", id);
-    if (options.detectNonFinite) {
+    bool whole = !v.isTensor() || io.takesValues(id);
+    GRAFT_CHECK(!whole || dataFlow.art(id).id() != AnchorReturnTypeId::Sum,
+                "anchor '{}' has AnchorReturnType Sum, but its value is {}, which cannot be summed over the runs "
+                "of a step",
+                id, v.isTensor() ? "returned whole (its shape is decided by the run)" : "not a tensor");
+    if (options.detectNonFinite && v.isTensor()) {
       std::string bad = firstNonFinite(v.tensor);
       GRAFT_CHECK(bad.empty(),
                   "step {} (model run {} of {}): anchor '{}' is not finite ({}); stopped (SessionOptions."
@@ -304,6 +364,11 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
       }
     }
     if (!deliver) continue;
+    if (whole) {
+      io.outValue(id, stepValueOf(v));
+      io.outComplete(id);
+      continue;
+    }
     NDArray dst = io.out(id, value->dtype(), value->shape());
     dst.copyFrom(*value);
     io.outComplete(id);
@@ -410,9 +475,13 @@ Shape Session::inputArrayShape(const TensorId& id) const {
 
 Shape Session::anchorArrayShape(const TensorId& id) const {
   const AnchorReturnType& art = impl_->dataFlow.art(id);
+  GRAFT_CHECK(anchorIsFixed(id),
+              "the shape of anchor '{}' is not known before running ({}); the run returns it whole "
+              "(initAnchorArrays leaves it to the run), or give InputShapeInfo",
+              id,
+              impl_->lastPlan || impl_->staticInputShapes() ? getInfo(id).str()
+                                                            : "the model's inputs have symbolic dimensions");
   TensorInfo info = getInfo(id);
-  GRAFT_CHECK(info.isStatic(), "the shape of anchor '{}' is not known before running ({}); use a StepIOCallback or give "
-              "InputShapeInfo", id, info.str());
   Shape s = info.shape();
   int bps = impl_->dataFlow.batchesPerStep();
   int accum = impl_->accumulationFactor();
@@ -431,11 +500,23 @@ Shape Session::anchorArrayShape(const TensorId& id) const {
 
 DataType Session::anchorDataType(const TensorId& id) const { return getInfo(id).dataType(); }
 
+bool Session::anchorIsFixed(const TensorId& id) const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->dataFlow.art(id);  // graft::Error for an id that is no anchor
+  const ir::Tensor* t = impl_->model.graph->findTensor(id);
+  if (t && !t->type().isTensor()) return false;
+  if (!impl_->lastPlan && !impl_->staticInputShapes()) return false;  // symbolic inputs: shapes come with the run
+  const ir::Tensor* c = impl_->anyPlan().graph->findTensor(id);
+  if (c) t = c;
+  return t && t->type().isTensor() && t->info().isStatic();
+}
+
 void Session::checkAnchorArraysFit() const {
   int64_t total = 0;
   std::string largest;
   int64_t largestBytes = -1;
   for (const auto& id : impl_->dataFlow.anchors()) {
+    if (!anchorIsFixed(id)) continue;
     DataType dt = anchorDataType(id);
     int64_t bytes = dt == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(dt));
     Shape s = anchorArrayShape(id);
@@ -450,7 +531,8 @@ void Session::checkAnchorArraysFit() const {
 std::map<TensorId, NDArray> Session::initAnchorArrays() const {
   checkAnchorArraysFit();
   std::map<TensorId, NDArray> out;
-  for (const auto& id : impl_->dataFlow.anchors()) out.emplace(id, NDArray(anchorDataType(id), anchorArrayShape(id)));
+  for (const auto& id : impl_->dataFlow.anchors())
+    if (anchorIsFixed(id)) out.emplace(id, NDArray(anchorDataType(id), anchorArrayShape(id)));
   return out;
 }
 

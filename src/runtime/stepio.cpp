@@ -18,6 +18,23 @@ void StepIO::beginStep(const Shape& leadingDims, const std::string& meaning) {
   expected_.clear();
 }
 
+StepValue IStepIO::inValue(const TensorId& id, bool) {
+  GRAFT_THROW(
+      "model input '{}' is a sequence or an optional, which this StepIO cannot supply (it passes tensors; "
+      "in Python give a list of arrays, or None)",
+      id);
+}
+
+void IStepIO::outValue(const TensorId& id, const StepValue& value) {
+  GRAFT_THROW(
+      "anchor '{}' returns {}, which this StepIO cannot take (it writes tensors into arrays it holds; in Python "
+      "leave the anchor to initAnchorArrays, which returns such values as lists or None)",
+      id,
+      value.kind == StepValue::Kind::Sequence ? "a sequence"
+      : value.kind == StepValue::Kind::None   ? "an absent optional (None)"
+                                              : "a tensor whose shape only the run decides");
+}
+
 void StepIO::expectResults(const TensorId& id, int64_t count) { expected_[id] = count; }
 
 namespace {
