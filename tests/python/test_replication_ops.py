@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import graft
-from test_replication import IN, OUT, lead, mlp, optimizer, read
+from test_replication import IN, OUT, lead, optimizer, read
 
 
 def deep_mlp(batch, layers=4, width=8, seed=0):
@@ -125,14 +125,14 @@ def test_replicas_draw_their_own_dropout_masks_reproducibly():
 
 def _inference(build, feeds, replicas=2):
     b = graft.Builder()
-    outs = build(b)
+    outs, inputs = build(b)
     o = graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=replicas)
     s = graft.InferenceSession(fnModel=b.getModelProto(),
                                dataFlow=graft.DataFlow(1, {t: graft.AnchorReturnType("All") for t in outs}),
                                deviceInfo=graft.DeviceManager().createCpuDevice(replicas, 1), userOptions=o)
     s.prepareDevice()
     anchors = s.initAnchorArrays()
-    s.run(graft.PyStepIO(feeds(b), anchors))
+    s.run(graft.PyStepIO(feeds(inputs), anchors))
     return [anchors[t] for t in outs]
 
 
@@ -141,7 +141,6 @@ def test_collective_ops_across_two_replicas():
 
     def build(b):
         x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
-        b._x = x
         add = b.aiGraphcore.replicatedallreduce([x])
         mean = b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Mean)
         mx = b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Max, graft.CommGroup(graft.CommGroupType.All, 0))
@@ -149,9 +148,9 @@ def test_collective_ops_across_two_replicas():
                                                   graft.CommGroup(graft.CommGroupType.Ungrouped, 0))
         scatter = b.aiGraphcore.replicatedreducescatter([x])
         gather = b.aiGraphcore.replicatedallgather([x])
-        return [add, mean, mx, alone, scatter, gather]
+        return [add, mean, mx, alone, scatter, gather], x
 
-    add, mean, mx, alone, scatter, gather = _inference(build, lambda b: {b._x: xs})
+    add, mean, mx, alone, scatter, gather = _inference(build, lambda x: {x: xs})
     for r in range(2):
         np.testing.assert_array_equal(add[r], xs.sum(0))
         np.testing.assert_array_equal(mean[r], xs.mean(0))
