@@ -9,6 +9,11 @@ then the cost model of the all-reduce for 2 -> 64 hosts from the model's gradien
 measured step time. Not a test: run it on an otherwise idle machine.
 
     python bench/replication_bench.py [--steps 20] [--width 512] [--layers 4] [--json out.json]
+
+With --models mlp,resnet18,bert4 it measures the zoo's models instead (bench/zoo.py: PyTorch
+definitions exported to ONNX with their loss by bench/export.py, run in the benchmark venv
+.venv-bench that `make bench` makes), each at the global batch --zoo-batches gives (default mlp 64,
+resnet18 8, bert4 4), the same three configurations, SGD.
 """
 import argparse
 import json
@@ -79,6 +84,97 @@ def measure(global_batch, width, layers, steps, replicas, threads, distributed=F
     return float(np.median(times)), grad_bytes
 
 
+ZOO_BATCHES = {"mlp": 64, "resnet18": 8, "bert4": 4}
+
+
+def export_zoo(names, batches, zoo_dir):
+    """Training ONNX models of the zoo at each global batch and half of it (one replica's), with the
+    benchmark venv's PyTorch."""
+    py = os.path.join(_HERE, "..", ".venv-bench", "bin", "python")
+    todo = [(n, b) for n in names for b in (batches[n], batches[n] // 2)
+            if not os.path.exists(os.path.join(zoo_dir, f"{n}_b{b}_train.onnx"))]
+    if not todo:
+        return
+    code = ("import sys, json, os; sys.path.insert(0, %r); import export as E; meta = {}\n"
+            "for n, b in %r: E.export_one(n, b, %r, meta); print('exported', n, b, flush=True)") % (_HERE, todo, zoo_dir)
+    subprocess.run([py, "-c", code], check=True)
+
+
+def measure_zoo(name, global_batch, zoo_dir, steps, replicas, threads, distributed=False):
+    """Seconds per step (median of `steps` after 1 warm-up step) of a zoo model's training."""
+    local = popdist.getNumLocalReplicas() if distributed else replicas
+    total = popdist.getNumTotalReplicas() if distributed else replicas
+    micro = global_batch // total
+    stem = os.path.join(zoo_dir, f"{name}_b{micro}")
+    opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
+    if distributed:
+        popdist.configureSessionOptions(opts)
+    elif replicas > 1:
+        opts.enableReplicatedGraphs = True
+        opts.replicatedGraphCount = replicas
+    s = graft.TrainingSession(fnModel=stem + "_train.onnx", loss="loss",
+                              dataFlow=graft.DataFlow(1, {"loss": graft.AnchorReturnType("Final")}),
+                              optimizer=graft.SGD({"defaultLearningRate": (0.001, True)}),
+                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads), userOptions=opts)
+    s.prepareDevice()
+    s.weightsFromHost()
+    x, y = np.load(stem + "_x.npy"), np.load(stem + "_y.npy")
+    if y.dtype == np.int64 and s.inputInfo("y").dataType() != "INT64":
+        y = y.astype(np.int32)
+    if local > 1:
+        x, y = np.stack([x] * local), np.stack([y] * local)
+    anchors = s.initAnchorArrays()
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        s.run(graft.PyStepIO({"x": x, "y": y}, anchors))
+        if i >= 1:
+            times.append(time.perf_counter() - t0)
+    grad_bytes = sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in s.trainedWeightIds())
+    return float(np.median(times)), grad_bytes
+
+
+def zoo_main(a):
+    names = a.models.split(",")
+    batches = dict(ZOO_BATCHES)
+    for item in filter(None, a.zoo_batches.split(",")):
+        k, v = item.split("=")
+        batches[k] = int(v)
+    export_zoo(names, batches, a.zoo)
+    load = os.getloadavg()[0]
+    results = {}
+    for name in names:
+        rows = {}
+        rows["1 process, 2 threads"], grad_bytes = measure_zoo(name, batches[name], a.zoo, a.steps, 1, 2)
+        rows["2 in-process replicas x 1 thread"], _ = measure_zoo(name, batches[name], a.zoo, a.steps, 2, 1)
+        mpirun = shutil.which("mpirun")
+        if mpirun:
+            cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "GRAFT_NUM_INSTANCES=2",
+                   "-x", "GRAFT_NUM_REPLICAS=2"]
+            if os.geteuid() == 0:
+                cmd.append("--allow-run-as-root")
+            env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+            p = subprocess.run(cmd + [sys.executable, __file__, "--child", "--models", name, "--zoo", a.zoo,
+                                      "--steps", str(a.steps), "--batch", str(batches[name])],
+                               capture_output=True, text=True, env=env)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+            if p.returncode == 0 and line:
+                rows["mpirun -np 2 x 1 thread"] = json.loads(line[0])["seconds"]
+            else:
+                print("mpirun case failed:", p.stdout, p.stderr, file=sys.stderr)
+        results[name] = {"rows": rows, "grad_bytes": grad_bytes, "batch": batches[name]}
+        base = rows["1 process, 2 threads"]
+        print(f"\n{name}, global batch {batches[name]}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
+        print(f"{'configuration':<36}{'ms/step':>10}{'samples/s':>12}{'vs 2 threads':>14}")
+        for k, v in rows.items():
+            print(f"{k:<36}{v * 1e3:>10.1f}{batches[name] / v:>12.2f}{base / v:>14.2f}", flush=True)
+    load_after = os.getloadavg()[0]
+    print(f"\nload average (1 min): {load:.1f} before, {load_after:.1f} after")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"models": results, "load_before": load, "load_after": load_after}, f, indent=1)
+
+
 def ring_allreduce_seconds(nbytes, hosts, gbit=25.0, latency=20e-6):
     """Ring all-reduce: 2 (n - 1) steps, each moving nbytes / n over every link."""
     if hosts <= 1:
@@ -94,8 +190,19 @@ def main():
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--json")
+    ap.add_argument("--models", help="zoo models (mlp, resnet18, bert4) instead of the built-in MLP")
+    ap.add_argument("--zoo", default=os.path.join(_HERE, "..", "build", "replication_zoo"),
+                    help="folder of the exported zoo models")
+    ap.add_argument("--zoo-batches", default="", help="e.g. resnet18=8,bert4=4 (global batches)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child and a.models:
+        t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
+        if popdist.getInstanceIndex() == 0:
+            print(json.dumps({"seconds": t}), flush=True)
+        return
+    if a.models:
+        return zoo_main(a)
     if a.child:  # one rank of the mpirun case
         t, _ = measure(a.batch, a.width, a.layers, a.steps, 1, 1, distributed=True)
         if popdist.getInstanceIndex() == 0:

@@ -1,5 +1,6 @@
 #pragma once
 /// @file options.hpp  Session options (PopART's SessionOptions, plus graft's own).
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,6 +71,17 @@ struct SessionOptions {
   /// Distributed replication: seconds a process waits for its peers in a collective (all-reduce,
   /// broadcast, the option check) before it fails with graft::Error (a peer died or hangs).
   double collectiveTimeoutSeconds = 60;
+  /// Replication: gradients are all-reduced in buckets of about this many bytes, each bucket as
+  /// soon as its last gradient is complete (overlapping the rest of the backward pass); a bucket
+  /// closes once it holds at least this many bytes. 0: one all-reduce per gradient tensor.
+  /// graft's own (PopART has no such option; PyTorch's DDP calls it bucket_cap_mb).
+  int64_t gradientBucketBytes = 4 << 20;
+  /// Replicated training: shard the optimizer state and the weight update across the replicas
+  /// (PopART's replicated tensor sharding of the optimizer state, ZeRO's stage 1): each replica
+  /// holds and updates 1/globalReplicationFactor of every weight's optimizer state, then the
+  /// updated weight shards are all-gathered. The Python layer also sets it from PopART's
+  /// optimizerStateTensorLocationSettings.location.replicatedTensorSharding = On.
+  bool shardOptimizerState = false;
 };
 
 }  // namespace graft

@@ -116,6 +116,10 @@ class Session {
   /// sessions with virtual graphs, and for others when SessionOptions::timelinePath is set; ""
   /// before the first step.
   std::string timelineJson() const;
+  /// Replicated training: the bytes of optimizer state (velocities, moments, steps) each local
+  /// replica's optimizer step holds, for the last compiled plan (SessionOptions::
+  /// shardOptimizerState divides them by globalReplicationFactor); empty otherwise.
+  std::vector<int64_t> replicaOptimizerStateBytes() const;
   /// Copies weights (and, in training, optimizer state) into the arrays of `io`, which must have
   /// the tensors' types and shapes.
   void readWeights(WeightsIO& io) const;

@@ -380,7 +380,10 @@ def _graphcore_methods():
 
     from . import graphcore_ops  # noqa: imports this module
 
-    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss, **graphcore_ops.methods()}
+    from . import collective_ops  # noqa: imports this module
+
+    return {"nllloss": nllloss, "l1loss": l1loss, "identityloss": identityloss, **graphcore_ops.methods(),
+            **collective_ops.methods()}
 
 
 # ---- ai.graft: graft's own ops for Builder programs ----------------------------------------------

@@ -50,8 +50,29 @@ def _warn_ignored(name):
     if name in _warned:
         return
     _warned.add(name)
+    if name == "optimizerStateTensorLocationSettings":
+        warnings.warn("SessionOptions.optimizerStateTensorLocationSettings: graft honours only "
+                      "location.replicatedTensorSharding (as SessionOptions.shardOptimizerState); its other settings "
+                      "place tensors in IPU memory and are ignored", stacklevel=3)
+        return
     warnings.warn(f"SessionOptions.{name} is a PopART option that does not apply to graft's devices; it is "
                   "accepted and ignored", stacklevel=3)
+
+
+def popart_sharding(opts):
+    """True when PopART's optimizerStateTensorLocationSettings.location.replicatedTensorSharding is On
+    (SessionOptions.shardOptimizerState is then set at session creation)."""
+    settings = getattr(opts, "_ignored", {}).get("optimizerStateTensorLocationSettings")
+    if settings is None:
+        return False
+
+    def field(obj, name):
+        if isinstance(obj, _IgnoredSettings):
+            return obj._values.get(name)
+        return getattr(obj, name, None)
+
+    value = field(field(settings, "location"), "replicatedTensorSharding")
+    return getattr(value, "name", value) in ("On", 1, True)
 
 
 class _IgnoredSettings:
@@ -85,7 +106,7 @@ class SessionOptions(_graft._SessionOptionsCore):
     """Session options. graft's own fields: enableGradientAccumulation, accumulationFactor,
     accumulationAndReplicationReductionType, virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
     replicatedGraphCount, meanAccumulationAndReplicationReductionStrategy, enableDistributedReplicatedGraphs,
-    globalReplicationFactor, globalReplicaOffset, collectiveTimeoutSeconds, constantWeights, numThreads, enableProfiling, verifyPasses,
+    globalReplicationFactor, globalReplicaOffset, collectiveTimeoutSeconds, gradientBucketBytes, shardOptimizerState, constantWeights, numThreads, enableProfiling, verifyPasses,
     dumpGraphAfterPass, logDir, timelinePath, pipelineDepth. PopART's other option names are accepted with a warning and
     ignored; unknown names raise graft.Error."""
 

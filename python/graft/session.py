@@ -128,6 +128,10 @@ def _session_arguments(dataFlow, deviceInfo, inputShapeInfo, userOptions):
     if userOptions is None:
         userOptions = SessionOptions()
     _check_type(userOptions, _graft._SessionOptionsCore, "userOptions")
+    from .options import popart_sharding
+
+    if popart_sharding(userOptions):
+        userOptions.shardOptimizerState = True
     return inputShapeInfo, userOptions
 
 

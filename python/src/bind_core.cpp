@@ -278,6 +278,8 @@ void bindOptions(pyb::module_& m) {
       .def_readwrite("globalReplicationFactor", &SessionOptions::globalReplicationFactor)
       .def_readwrite("globalReplicaOffset", &SessionOptions::globalReplicaOffset)
       .def_readwrite("collectiveTimeoutSeconds", &SessionOptions::collectiveTimeoutSeconds)
+      .def_readwrite("gradientBucketBytes", &SessionOptions::gradientBucketBytes)
+      .def_readwrite("shardOptimizerState", &SessionOptions::shardOptimizerState)
       .def_readwrite("constantWeights", &SessionOptions::constantWeights)
       .def_property(
           "numThreads", [](const SessionOptions& o) { return o.numThreads; },

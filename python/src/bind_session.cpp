@@ -287,6 +287,7 @@ void bindSession(pyb::module_& m) {
       .def("_serializedIr", &Session::serializedIr)
       .def("stagesText", &Session::stagesText)
       .def("timelineJson", &Session::timelineJson)
+      .def("replicaOptimizerStateBytes", &Session::replicaOptimizerStateBytes)
       .def(
           "readWeights",
           [](const Session& s, PyWeightsIO& io) {

@@ -97,6 +97,9 @@ class RandomSource {
  public:
   explicit RandomSource(const ir::Node& n)
       : key_(std::hash<std::string>{}(n.type() + "/" + (n.numOutputs() && n.output(0) ? n.output(0)->id() : n.name()))) {
+    // Replication's global replica index (on each replica's copy of the node): replicas draw
+    // different values from the one global seed. A node with a seed attribute ignores it.
+    if (int64_t r = n.attrInt("replica", 0)) key_ = mixSeed(key_, static_cast<uint64_t>(r)) ^ (key_ << 1);
     if (const ir::AttrValue* a = n.attrs().find("seed")) {
       // A float for the generators, an int for Dropout. numpy takes int(seed); seeds outside
       // [0, 2^32) wrap instead of failing.

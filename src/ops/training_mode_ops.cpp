@@ -1,8 +1,9 @@
 // ai.graft ops that the training-mode pass (passes/training_mode.cpp) puts into training graphs:
 //
 // - Dropout(data, ratio?, training_mode?, seed) -> (output, mask): ONNX's Dropout whose mask is
-//   a pure function of a seed tensor (INT64 [2]: seed, step), the node's `stream` attribute and
-//   the element's position. The step advances once per training step, in the graph; since the
+//   a pure function of a seed tensor (INT64 [2]: seed, step), the node's `stream` attribute, its
+//   `replica` attribute (replication's global replica index, 0 when absent) and the element's
+//   position. The step advances once per training step, in the graph; since the
 //   seed tensor is a Variable saved with the weights, a run resumed from a checkpoint draws the
 //   masks the uninterrupted run would have drawn. (ONNX's own Dropout draws from a generator
 //   held by the kernel, which no checkpoint captures.)
@@ -40,6 +41,9 @@ KernelFn dropoutKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();
   auto stream = static_cast<uint64_t>(n.attrInt("stream", 0));
+  // Replication sets `replica` (the global replica index) on each replica's copy, so that every
+  // replica draws its own masks from the one session seed.
+  auto replica = static_cast<uint64_t>(n.attrInt("replica", 0));
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& seed = k.input(3);
@@ -58,6 +62,7 @@ KernelFn dropoutKernel(CompileContext& c) {
     GRAFT_CHECK(ratio > 0.0 && ratio < 1.0, "{}: ratio must be in [0, 1) in training mode, got {}", what, ratio);
     const auto* s = seed.data<int64_t>();
     uint64_t key = mix64(mix64(mix64(static_cast<uint64_t>(s[0]) + kGolden) ^ static_cast<uint64_t>(s[1])) ^ stream);
+    if (replica) key = mix64(key ^ mix64(replica * kGolden));
     for (int64_t i = 0; i < x.numel(); ++i) {
       // 53 random bits as a double in [0, 1).
       double u = static_cast<double>(mix64(key + static_cast<uint64_t>(i + 1) * kGolden) >> 11) * 0x1.0p-53;

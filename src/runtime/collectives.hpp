@@ -28,6 +28,10 @@ class Communicator {
   virtual void broadcast(NDArray a, int root, const std::string& what) = 0;
   /// Every process's `value`, by rank (blocking, with the timeout).
   virtual std::vector<uint64_t> allgather(uint64_t value, const std::string& what) = 0;
+  /// Every process's `bytes` bytes at `data` (the same count in every process), by rank, on a
+  /// communicator of their own (the collective ops'), so that they never interleave with the
+  /// operations above (blocking, with the timeout). Thread-safe, as are all the calls here.
+  virtual std::vector<uint8_t> allgatherBytes(const void* data, size_t bytes, const std::string& what) = 0;
   /// Seconds an operation may take before it fails.
   virtual void setTimeout(double seconds) = 0;
 };

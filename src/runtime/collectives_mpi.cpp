@@ -45,7 +45,7 @@ class MpiWorld : public Communicator {
     MPI_Initialized(&inited);
     if (!inited) {
       int provided = 0;
-      // Calls come from one thread at a time (a session's host thread).
+      // Calls come from one thread at a time: every call holds mu_.
       int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       GRAFT_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: {}", mpiError(rc));
       std::atexit(finalizeAtExit);
@@ -61,6 +61,7 @@ class MpiWorld : public Communicator {
   void setTimeout(double seconds) override { timeout_ = seconds; }
 
   void startAllreduceSum(NDArray a, const std::string& what) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     GRAFT_CHECK(a.dtype() == DataType::Float || a.dtype() == DataType::Double,
                 "all-reduce of '{}': only float and double tensors are reduced, got {}", what, dtypeName(a.dtype()));
@@ -73,6 +74,7 @@ class MpiWorld : public Communicator {
   }
 
   void waitAll() override {
+    std::unique_lock<std::recursive_mutex> lock(mu_);
     std::vector<MPI_Request> reqs;
     for (auto& p : pending_) reqs.push_back(p.req);
     std::string what = pending_.empty()
@@ -80,25 +82,54 @@ class MpiWorld : public Communicator {
                            : "all-reduce of '" + pending_.front().what + "'" +
                                  (pending_.size() > 1 ? fmt::format(" (and {} more)", pending_.size() - 1) : "");
     pending_.clear();
+    lock.unlock();
     poll(reqs, what);
   }
 
   void broadcast(NDArray a, int root, const std::string& what) override {
+    std::unique_lock<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     GRAFT_CHECK(a.nbytes() <= static_cast<size_t>(INT_MAX), "broadcast of '{}': {} bytes is more than MPI's int count",
                 what, a.nbytes());
     MPI_Request req;
     int rc = MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD, &req);
     failIf(rc, "broadcast of '" + what + "'");
+    lock.unlock();
     poll({req}, "broadcast of '" + what + "'");
   }
 
   std::vector<uint64_t> allgather(uint64_t value, const std::string& what) override {
+    std::unique_lock<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     std::vector<uint64_t> all(size_);
     MPI_Request req;
     int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
     failIf(rc, what);
+    lock.unlock();
+    poll({req}, what);
+    return all;
+  }
+
+  std::vector<uint8_t> allgatherBytes(const void* data, size_t bytes, const std::string& what) override {
+    std::unique_lock<std::recursive_mutex> lock(mu_);
+    checkUsable(what);
+    GRAFT_CHECK(bytes <= static_cast<size_t>(INT_MAX), "{}: {} bytes is more than MPI's int count", what, bytes);
+    if (opsComm_ == MPI_COMM_NULL) {
+      // Created on first use (every process reaches its first collective op in the same order).
+      MPI_Request req;
+      int rc = MPI_Comm_idup(MPI_COMM_WORLD, &opsComm_, &req);
+      failIf(rc, what);
+      lock.unlock();
+      poll({req}, what + " (creating the collective ops' communicator)");
+      lock.lock();
+      MPI_Comm_set_errhandler(opsComm_, MPI_ERRORS_RETURN);
+    }
+    std::vector<uint8_t> all(bytes * size_);
+    MPI_Request req;
+    int rc = MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE,
+                            opsComm_, &req);
+    failIf(rc, what);
+    lock.unlock();
     poll({req}, what);
     return all;
   }
@@ -128,8 +159,11 @@ class MpiWorld : public Communicator {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
     for (int spins = 0;; ++spins) {
       int done = 0;
-      int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
-      failIf(rc, what);
+      {
+        std::lock_guard<std::recursive_mutex> lock(mu_);
+        int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+        failIf(rc, what);
+      }
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
         gBroken = true;
@@ -147,6 +181,9 @@ class MpiWorld : public Communicator {
   int rank_ = 0, size_ = 1;
   double timeout_ = 60;
   std::vector<Pending> pending_;
+  /// Serialises the MPI calls of all threads (MPI_THREAD_SERIALIZED); never held while waiting.
+  std::recursive_mutex mu_;
+  MPI_Comm opsComm_ = MPI_COMM_NULL;
 };
 
 }  // namespace

@@ -56,9 +56,12 @@ std::string Timeline::chromeTraceJson() const {
   for (const Event& e : events_) end = std::max(end, e.start + e.duration);
   auto us = [](double s) { return s * 1e6; };
   std::map<int, std::vector<const Event*>> byThread;
-  for (const Event& e : events_) {
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const Event& e = events_[i];
     byThread[e.thread].push_back(&e);
-    std::string args = e.microBatch >= 0 ? fmt::format(R"(,"args":{{"microBatch":{}}})", e.microBatch) : "";
+    // seq: the order the events were recorded in (ties of ts stay ordered).
+    std::string args = e.microBatch >= 0 ? fmt::format(R"(,"args":{{"microBatch":{},"seq":{}}})", e.microBatch, i)
+                                         : fmt::format(R"(,"args":{{"seq":{}}})", i);
     items.push_back(fmt::format(R"({{"name":{},"cat":"busy","ph":"X","pid":1,"tid":{},"ts":{:.3f},"dur":{:.3f}{}}})",
                                 jsonString(e.name), e.thread, us(e.start), us(e.duration), args));
   }

@@ -15,6 +15,7 @@
 
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
+#include "ops/replica_context.hpp"
 #include "passes/training_mode.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
@@ -38,6 +39,15 @@ void addInto(NDArray& acc, const NDArray& v, const std::string& what) {
   });
 }
 
+// The ops whose kernels draw random numbers (ops/random.cpp, ops/training_mode_ops.cpp).
+bool isRandomOp(const ir::Node& n) {
+  if (n.domain() == ops::kGraftDomain) return n.type() == "Dropout";
+  if (!n.domain().empty() && n.domain() != "ai.onnx") return false;
+  static const std::set<std::string> kRandom{"RandomUniform",    "RandomNormal", "RandomUniformLike",
+                                             "RandomNormalLike", "Bernoulli",    "Multinomial"};
+  return kRandom.count(n.type()) > 0;
+}
+
 // FNV-1a: the same value in every process for the same text (std::hash promises no such thing).
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -52,11 +62,32 @@ uint64_t fnv1a(const std::string& s) {
 
 struct Session::Impl::Plan::Reduction {
   std::map<std::string, size_t> index;  ///< accumulator id -> position in accumulatorIds
+  /// Per accumulator: the Accumulate runs of the current weight update so far.
   std::unique_ptr<std::atomic<int>[]> added;
-  std::unique_ptr<std::atomic<bool>[]> started;
+  /// Accumulators reduced together (SessionOptions::gradientBucketBytes), in the order the
+  /// backward pass completes them.
+  struct Bucket {
+    std::vector<size_t> members;
+    int64_t bytes = 0;
+    /// Over MPI, a bucket of several tensors: their sums side by side, all-reduced at once.
+    NDArray packed;
+    std::string name;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucketOf;                  ///< per accumulator
+  std::unique_ptr<std::atomic<int>[]> pending;   ///< per bucket: members not complete yet
+  std::unique_ptr<std::atomic<bool>[]> started;  ///< per bucket
   /// Accumulate runs per accumulator in one weight update: micro-batches x local replicas.
   int target = 0;
   std::mutex commMutex;  ///< MPI calls come from several workers, one at a time
+  /// The step's timeline (events: each gradient complete, each bucket's all-reduce started).
+  pipeline::Timeline* timeline = nullptr;
+
+  void reset() {
+    for (size_t k = 0; k < bucketOf.size(); ++k) added[k] = 0;
+    for (size_t b = 0; b < buckets.size(); ++b)
+      pending[b] = static_cast<int>(buckets[b].members.size()), started[b] = false;
+  }
 };
 
 void Session::Impl::checkReplication() {
@@ -116,6 +147,23 @@ void Session::Impl::checkReplication() {
               o.globalReplicaOffset, o.globalReplicaOffset / r, comm->rank(), comm->rank() * r);
 }
 
+void Session::Impl::bindCollectives() {
+  bool any = false;
+  for (ir::Node* n : model.graph->nodes()) {
+    if (n->domain() != ops::kGraphcoreDomain || n->type().rfind("Replicated", 0) != 0) continue;
+    n->attrs().set("__replicationFactor", static_cast<int64_t>(globalReplicas()));
+    any = true;
+  }
+  if (!any) return;
+  if (comm && usesStages())
+    GRAFT_THROW(
+        "the model has collective ops (ai.graphcore Replicated*), which graft runs across processes only without "
+        "virtual graphs (SessionOptions.virtualGraphMode Off): the programs of a replica's pipeline would reach "
+        "them in different orders in different processes");
+  passes::PassContext ctx;
+  passes::runPipeline(*model.graph, {"infer-shapes"}, ctx);
+}
+
 Session::Impl::Plan::Replica::~Replica() {
   staged.reset();
   if (!devices || !exe) return;
@@ -137,6 +185,15 @@ void Session::Impl::compileReplicated(Plan& p) {
       if (!blocks.empty()) mine.assign(blocks.begin() + i * per, blocks.begin() + (i + 1) * per);
       replicaDevices.push_back(std::make_unique<pipeline::VirtualDevices>(device->type(), per, threads, mine));
     }
+    exchange = std::make_unique<ReplicaExchange>(
+        r, options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0, globalReplicas(), comm,
+        options.collectiveTimeoutSeconds);
+    // Every worker of replica i runs its collective ops as replica i.
+    for (int i = 0; i < r; ++i)
+      for (int d = 0; d < replicaDevices[i]->size(); ++d) {
+        ops::ReplicaContext* ctx = exchange->context(i);
+        replicaDevices[i]->runOn(d, [ctx] { ops::setCurrentReplica(ctx); });
+      }
   }
   // Copies first: compiling optimises a graph in place.
   for (int i = 0; i < r; ++i) {
@@ -160,6 +217,12 @@ void Session::Impl::compileReplicated(Plan& p) {
         }
       }
     }
+    // Each replica draws its own random numbers from the session's seed (as PopART derives each
+    // replica's seed from it): random ops without a seed attribute mix in the global index.
+    const int64_t global = (options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0) + i;
+    if (global != 0)
+      for (ir::Node* n : rep->graph->nodes())
+        if (isRandomOp(*n)) n->attrs().set("replica", global);
     for (const auto& id : p.accumulatorIds) {
       ir::Tensor* t = rep->graph->findTensor(id);
       GRAFT_ASSERT(t && t->data(), "replica {} has no accumulator '{}'", i, id);
@@ -171,8 +234,6 @@ void Session::Impl::compileReplicated(Plan& p) {
   const size_t count = p.accumulatorIds.size();
   for (size_t k = 0; k < count; ++k) red->index[p.accumulatorIds[k]] = k;
   red->added.reset(new std::atomic<int>[count]);
-  red->started.reset(new std::atomic<bool>[count]);
-  for (size_t k = 0; k < count; ++k) red->added[k] = 0, red->started[k] = false;
   p.reduction = red;
   passes::PassContext ctx;
   ctx.weightsAreConstant = weightsAreConstant();
@@ -190,51 +251,151 @@ void Session::Impl::compileReplicated(Plan& p) {
     }
     if (count == 0) continue;
     Plan* plan = &p;
-    auto hook = [this, plan](const ir::Node& n) { afterReplicaNode(*plan, n); };
+    int index = static_cast<int>(&rep - &p.replicas[0]);
+    auto hook = [this, plan, index](const ir::Node& n) { afterReplicaNode(*plan, n, index); };
     if (rep->exe) rep->exe->setAfterNode(hook);
     if (rep->staged)
       for (auto& e : rep->staged->exes) e->setAfterNode(hook);
   }
+  formBuckets(p);
+  if (shardsOptimizerState()) compileShards(p);
 }
 
-void Session::Impl::afterReplicaNode(Plan& p, const ir::Node& n) {
+void Session::Impl::formBuckets(Plan& p) {
+  Plan::Reduction& red = *p.reduction;
+  const size_t count = p.accumulatorIds.size();
+  // The order the backward pass completes the accumulators: the first replica's schedule (the
+  // order its compiled graph runs in; its programs in order with virtual graphs), where each
+  // one's Accumulate runs.
+  std::vector<const ir::Node*> order;
+  const Plan::Replica& first = *p.replicas[0];
+  if (first.exe)
+    for (const ir::Node* n : first.graph->schedule()) order.push_back(n);
+  if (first.staged)
+    for (auto& pg : first.staged->graphs)
+      for (const ir::Node* n : pg.graph->schedule()) order.push_back(n);
+  std::vector<size_t> ks;
+  std::vector<bool> seen(count, false);
+  for (const ir::Node* n : order) {
+    if (n->type() != "Accumulate" || n->numInputs() < 1 || !n->input(0)) continue;
+    auto it = red.index.find(n->input(0)->id());
+    if (it == red.index.end() || seen[it->second]) continue;
+    seen[it->second] = true;
+    ks.push_back(it->second);
+  }
+  for (size_t k = 0; k < count; ++k)
+    if (!seen[k]) ks.push_back(k);  // (none expected) reduced before the optimizer step
+  const int64_t cap = options.gradientBucketBytes;
+  red.bucketOf.assign(count, 0);
+  Plan::Reduction::Bucket open;
+  auto close = [&] {
+    if (open.members.empty()) return;
+    red.buckets.push_back(std::move(open));
+    open = {};
+  };
+  const auto& acc = first.accumulators;
+  for (size_t k : ks) {
+    if (!open.members.empty() && acc[k].dtype() != acc[open.members[0]].dtype()) close();
+    open.members.push_back(k);
+    open.bytes += static_cast<int64_t>(acc[k].nbytes());
+    if (open.bytes >= cap) close();
+  }
+  close();
+  for (size_t b = 0; b < red.buckets.size(); ++b) {
+    auto& bucket = red.buckets[b];
+    int64_t elems = 0;
+    std::vector<std::string> names;
+    for (size_t k : bucket.members) {
+      red.bucketOf[k] = b;
+      elems += acc[k].numel();
+      names.push_back(p.accumulatorIds[k]);
+    }
+    bucket.name = fmt::format("bucket {} ({})", b, fmt::join(names, ", "));
+    if (comm && bucket.members.size() > 1) bucket.packed = NDArray(acc[bucket.members[0]].dtype(), {elems});
+  }
+  red.pending.reset(new std::atomic<int>[red.buckets.size()]);
+  red.started.reset(new std::atomic<bool>[red.buckets.size()]);
+  red.reset();
+}
+
+void Session::Impl::afterReplicaNode(Plan& p, const ir::Node& n, int replica) {
   if (n.type() != "Accumulate" || n.numInputs() < 1 || !n.input(0)) return;
   Plan::Reduction& red = *p.reduction;
   auto it = red.index.find(n.input(0)->id());
   if (it == red.index.end()) return;
-  // The last replica to finish this gradient sums it, while the others go on with backward.
+  // The last replica to finish this gradient completes it; the last gradient of a bucket starts
+  // the bucket's reduction, while the replicas go on with the backward pass.
   if (red.added[it->second].fetch_add(1) + 1 != red.target) return;
-  reduceAccumulator(p, it->second);
+  if (red.timeline) {
+    double t = red.timeline->now();
+    red.timeline->add({1 + replica, "gradient complete: " + p.accumulatorIds[it->second], t, 0, -1});
+  }
+  size_t b = red.bucketOf[it->second];
+  if (red.pending[b].fetch_sub(1) - 1 == 0) startBucket(p, b, replica);
 }
 
-void Session::Impl::reduceAccumulator(Plan& p, size_t k) {
+void Session::Impl::startBucket(Plan& p, size_t b, int replica) {
   Plan::Reduction& red = *p.reduction;
-  if (red.started[k].exchange(true)) return;
-  const TensorId& id = p.accumulatorIds[k];
-  NDArray& sum = p.replicas[0]->accumulators[k];
-  for (size_t i = 1; i < p.replicas.size(); ++i) {
-    NDArray& a = p.replicas[i]->accumulators[k];
-    addInto(sum, a, "all-reduce of '" + id + "'");
-    if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+  if (red.started[b].exchange(true)) return;
+  double t0 = red.timeline ? red.timeline->now() : 0;
+  Plan::Reduction::Bucket& bucket = red.buckets[b];
+  for (size_t k : bucket.members) {
+    const TensorId& id = p.accumulatorIds[k];
+    NDArray& sum = p.replicas[0]->accumulators[k];
+    for (size_t i = 1; i < p.replicas.size(); ++i) {
+      NDArray& a = p.replicas[i]->accumulators[k];
+      addInto(sum, a, "all-reduce of '" + id + "'");
+      if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+    }
   }
   if (comm) {
+    NDArray target = p.replicas[0]->accumulators[bucket.members[0]];
+    if (bucket.members.size() > 1) {
+      auto* dst = static_cast<char*>(bucket.packed.rawData());
+      for (size_t k : bucket.members) {
+        const NDArray& a = p.replicas[0]->accumulators[k];
+        if (a.nbytes()) std::memcpy(dst, a.rawData(), a.nbytes());
+        dst += a.nbytes();
+      }
+      target = bucket.packed;
+    }
     std::lock_guard<std::mutex> lock(red.commMutex);
-    comm->startAllreduceSum(sum, id);
+    comm->startAllreduceSum(target, bucket.name);
   }
+  if (red.timeline)
+    red.timeline->add({1 + replica, "all-reduce started: " + bucket.name, t0, red.timeline->now() - t0, -1});
 }
 
 void Session::Impl::reduceGradients(Plan& p) {
   Plan::Reduction& red = *p.reduction;
-  // Accumulators whose last Accumulate did not report (none should) are reduced here.
-  for (size_t k = 0; k < p.accumulatorIds.size(); ++k) reduceAccumulator(p, k);
+  // Buckets whose last Accumulate did not report (none should) are reduced here.
+  for (size_t b = 0; b < red.buckets.size(); ++b) startBucket(p, b, -1);
   if (comm) {
     std::lock_guard<std::mutex> lock(red.commMutex);
     comm->waitAll();
+    for (auto& bucket : red.buckets) {
+      if (bucket.members.size() < 2) continue;
+      const auto* src = static_cast<const char*>(bucket.packed.rawData());
+      for (size_t k : bucket.members) {
+        NDArray& a = p.replicas[0]->accumulators[k];
+        if (a.nbytes()) std::memcpy(a.rawData(), src, a.nbytes());
+        src += a.nbytes();
+      }
+    }
   }
-  for (size_t k = 0; k < p.accumulatorIds.size(); ++k) red.added[k] = 0, red.started[k] = false;
+  red.reset();
+}
+
+void Session::Impl::writeReplicaCopies(const TensorId& id, const NDArray& value) {
+  for (auto& [shapes, plan] : plans)
+    for (size_t i = 1; i < plan->replicas.size(); ++i) {
+      ir::Tensor* t = plan->replicas[i]->graph->findTensor(id);
+      if (t && t->data() && t->data()->rawData() != value.rawData()) t->mutableData()->copyFrom(value);
+    }
 }
 
 void Session::Impl::broadcastWeights() {
+  materializeShardedState();  // rank 0's full state, scattered into the shards at the next step
   for (const TensorId& id : persistentIds()) {
     ir::Tensor* t = model.graph->findTensor(id);
     if (!t || !t->data() || t->data()->dtype() == DataType::String) continue;
@@ -264,9 +425,12 @@ void Session::Impl::checkPeersAgree() {
 void Session::Impl::runReplicated(IStepIO& io) {
   auto t0 = std::chrono::steady_clock::now();
   if (comm && !weightsBroadcast) broadcastWeights();  // identical weights even without weightsFromHost
+  releaseShardedState();  // weights IO or a checkpoint gathered the optimizer state since the last step
   beginStep(io);
-  lastTimeline.reset();
   const int r = localReplicas();
+  std::vector<std::string> names{"host"};
+  for (int i = 0; i < r; ++i) names.push_back(fmt::format("replica {}", i));
+  lastTimeline = std::make_unique<pipeline::Timeline>(std::move(names));
   const int runs = dataFlow.batchesPerStep() * accumulationFactor();
   const int group = isTraining() ? accumulationFactor() : runs;
   // Callback StepIOs may reuse an input's memory once told it is consumed.
@@ -298,6 +462,7 @@ void Session::Impl::runReplicated(IStepIO& io) {
     if (!p) {
       p = &planFor(shapes);
       lastPlan = p;
+      p->reduction->timeline = lastTimeline.get();
       GRAFT_ASSERT(static_cast<int>(p->replicas.size()) == r, "a replicated session compiled {} replicas, not {}",
                    p->replicas.size(), r);
     }
@@ -310,8 +475,8 @@ void Session::Impl::runReplicated(IStepIO& io) {
       for (auto& rep : p->replicas)
         for (NDArray& a : rep->accumulators)
           if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
-      for (size_t k = 0; k < p->accumulatorIds.size(); ++k)
-        p->reduction->added[k] = 0, p->reduction->started[k] = false;
+      p->reduction->reset();
+      exchange->reset();
     };
     p->reduction->target = n * r;
     if (p->replicas[0]->staged) {
@@ -325,6 +490,7 @@ void Session::Impl::runReplicated(IStepIO& io) {
           p->replicas[i]->staged->executor->run(n, host, nullptr);
         } catch (...) {
           errors[i] = std::current_exception();
+          exchange->abort();  // the others fail at their next collective op instead of waiting
         }
       };
       std::vector<std::thread> hosts;
@@ -339,7 +505,16 @@ void Session::Impl::runReplicated(IStepIO& io) {
     } else {
       for (int i = 0; i < r; ++i)
         p->replicas[i]->devices->start([&, i](int) {
-          for (int m = 0; m < n; ++m) out[m][i] = p->replicas[i]->exe->run(std::move(in[m][i]));
+          for (int m = 0; m < n; ++m) {
+            double t0 = lastTimeline->now();
+            try {
+              out[m][i] = p->replicas[i]->exe->run(std::move(in[m][i]));
+            } catch (...) {
+              exchange->abort();  // the others fail at their next collective op instead of waiting
+              throw;
+            }
+            lastTimeline->add({1 + i, "forward and backward", t0, lastTimeline->now() - t0, start + m});
+          }
         });
       std::exception_ptr first;
       for (int i = 0; i < r; ++i) {
@@ -356,12 +531,21 @@ void Session::Impl::runReplicated(IStepIO& io) {
     }
     for (int m = 0; m < n; ++m)
       for (int i = 0; i < r; ++i) deliverAnchors(io, out[m][i], start + m, sums[i]);
-    if (p->applyExe) {
+    if (p->applyExe || !p->shardExes.empty()) {
+      double t0 = lastTimeline->now();
       reduceGradients(*p);
-      p->applyExe->run({});
+      double t1 = lastTimeline->now();
+      lastTimeline->add({0, "all-reduce wait", t0, t1 - t0, -1});
+      if (p->applyExe)
+        p->applyExe->run({});
+      else
+        runShards(*p);
+      lastTimeline->add(
+          {0, p->applyExe ? "optimizer step" : "sharded optimizer step", t1, lastTimeline->now() - t1, -1});
     }
   }
   ++steps;
+  writeTimeline();
   lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -112,6 +112,7 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   auto unsupported = plan::unsupportedNodes(g, *backend);
   GRAFT_CHECK(unsupported.empty(), "{}", plan::unsupportedOpsMessage(unsupported));
   checkReplication();
+  bindCollectives();
   checkStages();
 }
 
@@ -584,6 +585,11 @@ std::string Session::stagesText() const {
   return p.staged->summary;
 }
 
+std::vector<int64_t> Session::replicaOptimizerStateBytes() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  return impl_->replicaOptimizerStateBytes();
+}
+
 std::string Session::timelineJson() const { return impl_->lastTimeline ? impl_->lastTimeline->chromeTraceJson() : ""; }
 
 MemoryPlanSummary Session::memoryPlan(bool perValue) const {
@@ -617,11 +623,13 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
 
 std::string Session::modelBytes() const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->materializeShardedState();
   return onnxio::saveModelBytes(*impl_->model.graph, impl_->model.info);
 }
 
 void Session::modelToHost(const std::string& path) {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->materializeShardedState();  // over MPI a collective: every process calls modelToHost
   // Distributed: the processes hold the same weights; one of them writes the checkpoint.
   if (impl_->comm && impl_->comm->rank() != 0) return;
   onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info);
@@ -667,6 +675,7 @@ void checkSameType(const NDArray& a, const NDArray& b, const TensorId& id) {
 
 void Session::readWeights(WeightsIO& io) const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->materializeShardedState();
   for (const auto& [id, arr] : io.arrays()) {
     const ir::Tensor& t = persistentTensor(*impl_, id);
     checkSameType(arr, *t.data(), id);
@@ -677,10 +686,12 @@ void Session::readWeights(WeightsIO& io) const {
 
 void Session::writeWeights(const WeightsIO& io) {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  impl_->materializeShardedState();
   for (const auto& [id, arr] : io.arrays()) {
     ir::Tensor& t = persistentTensor(*impl_, id);
     checkSameType(arr, *t.data(), id);
     t.mutableData()->copyFrom(arr);  // in place: compiled plans share the buffer
+    impl_->writeReplicaCopies(id, *t.data());
   }
   if (impl_->weightsAreConstant()) {
     // Weights may have been folded into constants: compile again on the next run.

@@ -2,6 +2,7 @@
 // Internals shared by the session kinds.
 #include <graft/session.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "plan/executable.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/pipeline.hpp"
+#include "runtime/replica_exchange.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft {
@@ -77,7 +79,33 @@ struct Session::Impl {
     /// update (runtime/replication.cpp; shared_ptr: the type is complete there only).
     struct Reduction;
     std::shared_ptr<Reduction> reduction;
+    /// Optimizer-state sharding: per local replica, the optimizer step of its shard (instead of
+    /// applyGraph), compiled on the replica's first virtual device.
+    std::vector<std::unique_ptr<ir::Graph>> shardGraphs;
+    std::vector<std::unique_ptr<plan::Executable>> shardExes;
   };
+  /// Optimizer-state sharding (runtime/sharding.cpp): each trained weight's per-element optimizer
+  /// state (SGD's velocity, Adam's moments) is split into globalReplicationFactor shards of
+  /// ceil(n / G) elements; global replica g holds elements [g s, min(n, (g + 1) s)) of each.
+  struct Sharding {
+    struct Weight {
+      TensorId id;
+      int64_t numel = 0, shard = 0;
+      std::vector<TensorId> state;     ///< per-element state: sharded
+      std::vector<TensorId> private_;  ///< scalar state written by the step (Adam's step): a copy each
+    };
+    std::vector<Weight> weights;
+    /// Per local replica: its shards and private copies, by state id.
+    std::vector<std::map<TensorId, NDArray>> state;
+    /// True while the model graph holds the full state (gathered for weights IO and checkpoints);
+    /// the next step scatters it back into the shards and frees it.
+    bool materialized = false;
+    int64_t begin(const Weight& w, int global) const { return std::min(w.numel, global * w.shard); }
+    int64_t length(const Weight& w, int global) const {
+      return std::min(w.numel, begin(w, global) + w.shard) - begin(w, global);
+    }
+  };
+  std::unique_ptr<Sharding> sharding;
   /// Worker threads of the virtual devices (created with the first staged plan; they outlive the
   /// plans, whose kernels they run).
   std::unique_ptr<pipeline::VirtualDevices> virtualDevices;
@@ -85,6 +113,8 @@ struct Session::Impl {
   std::vector<std::unique_ptr<pipeline::VirtualDevices>> replicaDevices;
   /// Distributed replication: the processes (MPI's world).
   std::shared_ptr<collectives::Communicator> comm;
+  /// Replication: the collective ops' rendezvous; each replica's workers carry its context.
+  std::unique_ptr<ReplicaExchange> exchange;
   /// Distributed replication: whether weights were broadcast from rank 0 yet.
   bool weightsBroadcast = false;
   std::map<std::vector<Shape>, std::unique_ptr<Plan>> plans;
@@ -152,17 +182,45 @@ struct Session::Impl {
   int virtualDevicesPerReplica() const { return device->numVirtualDevices() / localReplicas(); }
   /// Checks the replication options against the device and the cores; joins MPI's world.
   void checkReplication();
+  /// Replicated: gives the model's collective ops (ops/collectives.cpp) the global replica count
+  /// and infers their shapes again.
+  void bindCollectives();
   /// Compiles one copy of a plan's graph per local replica.
   void compileReplicated(Plan& p);
   void runReplicated(IStepIO& io);
   /// Sums the gradient accumulators of all replicas (here, then over MPI) into the first's: those
   /// whose reduction has not started yet, then waits for all.
   void reduceGradients(Plan& p);
-  /// Sums accumulator k of all replicas into the first's and starts its all-reduce over MPI.
-  void reduceAccumulator(Plan& p, size_t k);
-  /// Runs on a replica's worker after each node: once every replica's last Accumulate of a weight
-  /// update has run for an accumulator, its reduction starts (overlapping the rest of backward).
-  void afterReplicaNode(Plan& p, const ir::Node& n);
+  /// Groups the accumulators into buckets of SessionOptions::gradientBucketBytes, in the order
+  /// the backward pass completes them.
+  void formBuckets(Plan& p);
+  /// Sums bucket b's accumulators of all replicas into the first's and starts its all-reduce over
+  /// MPI (`replica`: whose worker runs it, -1: the host; for the timeline).
+  void startBucket(Plan& p, size_t b, int replica);
+  /// Runs on replica `replica`'s worker after each node: once every replica's last Accumulate of
+  /// a weight update has run for each accumulator of a bucket, the bucket's reduction starts
+  /// (overlapping the rest of the backward pass).
+  void afterReplicaNode(Plan& p, const ir::Node& n, int replica);
+  /// Replicated: writes `value` into the replicas' private copies of persistent tensor `id`
+  /// (state a step writes in place: running statistics, the dropout seed), where they have one.
+  void writeReplicaCopies(const TensorId& id, const NDArray& value);
+  // Optimizer-state sharding (runtime/sharding.cpp).
+  /// True when SessionOptions::shardOptimizerState applies (a replicated training session).
+  bool shardsOptimizerState() const { return options.shardOptimizerState && isTraining() && replicated(); }
+  /// Training: the trained weights and their optimizer state, split into shards (once).
+  virtual void setUpSharding() {}
+  /// Training: local replica i's optimizer step over its shards of p's accumulators.
+  virtual std::unique_ptr<ir::Graph> buildShardGraph(Plan& p, int i) { return nullptr; }
+  /// Builds and compiles p's shard programs.
+  void compileShards(Plan& p);
+  /// Each replica updates its shard, then the weights' shards are all-gathered (over MPI).
+  void runShards(Plan& p);
+  /// The full optimizer state into the model graph (all-gathered over MPI: every process calls it).
+  void materializeShardedState();
+  /// The model graph's state back into the shards; frees it there.
+  void releaseShardedState();
+  /// Bytes of optimizer state each local replica's optimizer step holds (the last plan's).
+  std::vector<int64_t> replicaOptimizerStateBytes() const;
   /// Distributed: weights and optimizer state from rank 0 to every process.
   void broadcastWeights();
   /// Distributed: throws unless every process has the same model and options.

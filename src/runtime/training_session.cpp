@@ -1,6 +1,8 @@
 // TrainingSession: the plan graph gets the backward pass (autodiff) and the optimizer step;
 // with gradient accumulation the step accumulates gradients and a second program applies the
 // optimizer every accumulationFactor micro-batches.
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "autodiff/autodiff.hpp"
@@ -145,11 +147,125 @@ struct TrainingImpl : Session::Impl {
     for (const auto& [w, gr] : pairs) {
       ir::Node* acc = g.addNode("Accumulate", ops::kGraftDomain, {&g.tensor(optim::stateId("Accum", w->id())), gr}, {},
                                 {}, "accumulate_" + w->id());
-      (void)acc;
+      scheduleEarly(g, acc, gr->producer());
       trained.push_back(w->id());
       p.accumulatorIds.push_back(optim::stateId("Accum", w->id()));
     }
-    p.applyGraph = buildApplyGraph(trained);
+    // Sharded: each replica's optimizer step is built once the replicas exist (buildShardGraph).
+    if (!shardsOptimizerState()) p.applyGraph = buildApplyGraph(trained);
+  }
+
+  // The schedule runs the ready node added first: an Accumulate, added after the whole backward
+  // pass, would run only once nothing else is ready, after all of it. It runs right after its
+  // gradient's producer instead, so that the gradient is complete as soon as it is computed and
+  // its all-reduce (replication) overlaps the rest of the backward pass: the node added next
+  // after the producer that the Accumulate does not depend on runs after it.
+  static void scheduleEarly(ir::Graph& g, ir::Node* acc, const ir::Node* producer) {
+    if (!producer) return;
+    std::set<const ir::Node*> ancestors;
+    std::vector<const ir::Node*> stack{acc};
+    while (!stack.empty()) {
+      const ir::Node* n = stack.back();
+      stack.pop_back();
+      if (!ancestors.insert(n).second) continue;
+      for (const ir::Tensor* t : n->inputs())
+        if (t && t->producer()) stack.push_back(t->producer());
+      for (const ir::Tensor* t : n->implicitInputs())
+        if (t && t->producer()) stack.push_back(t->producer());
+      for (const ir::Node* a : n->runsAfter()) stack.push_back(a);
+    }
+    bool past = false;
+    for (ir::Node* n : g.nodes()) {
+      if (n == producer) {
+        past = true;
+        continue;
+      }
+      if (!past || n == acc || ancestors.count(n) || n->type() == "Accumulate") continue;
+      // With virtual graphs: a node of the producer's own program (no edge between programs).
+      if (n->virtualGraph != producer->virtualGraph || n->pipelineStage != producer->pipelineStage) continue;
+      n->addRunsAfter(acc);
+      return;
+    }
+  }
+
+  // The gradient of an accumulator, divided for a Mean reduction (the accumulators hold sums).
+  ir::Tensor* reducedGradient(ir::Graph& g, ir::Tensor* acc, const std::string& w) {
+    if (options.accumulationAndReplicationReductionType != ReductionType::Mean) return acc;
+    NDArray s = NDArray::scalar<float>(
+        DataType::Float, static_cast<float>(1.0 / (static_cast<double>(accumulationFactor()) * globalReplicas())));
+    ir::Tensor* k = g.addInitializer(g.uniqueId("accumulationScale"), s, ir::TensorKind::Constant);
+    ir::Node* cast = g.addNode("CastLike", "", {k, acc}, {g.uniqueId("accumulationScale_" + w)});
+    ops::inferNode(*cast, false);
+    ir::Node* mul = g.addNode("Mul", "", {acc, cast->output(0)}, {g.uniqueId("meanGradient_" + w)});
+    ops::inferNode(*mul, false);
+    return mul->output(0);
+  }
+
+  void setUpSharding() override {
+    auto sh = std::make_unique<Sharding>();
+    const int global = globalReplicas();
+    const int offset = options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0;
+    sh->state.resize(static_cast<size_t>(localReplicas()));
+    for (const TensorId& w : weights) {
+      const ir::Tensor& wt = model.graph->tensor(w);
+      Sharding::Weight sw;
+      sw.id = w;
+      sw.numel = wt.data()->numel();
+      sw.shard = (sw.numel + global - 1) / global;
+      for (const char* kind : {"Accl", "Accl1", "Accl2", "Accl3", "Step"}) {
+        const ir::Tensor* t = model.graph->findTensor(optim::stateId(kind, w));
+        if (!t || !t->data() || t->kind() != ir::TensorKind::Variable) continue;
+        bool perElement =
+            t->data()->numel() == sw.numel && t->data()->shape() == wt.data()->shape() && std::string(kind) != "Step";
+        (perElement ? sw.state : sw.private_).push_back(t->id());
+        for (int i = 0; i < localReplicas(); ++i) {
+          NDArray own = perElement ? NDArray(t->data()->dtype(), {sh->length(sw, offset + i)}) : t->data()->clone();
+          sh->state[i].emplace(t->id(), std::move(own));
+        }
+      }
+      sh->weights.push_back(std::move(sw));
+    }
+    sh->materialized = true;  // the model graph holds the initial (or a checkpoint's) state
+    sharding = std::move(sh);
+  }
+
+  std::unique_ptr<ir::Graph> buildShardGraph(Plan& p, int i) override {
+    const int global = (options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0) + i;
+    auto g = std::make_unique<ir::Graph>(fmt::format("optimizer_step_replica_{}", global));
+    g->setOpsetVersion(model.graph->opsetVersion());
+    g->otherOpsets[ops::kGraftDomain] = 1;
+    std::set<std::string> owned;  // ids this graph gets as shards or private copies
+    std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
+    for (size_t k = 0; k < p.accumulatorIds.size(); ++k) {
+      const std::string w = p.accumulatorIds[k].substr(std::string("Accum___").size());
+      auto sw =
+          std::find_if(sharding->weights.begin(), sharding->weights.end(), [&](const auto& x) { return x.id == w; });
+      GRAFT_ASSERT(sw != sharding->weights.end(), "no shard layout for '{}'", w);
+      const int64_t b = sharding->begin(*sw, global), n = sharding->length(*sw, global);
+      if (n == 0) continue;  // a weight smaller than the replica count: this replica has no part of it
+      NDArray& full = *model.graph->tensor(w).mutableData();
+      NDArray& acc = p.replicas[0]->accumulators[k];  // the all-reduced sum
+      const size_t es = dtypeSize(full.dtype());
+      ir::Tensor* wt = g->addInitializer(
+          w, NDArray::wrap(static_cast<char*>(full.rawData()) + b * es, full.dtype(), {n}), ir::TensorKind::Variable);
+      ir::Tensor* at = g->addInitializer(p.accumulatorIds[k],
+                                         NDArray::wrap(static_cast<char*>(acc.rawData()) + b * es, acc.dtype(), {n}),
+                                         ir::TensorKind::Variable);
+      for (const auto* ids : {&sw->state, &sw->private_})
+        for (const TensorId& id : *ids) {
+          g->addInitializer(id, sharding->state[i].at(id), ir::TensorKind::Variable);
+          owned.insert(id);
+        }
+      owned.insert(w);
+      pairs.emplace_back(wt, reducedGradient(*g, at, w));
+    }
+    // Hyper-parameters and loss scaling: the model's, shared (updateOptimizerFromHost writes them).
+    for (const ir::Tensor* t : model.graph->initializers())
+      if (optim::isOptimizerTensor(t->id()) && !owned.count(t->id()) && t->id().rfind("Accum___", 0) != 0 &&
+          t->data() && t->data()->numel() <= 1 && !g->findTensor(t->id()))
+        g->addInitializer(t->id(), *t->data(), t->kind());
+    optim::addUpdates(*optimizer, *g, pairs);
+    return g;
   }
 
   // The optimizer step over the accumulated gradients, then the accumulators back to zero.
@@ -164,20 +280,8 @@ struct TrainingImpl : Session::Impl {
     }
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
     for (const auto& w : trained) {
-      ir::Tensor* acc = &g->tensor(optim::stateId("Accum", w));
-      ir::Tensor* grad = acc;
-      if (options.accumulationAndReplicationReductionType == ReductionType::Mean) {
-        // The mean over micro-batches and over replicas (the accumulators hold their sum).
-        NDArray s = NDArray::scalar<float>(
-            DataType::Float, static_cast<float>(1.0 / (static_cast<double>(accumulationFactor()) * globalReplicas())));
-        ir::Tensor* k = g->addInitializer(g->uniqueId("accumulationScale"), s, ir::TensorKind::Constant);
-        ir::Node* cast = g->addNode("CastLike", "", {k, acc}, {g->uniqueId("accumulationScale_" + w)});
-        ops::inferNode(*cast, false);
-        ir::Node* mul = g->addNode("Mul", "", {acc, cast->output(0)}, {g->uniqueId("meanGradient_" + w)});
-        ops::inferNode(*mul, false);
-        grad = mul->output(0);
-      }
-      pairs.emplace_back(&g->tensor(w), grad);
+      // The mean over micro-batches and over replicas, for a Mean reduction.
+      pairs.emplace_back(&g->tensor(w), reducedGradient(*g, &g->tensor(optim::stateId("Accum", w)), w));
     }
     optim::addUpdates(*optimizer, *g, pairs);
     std::vector<ir::Node*> updates = g->nodes();
@@ -229,6 +333,21 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std:
       impl->gradientAnchors.push_back(t);
   }
   checkSpecifics(*impl->optimizer, impl->weights);
+  if (userOptions.shardOptimizerState) {
+    GRAFT_CHECK(impl->replicated(),
+                "SessionOptions.shardOptimizerState shards the optimizer state across replicas; it needs replication "
+                "(enableReplicatedGraphs with replicatedGraphCount > 1, or enableDistributedReplicatedGraphs)");
+    GRAFT_CHECK(impl->optimizer->clipNormSettings().empty(),
+                "SessionOptions.shardOptimizerState: {} clips gradients by their global norm, which no replica's "
+                "shard can compute alone; graft does not combine the two",
+                impl->optimizer->str());
+    if (impl->optimizer->type() == OptimizerType::Adam) {
+      AdamMode m = static_cast<const Adam&>(*impl->optimizer).mode();
+      GRAFT_CHECK(m != AdamMode::Lamb && m != AdamMode::LambNoBias,
+                  "SessionOptions.shardOptimizerState: Lamb scales each weight's update by the norms of the whole "
+                  "weight, which no replica's shard can compute alone; use Adam, or turn sharding off");
+    }
+  }
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights,
                      impl->accumulationFactor() > 1 || impl->replicated());
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));

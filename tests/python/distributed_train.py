@@ -2,11 +2,14 @@
 ``graft launch``): the MLP of test_replication.py, each instance training its replicas on its slice
 of a batch that every instance generates alike.
 
-    python distributed_train.py MODE OUT [STEPS]
+    python distributed_train.py MODE OUT [STEPS] [OPTIMIZER] [ACCUMULATION] [OPTIONS]
 
 MODE: train (write the final weights to OUT.npz on rank 0, and a checkpoint OUT.onnx),
 hang (rank 1 stops answering before step 2), kill (rank 1 is killed before step 2),
-mismatch (rank 1 builds another model), popdist (configured with graft.distributed only).
+mismatch (rank 1 builds another model), popdist (configured with graft.distributed only),
+collectives (the collective ops over every replica of every instance: OUT.rank<r>.npz holds
+their anchors and the weights after one step; see test_distributed.py). OPTIONS: comma-separated
+bucket=<gradientBucketBytes>, shard (shardOptimizerState).
 """
 import os
 import signal
@@ -36,9 +39,17 @@ def main():
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     opt = sys.argv[4] if len(sys.argv) > 4 else "adam"
     accum = int(sys.argv[5]) if len(sys.argv) > 5 else 2
+    extra = [o for o in (sys.argv[6] if len(sys.argv) > 6 else "").split(",") if o]
     rank = popdist.getInstanceIndex()
     opts = graft.SessionOptions()
     popdist.configureSessionOptions(opts)
+    for o in extra:
+        if o.startswith("bucket="):
+            opts.gradientBucketBytes = int(o.split("=")[1])
+        elif o == "shard":
+            opts.shardOptimizerState = True
+    if mode == "collectives":
+        return collectives(out, opts, rank)
     if mode in ("hang", "kill"):
         opts.collectiveTimeoutSeconds = 3.0
     opts.enableGradientAccumulation = True
@@ -77,6 +88,66 @@ def main():
     session.weightsToHost()
     session.readWeights(graft.PyWeightsIO(w))
     np.savez(f"{out}.rank{rank}.npz", **w)
+    print(f"rank {rank}: done", flush=True)
+
+
+COLLECTIVE_LR = 0.1
+
+
+def collective_data(total, B=2, N=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((IN, N)).astype(np.float32), rng.standard_normal((IN, N)).astype(np.float32),
+            rng.standard_normal((total, B, IN)).astype(np.float32), rng.standard_normal((total, B, N)).astype(np.float32),
+            rng.standard_normal((total, total * B * N)).astype(np.float32))
+
+
+def collectives(out, opts, rank):
+    """Forward: each collective over the 4 replicas of 2 instances, in groups; training: one SGD
+    step through an all-reduce and an all-gather."""
+    local, offset, total = popdist.getNumLocalReplicas(), popdist.getReplicaIndexOffset(), popdist.getNumTotalReplicas()
+    mine = slice(offset, offset + local)
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
+    G, T = graft.CommGroup, graft.CommGroupType
+    outs = {
+        "all": b.aiGraphcore.replicatedallreduce([x]),
+        "consecutive": b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Add, G(T.Consecutive, 2)),
+        "orthogonal": b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Add, G(T.Orthogonal, 2)),
+        "scatter": b.aiGraphcore.replicatedreducescatter([x]),
+        "gather": b.aiGraphcore.replicatedallgather([x], G(T.Orthogonal, 2)),
+    }
+    s = graft.InferenceSession(fnModel=b.getModelProto(),
+                               dataFlow=graft.DataFlow(1, {t: graft.AnchorReturnType("All") for t in outs.values()}),
+                               deviceInfo=popdist.getDevice(), userOptions=opts)
+    s.prepareDevice()
+    xs = np.array([[g + 1, 10 * (g + 1), 100 * (g + 1)] for g in range(total)], np.float32)
+    anchors = s.initAnchorArrays()
+    s.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine])}, anchors))
+    result = {k: anchors[t].copy() for k, t in outs.items()}
+    # Training through the collectives (as test_replication_ops.py does in one process).
+    w0, v0, xs, cs, ds = collective_data(total)
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", list(xs.shape[1:])), "x")
+    c = b.addInputTensor(graft.TensorInfo("FLOAT", list(cs.shape[1:])), "c")
+    d = b.addInputTensor(graft.TensorInfo("FLOAT", list(ds.shape[1:])), "d")
+    w = b.addInitializedInputTensor(w0, "w")
+    v = b.addInitializedInputTensor(v0, "v")
+    y = b.aiGraphcore.replicatedallreduce([b.aiOnnx.matmul([x, w])])
+    z = b.aiGraphcore.replicatedallgather([b.aiOnnx.matmul([x, v])])
+    l = b.aiOnnx.add([b.aiOnnx.reducesum([b.aiOnnx.mul([y, c])], keepdims=0),
+                      b.aiOnnx.reducesum([b.aiOnnx.mul([z, d])], keepdims=0)])
+    loss = b.aiGraphcore.identityloss([l], reduction=graft.ReductionType.Sum)
+    t = graft.TrainingSession(fnModel=b.getModelProto(), loss=loss,
+                              dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=graft.ConstSGD(COLLECTIVE_LR), deviceInfo=popdist.getDevice(), userOptions=opts)
+    t.prepareDevice()
+    t.weightsFromHost()
+    t.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine]), c: np.ascontiguousarray(cs[mine]),
+                          d: np.ascontiguousarray(ds[mine])}, t.initAnchorArrays()))
+    got = {k: np.zeros(t.getInfo(k).shape(), np.float32) for k in (w, v)}
+    t.weightsToHost()
+    t.readWeights(graft.PyWeightsIO(got))
+    np.savez(f"{out}.rank{rank}.npz", **result, **got)
     print(f"rank {rank}: done", flush=True)
 
 

@@ -30,12 +30,12 @@ def clean_env(**extra):
     return env
 
 
-def mpirun(np_, args, timeout):
+def mpirun(np_, args, timeout, replicas=None):
     assert MPIRUN, "these tests need OpenMPI's mpirun: scripts/setup.sh installs openmpi-bin"
     cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    env = clean_env(GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(np_),
+    env = clean_env(GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(replicas or np_),
                     OMPI_MCA_btl_vader_single_copy_mechanism="none")
     t0 = time.monotonic()
     p = subprocess.run(cmd + [sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=timeout, env=env)
@@ -79,6 +79,48 @@ def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, acc
         ck = f.read()
     for w in weights:
         np.testing.assert_array_equal(_initializer(ck, w), ranks[0][w], err_msg=w)
+
+
+@pytest.mark.parametrize("options", ["bucket=1073741824", "bucket=1,shard"])
+def test_two_processes_with_buckets_and_sharded_state_train_as_one_process(tmp_path, options):
+    # One bucket for all gradients (packed, one MPI_Iallreduce), or one per tensor with the
+    # optimizer state sharded over the 2 processes (each updates half, then the halves are
+    # all-gathered): the weights of one process with 2 unbucketed, unsharded replicas.
+    out = str(tmp_path / "run")
+    p, _ = mpirun(2, ["train", out, "3", "adam", "2", options], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    want, weights = in_process(3, "adam", 2)
+    ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+    for w in weights:
+        np.testing.assert_array_equal(ranks[0][w], ranks[1][w], err_msg=w)
+        np.testing.assert_allclose(ranks[0][w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
+
+
+def test_collective_ops_across_two_processes_of_two_replicas(tmp_path):
+    from distributed_train import COLLECTIVE_LR, collective_data
+
+    out = str(tmp_path / "run")
+    p, _ = mpirun(2, ["collectives", out], timeout=240, replicas=4)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+    got = {k: np.concatenate([ranks[0][k], ranks[1][k]]) for k in ("all", "consecutive", "orthogonal", "scatter",
+                                                                   "gather")}
+    xs = np.array([[g + 1, 10 * (g + 1), 100 * (g + 1)] for g in range(4)], np.float32)
+    for g in range(4):
+        np.testing.assert_array_equal(got["all"][g], xs.sum(0))
+        first = g // 2 * 2  # Consecutive 2: {0, 1}, {2, 3}; Orthogonal 2: {0, 2}, {1, 3}
+        np.testing.assert_array_equal(got["consecutive"][g], xs[first] + xs[first + 1])
+        np.testing.assert_array_equal(got["orthogonal"][g], xs[g % 2] + xs[g % 2 + 2])
+        np.testing.assert_array_equal(got["gather"][g], np.concatenate([xs[g % 2], xs[g % 2 + 2]]))
+    # Shards of ceil(3 / 4) = 1 of the sum over all 4; the last replica's is padding.
+    np.testing.assert_array_equal(got["scatter"].reshape(-1), list(xs.sum(0)) + [0])
+    w0, v0, xs, cs, ds = collective_data(4)
+    B, N = cs.shape[1:]
+    gw = sum(xs[s].T @ cs.sum(0) for s in range(4))
+    gv = sum(xs[s].T @ ds.sum(0).reshape(4, B, N)[s] for s in range(4))
+    for r in range(2):
+        np.testing.assert_allclose(ranks[r]["w"], w0 - COLLECTIVE_LR * gw, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ranks[r]["v"], v0 - COLLECTIVE_LR * gv, rtol=1e-5, atol=1e-5)
 
 
 def _initializer(model_bytes, name):

@@ -23,7 +23,8 @@ def test_graft_fields():
                      "virtualGraphMode", "enablePipelining",
                      "autoRecomputation", "enableReplicatedGraphs", "replicatedGraphCount", "constantWeights",
                      "meanAccumulationAndReplicationReductionStrategy", "enableDistributedReplicatedGraphs",
-                     "globalReplicationFactor", "globalReplicaOffset", "collectiveTimeoutSeconds",
+                     "globalReplicationFactor", "globalReplicaOffset", "collectiveTimeoutSeconds", "gradientBucketBytes",
+                     "shardOptimizerState",
                      "numThreads", "enableProfiling", "verifyPasses", "dumpGraphAfterPass", "logDir",
                      "timelinePath", "pipelineDepth", "detectNonFinite"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):
