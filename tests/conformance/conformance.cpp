@@ -27,6 +27,7 @@
 
 #include "onnx/proto_convert.hpp"
 #include "ops/dtype_dispatch.hpp"
+#include "ops/low_precision.hpp"
 #include "runtime/session_impl.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -96,6 +97,18 @@ std::string compareTensors(const NDArray& got, const NDArray& want, const std::s
   if (got.shape() != want.shape())
     return fmt::format("{}: shape {} != expected {}", what, shapeToString(got.shape()), shapeToString(want.shape()));
   std::string err;
+  if (isLowPrecision(got.dtype())) {
+    // One element per byte (float8, float4, int4, uint4): compare the values the codes stand for,
+    // exactly (NaN matches NaN).
+    const auto* a = static_cast<const uint8_t*>(got.rawData());
+    const auto* b = static_cast<const uint8_t*>(want.rawData());
+    for (int64_t i = 0; i < got.numel() && err.empty(); ++i) {
+      double x = ops::lowPrecisionToDouble(got.dtype(), a[i]), y = ops::lowPrecisionToDouble(got.dtype(), b[i]);
+      if (!(x == y || (std::isnan(x) && std::isnan(y))))
+        err = fmt::format("{}: element {} is {}, expected {}", what, i, x, y);
+    }
+    return err;
+  }
   ops::dispatch<ops::kAll>(got.dtype(), what, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* a = got.data<T>();
