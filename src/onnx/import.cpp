@@ -9,13 +9,14 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <queue>
 #include <functional>
 #include <map>
+#include <optional>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -165,6 +166,16 @@ void collectTypes(const ::onnx::GraphProto& g, std::unordered_map<std::string, :
   for (const auto& v : g.input()) (*types)[v.name()] = v.type();
   for (const auto& v : g.output()) (*types)[v.name()] = v.type();
   for (const auto& v : g.value_info()) (*types)[v.name()] = v.type();
+}
+
+// collectTypes over the graph and every subgraph (names are unique across scopes).
+void collectTypesDeep(const ::onnx::GraphProto& g, std::unordered_map<std::string, ::onnx::TypeProto>* types) {
+  collectTypes(g, types);
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collectTypesDeep(a.g(), types);
+      for (const auto& sg : a.graphs()) collectTypesDeep(sg, types);
+    }
 }
 
 // The 1.12 version converter drops sequence and optional types; put them back.
@@ -628,6 +639,8 @@ struct FunctionExpander {
   std::string source;
   int expanded = 0;
   int64_t nodesAdded = 0;
+  /// Every value's inferred type (all scopes), computed when a context-dependent body first needs it.
+  std::optional<std::unordered_map<std::string, ::onnx::TypeProto>> types = std::nullopt;
 
   const ::onnx::FunctionProto* localFunction(const ::onnx::NodeProto& n) const {
     for (const auto& f : model.functions())
@@ -652,8 +665,35 @@ struct FunctionExpander {
       *schema = s;
       return true;
     }
-    // Context-dependent function bodies are not expanded: ONNX 1.12's builders crash on some
-    // valid nodes (LayerNormalization), and graft implements those ops natively.
+    // A context-dependent body (CausalConvWithState, LinearAttention: opset 27) is built from the
+    // node's attributes and its inputs' types, as ONNX inferred them for the converted model. Ops
+    // graft implements natively never get here (options.expandFunction).
+    if (s->HasContextDependentFunction()) {
+      if (!types) {
+        types.emplace();
+        ::onnx::ModelProto inferred = model;
+        runShapeInference(&inferred);
+        collectTypesDeep(inferred.graph(), &*types);
+      }
+      std::vector<::onnx::TypeProto> inputTypes;
+      for (const auto& in : n.input()) {
+        auto it = in.empty() ? types->end() : types->find(in);
+        inputTypes.push_back(it == types->end() ? ::onnx::TypeProto{} : it->second);
+      }
+      ::onnx::FunctionBodyBuildContextImpl ctx(n, inputTypes);
+      ::onnx::FunctionProto fp;
+      bool built = false;
+      try {
+        built = s->BuildContextDependentFunction(ctx, fp, static_cast<int>(opset));
+      } catch (const std::exception& e) {
+        GRAFT_THROW("{}: {} node '{}': ONNX's function body for the op cannot be built: {}", source, n.op_type(),
+                    n.output_size() ? n.output(0) : n.name(), e.what());
+      }
+      if (!built) return false;
+      *body = std::move(fp);
+      *schema = s;
+      return true;
+    }
     return false;
   }
 

@@ -96,10 +96,10 @@ Window resolveWindow(const WindowAttrs& a, const Shape& in, const Shape& kernel)
                 "{}: the window (kernel {} with dilation {}, extent {}) is larger than the padded input ({} + {} + {}) "
                 "on spatial axis {}",
                 what, kernel[d], w.dilation[d], keff, in[d], w.padBegin[d], w.padEnd[d], d);
-    // As ONNX 1.12's shape inference (opset 17): with ceil_mode the last window may start in the
-    // end padding (later ONNX and PyTorch drop such a window; graft keeps its shapes equal to the
-    // inferred ones).
     w.out[d] = (a.ceilMode ? (span + s - 1) / s : span / s) + 1;
+    // As ONNX's shape inference (opset 19 and later) and PyTorch: with ceil_mode, a last window
+    // that would start in the end padding is dropped.
+    if (a.ceilMode && (w.out[d] - 1) * s >= in[d] + w.padBegin[d]) --w.out[d];
   }
   return w;
 }

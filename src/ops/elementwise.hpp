@@ -61,7 +61,9 @@ void broadcastBinary(const NDArray& a, const NDArray& b, NDArray& out, F f) {
   const T* bp = b.data<T>();
   R* op = out.data<R>();
   int64_t n = out.numel();
-  if (a.shape() == b.shape()) {
+  // Equal shapes are a flat loop only where they are the output's too (Sum broadcasts its first
+  // input to the output by pairing it with a scalar: both inputs [] and out larger).
+  if (a.shape() == b.shape() && a.numel() == n) {
     for (int64_t i = 0; i < n; ++i) op[i] = static_cast<R>(f(static_cast<C>(ap[i]), static_cast<C>(bp[i])));
     return;
   }

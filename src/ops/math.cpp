@@ -223,10 +223,22 @@ GRAFT_REGISTER_OPS(math) {
   }).elementwise();
   r.add("BitShift").setReference([](CompileContext& c) -> KernelFn {
     bool left = c.node().attrString("direction") == "LEFT";
-    return binaryKernel<kUnsignedInts>([left](auto a, auto b) {
+    // Opset 28: signed integers too. A shift count < 0 or >= the bit width gives 0 (left) or the
+    // sign fill (right); a signed right shift is arithmetic, a signed left shift wraps as the
+    // unsigned type of the same width would.
+    return binaryKernel<kInts>([left](auto a, auto b) {
       using C = decltype(a);
-      if (b >= static_cast<C>(sizeof(C) * 8)) return C(0);
-      return left ? static_cast<C>(a << b) : static_cast<C>(a >> b);
+      using U = std::make_unsigned_t<C>;
+      constexpr int kBits = static_cast<int>(sizeof(C) * 8);
+      bool outOfRange = static_cast<U>(b) >= static_cast<U>(kBits);  // a negative count wraps above too
+      if (outOfRange) {
+        if constexpr (std::is_signed_v<C>)
+          if (!left && a < C(0)) return static_cast<C>(-1);
+        return C(0);
+      }
+      int sh = static_cast<int>(b);
+      if (left) return static_cast<C>(static_cast<U>(static_cast<U>(a) << sh));
+      return static_cast<C>(a >> sh);
     })(c);
   }).elementwise();
 

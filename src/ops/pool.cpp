@@ -131,9 +131,17 @@ KernelFn maxPoolKernel(CompileContext& c) {
 
 // ---- AveragePool and LpPool ------------------------------------------------------------------
 
+/// With count_include_pad: the taps of a window starting at `start` (in unpadded coordinates) on
+/// spatial axis d that lie inside the padded input (a ceil_mode window may reach past the end
+/// padding), as ONNX's reference counts them.
+int64_t tapsInPadded(const Window& w, int64_t d, int64_t start) {
+  int64_t room = w.in[d] + w.padEnd[d] - start;  // > 0: a window starts inside the padded input
+  return std::min(w.kernel[d], room <= 0 ? 0 : (room + w.dilation[d] - 1) / w.dilation[d]);
+}
+
 KernelFn averagePoolKernel(CompileContext& c) {
   const auto& n = c.node();
-  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/false, /*hasCeilMode=*/true);
+  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/true);
   bool includePad = n.attrInt("count_include_pad", 0) != 0;
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
@@ -150,11 +158,8 @@ KernelFn averagePoolKernel(CompileContext& c) {
         int64_t op = 0;
         do {
           double cnt = 1;
-          for (int64_t d = 0; d < w.rank(); ++d) {
-            int64_t start = o.idx[d] * w.stride[d] - w.padBegin[d];
-            int64_t end = std::min(start + w.kernel[d], w.in[d] + w.padEnd[d]);
-            cnt *= static_cast<double>(end - start);
-          }
+          for (int64_t d = 0; d < w.rank(); ++d)
+            cnt *= static_cast<double>(tapsInPadded(w, d, o.idx[d] * w.stride[d] - w.padBegin[d]));
           padCount[op++] = cnt;
         } while (o.next());
       }
@@ -197,7 +202,7 @@ int64_t lpOrder(const ir::Node& n) {
 
 KernelFn lpPoolKernel(CompileContext& c) {
   const auto& n = c.node();
-  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/false, /*hasCeilMode=*/false);
+  WindowAttrs wa = parseWindowAttrs(n, /*hasDilations=*/true, /*hasCeilMode=*/true);
   int64_t p = lpOrder(n);
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
@@ -310,7 +315,7 @@ KernelFn maxPoolGradKernel(CompileContext& c) {
 }
 
 KernelFn averagePoolGradKernel(CompileContext& c) {
-  WindowAttrs wa = parseWindowAttrs(c.node(), /*hasDilations=*/false, /*hasCeilMode=*/true);
+  WindowAttrs wa = parseWindowAttrs(c.node(), /*hasDilations=*/true, /*hasCeilMode=*/true);
   bool includePad = c.node().attrInt("count_include_pad", 0) != 0;
   return [=](KernelContext& k) {
     const NDArray& dy = k.input(0);
@@ -332,8 +337,7 @@ KernelFn averagePoolGradKernel(CompileContext& c) {
           for (int64_t d = w.rank() - 1; d >= 0; --d) {
             int64_t o = rest % w.out[d];
             rest /= w.out[d];
-            int64_t b = o * w.stride[d] - w.padBegin[d];
-            cnt *= static_cast<double>(std::min(b + w.kernel[d], w.in[d] + w.padEnd[d]) - b);
+            cnt *= static_cast<double>(tapsInPadded(w, d, o * w.stride[d] - w.padBegin[d]));
           }
         }
         double v = toDouble(gp[p * outBlock + op]) / cnt;
@@ -693,7 +697,11 @@ void lpPoolVjp(GradBuilder& g, bool global) {
   if (global) {
     spread = g.op("Expand", {outer, gradutil::shapeOf(g, x)});
   } else {
-    ir::Attributes a = windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad"});
+    // The adjoint of the window sum is an included-padding AveragePoolGrad times the kernel size,
+    // which holds only while every window lies inside the padded input: not so with ceil_mode.
+    GRAFT_CHECK(g.node().attrInt("ceil_mode", 0) == 0, "{}: the gradient of LpPool with ceil_mode=1 is not implemented",
+                g.node().describe());
+    ir::Attributes a = windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad", "dilations"});
     spread = windowSumAdjoint(g, outer, x, a, shapeNumel(Shape(g.node().attrInts("kernel_shape"))));
   }
   g.setDx(0, g.mul(spread, lpInner(g, x, p)));
@@ -708,8 +716,8 @@ GRAFT_REGISTER_OPS(pool_vjp) {
     g.setDx(0, g.op("MaxPoolGrad", {g.dy(0), g.in(0)}, a, kGraftDomain));
   });
   r.add("AveragePool").setVjp([](GradBuilder& g) {
-    ir::Attributes a =
-        windowAttrsOf(g.node(), {"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"});
+    ir::Attributes a = windowAttrsOf(
+        g.node(), {"kernel_shape", "strides", "pads", "auto_pad", "dilations", "ceil_mode", "count_include_pad"});
     g.setDx(0, g.op("AveragePoolGrad", {g.dy(0), g.in(0)}, a, kGraftDomain));
   });
   r.add("GlobalMaxPool").setVjp([](GradBuilder& g) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "ops/cost.hpp"
+#include "ops/low_precision.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -52,89 +53,244 @@ using namespace quant;
 
 constexpr uint32_t kQuant8 = (1u << 2) | (1u << 3);  // uint8, int8
 
-// The channel of flat element i along `axis` of `shape`, or 0 for per-tensor parameters.
-struct ChannelIndex {
-  int64_t inner = 1, dim = 1;
-  bool perAxis = false;
-  int64_t operator()(int64_t i) const { return perAxis ? (i / inner) % dim : 0; }
+// Where each element of x finds its scale and zero point: per tensor, per axis (a 1-D parameter
+// of x.dim(axis) values) or blocked (opset 21: a parameter of x's rank whose `axis` extent is
+// ceil(x.dim(axis) / block_size), every other extent x's).
+struct ParamIndex {
+  enum class Mode { PerTensor, PerAxis, Blocked } mode = Mode::PerTensor;
+  int64_t inner = 1, dim = 1, block = 1, pdim = 1;
+  int64_t operator()(int64_t i) const {
+    switch (mode) {
+      case Mode::PerTensor:
+        return 0;
+      case Mode::PerAxis:
+        return (i / inner) % dim;
+      case Mode::Blocked: {
+        int64_t in = i % inner, a = (i / inner) % dim, o = i / (inner * dim);
+        return (o * pdim + a / block) * inner + in;
+      }
+    }
+    return 0;
+  }
 };
 
-// Validates the scale and zero point of a (de)quantization of `x` and says how elements map to
-// their parameters.
-ChannelIndex quantParams(const NDArray& x, const NDArray& scale, const NDArray* zp, int64_t axisAttr,
-                         const std::string& what) {
-  ChannelIndex ci;
-  if (!isPerTensor(scale)) {
-    GRAFT_CHECK(scale.rank() == 1, "{}: the scale must be a scalar or 1-D, got shape {}", what,
+ParamIndex quantParams(const NDArray& x, const NDArray& scale, const NDArray* zp, int64_t axisAttr, int64_t blockSize,
+                       const std::string& what) {
+  ParamIndex pi;
+  GRAFT_CHECK(blockSize >= 0, "{}: block_size must be >= 0, got {}", what, blockSize);
+  if (blockSize > 0 && !isPerTensor(scale)) {
+    GRAFT_CHECK(scale.rank() == x.rank(),
+                "{}: blocked quantization (block_size {}) needs a scale of x's rank {}, got shape {}", what, blockSize,
+                x.rank(), shapeToString(scale.shape()));
+    int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      int64_t want = d == axis ? (x.dim(d) + blockSize - 1) / blockSize : x.dim(d);
+      GRAFT_CHECK(
+          scale.dim(d) == want,
+          "{}: with block_size {} along axis {}, the scale of x {} must have shape dimension {} = {}, got shape {}",
+          what, blockSize, axis, shapeToString(x.shape()), d, want, shapeToString(scale.shape()));
+    }
+    pi.mode = ParamIndex::Mode::Blocked;
+    pi.dim = x.dim(axis);
+    pi.pdim = scale.dim(axis);
+    pi.block = blockSize;
+    pi.inner = shapeProduct(x.shape(), axis + 1, x.rank());
+  } else if (!isPerTensor(scale)) {
+    GRAFT_CHECK(scale.rank() == 1,
+                "{}: the scale must be a scalar or 1-D (or of x's rank, with block_size), got shape {}", what,
                 shapeToString(scale.shape()));
     int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
     GRAFT_CHECK(scale.dim(0) == x.dim(axis), "{}: the scale has {} values but axis {} of the input has {}", what,
                 scale.dim(0), axis, x.dim(axis));
-    ci.perAxis = true;
-    ci.dim = x.dim(axis);
-    ci.inner = shapeProduct(x.shape(), axis + 1, x.rank());
+    pi.mode = ParamIndex::Mode::PerAxis;
+    pi.dim = x.dim(axis);
+    pi.inner = shapeProduct(x.shape(), axis + 1, x.rank());
   }
   if (zp)
     GRAFT_CHECK(zp->shape() == scale.shape() || (isPerTensor(*zp) && isPerTensor(scale)),
                 "{}: the zero point's shape {} differs from the scale's {}", what, shapeToString(zp->shape()),
                 shapeToString(scale.shape()));
-  return ci;
+  return pi;
 }
 
+// The quantized element types: 8- and 16-bit integers, int32 (DequantizeLinear only), and the
+// low-precision types (int4/uint4, float8, float4).
+constexpr uint32_t kQuantInts = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6);
+
+bool isQuantizedType(DataType dt, bool allowInt32) {
+  if (dt == DataType::Int32) return allowInt32;
+  return ((kQuantInts >> static_cast<uint32_t>(dt)) & 1u) || isLowPrecision(dt);
+}
+
+bool isFloat8(DataType dt) {
+  return dt == DataType::Float8E4M3FN || dt == DataType::Float8E4M3FNUZ || dt == DataType::Float8E5M2 ||
+         dt == DataType::Float8E5M2FNUZ;
+}
+
+/// The elements of a quantized tensor (any type isQuantizedType accepts) as doubles.
+std::vector<double> quantizedValues(const NDArray& a, const std::string& what) {
+  std::vector<double> v(static_cast<size_t>(a.numel()));
+  if (isLowPrecision(a.dtype())) {
+    const auto* p = static_cast<const uint8_t*>(a.rawData());
+    for (int64_t i = 0; i < a.numel(); ++i) v[i] = lowPrecisionToDouble(a.dtype(), p[i]);
+    return v;
+  }
+  dispatch<kQuantInts>(a.dtype(), what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = a.data<T>();
+    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(p[i]);
+  });
+  return v;
+}
+
+/// Elements of a floating-point tensor as doubles.
+std::vector<double> floatValuesOf(const NDArray& a, const std::string& what) {
+  std::vector<double> v(static_cast<size_t>(a.numel()));
+  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = a.data<T>();
+    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
+  });
+  return v;
+}
+
+/// v rounded to the floating-point type dt (what arithmetic in dt gives, for one operation on
+/// values of dt: double has room for an exact intermediate of float, half and bfloat16 ops).
+double roundTo(DataType dt, double v) {
+  switch (dt) {
+    case DataType::Float:
+      return static_cast<double>(static_cast<float>(v));
+    case DataType::Float16:
+      return static_cast<double>(static_cast<float>(Half(static_cast<float>(v))));
+    case DataType::BFloat16:
+      return static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(v))));
+    default:
+      return v;
+  }
+}
+
+/// The type x / scale is computed in, as numpy promotes them (the ONNX reference): half by half
+/// stays half, bfloat16 by bfloat16 stays bfloat16, double wins, otherwise float.
+DataType divisionType(DataType x, DataType s) {
+  if (x == s) return x;
+  if (x == DataType::Double || s == DataType::Double) return DataType::Double;
+  return DataType::Float;
+}
+
+/// Integer ranges of the integer quantized types.
+std::pair<double, double> intRange(DataType dt) {
+  switch (dt) {
+    case DataType::UInt8:
+      return {0, 255};
+    case DataType::Int8:
+      return {-128, 127};
+    case DataType::UInt16:
+      return {0, 65535};
+    case DataType::Int16:
+      return {-32768, 32767};
+    case DataType::UInt4:
+      return {0, 15};
+    case DataType::Int4:
+      return {-8, 7};
+    default:
+      return {0, 0};
+  }
+}
+
+/// Writes v (already in the quantized type's value set) as element i of y.
+void storeQuantized(NDArray& y, int64_t i, double v) {
+  if (isLowPrecision(y.dtype())) {
+    static_cast<uint8_t*>(y.rawData())[i] = lowPrecisionFromDouble(y.dtype(), v, true);
+    return;
+  }
+  dispatch<kQuantInts>(y.dtype(), "quantized output", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    y.data<T>()[i] = static_cast<T>(v);
+  });
+}
+
+// QuantizeLinear (opset 25): y = saturate(round(x / scale) + zero_point) for the integer types
+// (int4 to int16), the float8 types (x / scale cast, saturating unless saturate=0) and float4
+// (x / scale + zero_point cast). The output type is the zero point's, else output_dtype, else
+// uint8; `precision` is the type the division happens in.
 KernelFn quantizeLinearKernel(CompileContext& c) {
-  std::string what = c.node().describe();
-  int64_t axis = c.node().attrInt("axis", 1);
-  return [what, axis](KernelContext& k) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axis = n.attrInt("axis", 1);
+  int64_t blockSize = n.attrInt("block_size", 0);
+  bool saturate = n.attrInt("saturate", 1) != 0;
+  auto outputDtype = static_cast<DataType>(n.attrInt("output_dtype", 0));
+  auto precision = static_cast<DataType>(n.attrInt("precision", 0));
+  GRAFT_CHECK(precision == DataType::Undefined || ((kFloats >> static_cast<uint32_t>(precision)) & 1u),
+              "{}: precision must be a floating-point type, got {}", what, dtypeName(precision));
+  return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& scale = k.input(1);
     const NDArray* zp = k.hasInput(2) ? &k.input(2) : nullptr;
-    ChannelIndex ci = quantParams(x, scale, zp, axis, what);
-    std::vector<float> s = readScales(scale, what);
-    std::vector<int64_t> z = zp ? readQuantized(*zp, what) : std::vector<int64_t>{0};
-    DataType yType = zp ? zp->dtype() : DataType::UInt8;
-    dispatch<kQuant8>(yType, what + " zero point", [&](auto qtag) {
-      using Q = typename decltype(qtag)::type;
-      dispatch<kFloats | (1u << 6)>(x.dtype(), what, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        // float32 data is divided in float32, like the specification's reference; int32 and
-        // double in double.
-        using C = std::conditional_t<std::is_same_v<ComputeType<T>, float>, float, double>;
-        NDArray& y = k.allocOutputUninit(0, yType, x.shape());
-        const T* xp = x.data<T>();
-        Q* yp = y.data<Q>();
-        for (int64_t i = 0; i < x.numel(); ++i) {
-          int64_t ch = ci(i);
-          C q = static_cast<C>(static_cast<ComputeType<T>>(xp[i])) / static_cast<C>(at(s, ch));
-          yp[i] = saturateRound<Q>(static_cast<double>(std::nearbyint(q)) + static_cast<double>(at(z, ch)));
-        }
-      });
-    });
+    DataType yType = outputDtype == DataType::Undefined ? DataType::UInt8 : outputDtype;
+    if (zp) {
+      GRAFT_CHECK(outputDtype == DataType::Undefined || outputDtype == zp->dtype(),
+                  "{}: output_dtype {} differs from the zero point's type {}", what, dtypeName(outputDtype),
+                  dtypeName(zp->dtype()));
+      yType = zp->dtype();
+    }
+    GRAFT_CHECK(isQuantizedType(yType, false) && yType != DataType::Int32, "{}: cannot quantize to {}", what,
+                dtypeName(yType));
+    ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
+    std::vector<double> xv = floatValuesOf(x, what + " x"), s = floatValuesOf(scale, what + " y_scale");
+    std::vector<double> z = zp ? quantizedValues(*zp, what + " y_zero_point") : std::vector<double>{0.0};
+    DataType div = precision != DataType::Undefined ? precision : divisionType(x.dtype(), scale.dtype());
+    NDArray& y = k.allocOutputUninit(0, yType, x.shape());
+    auto [lo, hi] = intRange(yType);
+    bool integer = hi > lo;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t p = pi(i);
+      double q = roundTo(div, roundTo(div, xv[i]) / roundTo(div, at(s, p)));
+      if (integer) {
+        double r = std::isnan(q) ? 0.0 : std::nearbyint(q) + at(z, p);
+        storeQuantized(y, i, std::min(std::max(r, lo), hi));
+      } else if (isFloat8(yType)) {
+        // The float8 zero point must be 0 (as the reference, which leaves it out).
+        static_cast<uint8_t*>(y.rawData())[i] = lowPrecisionFromDouble(yType, q, saturate);
+      } else {
+        static_cast<uint8_t*>(y.rawData())[i] = lowPrecisionFromDouble(yType, q + at(z, p), true);
+      }
+    }
   };
 }
 
+// DequantizeLinear (opset 25): y = (x - zero_point) * scale, as output_dtype or the scale's
+// type. Float8 zero points must be 0; a float4 zero point is not used (as ONNX's reference).
 KernelFn dequantizeLinearKernel(CompileContext& c) {
-  std::string what = c.node().describe();
-  int64_t axis = c.node().attrInt("axis", 1);
-  return [what, axis](KernelContext& k) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axis = n.attrInt("axis", 1);
+  int64_t blockSize = n.attrInt("block_size", 0);
+  auto outputDtype = static_cast<DataType>(n.attrInt("output_dtype", 0));
+  return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     const NDArray& scale = k.input(1);
     const NDArray* zp = k.hasInput(2) ? &k.input(2) : nullptr;
+    GRAFT_CHECK(isQuantizedType(x.dtype(), true), "{}: cannot dequantize {}", what, dtypeName(x.dtype()));
     if (zp)
       GRAFT_CHECK(zp->dtype() == x.dtype(), "{}: the zero point has type {} but x has {}", what, dtypeName(zp->dtype()),
                   dtypeName(x.dtype()));
-    ChannelIndex ci = quantParams(x, scale, zp, axis, what);
-    std::vector<int64_t> xv = readQuantized(x, what);
-    std::vector<float> s = readScales(scale, what);
-    std::vector<int64_t> z = zp ? readQuantized(*zp, what) : std::vector<int64_t>{0};
-    dispatch<kFloats>(scale.dtype(), what, [&](auto tag) {
+    ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
+    std::vector<double> xv = quantizedValues(x, what + " x"), s = floatValuesOf(scale, what + " x_scale");
+    std::vector<double> z = {0.0};
+    if (zp && x.dtype() != DataType::Float4E2M1) z = quantizedValues(*zp, what + " x_zero_point");
+    if (zp && isFloat8(x.dtype()))
+      for (double v : z) GRAFT_CHECK(v == 0, "{}: a float8 zero point must be 0, got {}", what, v);
+    DataType yType = outputDtype == DataType::Undefined ? scale.dtype() : outputDtype;
+    dispatch<kFloats>(yType, what + " output", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      NDArray& y = k.allocOutputUninit(0, scale.dtype(), x.shape());
-      T* yp = y.data<T>();
+      T* yp = k.allocOutputUninit(0, yType, x.shape()).data<T>();
       for (int64_t i = 0; i < x.numel(); ++i) {
-        int64_t ch = ci(i);
-        // (x - zp) fits 33 bits and the scale 24: the double product is exact, so rounding it
-        // once to float gives the float32 product.
-        double v = static_cast<double>(xv[i] - at(z, ch)) * static_cast<double>(at(s, ch));
+        int64_t p = pi(i);
+        // (x - zp) and the float32 scale: the double product is exact (integers up to 33 bits,
+        // scales of 24), so one rounding to float gives the float32 product.
+        double v = roundTo(DataType::Float, (xv[i] - at(z, p)) * at(s, p));
+        if (scale.dtype() == DataType::Double) v = (xv[i] - at(z, p)) * at(s, p);
         yp[i] = static_cast<T>(static_cast<ComputeType<T>>(v));
       }
     });

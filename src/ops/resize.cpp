@@ -1,5 +1,6 @@
-// Resize (opset 13: nearest, linear and cubic interpolation over every axis; scales or sizes;
-// every coordinate_transformation_mode) and GridSample (opset 16: 4-D, bilinear, nearest and
+// Resize (opset 19: nearest, linear and cubic interpolation; scales or sizes over every axis or
+// the listed axes; keep_aspect_ratio_policy; antialias; every coordinate_transformation_mode,
+// half_pixel_symmetric included) and GridSample (opset 16: 4-D, bilinear, nearest and
 // bicubic, zeros/border/reflection padding). Upsample from older models reaches Resize through
 // ONNX's version converter. Interpolation weights are computed and applied in double.
 #include <cmath>
@@ -14,7 +15,16 @@ namespace graft::ops {
 namespace {
 
 enum class Interp { Nearest, Linear, Cubic };
-enum class Coord { HalfPixel, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNN, TfCropAndResize };
+enum class Coord {
+  HalfPixel,
+  HalfPixelSymmetric,
+  PytorchHalfPixel,
+  AlignCorners,
+  Asymmetric,
+  TfHalfPixelForNN,
+  TfCropAndResize
+};
+enum class AspectPolicy { Stretch, NotLarger, NotSmaller };
 enum class NearestRound { PreferFloor, PreferCeil, Floor, Ceil };
 
 struct ResizeAttrs {
@@ -24,6 +34,11 @@ struct ResizeAttrs {
   double cubicA = -0.75;
   bool excludeOutside = false;
   double extrapolation = 0.0;
+  /// Linear and cubic: widen the kernel by 1/scale when downsampling (opset 18).
+  bool antialias = false;
+  AspectPolicy policy = AspectPolicy::Stretch;
+  /// The axes scales/sizes/roi refer to (opset 18), as given (possibly negative); empty: all.
+  std::vector<int64_t> axes;
   std::string what;
 };
 
@@ -34,6 +49,7 @@ ResizeAttrs parseResizeAttrs(const ir::Node& n) {
                                 {{"nearest", Interp::Nearest}, {"linear", Interp::Linear}, {"cubic", Interp::Cubic}});
   a.coord = attrChoice<Coord>(n, "coordinate_transformation_mode", "half_pixel",
                               {{"half_pixel", Coord::HalfPixel},
+                               {"half_pixel_symmetric", Coord::HalfPixelSymmetric},
                                {"pytorch_half_pixel", Coord::PytorchHalfPixel},
                                {"align_corners", Coord::AlignCorners},
                                {"asymmetric", Coord::Asymmetric},
@@ -47,7 +63,16 @@ ResizeAttrs parseResizeAttrs(const ir::Node& n) {
   a.cubicA = n.attrFloat("cubic_coeff_a", -0.75f);
   a.excludeOutside = n.attrInt("exclude_outside", 0) != 0;
   a.extrapolation = n.attrFloat("extrapolation_value", 0.0f);
+  a.antialias = n.attrInt("antialias", 0) != 0;
+  a.policy = attrChoice<AspectPolicy>(n, "keep_aspect_ratio_policy", "stretch",
+                                      {{"stretch", AspectPolicy::Stretch},
+                                       {"not_larger", AspectPolicy::NotLarger},
+                                       {"not_smaller", AspectPolicy::NotSmaller}});
+  a.axes = n.attrInts("axes", {});
   GRAFT_CHECK(std::isfinite(a.cubicA), "{}: cubic_coeff_a must be finite", a.what);
+  // As ONNX's reference: nearest has no antialiased form.
+  GRAFT_CHECK(!(a.antialias && a.interp == Interp::Nearest), "{}: antialias=1 needs mode linear or cubic, got nearest",
+              a.what);
   return a;
 }
 
@@ -74,12 +99,31 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
                                double roiStart, double roiEnd) {
   std::vector<AxisTaps> res(static_cast<size_t>(out));
   double L = static_cast<double>(in);
+  // Antialiased filters (downsampling, scale < 1) span 2 / scale (linear) or 4 / scale (cubic)
+  // input elements: wideN taps from wideStart relative to the step's left end.
+  double s = std::min(scale, 1.0);
+  bool wide = a.antialias && a.interp != Interp::Nearest;
+  int64_t wideStart = 0, wideN = 0;
+  if (wide) {
+    double support = a.interp == Interp::Linear ? 1.0 : 2.0;
+    GRAFT_CHECK(support / s < 1e6, "{}: antialias with scale {} needs too wide a filter", a.what, scale);
+    wideStart = static_cast<int64_t>(std::floor(-support / s)) + 1;
+    wideN = 2 - 2 * wideStart;
+  }
+  double reach = 2.0 + static_cast<double>(wideN);
   for (int64_t y = 0; y < out; ++y) {
     double yd = static_cast<double>(y), x = 0;
     switch (a.coord) {
       case Coord::HalfPixel:
         x = (yd + 0.5) / scale - 0.5;
         break;
+      case Coord::HalfPixelSymmetric: {
+        // The centre of the input maps to the centre of the output, also where the output
+        // length was rounded (out != outLen).
+        double offset = L / 2 * (1 - static_cast<double>(out) / outLen);
+        x = offset + (yd + 0.5) / scale - 0.5;
+        break;
+      }
       case Coord::PytorchHalfPixel:
         x = outLen > 1 ? (yd + 0.5) / scale - 0.5 : 0.0;
         break;
@@ -102,9 +146,9 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
       t.outside = true;
       continue;
     }
-    // Beyond [-2, in + 1] every tap clamps to an edge anyway; bounding x keeps the integer
-    // conversions below defined.
-    x = std::min(std::max(x, -2.0), L + 1);
+    // Beyond [-reach, in + reach] every tap clamps to an edge anyway; bounding x keeps the
+    // integer conversions below defined.
+    x = std::min(std::max(x, -reach), L + reach);
     auto clampIdx = [in](int64_t i) { return std::min(std::max<int64_t>(i, 0), in - 1); };
     if (a.interp == Interp::Nearest) {
       double r = 0;
@@ -127,7 +171,35 @@ std::vector<AxisTaps> axisTaps(const ResizeAttrs& a, int64_t in, int64_t out, do
     }
     double f = std::floor(x), frac = x - f;
     auto x0 = static_cast<int64_t>(f);
-    if (a.interp == Interp::Linear) {
+    if (wide) {
+      // ONNX's antialiased filters: the taps base + i, i in [start, start + n), weigh
+      // filter(s * (i - ratio)) with s = min(scale, 1), normalised to sum 1; ratio in (0, 1]
+      // (an integer x counts as the right end of the step from x - 1).
+      int64_t base = frac == 0 ? x0 - 1 : x0;
+      double ratio = x - static_cast<double>(base);
+      double sum = 0;
+      std::vector<std::pair<int64_t, double>> raw;
+      for (int64_t i = wideStart; i < wideStart + wideN; ++i) {
+        double d = std::abs(s * (static_cast<double>(i) - ratio)), w = 0;
+        if (a.interp == Interp::Linear)
+          w = std::max(0.0, 1 - d);
+        else if (d <= 1)
+          w = ((a.cubicA + 2) * d - (a.cubicA + 3)) * d * d + 1;
+        else if (d < 2)
+          w = ((a.cubicA * d - 5 * a.cubicA) * d + 8 * a.cubicA) * d - 4 * a.cubicA;
+        raw.emplace_back(base + i, w);
+        sum += w;
+      }
+      if (a.excludeOutside) {
+        double kept = 0;
+        for (auto& [idx, w] : raw) {
+          if (idx < 0 || idx >= in) w = 0;
+          kept += w;
+        }
+        sum = kept;
+      }
+      for (const auto& [idx, w] : raw) t.taps.emplace_back(clampIdx(idx), sum != 0 ? w / sum : w);
+    } else if (a.interp == Interp::Linear) {
       t.taps.emplace_back(clampIdx(x0), 1 - frac);
       t.taps.emplace_back(clampIdx(x0 + 1), frac);
     } else {
@@ -188,25 +260,58 @@ ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, cons
               hasSizes ? "both" : "neither");
   ResizeGeometry geo;
   Shape& out = geo.out;
-  out.assign(r, 0);
-  std::vector<double> scales(r);
+  out = xShape;
+  std::vector<double> scales(r, 1.0);
+  // The axes the scales/sizes/roi values refer to; the others keep their extent (scale 1).
+  std::vector<int64_t> axes;
+  if (a.axes.empty()) {
+    for (int64_t d = 0; d < r; ++d) axes.push_back(d);
+  } else {
+    std::vector<bool> seen(r, false);
+    for (int64_t v : a.axes) {
+      int64_t d = normalizeAxis(v, r, what);
+      GRAFT_CHECK(!seen[d], "{}: attribute 'axes' lists axis {} twice", what, d);
+      seen[d] = true;
+      axes.push_back(d);
+    }
+  }
+  auto na = static_cast<int64_t>(axes.size());
+  const char* valuesOf = a.axes.empty() ? "the rank of X" : "one per axis in 'axes'";
+  bool stretched = true;  // output length = scale * input length exactly (sizes without a policy)
   if (hasSizes) {
     GRAFT_CHECK(k.input(sizesIn).dtype() == DataType::Int64, "{}: sizes must be int64, got {}", what,
                 dtypeName(k.input(sizesIn).dtype()));
-    out = toInt64Vector(k.input(sizesIn));
-    GRAFT_CHECK(static_cast<int64_t>(out.size()) == r, "{}: sizes must have {} values (the rank of X), got {}", what, r,
-                out.size());
-    for (int64_t d = 0; d < r; ++d) {
-      GRAFT_CHECK(out[d] >= 0, "{}: sizes {} has a negative value", what, shapeToString(out));
-      GRAFT_CHECK(xShape[d] > 0 || out[d] == 0, "{}: cannot resize the empty axis {} of X {} to {}", what, d,
-                  shapeToString(xShape), out[d]);
-      scales[d] = xShape[d] > 0 ? static_cast<double>(out[d]) / static_cast<double>(xShape[d]) : 1.0;
+    std::vector<int64_t> sizes = toInt64Vector(k.input(sizesIn));
+    GRAFT_CHECK(static_cast<int64_t>(sizes.size()) == na, "{}: sizes must have {} values ({}), got {}", what, na,
+                valuesOf, sizes.size());
+    for (int64_t i = 0; i < na; ++i) {
+      int64_t d = axes[i];
+      GRAFT_CHECK(sizes[i] >= 0, "{}: sizes {} has a negative value", what, shapeToString(sizes));
+      GRAFT_CHECK(xShape[d] > 0 || sizes[i] == 0, "{}: cannot resize the empty axis {} of X {} to {}", what, d,
+                  shapeToString(xShape), sizes[i]);
+      out[d] = sizes[i];
+      scales[d] = xShape[d] > 0 ? static_cast<double>(sizes[i]) / static_cast<double>(xShape[d]) : 1.0;
+    }
+    if (a.policy != AspectPolicy::Stretch && na > 0) {
+      // One scale for every listed axis, the smallest (not_larger) or largest (not_smaller);
+      // lengths round half up, as ONNX's reference does.
+      double sc = scales[axes[0]];
+      for (int64_t d : axes)
+        sc = a.policy == AspectPolicy::NotLarger ? std::min(sc, scales[d]) : std::max(sc, scales[d]);
+      for (int64_t d : axes) {
+        scales[d] = sc;
+        double o = std::floor(sc * static_cast<double>(xShape[d]) + 0.5);
+        GRAFT_CHECK(o < 9e15, "{}: output extent {} on axis {} is too large", what, o, d);
+        out[d] = static_cast<int64_t>(o);
+      }
+      stretched = false;
     }
   } else {
-    scales = floatValues(k.input(scalesIn), what, "scales");
-    GRAFT_CHECK(static_cast<int64_t>(scales.size()) == r, "{}: scales must have {} values (the rank of X), got {}",
-                what, r, scales.size());
-    for (int64_t d = 0; d < r; ++d) {
+    std::vector<double> given = floatValues(k.input(scalesIn), what, "scales");
+    GRAFT_CHECK(static_cast<int64_t>(given.size()) == na, "{}: scales must have {} values ({}), got {}", what, na,
+                valuesOf, given.size());
+    for (int64_t i = 0; i < na; ++i) scales[axes[i]] = given[i];
+    for (int64_t d : axes) {
       GRAFT_CHECK(std::isfinite(scales[d]) && scales[d] > 0, "{}: scales must be positive and finite, got {}", what,
                   scales[d]);
       // ONNX's shape inference (1.23) and reference multiply in double: do the same so the shapes agree.
@@ -219,17 +324,25 @@ ResizeGeometry resizeGeometry(const ResizeAttrs& a, const KernelContext& k, cons
   std::vector<double> roi;
   if (a.coord == Coord::TfCropAndResize) {
     GRAFT_CHECK(k.hasInput(roiIn), "{}: tf_crop_and_resize needs the 'roi' input", what);
-    roi = floatValues(k.input(roiIn), what, "roi");
-    GRAFT_CHECK(static_cast<int64_t>(roi.size()) == 2 * r, "{}: roi must have {} values (starts then ends), got {}",
-                what, 2 * r, roi.size());
-    for (double v : roi) GRAFT_CHECK(std::isfinite(v), "{}: roi values must be finite", what);
+    std::vector<double> given = floatValues(k.input(roiIn), what, "roi");
+    GRAFT_CHECK(static_cast<int64_t>(given.size()) == 2 * na,
+                "{}: roi must have {} values (starts then ends{}), got {}", what, 2 * na,
+                a.axes.empty() ? "" : ", of the axes in 'axes'", given.size());
+    for (double v : given) GRAFT_CHECK(std::isfinite(v), "{}: roi values must be finite", what);
+    roi.assign(2 * r, 0.0);
+    std::fill(roi.begin() + r, roi.end(), 1.0);
+    for (int64_t i = 0; i < na; ++i) {
+      roi[axes[i]] = given[i];
+      roi[axes[i] + r] = given[i + na];
+    }
   }
   if (!buildTaps) return geo;
   geo.axes.resize(r);
   for (int64_t d = 0; d < r; ++d)
-    geo.axes[d] = axisTaps(a, xShape[d], out[d], scales[d],
-                           hasSizes ? static_cast<double>(out[d]) : scales[d] * static_cast<double>(xShape[d]),
-                           roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
+    geo.axes[d] =
+        axisTaps(a, xShape[d], out[d], scales[d],
+                 hasSizes && stretched ? static_cast<double>(out[d]) : scales[d] * static_cast<double>(xShape[d]),
+                 roi.empty() ? 0.0 : roi[d], roi.empty() ? 1.0 : roi[d + r]);
   return geo;
 }
 

@@ -83,9 +83,11 @@ KernelFn dftKernel(CompileContext& c) {
     const int64_t r = x.rank();
     GRAFT_CHECK(r >= 3 && (x.dim(-1) == 1 || x.dim(-1) == 2),
                 "{}: input must be [batch, signal dims..., 1 or 2], got shape {}", what, shapeToString(x.shape()));
-    int64_t axis = axisAttr < 0 ? axisAttr + r : axisAttr;
-    GRAFT_CHECK(axis >= 0 && axis <= r - 2, "{}: axis {} is outside [-{}, -2] and [0, {}] for an input of rank {}", what,
-                axisAttr, r, r - 2, r);
+    // Opset 20 made the axis an input (the version converter moves older models' attribute there).
+    int64_t axisGiven = k.hasInput(2) ? scalarInt(k.input(2), what, "axis") : axisAttr;
+    int64_t axis = axisGiven < 0 ? axisGiven + r : axisGiven;
+    GRAFT_CHECK(axis >= 0 && axis <= r - 2, "{}: axis {} is outside [-{}, -2] and [0, {}] for an input of rank {}",
+                what, axisGiven, r, r - 2, r - 2);
     const bool complexIn = x.dim(-1) == 2;
     const int64_t len = x.dim(axis);
     int64_t length = inverse && onesided ? 2 * (len - 1) : len;

@@ -68,6 +68,10 @@ KernelFn spaceToDepthKernel(CompileContext& c) {
   const auto& n = c.node();
   int64_t b = blocksizeOf(n);
   std::string what = n.describe();
+  // mode (opset 28): the channel order of the output, as DepthToSpace's input.
+  std::string mode = n.attrString("mode", "DCR");
+  GRAFT_CHECK(mode == "DCR" || mode == "CRD", "{}: mode must be DCR or CRD, got '{}'", what, mode);
+  bool crd = mode == "CRD";
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.rank() == 4, "{}: input must have rank 4 ([N, C, H, W]), got shape {}", what,
@@ -82,8 +86,8 @@ KernelFn spaceToDepthKernel(CompileContext& c) {
       NDArray& y = k.allocOutput(0, x.dtype(), ys);
       const T* xp = x.data<T>();
       T* yp = y.data<T>();
-      // SpaceToDepth is the inverse of DepthToSpace in DCR mode.
-      forEachBlockElement(N, C, H, W, b, false, [&](int64_t yi, int64_t xi) { yp[yi] = xp[xi]; });
+      // SpaceToDepth is the inverse of DepthToSpace in the same mode.
+      forEachBlockElement(N, C, H, W, b, crd, [&](int64_t yi, int64_t xi) { yp[yi] = xp[xi]; });
     });
   };
 }
@@ -91,20 +95,18 @@ KernelFn spaceToDepthKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(space) {
-  // Each is the other's inverse (DepthToSpace in its DCR mode): a permutation of elements, so its
-  // gradient is the inverse permutation of dy.
-  r.add("DepthToSpace").setReference(depthToSpaceKernel).setVjp([](GradBuilder& g) {
-    GRAFT_CHECK(g.node().attrString("mode", "DCR") == "DCR", "{}: the gradient of DepthToSpace is implemented for mode DCR only",
-                g.node().describe());
-    ir::Attributes a;
-    a.set("blocksize", g.node().attrInt("blocksize"));
-    g.setDx(0, g.op("SpaceToDepth", {g.dy()}, a));
-  });
-  r.add("SpaceToDepth").setReference(spaceToDepthKernel).setVjp([](GradBuilder& g) {
-    ir::Attributes a;
-    a.set("blocksize", g.node().attrInt("blocksize"));
-    g.setDx(0, g.op("DepthToSpace", {g.dy()}, a));
-  });
+  // Each is the other's inverse in the same mode: a permutation of elements, so its gradient is
+  // the inverse permutation of dy.
+  auto inverse = [](const char* other) {
+    return [other](GradBuilder& g) {
+      ir::Attributes a;
+      a.set("blocksize", g.node().attrInt("blocksize"));
+      a.set("mode", g.node().attrString("mode", "DCR"));
+      g.setDx(0, g.op(other, {g.dy()}, a));
+    };
+  };
+  r.add("DepthToSpace").setReference(depthToSpaceKernel).setVjp(inverse("SpaceToDepth"));
+  r.add("SpaceToDepth").setReference(spaceToDepthKernel).setVjp(inverse("DepthToSpace"));
 }
 
 }  // namespace graft::ops

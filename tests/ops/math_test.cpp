@@ -55,6 +55,26 @@ TEST(BitShift, LeftAndRight) {
                        arr<uint8_t>({2}, {0, 4})));
 }
 
+// Opset 28: signed integers; right shifts are arithmetic, counts outside [0, bits) give 0 or the
+// sign fill.
+TEST(BitShift, SignedIntegersAndCountsOutOfRange) {
+  auto left = attrs({{"direction", std::string("LEFT")}}), right = attrs({{"direction", std::string("RIGHT")}});
+  EXPECT_TRUE(allClose(run1("BitShift", {arr<int8_t>({4}, {1, -1, 64, 3}), arr<int8_t>({4}, {2, 1, 1, -1})}, left),
+                       arr<int8_t>({4}, {4, -2, -128, 0})));
+  EXPECT_TRUE(
+      allClose(run1("BitShift", {arr<int32_t>({4}, {-16, 16, -1, 5}), arr<int32_t>({4}, {2, 2, 40, -3})}, right),
+               arr<int32_t>({4}, {-4, 4, -1, 0})));
+  EXPECT_TRUE(allClose(run1("BitShift", {arr<uint16_t>({2}, {1, 2}), arr<uint16_t>({2}, {16, 1})}, left),
+                       arr<uint16_t>({2}, {0, 4})));
+}
+
+// The first input broadcast to the output through a scalar (Sum(1, x) in Gelu's function body).
+TEST(Sum, ScalarFirstBroadcasts) {
+  EXPECT_TRUE(
+      allClose(run1("Sum", {scalar<float>(1), arr<float>({2, 2}, {1, 2, 3, 4})}), arr<float>({2, 2}, {2, 3, 4, 5})));
+  EXPECT_TRUE(allClose(run1("Max", {arr<float>({1}, {2}), arr<float>({3}, {1, 2, 3})}), arr<float>({3}, {2, 2, 3})));
+}
+
 TEST(Equal, NumbersAndStrings) {
   EXPECT_TRUE(allClose(run1("Equal", {arr<int32_t>({3}, {1, 2, 3}), arr<int32_t>({3}, {1, 0, 3})}), arr<bool>({3}, {true, false, true})));
   EXPECT_TRUE(allClose(run1("Equal", {arr<std::string>({2}, {"a", "b"}), arr<std::string>({1}, {"b"})}), arr<bool>({2}, {false, true})));

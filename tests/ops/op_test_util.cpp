@@ -19,6 +19,7 @@ std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, bool constInputs) {
 std::unique_ptr<ir::Graph> singleNodeGraph(const OpCase& c, const std::vector<bool>& constInputs) {
   auto g = std::make_unique<ir::Graph>("test_" + c.type);
   if (!c.domain.empty()) g->otherOpsets[c.domain] = 1;
+  if (c.opset > 0) g->setOpsetVersion(c.opset);
   std::vector<ir::Tensor*> ins;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const NDArray& a = c.inputs[i];

@@ -25,6 +25,9 @@ struct OpCase {
   ir::Attributes attrs = {};
   int numOutputs = 1;
   std::string domain = {};  // empty: the default ONNX domain
+  /// The graph's ai.onnx opset (what ONNX's shape inference reads the node as); 0: ir::Graph's
+  /// default. Cases of opset 18-28 attributes set it (kCanonicalOpset).
+  int64_t opset = 0;
 };
 
 /// A graph holding the single node of `c`, with typed inputs (constant when `constInputs`).

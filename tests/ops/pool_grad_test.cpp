@@ -83,6 +83,28 @@ TEST(AveragePool, Gradient) {
   }
 }
 
+// Dilated AveragePool (opset 19) and LpPool (opset 18), read at the canonical opset.
+::testing::AssertionResult checkOpset28(const std::string& type, Shape xs, ir::Attributes a) {
+  OpCase c{type, {rnd(std::move(xs), 3)}, std::move(a)};
+  c.opset = 28;
+  return gradCheck(c, {0});
+}
+
+TEST(AveragePool, GradientDilated) {
+  for (int64_t include : {0, 1})
+    EXPECT_TRUE(checkOpset28("AveragePool", {1, 2, 7, 6},
+                             attrs({{"kernel_shape", Ints{2, 3}},
+                                    {"dilations", Ints{2, 2}},
+                                    {"pads", Ints{1, 1, 1, 0}},
+                                    {"count_include_pad", include}})))
+        << "count_include_pad " << include;
+}
+
+TEST(LpPool, GradientDilated) {
+  EXPECT_TRUE(checkOpset28("LpPool", {1, 2, 7, 6},
+                           attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 3}}, {"p", int64_t{2}}})));
+}
+
 TEST(AveragePool, GradientAutoPad1DAnd3D) {
   for (const char* mode : {"SAME_UPPER", "SAME_LOWER", "VALID"})
     for (int64_t include : {0, 1})

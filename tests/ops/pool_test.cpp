@@ -186,13 +186,27 @@ TEST(AveragePool, WindowsOverPaddingOnly) {
       allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {6})}, a), arr<float>({1, 1, 5}, {6, 6, NAN, NAN, NAN})));
   a.set("count_include_pad", int64_t{1});
   EXPECT_TRUE(allClose(run1("AveragePool", {arr<float>({1, 1, 1}, {6})}, a), arr<float>({1, 1, 5}, {2, 2, 0, 0, 0})));
-  // Stride beyond the kernel with ceil_mode: the last window lies past the end padding.
+  // Stride beyond the kernel with ceil_mode: a last window that would start past the input (in
+  // the end padding) is dropped, as ONNX (opset 19 and later) and PyTorch do.
   auto b = attrs(
       {{"kernel_shape", Ints{1}}, {"strides", Ints{3}}, {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}});
   EXPECT_TRUE(
-      allClose(run1("AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b), arr<float>({1, 1, 3}, {1, 4, NAN})));
-  EXPECT_EQ(inferTypes({"AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b}).at(0).info.shape(),
-            Shape({1, 1, 3}));
+      allClose(run1("AveragePool", {arr<float>({1, 1, 5}, {1, 2, 3, 4, 5})}, b), arr<float>({1, 1, 2}, {1, 4})));
+}
+
+// Opset 19: dilations. Taps x[o * s + k * d]; with count_include_pad, the taps inside the padded
+// input count (ONNX's reference).
+TEST(AveragePool, Dilations) {
+  auto x = arr<float>({1, 1, 6}, {1, 2, 3, 4, 5, 6});
+  auto a = attrs({{"kernel_shape", Ints{2}}, {"dilations", Ints{2}}});
+  EXPECT_TRUE(allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 4}, {2, 3, 4, 5})));
+  a.set("pads", Ints{1, 1});
+  EXPECT_TRUE(allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 6}, {2, 2, 3, 4, 5, 5})));
+  a.set("count_include_pad", int64_t{1});
+  EXPECT_TRUE(allClose(run1("AveragePool", {x}, a), arr<float>({1, 1, 6}, {1, 2, 3, 4, 5, 2.5f})));
+  auto y = run1("AveragePool", {randomArray(DataType::Float, {1, 1, 5, 5, 5}, 4)},
+                attrs({{"kernel_shape", Ints{2, 2, 2}}, {"dilations", Ints{2, 2, 2}}}));
+  EXPECT_EQ(y.shape(), Shape({1, 1, 3, 3, 3}));
 }
 
 // ---- LpPool -------------------------------------------------------------------------------------

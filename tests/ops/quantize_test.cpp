@@ -60,6 +60,47 @@ TEST(QuantizeLinear, RejectsMismatchedParameters) {
   EXPECT_THROW(ref1("QuantizeLinear", {x, scalar<float>(1), scalar<float>(0)}), Error);
 }
 
+// Opset 21: a scale of x's rank, one value per block of block_size along the axis (the last
+// block may be short).
+TEST(QuantizeLinear, BlockedAlongAnAxis) {
+  auto x = arr<float>({2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  auto s = arr<float>({2, 3}, {1, 2, 4, 1, 0.5f, 10}), z = arr<int8_t>({2, 3}, {0, 1, 2, 0, 0, -1});
+  auto a = attrs({{"axis", int64_t{1}}, {"block_size", int64_t{2}}});
+  // Row 0: [1 2]/1 + 0, [3 4]/2 + 1, [5]/4 + 2 (1.25 -> 1); row 1: [6 7]/1, [8 9]/0.5, [10]/10 - 1.
+  auto q = ref1("QuantizeLinear", {x, s, z}, a);
+  EXPECT_TRUE(allClose(q, arr<int8_t>({2, 5}, {1, 2, 3, 3, 3, 6, 7, 16, 18, 0})));
+  EXPECT_TRUE(allClose(ref1("DequantizeLinear", {q, s, z}, a), arr<float>({2, 5}, {1, 2, 4, 4, 4, 6, 7, 8, 9, 10})));
+  // The scale's blocked extent must be ceil(5 / 2) = 3.
+  EXPECT_THROW(ref1("QuantizeLinear", {x, arr<float>({2, 2}, {1, 1, 1, 1})}, a), Error);
+}
+
+// Opset 21-25: 16-bit and 4-bit integers, output_dtype without a zero point, float8 targets.
+TEST(QuantizeLinear, SixteenAndFourBitAndFloat8) {
+  auto x = arr<float>({4}, {-70000, -3, 2.5f, 70000});
+  EXPECT_TRUE(allClose(ref1("QuantizeLinear", {x, scalar<float>(1), scalar<int16_t>(1)}),
+                       arr<int16_t>({4}, {-32768, -2, 3, 32767})));
+  EXPECT_TRUE(allClose(ref1("QuantizeLinear", {x, scalar<float>(1)}, attrs({{"output_dtype", int64_t{4}}})),
+                       arr<uint16_t>({4}, {0, 0, 2, 65535})));
+  auto q4 = ref1("QuantizeLinear", {arr<float>({3}, {-20, 3, 20}), scalar<float>(2)},
+                 attrs({{"output_dtype", static_cast<int64_t>(DataType::Int4)}}));
+  ASSERT_EQ(q4.dtype(), DataType::Int4);
+  EXPECT_TRUE(allClose(ref1("DequantizeLinear", {q4, scalar<float>(2)}), arr<float>({3}, {-16, 4, 14})));
+  auto q8 = ref1("QuantizeLinear", {arr<float>({2}, {1, 1000}), scalar<float>(0.5f)},
+                 attrs({{"output_dtype", static_cast<int64_t>(DataType::Float8E4M3FN)}}));
+  EXPECT_TRUE(allClose(ref1("DequantizeLinear", {q8, scalar<float>(0.5f)}), arr<float>({2}, {1, 224})));  // 448 * 0.5
+  // output_dtype and the zero point's type must agree.
+  EXPECT_THROW(ref1("QuantizeLinear", {x, scalar<float>(1), scalar<int16_t>(0)}, attrs({{"output_dtype", int64_t{3}}})),
+               Error);
+}
+
+TEST(DequantizeLinear, OutputDtypeAndSixteenBit) {
+  // (0 - 32768) * 0.5 and (65535 - 32768) * 0.5 = 16383.5, which FLOAT16 rounds to 16384.
+  auto y = ref1("DequantizeLinear", {arr<uint16_t>({2}, {0, 65535}), scalar<float>(0.5f), scalar<uint16_t>(32768)},
+                attrs({{"output_dtype", int64_t{10}}}));  // FLOAT16
+  ASSERT_EQ(y.dtype(), DataType::Float16);
+  EXPECT_TRUE(allClose(y, arr<Half>({2}, {Half(-16384.0f), Half(16384.0f)})));
+}
+
 TEST(DequantizeLinear, PerTensor) {
   EXPECT_TRUE(allClose(ref1("DequantizeLinear", {arr<uint8_t>({4}, {0, 3, 128, 255}), scalar<float>(0.5f), scalar<uint8_t>(128)}),
                        arr<float>({4}, {-64, -62.5f, 0, 63.5f})));

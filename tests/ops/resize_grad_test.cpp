@@ -41,6 +41,24 @@ TEST(Resize, GradientLinear) {
   }
 }
 
+// Opset 18/19: antialiased filters, axes, keep_aspect_ratio_policy, half_pixel_symmetric.
+TEST(Resize, GradientAntialiasAxesAndPolicies) {
+  auto at28 = [](OpCase c) {
+    c.opset = 28;
+    return c;
+  };
+  for (const char* mode : {"linear", "cubic"}) {
+    ir::Attributes a = attrs({{"mode", str(mode)}, {"antialias", int64_t{1}}});
+    EXPECT_TRUE(gradCheck(at28(bySizes({1, 1, 7, 6}, {1, 1, 3, 2}, a)), {0})) << mode << " antialias down";
+    EXPECT_TRUE(gradCheck(at28(byScales({1, 1, 3, 2}, {1, 1, 2, 1.5f}, a)), {0})) << mode << " antialias up";
+  }
+  ir::Attributes b = attrs({{"mode", str("linear")},
+                            {"axes", Ints{3, 2}},
+                            {"keep_aspect_ratio_policy", str("not_smaller")},
+                            {"coordinate_transformation_mode", str("half_pixel_symmetric")}});
+  EXPECT_TRUE(gradCheck(at28(bySizes({1, 2, 3, 4}, {5, 4}, b)), {0}));
+}
+
 TEST(Resize, GradientCubicAndCropAndResize) {
   for (int64_t exclude : {0, 1})
     EXPECT_TRUE(gradCheck(

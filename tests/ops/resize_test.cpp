@@ -71,6 +71,42 @@ TEST(Resize, LinearCoordinateModes) {
                        arr<float>({2}, {2, 4})));
 }
 
+// Opset 18: scales/sizes for the listed axes only; the others keep their extent.
+TEST(Resize, AxesAndKeepAspectRatioPolicy) {
+  auto x = arr<float>({1, 1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  auto full = resizeBy(x, {1, 1, 2, 2}, {});
+  EXPECT_TRUE(allClose(resizeBy(x, {2, 2}, attrs({{"axes", Ints{2, 3}}})), full));
+  EXPECT_TRUE(allClose(resizeBy(x, {2, 2}, attrs({{"axes", Ints{-1, -2}}})), full));
+  // sizes [4, 4] for axes 2, 3 ask for scales 2 and 1: not_larger takes 1, not_smaller 2.
+  auto bySize = [&](const char* policy) {
+    return resizeTo(x, {4, 4}, attrs({{"axes", Ints{2, 3}}, {"keep_aspect_ratio_policy", str(policy)}}));
+  };
+  EXPECT_TRUE(allClose(bySize("not_larger"), x));
+  EXPECT_TRUE(allClose(bySize("not_smaller"), full));
+  EXPECT_EQ(resizeTo(x, {4, 4}, attrs({{"axes", Ints{2, 3}}})).shape(), Shape({1, 1, 4, 4}));
+  EXPECT_THROW(resizeBy(x, {2, 2}, attrs({{"axes", Ints{2, 2}}})), Error);
+  EXPECT_THROW(resizeBy(x, {1, 1, 2, 2}, attrs({{"axes", Ints{2, 3}}})), Error);  // 4 scales for 2 axes
+}
+
+TEST(Resize, AntialiasAndHalfPixelSymmetric) {
+  auto x = arr<float>({4}, {1, 2, 3, 4});
+  // Downsampling by 2 widens the triangle filter to 4 taps, weights 1 3 3 1 (normalised), the
+  // edge replicated: (1 + 3 + 6 + 3) / 8 and (2 + 9 + 12 + 4) / 8.
+  EXPECT_TRUE(allClose(resizeTo(x, {2}, attrs({{"mode", str("linear")}, {"antialias", int64_t{1}}})),
+                       arr<float>({2}, {1.625f, 3.375f})));
+  // Upsampling: antialias changes nothing.
+  auto lin = attrs({{"mode", str("linear")}});
+  auto aa = attrs({{"mode", str("linear")}, {"antialias", int64_t{1}}});
+  EXPECT_TRUE(allClose(resizeTo(x, {7}, aa), resizeTo(x, {7}, lin)));
+  EXPECT_THROW(resizeTo(x, {2}, attrs({{"antialias", int64_t{1}}})), Error);  // nearest
+  // half_pixel_symmetric, scale 0.6: 2.4 output elements rounded to 2, re-centred by
+  // 2 * (1 - 2 / 2.4) = 1/3: sources 2/3 and 7/3.
+  EXPECT_TRUE(allClose(
+      resizeBy(x, {0.6f},
+               attrs({{"mode", str("linear")}, {"coordinate_transformation_mode", str("half_pixel_symmetric")}})),
+      arr<float>({2}, {5 / 3.f, 10 / 3.f}), 1e-5, 1e-5));
+}
+
 TEST(Resize, ScalesFloorTheOutput) {
   auto x = randomArray(DataType::Float, {1, 2, 5, 7}, 3);
   auto scales = arr<float>({4}, {1, 1, 0.5f, 1.7f});

@@ -47,6 +47,17 @@ TEST(DFT, RealInputHandComputed) {
   EXPECT_TRUE(allClose(ref1("DFT", {x}, attrs({{"onesided", int64_t{1}}})), arr<float>({1, 3, 2}, {10, 0, -2, 2, -2, 0}), 1e-6, 1e-5));
 }
 
+// Opset 20: the axis is input 2 (an empty dft_length before it).
+TEST(DFT, AxisAsInput) {
+  // [1, 2, 2, 1]: a 2x2 signal; along axis 2 each row [a, b] becomes [a + b, a - b].
+  auto x = arr<float>({1, 2, 2, 1}, {1, 2, 3, 5});
+  EXPECT_TRUE(allClose(ref1("DFT", {x, NDArray{}, scalar<int64_t>(2)}),
+                       arr<float>({1, 2, 2, 2}, {3, 0, -1, 0, 8, 0, -2, 0}), 1e-6, 1e-5));
+  EXPECT_TRUE(
+      allClose(ref1("DFT", {x, NDArray{}, scalar<int64_t>(-2)}), ref1("DFT", {x, NDArray{}, scalar<int64_t>(2)})));
+  EXPECT_THROW(ref1("DFT", {x, NDArray{}, scalar<int64_t>(3)}), Error);  // the last axis holds re/im
+}
+
 TEST(DFT, ComplexInputAndInverseRoundTrip) {
   std::vector<Cx> x = {{1, -1}, {0.5, 2}, {-3, 0.25}, {2, 2}, {0, -1}};
   auto X = ref1("DFT", {complexArray(x)});

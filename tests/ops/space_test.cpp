@@ -65,6 +65,30 @@ TEST(DepthToSpace, GradientMatchesFiniteDifferences) {
   EXPECT_TRUE(gradCheck(c, {0}));
 }
 
+TEST(SpaceToDepth, CrdInvertsDepthToSpaceCrd) {
+  auto x = iota({1, 2, 4, 6});
+  auto crd = attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}});
+  auto y = run1("SpaceToDepth", {x}, crd);
+  ASSERT_EQ(y.shape(), Shape({1, 8, 2, 3}));
+  // y[n, (c * b + i) * b + j, h, w] = x[n, c, h * b + i, w * b + j]
+  EXPECT_EQ(y.data<float>()[(((1 * 2 + 1) * 2 + 0) * 2 + 1) * 3 + 2], x.data<float>()[(1 * 4 + 3) * 6 + 4]);
+  EXPECT_TRUE(allClose(run1("DepthToSpace", {y}, crd), x));
+}
+
+TEST(DepthToSpace, GradientCrd) {
+  OpCase c{"DepthToSpace",
+           {randomArray(DataType::Double, {1, 8, 2, 3}, 23)},
+           attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}})};
+  EXPECT_TRUE(gradCheck(c, {0}));
+}
+
+TEST(SpaceToDepth, GradientCrd) {
+  OpCase c{"SpaceToDepth",
+           {randomArray(DataType::Double, {1, 2, 4, 6}, 24)},
+           attrs({{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}})};
+  EXPECT_TRUE(gradCheck(c, {0}));
+}
+
 TEST(SpaceToDepth, GradientMatchesFiniteDifferences) {
   OpCase c{"SpaceToDepth", {randomArray(DataType::Double, {1, 2, 4, 6}, 22)}, attrs({{"blocksize", int64_t{2}}})};
   EXPECT_TRUE(gradCheck(c, {0}));
