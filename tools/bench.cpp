@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "backends/cpu/reorder_stats.hpp"
 #include "cli.hpp"
 #include "format_util.hpp"
 #include "npy.hpp"
@@ -70,6 +71,7 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   SessionOptions opts;
   opts.numThreads = o.threads;
   opts.enableProfiling = o.profile;
+  opts.enableBf16 = o.dtype == "bf16";
   int bps = o.batchesPerStep;
   auto session =
       InferenceSession::createFromOnnxModel(o.model, DataFlow(bps, outputs, AnchorReturnType("All")), device, {}, opts);
@@ -118,12 +120,14 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
     warm.push_back(seconds(t0));
   }
   std::vector<double> times;
+  backends::cpu::resetReorderStats();
   auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(times.size()) < o.steps || seconds(start) < o.minSeconds) {
     t0 = std::chrono::steady_clock::now();
     session->run(io);
     times.push_back(seconds(t0));
   }
+  backends::cpu::ReorderStats reorders = backends::cpu::reorderStats();
   double med = median(times);
   out << "prepare   " << humanSeconds(prepare) << " (prepareDevice: import passes, compile, weight packing)\n";
   if (!warm.empty())
@@ -154,6 +158,14 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   }
   out << fmt::format("  {:<24} {:>6} {:>11.3f}  (kernels; the rest of a step is the session's own work)\n", "total", "",
                      total / runs * 1e3);
+  // Layout conversions (oneDNN reorders) of the timed steps: graph-edge ToBlocked/FromBlocked
+  // nodes, activations converted inside kernels, weights re-packed per step.
+  double steps = static_cast<double>(times.size());
+  double sum = 0;
+  for (double t : times) sum += t;
+  out << fmt::format("reorders  {:.1f} per step, {:.2f} MB, {:.3f} ms ({:.1f}% of the mean step)\n",
+                     reorders.count / steps, reorders.bytes / steps / 1e6, reorders.seconds / steps * 1e3,
+                     sum > 0 ? 100 * reorders.seconds / sum : 0.0);
 }
 
 }  // namespace graft::tools

@@ -188,6 +188,11 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       ->check(nonNegativeReal());
   bench->add_option("--seed", bo.seed, "Seed of the random inputs");
   bench->add_flag("--profile", bo.profile, "Print time per op type and which kernels ran (fast or reference)");
+  bench
+      ->add_option("--dtype", bo.dtype,
+                   "float32, or bf16: matmuls and convolutions in bfloat16 (SessionOptions.enableBf16; refused where "
+                   "the CPU has no avx512_bf16)")
+      ->check(CLI::IsMember({"float32", "bf16"}));
 
   app.add_subcommand("ops", "List the ops graft implements, by domain");
 

@@ -75,6 +75,7 @@ struct BenchOptions {
   double minSeconds = 0;   ///< keep timing steps until this much time has passed
   uint64_t seed = 0;
   bool profile = false;    ///< per-op-type times and the kernels used
+  std::string dtype = "float32";  ///< "float32", or "bf16" (SessionOptions.enableBf16)
 };
 
 /// Prints the model summary; throws graft::Error when the model cannot be loaded.

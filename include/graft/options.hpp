@@ -49,6 +49,10 @@ struct SessionOptions {
   int numThreads = 0;
   /// Collect per-op timings (Session::profile()).
   bool enableProfiling = false;
+  /// Run matmuls and convolutions in bfloat16 with float32 accumulation (CPUs with avx512_bf16).
+  /// Not implemented yet: a session with it set throws graft::Error naming the option, saying
+  /// whether this CPU (below GRAFT_CPU_ISA) has avx512_bf16 (docs/cpu-backend.md).
+  bool enableBf16 = false;
   /// Verify the IR after every pass (slower compilation; for debugging).
   bool verifyPasses = false;
   /// Print the graph after the pass with this id (see graft inspect --passes).

@@ -8,6 +8,7 @@
 #include "ops/registry.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
 #include "support/file_util.hpp"
 #include "support/limits.hpp"
 #include "support/logging.hpp"
@@ -84,6 +85,16 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   if (options.numThreads > 0)
     support::checkVirtualDeviceCount("SessionOptions.numThreads on the device's virtual devices",
                                      device->numVirtualDevices(), options.numThreads);
+  if (options.enableBf16) {
+    const support::CpuFeatures& cpu = support::cpuFeatures();
+    GRAFT_CHECK(cpu.avx512bf16,
+                "SessionOptions.enableBf16: this CPU has no avx512_bf16 (its kernels use {}{}), so bf16 matmuls and "
+                "convolutions cannot run here; leave enableBf16 off",
+                cpu.isaName(), support::cpuIsaLimit() == support::CpuIsa::Native ? "" : ", limited by GRAFT_CPU_ISA");
+    GRAFT_THROW(
+        "SessionOptions.enableBf16: bf16 matmuls and convolutions are not implemented yet (this CPU has "
+        "avx512_bf16); leave enableBf16 off");
+  }
   int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
   backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threads);
   pool = std::make_unique<support::ThreadPool>(backend->numThreads());

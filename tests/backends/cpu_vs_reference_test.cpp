@@ -21,6 +21,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
+#include "support/cpu_features.hpp"
 #include "vec_cases.hpp"
 
 namespace graft::testing {
@@ -36,6 +37,18 @@ struct BackendCase {
   double rtol = 1e-4, atol = 1e-4;
   /// Non-empty: both backends must throw graft::Error with this in its message.
   std::string expectError = {};
+  /// The ISA limit the case runs under (GRAFT_CPU_ISA's): Avx2 for the AVX2 kernels, which an
+  /// AVX-512 host would otherwise leave to oneDNN, so that they are checked on every host.
+  support::CpuIsa isa = support::CpuIsa::Native;
+};
+
+// Sets a case's ISA limit for the scope (a no-op for Native).
+struct CaseIsa {
+  support::CpuIsa saved = support::cpuIsaLimit();
+  explicit CaseIsa(support::CpuIsa isa) {
+    if (isa != support::CpuIsa::Native) support::setCpuIsaLimit(isa);
+  }
+  ~CaseIsa() { support::setCpuIsaLimit(saved); }
 };
 
 std::vector<BackendCase>& cases() {
@@ -263,6 +276,7 @@ void matmulCases() {
         c.attrs.set("activation", std::string("Relu"));
       }
       add(n, c, {false, constb, constb});
+      cases().back().isa = support::CpuIsa::Avx2;
     }
   }
   // The same sgemm for MatMul / FusedMatMul of A [..., M, K] by a 2-D B, rows of A merged.
@@ -288,6 +302,7 @@ void matmulCases() {
         if (g.relu) c.attrs.set("activation", std::string("Relu"));
       }
       add(n, c, {false, constb, constb});
+      cases().back().isa = support::CpuIsa::Avx2;
     }
   }
   for (const std::string& act : kActivations) {
@@ -599,6 +614,7 @@ const std::vector<BackendCase>& allCases() {
 // Compiles c's single-node graph for `backend` and runs it; when some inputs are graph inputs,
 // runs a second time with those inputs changed (kernels must not keep stale packed copies).
 std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backend& backend) {
+  CaseIsa isa(c.isa);
   auto g = singleNodeGraph(c.op, c.constant);
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes"}, ctx);
@@ -677,6 +693,7 @@ const std::map<const backends::cpu::CpuKernelDef*, Group>& groups() {
     const auto& cases = matrixCases();
     for (size_t i = 0; i < cases.size(); ++i) {
       const backends::cpu::CpuKernelDef* d = nullptr;
+      CaseIsa isa(cases[i].b ? cases[i].b->isa : support::CpuIsa::Native);
       try {
         auto graph = cases[i].b ? singleNodeGraph(cases[i].op(), cases[i].b->constant) : singleNodeGraph(cases[i].op());
         passes::PassContext ctx;

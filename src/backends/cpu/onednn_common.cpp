@@ -2,9 +2,13 @@
 
 #include <omp.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/reorder_stats.hpp"
 #include "ops/conv_util.hpp"
 #include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
@@ -64,6 +68,49 @@ int preferredChannelBlock() {
   return block;
 }
 
+namespace {
+// oneDNN's free choice for the probe convolution of preferredChannelBlock: channel-blocked (its
+// block), channels-last, or neither (0).
+int probedLayout() {
+  static const int layout = [] {
+    if (int b = preferredChannelBlock()) return b;
+    try {
+      auto any = memory::format_tag::any;
+      memory::desc src({1, 64, 14, 14}, memory::data_type::f32, any), wei({64, 64, 3, 3}, memory::data_type::f32, any),
+          dst({1, 64, 14, 14}, memory::data_type::f32, any);
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                        wei, dst, {1, 1}, {1, 1}, {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(d, engine());
+      if (pd.dst_desc() == memory::desc({1, 64, 14, 14}, memory::data_type::f32, memory::format_tag::nhwc))
+        return kChannelsLast;
+      return 0;
+    } catch (const dnnl::error&) {
+      return 0;
+    }
+  }();
+  return layout;
+}
+}  // namespace
+
+int activationLayout() {
+  const char* env = std::getenv("GRAFT_CPU_LAYOUT");
+  std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return probedLayout();
+  if (v == "plain") return 0;
+  if (v == "nhwc") return kChannelsLast;
+  if (v == "blocked") {
+    if (int b = preferredChannelBlock()) return b;
+    return support::cpuFeatures().avx512f ? 16 : 8;
+  }
+  GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
+}
+
+std::string layoutName(int layout) {
+  if (layout == kChannelsLast) return "nhwc";
+  if (layout == 0) return "plain";
+  return fmt::format("blocked{}", layout);
+}
+
 std::optional<memory::data_type> dnnlType(DataType dt) {
   if (dt == DataType::Float) return memory::data_type::f32;
   return std::nullopt;
@@ -85,6 +132,9 @@ memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt) {
   if (block == 0) return plainDesc(s, dt);
   using tag = memory::format_tag;
   tag t = tag::undef;
+  // Channels-last: the block of all channels (the same bytes as nChwXc with X = C).
+  if (s.size() >= 3 && s.size() <= 5 && block == s[1])
+    return memory::desc(toDims(s), dt, s.size() == 3 ? tag::acb : s.size() == 4 ? tag::acdb : tag::acdeb);
   if (block == 8) t = s.size() == 3 ? tag::aBc8b : s.size() == 4 ? tag::aBcd8b : s.size() == 5 ? tag::aBcde8b : tag::undef;
   if (block == 16)
     t = s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : s.size() == 5 ? tag::aBcde16b : tag::undef;
@@ -113,8 +163,15 @@ bool isStaticFloat(const ir::Tensor* t) {
 
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
   try {
+    bool reorder = p.get_kind() == dnnl::primitive::kind::reorder;
+    auto t0 = reorder ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     p.execute(stream(), args);
     stream().wait();
+    if (reorder) {
+      auto to = args.find(DNNL_ARG_TO);
+      int64_t bytes = to == args.end() ? 0 : static_cast<int64_t>(to->second.get_desc().get_size());
+      addReorder(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   } catch (const dnnl::error& e) {
     throw InternalError(fmt::format("oneDNN primitive failed: {}", e.what()));
   }
@@ -223,3 +280,26 @@ memory PackedOperand::get(const NDArray& a) {
 }
 
 }  // namespace graft::backends::cpu::onednn
+
+namespace graft::backends::cpu {
+namespace {
+std::atomic<int64_t> reorderCount{0}, reorderBytes{0}, reorderNanos{0};
+}  // namespace
+
+ReorderStats reorderStats() {
+  return {reorderCount.load(), reorderBytes.load(), static_cast<double>(reorderNanos.load()) * 1e-9};
+}
+
+void resetReorderStats() {
+  reorderCount = 0;
+  reorderBytes = 0;
+  reorderNanos = 0;
+}
+
+void addReorder(int64_t bytes, double seconds) {
+  reorderCount.fetch_add(1, std::memory_order_relaxed);
+  reorderBytes.fetch_add(bytes, std::memory_order_relaxed);
+  reorderNanos.fetch_add(static_cast<int64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
+
+}  // namespace graft::backends::cpu

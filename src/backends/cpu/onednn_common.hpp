@@ -44,6 +44,21 @@ void setThreads(int n);
 /// AVX-512), found by asking oneDNN which layout it prefers; 0 when it prefers none.
 int preferredChannelBlock();
 
+/// Activation layouts of the cpu-layout pass: 0 plain, 8 or 16 channel-blocked with that block,
+/// kChannelsLast NHWC (what oneDNN's brgemm convolutions on AVX-512 choose). A channels-last
+/// tensor is held as the channel-blocked layout whose block is its whole channel count:
+/// [N, 1, spatial..., C], the bytes of NHWC, so every blocked kernel and conversion serves it.
+inline constexpr int kChannelsLast = -1;
+/// The layout the cpu-layout pass keeps activations in. GRAFT_CPU_LAYOUT (read at each call:
+/// "plain", "blocked", "nhwc", or "auto") forces one, so that tests run every layout on any host;
+/// unset or "auto": the one oneDNN picks for a typical mid-network convolution on this CPU.
+/// Throws graft::Error naming GRAFT_CPU_LAYOUT for any other value.
+int activationLayout();
+/// The channel block a tensor with `channels` channels gets under `layout` (see kChannelsLast).
+inline int64_t blockFor(int layout, int64_t channels) { return layout == kChannelsLast ? channels : layout; }
+/// "plain", "blocked8", "blocked16" or "nhwc".
+std::string layoutName(int layout);
+
 /// The oneDNN element type the kernels use for `dt` (float only for now), or nullopt.
 std::optional<memory::data_type> dnnlType(DataType dt);
 
@@ -51,7 +66,8 @@ Dims toDims(const Shape& s);
 /// Row-major layout of `s` (a scalar is [1]).
 memory::desc plainDesc(const Shape& s, memory::data_type dt = memory::data_type::f32);
 /// Channel-blocked layout of logical shape `s` (rank 3 to 5) with channel block `block`;
-/// plain when block is 0.
+/// plain when block is 0; channels-last (nwc, nhwc, ndhwc) when block is the channel count s[1]
+/// (the same bytes as the blocked layout with that block).
 memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt = memory::data_type::f32);
 /// The graft array shape that holds logical shape `s` channel-blocked: [N, ceil(C/b), ..., b].
 Shape blockedShape(const Shape& s, int block);

@@ -493,11 +493,15 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
 
 }  // namespace
 
-// For the cpu-layout pass: whether oneDNN, free to choose, lays a plain Conv/FusedConv's input
-// and output out channel-blocked with `block`; nullopt when the node is not for oneDNN.
-std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int block) {
+// For the cpu-layout pass: whether a plain Conv/FusedConv should read (first) and write (second)
+// activation layout `layout` (see kChannelsLast); nullopt when the node is not for oneDNN or keeps
+// its output plain. The output takes the layout when oneDNN has an implementation other than its
+// reference loops for it (so that one layout runs from op to op, whatever oneDNN would pick for
+// this conv alone); the input takes it when oneDNN, free to choose, picks it, or when
+// `xConverted` (the input has the layout already), else stays plain where oneDNN can read that.
+std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int layout, bool xConverted) {
   auto cfg = convConfig(n);
-  if (!cfg || cfg->xBlock || cfg->yBlock || cfg->x.size() < 3) return std::nullopt;
+  if (!cfg || cfg->xBlock || cfg->yBlock || cfg->x.size() < 3 || layout == 0) return std::nullopt;
   const ConvConfig& c = *cfg;
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
@@ -506,17 +510,30 @@ std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int b
   if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
-  try {
-    using CF = dnnl::convolution_forward;
-    memory::desc x(toDims(c.x), f32, any), y(toDims(c.y), f32, any), w(weightDims(c.w, c.group), f32, any);
-    CF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
-               c.win.dilation, c.win.padBegin, c.win.padEnd);
-    CF::primitive_desc pd(d, attr, engine());
-    noteImplementation(pd.impl_info_str());
-    return std::make_pair(pd.src_desc() == layoutDesc(c.x, block), pd.dst_desc() == layoutDesc(c.y, block));
-  } catch (const dnnl::error&) {
+  memory::desc xT = layoutDesc(c.x, static_cast<int>(blockFor(layout, c.x[1])));
+  memory::desc yT = layoutDesc(c.y, static_cast<int>(blockFor(layout, c.y[1])));
+  memory::desc w(weightDims(c.w, c.group), f32, any);
+  using CF = dnnl::convolution_forward;
+  // The implementation oneDNN picks for these activation layouts, or "" when it has none.
+  auto impl = [&](const memory::desc& x, const memory::desc& y, memory::desc* src) -> std::string {
+    try {
+      CF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
+                 c.win.dilation, c.win.padBegin, c.win.padEnd);
+      CF::primitive_desc pd(d, attr, engine());
+      if (src) *src = pd.src_desc();
+      return pd.impl_info_str();
+    } catch (const dnnl::error&) {
+      return "";
+    }
+  };
+  auto fast = [](const std::string& name) { return !name.empty() && name.rfind("ref", 0) != 0; };
+  memory::desc freeSrc;
+  if (impl(memory::desc(toDims(c.x), f32, any), memory::desc(toDims(c.y), f32, any), &freeSrc).empty())
     return std::nullopt;
-  }
+  bool xFirst = freeSrc == xT || xConverted;
+  for (bool x : {xFirst, !xFirst})
+    if (fast(impl(x ? xT : plainDesc(c.x), yT, nullptr))) return std::make_pair(x, true);
+  return std::nullopt;
 }
 
 }  // namespace graft::backends::cpu::onednn

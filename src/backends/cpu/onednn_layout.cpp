@@ -1,15 +1,16 @@
-// cpu-layout: keeps activations channel-blocked (nChw8c on AVX2, nChw16c on AVX-512) between
-// the oneDNN ops that prefer it, and converts only at the edges.
+// cpu-layout: keeps activations in one layout between the oneDNN ops, chosen once per graph
+// (activationLayout(): channel-blocked nChw8c where oneDNN's AVX2 convolutions pick it, NHWC
+// where its AVX-512 brgemm convolutions do; GRAFT_CPU_LAYOUT forces one), and converts only at
+// the edges. A channels-last tensor is the blocked layout with block = its channel count.
 //
-// Walking the graph in schedule order, a Conv / FusedConv whose preferred output layout (asked of
-// oneDNN for its shapes) is channel-blocked becomes a FusedConv with y_block (and x_block when
-// it prefers a blocked input too). Ops that run as well on blocked data follow their input:
-// pools, BatchNormalization and LRN become ai.graft::ChannelBlocked, elementwise ops run on the
-// blocked arrays as they are (when the padding channels stay zero), Concat along channels
-// concatenates blocks. Every blocked value gets a twin: the original tensor (same id) is then
-// produced by ai.graft::FromBlocked from the blocked one, and plain consumers and graph outputs
-// keep reading it; dce drops the conversions nobody reads. Plain values that a blocked op needs
-// go through one ai.graft::ToBlocked each.
+// Walking the graph in schedule order, a Conv / FusedConv for which oneDNN has a fast
+// implementation with its output in that layout becomes a FusedConv with y_block (and x_block
+// when its input is in the layout already or oneDNN prefers it so). Ops that run as well on
+// blocked data follow their input: pools, BatchNormalization and LRN become ai.graft::ChannelBlocked, elementwise ops
+// run on the blocked arrays as they are (when the padding channels stay zero), Concat along channels concatenates
+// blocks. Every blocked value gets a twin: the original tensor (same id) is then produced by ai.graft::FromBlocked from
+// the blocked one, and plain consumers and graph outputs keep reading it; dce drops the conversions nobody reads. Plain
+// values that a blocked op needs go through one ai.graft::ToBlocked each.
 #include <map>
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -23,8 +24,8 @@
 
 namespace graft::backends::cpu::onednn {
 
-// In onednn_conv.cpp: oneDNN's preferred layouts of a plain Conv/FusedConv's input and output.
-std::optional<std::pair<bool, bool>> convPrefersBlocked(const ir::Node& n, int block);
+// In onednn_conv.cpp: whether a plain Conv/FusedConv reads and writes `layout`.
+std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int layout, bool xConverted);
 
 namespace {
 
@@ -53,8 +54,8 @@ class CpuLayout : public passes::Pass {
  public:
   std::string_view name() const override { return "cpu-layout"; }
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
-    block_ = preferredChannelBlock();
-    if (block_ == 0) return false;
+    layout_ = activationLayout();
+    if (layout_ == 0) return false;
     g_ = &g;
     twin_.clear();
     changed_ = false;
@@ -72,13 +73,15 @@ class CpuLayout : public passes::Pass {
 
  private:
   static int64_t channelsOf(const ir::Tensor* t) { return t->info().shape()[1]; }
+  // The channel block of plain tensor t's twin.
+  int64_t blockOf(const ir::Tensor* t) const { return blockFor(layout_, channelsOf(t)); }
 
   // The blocked twin of plain tensor t, converting when it has none yet.
   ir::Tensor* blocked(ir::Tensor* t) {
     auto it = twin_.find(t);
     if (it != twin_.end()) return it->second;
     ir::Attributes a;
-    a.set("block", int64_t{block_});
+    a.set("block", blockOf(t));
     ir::Node* r = g_->addNode("ToBlocked", ops::kGraftDomain, {t}, {g_->uniqueId(t->id() + "_blocked")}, a,
                               "to_blocked_" + t->id());
     ops::inferNode(*r, false);
@@ -115,14 +118,15 @@ class CpuLayout : public passes::Pass {
 
   void convNode(ir::Node* n) {
     if (n->domain() == ops::kGraftDomain && (n->attrInt("x_block", 0) || n->attrInt("y_block", 0))) return;
-    auto pref = convPrefersBlocked(*n, block_);
+    auto pref = convLayoutChoice(*n, layout_, twin_.count(n->input(0)) > 0);
     if (!pref || !pref->second) return;
     std::vector<ir::Tensor*> in = n->inputs();
+    int64_t xb = pref->first ? blockOf(in[0]) : 0, yb = blockOf(n->output(0));
     if (pref->first) in[0] = blocked(in[0]);
     if (in.size() > 3 && in[3]) in[3] = blocked(in[3]);
     ir::Attributes a = n->attrs();
-    a.set("x_block", int64_t{pref->first ? block_ : 0});
-    a.set("y_block", int64_t{block_});
+    a.set("x_block", xb);
+    a.set("y_block", yb);
     ir::Node* fresh = addLike(n, "FusedConv", ops::kGraftDomain, in, a);
     commit(n, fresh);
   }
@@ -138,7 +142,7 @@ class CpuLayout : public passes::Pass {
     in[0] = it->second;
     ir::Attributes a = n->attrs();
     a.set("op", n->type());
-    a.set("block", int64_t{block_});
+    a.set("block", blockOf(x));
     a.set("channels", channelsOf(x));
     ir::Node* fresh = addLike(n, "ChannelBlocked", ops::kGraftDomain, in, a);
     try {
@@ -174,12 +178,13 @@ class CpuLayout : public passes::Pass {
       ++tensors;
     }
     if (tensors == 0) return;
-    if (channelsOf(n->output(0)) % block_ != 0 && !keepsZero(*n)) return;
+    if (channelsOf(n->output(0)) % blockOf(n->output(0)) != 0 && !keepsZero(*n)) return;
     ir::Node* fresh = addLike(n, n->type(), n->domain(), in, n->attrs());
     commit(n, fresh);
   }
 
-  // Concat along channels of blocked inputs whose channel counts (but the last's) fill blocks.
+  // Concat along channels of blocked inputs whose channel counts (but the last's) fill blocks:
+  // along the block index; of channels-last inputs: along the innermost axis.
   void concatNode(ir::Node* n) {
     if (!n->output(0) || !isStaticFloat(n->output(0))) return;
     int64_t rank = n->output(0)->info().rank();
@@ -189,16 +194,16 @@ class CpuLayout : public passes::Pass {
     for (size_t i = 0; i < in.size(); ++i) {
       auto it = in[i] ? twin_.find(in[i]) : twin_.end();
       if (it == twin_.end()) return;
-      if (i + 1 < in.size() && channelsOf(in[i]) % block_ != 0) return;
+      if (layout_ != kChannelsLast && i + 1 < in.size() && channelsOf(in[i]) % layout_ != 0) return;
       in[i] = it->second;
     }
     ir::Attributes a = n->attrs();
-    a.set("axis", int64_t{1});
+    a.set("axis", layout_ == kChannelsLast ? rank : int64_t{1});
     ir::Node* fresh = addLike(n, "Concat", "", in, a);
     commit(n, fresh);
   }
 
-  int block_ = 0;
+  int layout_ = 0;
   ir::Graph* g_ = nullptr;
   std::map<ir::Tensor*, ir::Tensor*> twin_;
   bool changed_ = false;
@@ -210,8 +215,8 @@ bool supportsReorder(const ir::Node& n) {
   bool to = n.type() == "ToBlocked";
   const Shape& plain = (to ? n.input(0) : n.output(0))->info().shape();
   const Shape& phys = (to ? n.output(0) : n.input(0))->info().shape();
-  int b = static_cast<int>(phys.empty() ? 0 : phys.back());
-  if ((b != 8 && b != 16) || plain.size() < 3 || plain.size() > 5) return false;
+  int64_t b = phys.empty() ? 0 : phys.back();
+  if (plain.size() < 3 || plain.size() > 5 || (b != 8 && b != 16 && b != plain[1])) return false;
   return blockedShape(plain, b) == phys;
 }
 
@@ -228,7 +233,9 @@ ops::KernelFn makeReorder(ops::CompileContext& ctx) {
   setThreads(threads);
   dnnl::reorder prim;
   try {
-    prim = dnnl::reorder(memory(src, engine(), DNNL_MEMORY_NONE), memory(dst, engine(), DNNL_MEMORY_NONE));
+    dnnl::reorder::primitive_desc pd(engine(), src, engine(), dst);
+    noteImplementation(pd.impl_info_str());
+    prim = dnnl::reorder(pd);
   } catch (const dnnl::error&) {
     return decline();
   }

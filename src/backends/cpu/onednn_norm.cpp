@@ -44,7 +44,9 @@ ops::KernelFn makeBatchNorm(ops::CompileContext& ctx) {
     auto flags = dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
                  dnnl::normalization_flags::use_shift;
     BF::desc d(dnnl::prop_kind::forward_inference, st->x, n.attrFloat("epsilon", 1e-5f), flags);
-    st->prim = BF(BF::primitive_desc(d, engine()));
+    BF::primitive_desc pd(d, engine());
+    noteImplementation(pd.impl_info_str());
+    st->prim = BF(pd);
   } catch (const dnnl::error&) {
     return decline();
   }
@@ -86,7 +88,9 @@ ops::KernelFn makeLrn(ops::CompileContext& ctx) {
     using LF = dnnl::lrn_forward;
     LF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::lrn_across_channels, st->x, n.attrInt("size"),
                n.attrFloat("alpha", 1e-4f), n.attrFloat("beta", 0.75f), n.attrFloat("bias", 1.f));
-    st->prim = LF(LF::primitive_desc(d, engine()));
+    LF::primitive_desc pd(d, engine());
+    noteImplementation(pd.impl_info_str());
+    st->prim = LF(pd);
   } catch (const dnnl::error&) {
     return decline();
   }

@@ -118,7 +118,9 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
     using PF = dnnl::pooling_v2_forward;
     PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
                c.win.dilation, c.win.padBegin, c.win.padEnd);
-    st->prim = PF(PF::primitive_desc(d, engine()));
+    PF::primitive_desc pd(d, engine());
+    noteImplementation(pd.impl_info_str());
+    st->prim = PF(pd);
     if (st->reorder) {
       auto none = [](const memory::desc& m) { return memory(m, engine(), DNNL_MEMORY_NONE); };
       st->xIn = dnnl::reorder(none(st->x), none(st->xPrim));

@@ -60,8 +60,11 @@ struct GemmGeometry {
 bool cpuHasAvx2Fma() {
 #ifdef GRAFT_SGEMM_AVX2
   // support::cpuFeatures(): GRAFT_CPU_ISA=baseline turns this kernel off on any host.
+  // Not where the kernels may use AVX-512: oneDNN's sgemm runs there at about twice this
+  // kernel's speed (mlp b256 on an AVX-512 EPYC: sgemm_avx2 222 GFLOP/s, oneDNN ~450, issue 12).
+  // GRAFT_CPU_ISA=avx2 on such a host caps oneDNN to AVX2 as well, and this kernel runs again.
   const support::CpuFeatures& f = support::cpuFeatures();
-  return f.avx2 && f.fma;
+  return f.avx2 && f.fma && !f.avx512f;
 #else
   return false;
 #endif

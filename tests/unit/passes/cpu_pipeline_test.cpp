@@ -6,11 +6,13 @@
 
 #include <graft/graft.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <random>
 
 #include "backends/backend.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/reorder_stats.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
@@ -141,12 +143,53 @@ TEST(CpuPipeline, ConvModelIsFusedBlockedAndMatchesReference) {
   EXPECT_EQ(ops["Conv"], 0) << ir::printGraph(*compiled);
   EXPECT_EQ(ops["FusedConv"], 6);
   EXPECT_EQ(ops["FusedGemm"], 1);
-  if (backends::cpu::onednn::preferredChannelBlock()) {
+  if (backends::cpu::onednn::activationLayout()) {
     // Activations stay blocked from the first convolution to the global pooling: one
     // conversion in (or none, when the stem reads plain input) and one out.
     EXPECT_LE(ops["ToBlocked"], 1) << ir::printGraph(*compiled);
     EXPECT_EQ(ops["FromBlocked"], 1) << ir::printGraph(*compiled);
     EXPECT_EQ(ops["ChannelBlocked"], 2) << ir::printGraph(*compiled);  // MaxPool, GlobalAveragePool
+  }
+}
+
+// GRAFT_CPU_LAYOUT for one scope (the cpu-layout pass reads it each time it runs).
+struct LayoutEnv {
+  explicit LayoutEnv(const char* v) { setenv("GRAFT_CPU_LAYOUT", v, 1); }
+  ~LayoutEnv() { unsetenv("GRAFT_CPU_LAYOUT"); }
+};
+
+// Each activation layout the pass can choose, forced on this host: results match the reference,
+// and a step runs reorders (graph nodes and conversions inside kernels alike, counted by
+// onednn::execute) only at the graph's edges: the input into the layout, the pooled features out.
+TEST(CpuPipeline, EveryLayoutMatchesReferenceAndReordersOnlyAtTheEdges) {
+  auto g = convModel(2);
+  auto ref = backends::makeReferenceBackend();
+  NDArray x = randomArray({2, 3, 16, 16}, 9);
+  auto want = runGraph(*g, passes::commonPrefix(), true, *ref, {x});
+  for (const char* layout : {"plain", "blocked", "nhwc"}) {
+    SCOPED_TRACE(layout);
+    LayoutEnv env(layout);
+    auto cpu = backends::makeCpuBackend(2);
+    auto compiled = ir::cloneGraph(*g);
+    passes::PassContext ctx;
+    ctx.weightsAreConstant = true;
+    ctx.verifyEachPass = true;
+    passes::runPipeline(*compiled, cpu->passes(backends::PassMode::Inference), ctx);
+    support::ThreadPool pool(2);
+    auto exe = plan::compile(*compiled, *cpu, pool);
+    backends::cpu::resetReorderStats();
+    auto outs = exe->run({ops::Value::fromTensor(x)});
+    backends::cpu::ReorderStats st = backends::cpu::reorderStats();
+    expectClose(outs.at(0).tensor, want.at(0), 1e-4);
+    auto ops = countOps(*compiled);
+    if (std::string(layout) == "plain") {
+      EXPECT_EQ(ops["ToBlocked"] + ops["FromBlocked"] + ops["ChannelBlocked"], 0) << ir::printGraph(*compiled);
+      continue;
+    }
+    EXPECT_LE(ops["ToBlocked"], 1) << ir::printGraph(*compiled);
+    EXPECT_EQ(ops["FromBlocked"], 1) << ir::printGraph(*compiled);
+    EXPECT_EQ(ops["ChannelBlocked"], 2) << ir::printGraph(*compiled);  // MaxPool, GlobalAveragePool
+    EXPECT_EQ(st.count, ops["ToBlocked"] + ops["FromBlocked"]) << ir::printGraph(*compiled);
   }
 }
 

@@ -164,18 +164,51 @@ TEST(CpuLayout, ConvOutputsStayChannelBlockedBetweenOneDnnOps) {
   auto before = runGraph(*c.b.g, {c.in}, true);
   run(*c.b.g, {"cpu-layout", "dce"}, true);
   auto ops = opCounts(*c.b.g);
-  if (backends::cpu::onednn::preferredChannelBlock() == 0) {
+  int layout = backends::cpu::onednn::activationLayout();
+  if (layout == 0) {
     // oneDNN wants plain layouts on this CPU: the pass changes nothing.
     EXPECT_EQ(ops["FromBlocked"], 0);
   } else {
     EXPECT_EQ(ops["Conv"], 0);
     ASSERT_EQ(ops["FusedConv"], 1);
     for (const ir::Node* n : c.b.g->nodes())
-      if (n->type() == "FusedConv") EXPECT_EQ(n->attrInt("y_block", 0), backends::cpu::onednn::preferredChannelBlock());
+      if (n->type() == "FusedConv") EXPECT_EQ(n->attrInt("y_block", 0), backends::cpu::onednn::blockFor(layout, 64));
     EXPECT_EQ(ops["ChannelBlocked"], 1);  // the pool runs on blocked data
     EXPECT_EQ(ops["FromBlocked"], 1);     // one conversion, at the graph output
   }
   EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
+}
+
+// Channels-last (forced, as on AVX-512 hosts where oneDNN's brgemm convolutions pick NHWC): the
+// blocked layout with block = the channel count, so the tensors are [N, 1, H, W, C].
+TEST(CpuLayout, ChannelsLastIsTheBlockOfAllChannels) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  ConvGraph c(64, 48, 14);
+  c.b.outputs({c.b.op("Relu", {c.conv()})});
+  auto before = runGraph(*c.b.g, {c.in}, true);
+  run(*c.b.g, {"cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*c.b.g);
+  ASSERT_EQ(ops["FusedConv"], 1) << ir::printGraph(*c.b.g);
+  for (const ir::Node* n : c.b.g->nodes())
+    if (n->type() == "FusedConv") {
+      EXPECT_EQ(n->attrInt("y_block", 0), 48);
+      EXPECT_EQ(n->output(0)->info().shape(), (Shape{1, 1, 14, 14, 48}));
+    }
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
+}
+
+TEST(CpuLayout, UnknownForcedLayoutIsAnErrorNamingTheVariable) {
+  setenv("GRAFT_CPU_LAYOUT", "diagonal", 1);
+  std::string msg;
+  try {
+    backends::cpu::onednn::activationLayout();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  unsetenv("GRAFT_CPU_LAYOUT");
+  EXPECT_NE(msg.find("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got 'diagonal'"), std::string::npos)
+      << msg;
 }
 
 }  // namespace

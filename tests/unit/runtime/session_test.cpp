@@ -7,6 +7,7 @@
 #include "../unit_test_util.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
+#include "support/cpu_features.hpp"
 
 namespace graft {
 namespace {
@@ -224,6 +225,27 @@ TEST(SessionCreation, UnknownAnchorAndNoAnchors) {
   EXPECT_NE(msg.find("no anchors"), std::string::npos) << msg;
   msg = errorOf([] { InferenceSession::createFromOnnxModel("no/such/model.onnx", DataFlow(1, {"y"}), refDevice()); });
   EXPECT_NE(msg.find("'no/such/model.onnx' does not exist"), std::string::npos) << msg;
+}
+
+// bf16 compute is not implemented: the option is refused by name, never ignored, with the CPU's
+// reason where it lacks avx512_bf16 (GRAFT_CPU_ISA=avx2 shows that reason on any host).
+TEST(SessionCreation, Bf16IsRefusedNamingTheOption) {
+  SessionOptions o;
+  o.enableBf16 = true;
+  auto create = [&] {
+    InferenceSession::createFromOnnxModel(fourOutputs(), DataFlow(1, {"y0"}), refDevice(), InputShapeInfo(), o);
+  };
+  std::string msg = errorOf(create);
+  EXPECT_NE(msg.find("SessionOptions.enableBf16"), std::string::npos) << msg;
+  if (!support::cpuFeatures().avx512bf16) EXPECT_NE(msg.find("this CPU has no avx512_bf16"), std::string::npos) << msg;
+  support::CpuIsa saved = support::cpuIsaLimit();
+  support::setCpuIsaLimit(support::CpuIsa::Avx2);
+  msg = errorOf(create);
+  support::setCpuIsaLimit(saved);
+  EXPECT_NE(msg.find("SessionOptions.enableBf16: this CPU has no avx512_bf16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("limited by GRAFT_CPU_ISA"), std::string::npos) << msg;
+  o.enableBf16 = false;
+  EXPECT_EQ(errorOf(create), "");
 }
 
 TEST(SessionCreation, ListsEveryUnsupportedOpAtOnce) {

@@ -207,6 +207,8 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
   // The cpu pipeline fuses MatMul + Add + Relu; the profile names the kernels that ran.
   EXPECT_TRUE(contains(r.out, "FusedMatMul")) << r.out;
   EXPECT_TRUE(contains(r.out, "onednn_matmul (")) << r.out;  // with oneDNN's implementation name
+  // The layout conversions of the timed steps (none here: a dense model has no activation layouts).
+  EXPECT_TRUE(contains(r.out, "reorders  0.0 per step, 0.00 MB")) << r.out;
   r = cli({"bench", model, "--steps", "2", "--device", "reference", "--profile", "--batches-per-step", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   // Every step of the reference device ran the reference kernel (as recorded when compiling).
@@ -222,6 +224,8 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
   fails({"bench", model, "--dim", "height=3"}, "no random input of the model has a dimension named 'height'");
   fails({"bench", model, "--input", "nope=" + dir.file("x.npy")}, "the model has no input 'nope'");
   EXPECT_EQ(cli({"bench", model, "--steps", "0"}).code, 2);
+  fails({"bench", model, "--dtype", "bf16"}, "SessionOptions.enableBf16");  // not implemented: refused by name
+  EXPECT_EQ(cli({"bench", model, "--dtype", "fp8"}).code, 2);
 }
 
 TEST_F(Cli, RunErrorsNameTheProblem) {
