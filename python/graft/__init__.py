@@ -17,8 +17,6 @@ A PopART program runs after replacing ``import popart`` with ``import graft as p
 
 See docs/python-api.md for what is supported and what of PopART is accepted and ignored.
 """
-import enum as _enum
-
 import numpy as _np
 
 from . import _graft
@@ -102,59 +100,6 @@ class DebugContext:
 
     def __str__(self):
         return self.name
-
-
-class RecomputeType(_enum.Enum):
-    """PopART's per-op recomputation setting (Builder.recomputeOutputInBackwardPass)."""
-
-    Undefined = 0
-    Checkpoint = 1
-    Recompute = 2
-    Recomputed = 3
-
-
-# PopART enums that only select IPU behaviour; their values are accepted where PopART takes them.
-class SyntheticDataMode(_enum.Enum):
-    Off = 0
-    Zeros = 1
-    RandomNormal = 2
-    RandomUniform = 3
-
-
-class MergeVarUpdateType(_enum.Enum):
-    Off = 0
-    All = 1
-    AutoLoose = 2
-    AutoTight = 3
-
-
-class TileSet(_enum.Enum):
-    Compute = 0
-    IO = 1
-
-
-class ExchangeStrategy(_enum.Enum):
-    JustInTime = 0
-    OverlapInnerLoop = 1
-    OverlapLoops = 2
-    OverlapStep = 3
-
-
-class SyncPattern(_enum.Enum):
-    Full = 0
-    SinglePipeline = 1
-    ReplicaAndLadder = 2
-
-
-class DeviceConnectionType(_enum.Enum):
-    Always = 0
-    OnDemand = 1
-    Never = 2
-
-
-class Instrumentation(_enum.Enum):
-    Outer = 0
-    Inner = 1
 
 
 class InputSettings:

@@ -343,9 +343,9 @@ def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", de
         raise _graft.Error(f"groupnormalization: {c} channels do not split into {num_groups} groups")
     onnx = _onnx(self)
     xr = onnx.reshape([x, _const64(self, [n, g, -1])])
-    mean = onnx.reducemean([xr], axes=[2], keepdims=1)
+    mean = _reduce(self, "reducemean", xr, [2], 1)
     d = onnx.sub([xr, mean])
-    var = onnx.reducemean([onnx.mul([d, d])], axes=[2], keepdims=1)
+    var = _reduce(self, "reducemean", onnx.mul([d, d]), [2], 1)
     eps = onnx.constant(np.array([epsilon], dtype=np.dtype(self._builder._impl.getTensorDtypeString(x))))
     inv = onnx.reciprocal([onnx.sqrt([onnx.add([var, eps])])])
     normed = onnx.reshape([onnx.mul([d, inv]), _const64(self, shape)])
@@ -353,6 +353,217 @@ def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", de
     y = onnx.add([onnx.mul([normed, onnx.reshape([scale, _const64(self, bshape)])]),
                   onnx.reshape([bias, _const64(self, bshape)])], debug_name(debugContext, debugPrefix))
     return [y, onnx.reshape([mean, _const64(self, [n * g])]), onnx.reshape([inv, _const64(self, [n * g])])]
+
+
+def _squeeze(self, t, axes, name=""):
+    onnx = _onnx(self)
+    if onnx.version >= 13:
+        return onnx.squeeze([t, _const64(self, axes)], debugContext=name)
+    return onnx.squeeze([t], axes=axes, debugContext=name)
+
+
+def _reduce(self, method, t, axes, keepdims, name=""):
+    """ai.onnx Reduce<method> over ``axes``: an attribute before the opset that made it an input."""
+    onnx = _onnx(self)
+    since = 13 if method == "reducesum" else 18
+    if onnx.version >= since:
+        return getattr(onnx, method)([t, _const64(self, axes)], keepdims=keepdims, debugContext=name)
+    return getattr(onnx, method)([t], axes=axes, keepdims=keepdims, debugContext=name)
+
+
+def _inputs_of(args):
+    return [args] if isinstance(args, str) else list(args)
+
+
+def normalize_image(self, args, scale=1.0, debugContext="", debugPrefix=None):
+    """PopART's NormalizeImage of ``args = [image [..., 3], offsets [3], scales [3]]``:
+    ``(image * scale - offsets) * scales`` with a fourth channel of zeros appended. A UINT8 image
+    gives FLOAT16, a float image its own type. Built from ai.onnx ops (PopART has no gradient)."""
+    img, offsets, scales = _inputs_of(args)
+    impl = self._builder._impl
+    shape = list(impl.getTensorShape(img))
+    if len(shape) < 2 or shape[-1] != 3:
+        raise _graft.Error(f"normalize_image: image '{img}' has shape {shape}; it requires the inner dimension to "
+                           "be 3")
+    if abs(float(scale)) < np.finfo(np.float32).eps:
+        raise _graft.Error(f"normalize_image: scale {scale} should be greater than 0")
+    onnx = _onnx(self)
+    dtype = impl.getTensorDtypeString(img)
+    out_dtype = np.float16 if dtype == "uint8" else np.dtype(dtype).type
+    if out_dtype not in (np.float16, np.float32):
+        raise _graft.Error(f"normalize_image: image '{img}' is {dtype}; it must be UINT8, FLOAT16 or FLOAT")
+    x = onnx.cast([img], "FLOAT16") if dtype == "uint8" else img
+    x = onnx.mul([x, onnx.constant(np.array([scale], dtype=out_dtype))])
+    x = onnx.mul([onnx.sub([x, offsets]), scales])
+    pad = onnx.constant(np.zeros(shape[:-1] + [1], dtype=out_dtype))
+    return onnx.concat([x, pad], len(shape) - 1, debug_name(debugContext, debugPrefix))
+
+
+def shapeddropout(self, args, shape, ratio=0.5, debugContext="", debugPrefix=None):
+    """PopART's ShapedDropout: dropout of ``args[0]`` with one mask of ``shape`` (numpy-broadcast
+    to the input), so whole rows or features drop together. Built as ai.onnx Dropout of a tensor
+    of ones of ``shape`` times the input: the identity in inference, a fresh mask each training
+    step (seeded by ``setRandomSeed``), and the gradient through the same mask."""
+    (x,) = _inputs_of(args)
+    ratio = float(ratio)
+    if not 0.0 <= ratio < 1.0:
+        raise _graft.Error(f"shapeddropout: ratio value {ratio} is not valid. Please use a value in the interval [0,1)")
+    shape = _ints(shape, "shapeddropout: shape")
+    impl = self._builder._impl
+    xshape = list(impl.getTensorShape(x))
+    try:
+        ok = list(np.broadcast_shapes(tuple(xshape), tuple(shape))) == xshape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise _graft.Error(f"ShapedDropout: incompatible input tensor and dropout shape. The op is configured with "
+                           f"shape {shape} which is not broadcastable to the input tensor with shape {xshape}.")
+    onnx = _onnx(self)
+    ones = onnx.constant(np.ones(shape, dtype=np.dtype(impl.getTensorDtypeString(x))))
+    if onnx.version >= 12:
+        mask = onnx.dropout([ones, onnx.constant(np.array(ratio, dtype=np.float32))], 1)[0]
+    else:
+        mask = onnx.dropout([ones], 1, ratio=ratio)[0]
+    return onnx.mul([x, mask], debug_name(debugContext, debugPrefix))
+
+
+# PopART's LSTM keeps its gates in the order forget, input, cell, output; ONNX's are input,
+# output, forget, cell: ONNX gate g is PopART gate _ONNX_GATES[g].
+_ONNX_GATES = [1, 3, 0, 2]
+
+
+def lstm(self, args, outputFullSequence=1, debugContext="", debugPrefix=None):
+    """PopART's LSTM of ``args = [input [seq, batch, in], weights [4, in + hidden, hidden],
+    biases [4, hidden]?, initialState [2, batch, hidden]?, seqLens [batch]?]`` (gates forget,
+    input, cell, output): returns [output, cellState], output [seq, batch, hidden] (the last step
+    [batch, hidden] when ``outputFullSequence`` is 0). Built as one ai.onnx LSTM with the weights
+    rearranged into ONNX's layout, so it runs and trains as that op."""
+    inputs = _inputs_of(args)
+    if not 2 <= len(inputs) <= 5:
+        raise _graft.Error(f"lstm takes 2 to 5 inputs (input, weights, biases, initialState, seqLens), got "
+                           f"{len(inputs)}")
+    inputs += [""] * (5 - len(inputs))
+    x, w, b, state, seq_lens = inputs
+    impl = self._builder._impl
+    xs, ws = list(impl.getTensorShape(x)), list(impl.getTensorShape(w))
+    if len(xs) != 3:
+        raise _graft.Error(f"lstm: input '{x}' has shape {xs}; it must be [seq, batch, inputSize]")
+    hidden = ws[2] if len(ws) == 3 else -1
+    if ws != [4, xs[2] + hidden, hidden]:
+        raise _graft.Error(f"lstm: bad weights shape {ws}, should be [4, inputSize + hiddenSize, hiddenSize] "
+                           f"with inputSize {xs[2]}")
+    if b and list(impl.getTensorShape(b)) != [4, hidden]:
+        raise _graft.Error(f"lstm: bad biases shape {list(impl.getTensorShape(b))}, should be [4, {hidden}]")
+    if state and list(impl.getTensorShape(state)) != [2, xs[1], hidden]:
+        raise _graft.Error(f"lstm: bad initialState shape {list(impl.getTensorShape(state))}, should be "
+                           f"[2, {xs[1]}, {hidden}]")
+    onnx = _onnx(self)
+    gates = _const64(self, _ONNX_GATES)
+
+    def onnx_weights(start, end, size):  # rows [start, end) of each gate, as ONNX's [1, 4 * hidden, size]
+        part = _slice(self, w, [start], [end], [1])
+        part = onnx.gather([onnx.transpose([part], [0, 2, 1]), gates], axis=0)
+        return onnx.reshape([part, _const64(self, [1, 4 * hidden, size])])
+
+    lstm_inputs = [x, onnx_weights(0, xs[2], xs[2]), onnx_weights(xs[2], xs[2] + hidden, hidden)]
+    if b:
+        wb = onnx.reshape([onnx.gather([b, gates], axis=0), _const64(self, [1, 4 * hidden])])
+        zeros = onnx.constant(np.zeros([1, 4 * hidden], dtype=np.dtype(impl.getTensorDtypeString(b))))
+        lstm_inputs.append(onnx.concat([wb, zeros], 1))
+    else:
+        lstm_inputs.append("")
+    if seq_lens:
+        lens_type = impl.getTensorDtypeString(seq_lens)
+        lstm_inputs.append(seq_lens if lens_type == "int32" else onnx.cast([seq_lens], "INT32"))
+    else:
+        lstm_inputs.append("")
+    if state:
+        lstm_inputs += [_slice(self, state, [0], [1], [0]), _slice(self, state, [1], [2], [0])]
+    while lstm_inputs[-1] == "":
+        lstm_inputs.pop()
+    y, y_h, y_c = onnx.lstm(lstm_inputs, 3, hidden_size=hidden)
+    name = debug_name(debugContext, debugPrefix)
+    out = _squeeze(self, y, [1], name) if outputFullSequence else _squeeze(self, y_h, [0], name)
+    return [out, _squeeze(self, y_c, [0])]
+
+
+def packedDataBlock(self, args, maxSequenceLengths, resultSize, callbackBatchSize, callback, debugContext="",
+                    debugPrefix=None):
+    """PopART's PackedDataBlock. ``args = [data_1, offsets_1, lengths_1, ..., data_n, offsets_n,
+    lengths_n, resultOffsets, resultLengths]``: each data input holds sequences packed one after
+    another along axis 0 (sequence s at rows offsets[s] .. offsets[s] + lengths[s]). They are
+    unpacked into [sequences, maxSequenceLengths[i], ...] (zero-padded), the subgraph builder
+    ``callback`` runs on ``callbackBatchSize`` sequences at a time, and its results are packed
+    into a tensor of ``resultSize`` rows at resultOffsets / resultLengths. Built from ai.onnx
+    ops (Gather, Where, ...) with the callback inlined per batch of sequences."""
+    from .subgraph import _core_of, _replay
+
+    inputs = _inputs_of(args)
+    if len(inputs) < 5 or (len(inputs) - 2) % 3:
+        raise _graft.Error(f"packedDataBlock takes 3 inputs per data input plus resultOffsets and resultLengths, "
+                           f"got {len(inputs)}")
+    count = (len(inputs) - 2) // 3
+    max_lens = _ints(maxSequenceLengths, "packedDataBlock: maxSequenceLengths")
+    if len(max_lens) != count:
+        raise _graft.Error(f"packedDataBlock: {len(max_lens)} maxSequenceLengths for {count} data inputs")
+    core = _core_of(callback, "packedDataBlock")
+    if len(core.inputs) != count or len(core.outputs) != 1:
+        raise _graft.Error(f"packedDataBlock: the callback takes {len(core.inputs)} inputs and gives "
+                           f"{len(core.outputs)} outputs; it must take {count} and give 1")
+    impl = self._builder._impl
+    onnx = _onnx(self)
+    batch = _as_int(callbackBatchSize, "packedDataBlock: callbackBatchSize")
+    result_size = _as_int(resultSize, "packedDataBlock: resultSize")
+
+    def as_int64(t):
+        return t if impl.getTensorDtypeString(t) == "int64" else onnx.cast([t], "INT64")
+
+    def column(t):  # [n] -> [n, 1]
+        return onnx.reshape([t, _const64(self, [-1, 1])])
+
+    def expand_mask(mask, rank):  # [n, m] -> [n, m, 1, ...] of `rank` dims
+        return onnx.reshape([mask, _const64(self, [0, 0] + [1] * (rank - 2))]) if rank > 2 else mask
+
+    unpacked, sequences = [], None
+    for i in range(count):
+        data, offsets, lengths = inputs[3 * i: 3 * i + 3]
+        n = impl.getTensorShape(offsets)[0]
+        if sequences is None:
+            sequences = n
+        elif n != sequences:
+            raise _graft.Error(f"packedDataBlock: data input {i} has {n} sequences, the first {sequences}")
+        steps = _const64(self, np.arange(max_lens[i])[None, :])
+        mask = onnx.less([steps, column(as_int64(lengths))])  # [n, maxLen]
+        rows = onnx.where([mask, onnx.add([column(as_int64(offsets)), steps]), _const64(self, [0])])
+        gathered = onnx.gather([data, rows], axis=0)  # [n, maxLen, ...]
+        rank = len(impl.getTensorShape(data)) + 1
+        zero = onnx.constant(np.zeros([1], dtype=np.dtype(impl.getTensorDtypeString(data))))
+        unpacked.append(onnx.where([expand_mask(mask, rank), gathered, zero]))
+    if sequences % batch:
+        raise _graft.Error(f"packedDataBlock: {sequences} sequences do not split into batches of {batch}")
+    results = []
+    for start in range(0, sequences, batch):
+        chunk = [_slice(self, u, [start], [start + batch], [0]) for u in unpacked]
+        results.append(_replay(impl, core, chunk)[0])
+    result = results[0] if len(results) == 1 else onnx.concat(results, 0)  # [sequences, resultLen, ...]
+    rshape = list(impl.getTensorShape(result))
+    # Row r of the packed result is row r - resultOffsets[s] of sequence s, for the s whose range
+    # [resultOffsets[s], resultOffsets[s] + resultLengths[s]) holds r; zero where none does.
+    r_off, r_len = as_int64(inputs[-2]), as_int64(inputs[-1])
+    r = _const64(self, np.arange(result_size)[None, :])  # [1, resultSize]
+    starts = column(r_off)
+    inside = onnx.logical_and([onnx.logical_not([onnx.less([r, starts])]),
+                               onnx.less([r, onnx.add([starts, column(r_len)])])])  # [sequences, resultSize]
+    hits = onnx.cast([inside], "INT64")
+    seq_of = _reduce(self, "reducesum", onnx.mul([hits, _const64(self, np.arange(sequences)[:, None])]), [0], 0)
+    row_in = _reduce(self, "reducesum", onnx.mul([hits, onnx.sub([r, starts])]), [0], 0)
+    found = onnx.cast([_reduce(self, "reducesum", hits, [0], 0)], "BOOL")  # [resultSize]
+    flat = onnx.reshape([result, _const64(self, [sequences * rshape[1]] + rshape[2:])])
+    index = onnx.add([onnx.mul([seq_of, _const64(self, [rshape[1]])]), row_in])
+    packed = onnx.gather([flat, index], axis=0)  # [resultSize, ...]
+    zero = onnx.constant(np.zeros([1], dtype=np.dtype(impl.getTensorDtypeString(result))))
+    found = onnx.reshape([found, _const64(self, [result_size] + [1] * (len(rshape) - 2))]) if len(rshape) > 2 else found
+    return onnx.where([found, packed, zero], debug_name(debugContext, debugPrefix))
 
 
 def methods():
@@ -380,6 +591,10 @@ def methods():
         "reducemedian": reducemedian,
         "scale": scale,
         "scaledadd": scaledadd,
+        "normalize_image": normalize_image,
+        "shapeddropout": shapeddropout,
+        "lstm": lstm,
+        "packedDataBlock": packedDataBlock,
     }
     for name, op_type, doc in [
         ("log1p", "Log1p", "log(1 + x)."),

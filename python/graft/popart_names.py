@@ -8,110 +8,46 @@ hold their fields so that programs can set and read them back.
 import enum as _enum
 
 
-class DeviceSelectionCriterion(_enum.Enum):
-    First = 0
-    Random = 1
+def popart_enum(name, members, doc=None):
+    """A PopART enum class ``name`` whose ``members`` (names separated by spaces) are numbered 0, 1, ...
+    in order, as PopART numbers them."""
+    cls = _enum.Enum(name, [(m, i) for i, m in enumerate(members.split())], module="graft")
+    if doc:
+        cls.__doc__ = doc
+    return cls
 
 
-class IrSerializationFormat(_enum.Enum):
-    JSON = 0
-
-
-class InitType(_enum.Enum):
-    """What aiGraphcore.init fills its output with."""
-
-    NoInit = 0
-    Zero = 1
-
-
-class SubgraphCopyingStrategy(_enum.Enum):
-    OnEnterAndExit = 0
-    JustInTime = 1
-
-
-class AccumulateOuterFragmentSchedule(_enum.Enum):
-    Scheduler = 0
-    Serial = 1
-    OverlapCycleOptimized = 2
-    OverlapMemoryOptimized = 3
-
-
-class MeanReductionStrategy(_enum.Enum):
-    Running = 0
-    Post = 1
-    PostAndLoss = 2
-
-
-class TensorStorage(_enum.Enum):
-    OnChip = 0
-    OffChip = 1
-
-
-class ReplicatedTensorSharding(_enum.Enum):
-    Off = 0
-    On = 1
-
-
-class ExecutionPhaseSchedule(_enum.Enum):
-    Interleaving = 0
-    Batch = 1
-    BatchClusteredIO = 2
-
-
-class ExecutionPhaseIOSchedule(_enum.Enum):
-    Preload = 0
-    OnDemand = 1
-
-
-class BatchSerializationTransformContext(_enum.Enum):
-    Fwd = 0
-    Bwd = 1
-
-
-class BatchSerializationMethod(_enum.Enum):
-    UnrollDynamic = 0
-    UnrollStatic = 1
-    Loop = 2
-
-
-class BatchSerializationBatchSchedule(_enum.Enum):
-    Scheduler = 0
-    Isomorphic = 1
-    OverlapOnIo = 2
-    OverlapOnCompute = 3
-
-
-class CommGroupType(_enum.Enum):
-    All = 0
-    Consecutive = 1
-    Orthogonal = 2
-    Ungrouped = 3
-
-
-class CollectiveOperator(_enum.Enum):
-    Add = 0
-    Mean = 1
-    Mul = 2
-    Min = 3
-    Max = 4
-    LogicalAnd = 5
-    LogicalOr = 6
-    SquareAdd = 7
-    Local = 8
-
-
-class ScatterReduction(_enum.Enum):
-    Sum = 0
-    Max = 1
-    Min = 2
-    Mul = 3
-    NoReduction = 4
-
-
-class GradientTensorTrackingMethod(_enum.Enum):
-    AllNonViewChangingGradientTensors = 0
-    ConvAndMatmulGradients = 1
-    GradientsOfUserSpecifiedTensors = 2
+# PopART's enums that graft's API takes (most only select IPU behaviour; their values are accepted
+# where PopART takes them). MeanReductionStrategy is graft's own (bound from C++: an option graft honours).
+DeviceSelectionCriterion = popart_enum("DeviceSelectionCriterion", "First Random")
+IrSerializationFormat = popart_enum("IrSerializationFormat", "JSON")
+InitType = popart_enum("InitType", "NoInit Zero", "What aiGraphcore.init fills its output with.")
+SubgraphCopyingStrategy = popart_enum("SubgraphCopyingStrategy", "OnEnterAndExit JustInTime")
+AccumulateOuterFragmentSchedule = popart_enum("AccumulateOuterFragmentSchedule",
+                                              "Scheduler Serial OverlapCycleOptimized OverlapMemoryOptimized")
+TensorStorage = popart_enum("TensorStorage", "OnChip OffChip")
+ReplicatedTensorSharding = popart_enum("ReplicatedTensorSharding", "Off On")
+ExecutionPhaseSchedule = popart_enum("ExecutionPhaseSchedule", "Interleaving Batch BatchClusteredIO")
+ExecutionPhaseIOSchedule = popart_enum("ExecutionPhaseIOSchedule", "Preload OnDemand")
+BatchSerializationTransformContext = popart_enum("BatchSerializationTransformContext", "Fwd Bwd")
+BatchSerializationMethod = popart_enum("BatchSerializationMethod", "UnrollDynamic UnrollStatic Loop")
+BatchSerializationBatchSchedule = popart_enum("BatchSerializationBatchSchedule",
+                                              "Scheduler Isomorphic OverlapOnIo OverlapOnCompute")
+CommGroupType = popart_enum("CommGroupType", "All Consecutive Orthogonal Ungrouped")
+CollectiveOperator = popart_enum("CollectiveOperator",
+                                 "Add Mean Mul Min Max LogicalAnd LogicalOr SquareAdd Local")
+ScatterReduction = popart_enum("ScatterReduction", "Sum Max Min Mul NoReduction")
+GradientTensorTrackingMethod = popart_enum(
+    "GradientTensorTrackingMethod", "AllNonViewChangingGradientTensors ConvAndMatmulGradients GradientsOfUserSpecifiedTensors")
+RecomputeType = popart_enum("RecomputeType", "Undefined Checkpoint Recompute Recomputed",
+                            "PopART's per-op recomputation setting (Builder.recomputeOutputInBackwardPass).")
+SyntheticDataMode = popart_enum("SyntheticDataMode", "Off Zeros RandomNormal RandomUniform")
+MergeVarUpdateType = popart_enum("MergeVarUpdateType", "Off All AutoLoose AutoTight")
+TileSet = popart_enum("TileSet", "Compute IO")
+ExchangeStrategy = popart_enum("ExchangeStrategy", "JustInTime OverlapInnerLoop OverlapLoops OverlapStep")
+SyncPattern = popart_enum("SyncPattern", "Full SinglePipeline ReplicaAndLadder")
+DeviceConnectionType = popart_enum("DeviceConnectionType", "Always OnDemand Never")
+Instrumentation = popart_enum("Instrumentation", "Outer Inner")
 
 
 class _Settings:

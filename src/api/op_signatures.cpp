@@ -165,6 +165,13 @@ std::vector<OpSignature> builderOpSignatures(const std::string& domain, int opse
     for (const ops::OpDef* def : ops::Registry::instance().all())
       if (def->domain.empty())
         if (auto s = onnxio::onnxOpSignature(def->type, opsetVersion)) out.push_back(std::move(*s));
+    // Ops that later opsets removed and ONNX's version converter rewrites into ops graft runs:
+    // the Builder offers them at the opsets that define them (PopART programs use them there).
+    static const std::pair<const char*, const char*> kConverted[] = {{"Scatter", "ScatterElements"},
+                                                                     {"Upsample", "Resize"}};
+    for (const auto& [removed, into] : kConverted)
+      if (ops::Registry::instance().find("", into))
+        if (auto s = onnxio::onnxOpSignature(removed, opsetVersion)) out.push_back(std::move(*s));
   } else if (d == ops::kGraphcoreDomain) {
     out = api::graphcoreSignatures();
     // ai.graphcore ops the registry knows beyond the table: generic signatures (any inputs, no

@@ -309,7 +309,8 @@ KernelFn dropoutKernel(CompileContext& c) {
       }
       return;
     }
-    GRAFT_CHECK(ratio >= 0.0 && ratio < 1.0, "{}: ratio must be in [0, 1) in training mode, got {}", what, ratio);
+    GRAFT_CHECK(ratio >= 0.0 && ratio < 1.0,
+                "{}: ratio value {} is not valid. Please use a value in the interval [0,1)", what, ratio);
     NumpyRandom& gen = src->begin();
     NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
     NDArray mask = NDArray::uninitialized(DataType::Bool, x.shape());

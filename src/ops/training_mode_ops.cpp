@@ -59,7 +59,8 @@ KernelFn dropoutKernel(CompileContext& c) {
       std::fill(m, m + mask.numel(), true);
       return;
     }
-    GRAFT_CHECK(ratio > 0.0 && ratio < 1.0, "{}: ratio must be in [0, 1) in training mode, got {}", what, ratio);
+    GRAFT_CHECK(ratio > 0.0 && ratio < 1.0, "{}: ratio value {} is not valid. Please use a value in the interval [0,1)",
+                what, ratio);
     const auto* s = seed.data<int64_t>();
     uint64_t key = mix64(mix64(mix64(static_cast<uint64_t>(s[0]) + kGolden) ^ static_cast<uint64_t>(s[1])) ^ stream);
     if (replica) key = mix64(key ^ mix64(replica * kGolden));

@@ -45,9 +45,11 @@ struct TrainingImpl : Session::Impl {
       if (std::find(weights.begin(), weights.end(), w) != weights.end()) return;
       const ir::Tensor* t = model.graph->findTensor(w);
       GRAFT_CHECK(t, "anchor '{}' is the gradient of '{}', which is not a tensor of the model", id, w);
+      // PopART's words first (its Ir has no such tensor), then why.
       GRAFT_CHECK(t->type().isTensor() && isFloatingPoint(t->info().dataType()),
-                  "anchor '{}' is the gradient of '{}', which is {}: only floating-point tensors have gradients", id, w,
-                  t->type().str());
+                  "Anchor tensor `{}' not in Ir Tensors: it is the gradient of '{}', which is {}, and only "
+                  "floating-point tensors have gradients",
+                  id, w, t->type().str());
       GRAFT_CHECK(lossDependsOn_.count(t),
                   "anchor '{}' is the gradient of '{}', but the loss '{}' does not depend on '{}' through "
                   "differentiable values", id, w, loss, w);

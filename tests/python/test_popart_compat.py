@@ -197,3 +197,139 @@ def test_serialize_ir_lists_the_compiled_ops():
     assert ops and all({"type", "domain", "inputs", "outputs", "attributes"} <= set(op) for op in ops)
     assert any(o["name"] == y for op in ops for o in op["outputs"])
     assert json.loads(s.getSerializedGraph()) == ir
+
+
+def test_normalize_image_matches_numpy():
+    img = np.random.default_rng(3).integers(0, 256, (2, 2, 2, 3)).astype(np.uint8)
+    offsets = np.array([1, 2, 3], np.float16)
+    scales = np.array([4, 5, 6], np.float16)
+    b = graft.Builder()
+    ti, to, ts = (b.addInputTensor(graft.TensorInfo(v)) for v in (img, offsets, scales))
+    y = b.aiGraphcore.normalize_image([ti, to, ts], scale=1.0 / 255)
+    assert b.getTensorShape(y) == [2, 2, 2, 4] and b.getTensorDtypeString(y) == "float16"
+    out = _run(b, [y], {ti: img, to: offsets, ts: scales})
+    ref = (img.astype(np.float64) / 255 - offsets) * scales
+    np.testing.assert_allclose(out[y][..., :3], ref, rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(out[y][..., 3], 0)
+    with pytest.raises(graft.Error, match="inner dimension to be 3"):
+        b.aiGraphcore.normalize_image([b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4])), to, ts])
+
+
+def test_shapeddropout_drops_whole_rows_and_trains_through_its_mask():
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo("FLOAT", [200, 3]))
+    y = b.aiGraphcore.shapeddropout([t], shape=[200, 1], ratio=0.5)
+    loss = b.aiGraphcore.identityloss([y], reduction=graft.ReductionType.Sum)
+    gx = graft.reservedGradientPrefix() + t
+    out = _run(b, [y, gx], {t: np.ones((200, 3), np.float32)}, train_loss=loss)
+    rows = out[y]
+    assert set(np.unique(rows)) <= {0.0, 2.0} and 0 < (rows[:, 0] == 0).sum() < 200
+    assert (rows == rows[:, :1]).all()  # a row is dropped or kept as a whole
+    np.testing.assert_array_equal(out[gx], rows)  # d sum(x * mask) / dx = mask
+    inference = _run(b, [y], {t: np.full((200, 3), 3.0, np.float32)})
+    np.testing.assert_array_equal(inference[y], 3.0)
+    with pytest.raises(graft.Error, match=r"ratio value 1.5 is not valid"):
+        b.aiGraphcore.shapeddropout([t], shape=[200, 1], ratio=1.5)
+    with pytest.raises(graft.Error, match="incompatible input tensor and dropout shape"):
+        b.aiGraphcore.shapeddropout([t], shape=[4, 4])
+
+
+def _popart_lstm_weights(w, r, bias, hidden):
+    """torch's LSTM parameters (gates i, f, g, o) in PopART's layout (gates f, i, g, o)."""
+    order = [1, 0, 2, 3]
+    wi = np.stack([w[g * hidden:(g + 1) * hidden].T for g in order])
+    wr = np.stack([r[g * hidden:(g + 1) * hidden].T for g in order])
+    return np.ascontiguousarray(np.concatenate([wi, wr], axis=1)), np.stack([bias[g * hidden:(g + 1) * hidden]
+                                                                             for g in order])
+
+
+def test_popart_lstm_matches_torch_with_gradients():
+    rng = np.random.default_rng(4)
+    seq, batch, size, hidden = 4, 2, 3, 5
+    lstm = torch.nn.LSTM(size, hidden)
+    x = rng.standard_normal((seq, batch, size)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((1, batch, hidden)).astype(np.float32) for _ in range(2))
+    weights, biases = _popart_lstm_weights(lstm.weight_ih_l0.detach().numpy(), lstm.weight_hh_l0.detach().numpy(),
+                                           (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach().numpy(), hidden)
+    b = graft.Builder()
+    tx, tw, tb, ts = (b.addInputTensor(graft.TensorInfo(v)) for v in (x, weights, biases, np.concatenate([h0, c0])))
+    out, cell = b.aiGraphcore.lstm([tx, tw, tb, ts])
+    assert b.getTensorShape(out) == [seq, batch, hidden] and b.getTensorShape(cell) == [batch, hidden]
+    loss = b.aiGraphcore.identityloss([out], reduction=graft.ReductionType.Sum)
+    gx = graft.reservedGradientPrefix() + tx
+    got = _run(b, [out, cell, gx], {tx: x, tw: weights, tb: biases, ts: np.concatenate([h0, c0])}, train_loss=loss)
+    xt = torch.tensor(x, requires_grad=True)
+    y, (_, c) = lstm(xt, (torch.tensor(h0), torch.tensor(c0)))
+    y.sum().backward()
+    np.testing.assert_allclose(got[out], y.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[cell], c[0].detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[gx], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    last, _ = b.aiGraphcore.lstm([tx, tw, tb, ts], outputFullSequence=0)
+    assert b.getTensorShape(last) == [batch, hidden]
+
+
+def test_packed_data_block_runs_the_callback_per_sequence():
+    lengths = np.array([2, 3, 1], np.uint32)
+    offsets = np.array([0, 2, 5], np.uint32)
+    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+    b = graft.Builder()
+    td, to, tl = (b.addInputTensor(graft.TensorInfo(v)) for v in (data, offsets, lengths))
+    sub = b.createSubgraphBuilder()
+    s = sub.addUntypedInputTensor()
+    sub.addOutputTensor(sub.aiOnnx.add([s, s]))  # [1, maxLen, 2]
+    y = b.aiGraphcore.packedDataBlock([td, to, tl, to, tl], [4], 6, 1, sub)
+    out = _run(b, [y], {td: data, to: offsets, tl: lengths})
+    np.testing.assert_array_equal(out[y], 2 * data)  # unpacked, doubled, packed back where it was
+    # A callback that sees three sequences at once, into a result with a spare row.
+    mixed = b.aiGraphcore.packedDataBlock([td, to, tl, to, tl], [4], 7, 3, _batch_sum_callback(b))
+    out = _run(b, [mixed], {td: data, to: offsets, tl: lengths})
+    unpacked = np.zeros((3, 4, 2), np.float32)
+    for k, (o, n) in enumerate(zip(offsets, lengths)):
+        unpacked[k, :n] = data[o:o + n]
+    ref = np.zeros((7, 2), np.float32)
+    for k, (o, n) in enumerate(zip(offsets, lengths)):
+        ref[o:o + n] = (unpacked[k] * unpacked[k])[:n]
+    np.testing.assert_array_equal(out[mixed], ref)
+
+
+def _batch_sum_callback(b):
+    sub = b.createSubgraphBuilder()
+    s = sub.addUntypedInputTensor()  # [3, maxLen, 2]
+    sub.addOutputTensor(sub.aiOnnx.mul([s, s]))
+    return sub
+
+
+def test_removed_onnx_ops_build_at_their_opsets():
+    # Scatter (opset 9-10) and Upsample (7-9) run as the ScatterElements and Resize they convert to.
+    data = np.zeros((3, 3), np.float32)
+    indices = np.array([[1, 0, 2], [0, 2, 1]], np.int32)
+    updates = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    b = graft.Builder(opsets={"ai.onnx": 10, "ai.graphcore": 1})
+    td, ti, tu = (b.addInputTensor(graft.TensorInfo(v)) for v in (data, indices, updates))
+    y = b.aiOnnx.scatter([td, ti, tu], axis=0)
+    b.addOutputTensor(y)  # the converter renames the tensors it rewrites, but not the model's outputs
+    out = _run(b, [y], {td: data, ti: indices, tu: updates})
+    ref = torch.zeros(3, 3).scatter_(0, torch.tensor(indices, dtype=torch.int64), torch.tensor(updates))
+    np.testing.assert_array_equal(out[y], ref.numpy())
+    b9 = graft.Builder(opsets={"ai.onnx": 9, "ai.graphcore": 1})
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    tx = b9.addInputTensor(graft.TensorInfo(x))
+    up = b9.aiOnnx.upsample([tx, b9.aiOnnx.constant(np.array([1, 1, 2, 2], np.float32))])
+    b9.addOutputTensor(up)
+    out = _run(b9, [up], {tx: x})
+    np.testing.assert_array_equal(out[up], x.repeat(2, axis=2).repeat(2, axis=3))
+
+
+def test_training_session_refuses_gradients_of_integer_tensors():
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 3]))
+    i = b.addInputTensor(graft.TensorInfo("INT32", [3]))
+    w = b.addInitializedInputTensor(np.ones((2, 3), np.float32))
+
+    def session(loss, anchors):
+        return graft.TrainingSession(fnModel=b.getModelProto(), dataFlow=graft.DataFlow(1, anchors), loss=loss,
+                                     optimizer=graft.ConstSGD(0.1), deviceInfo=graft.DeviceManager().createCpuDevice())
+
+    loss = b.aiGraphcore.identityloss([b.aiOnnx.add([b.aiOnnx.mul([t, w]), b.aiOnnx.cast([i], "FLOAT")])])
+    with pytest.raises(graft.Error, match="^Anchor tensor `Gradient___.*' not in Ir Tensors: .* INT32"):
+        session(loss, [graft.reservedGradientPrefix() + i])
