@@ -8,7 +8,8 @@
 # is copied into graft). Not part of CI: the suite takes a while and needs torch.
 # Environment: FILES="a_test.py b_test.py" narrows the target files; PER_FILE_TIMEOUT (s, 1800): a
 # file still running then gets SIGINT, and pytest reports the cases it finished (the report counts
-# only cases that ran); OUT (a folder for the junit files and the report, default a temporary one).
+# only cases that ran); OUT (a folder for the junit files and the report, default a temporary one);
+# JOBS (1): how many files run at once.
 # Needs torch, onnx and expecttest (torch's testing helpers import it) in the Python used.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -27,10 +28,15 @@ requires_grad_test.py lstm_test.py gru_test.py rnn_test.py torch_nn_test.py}"
 export PYTHONPATH="$here/poptorch_shim:$root/python${PYTHONPATH:+:$PYTHONPATH}"
 export GRAFT_LOG_LEVEL="${GRAFT_LOG_LEVEL:-ERR}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 cd "$checkout/tests"
-for f in $files; do
-  echo "== $f" >&2
+run_one() {  # FILE [pytest args...]
+  local f="$1"
+  shift
   timeout -s INT -k 60 "${PER_FILE_TIMEOUT:-1800}" "$py" -m pytest -q -p no:cacheprovider --junitxml="$out/${f%.py}.xml" \
     "$f" "$@" >"$out/${f%.py}.log" 2>&1 || true
-  tail -1 "$out/${f%.py}.log" >&2
-done
+  echo "== $f: $(tail -1 "$out/${f%.py}.log")" >&2
+}
+export -f run_one
+export py out
+# JOBS (1): files run this many at a time, each in its own pytest process.
+printf '%s\n' $files | xargs -P "${JOBS:-1}" -I{} bash -c 'run_one "$@"' _ {} "$@"
 "$py" "$here/poptorch_report.py" "$out" | tee "$out/report.txt"

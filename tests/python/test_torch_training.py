@@ -395,9 +395,6 @@ def test_bad_inputs_are_named():
     with pytest.raises(graft.Error, match="multiple of 4"):
         poptorch.inferenceModel(torch.nn.Linear(3, 2), opts)(torch.randn(6, 3))
 
-    with pytest.raises(graft.Error, match="replicationFactor"):
-        poptorch.trainingModel(net, poptorch.Options().replicationFactor(2))
-
     class Unexportable(torch.nn.Module):
         def forward(self, x):
             return torch.linalg.eigh(x)[0]
@@ -450,3 +447,130 @@ def test_block_scopes_shard_inference():
     nodes = model._current.cap.onnx.graph.node  # noqa: SLF001
     ipus = [next(a.i for a in n.attribute if a.name == "__ipu_number") for n in nodes if n.op_type == "Gemm"]
     assert ipus == [0, 1]
+
+
+def _cat(data):
+    return torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data])
+
+
+def test_replication_matches_plain_run():
+    # replicationFactor(2) x deviceIterations(2): each weight update takes one micro-batch per
+    # replica and averages their gradients (Mean, PopTorch's default), which is plain training on
+    # the 12-row batch the two make up. The combined batch is laid out [iteration, replica, batch].
+    data = batches((6, 10), 8, seed=14)
+    ref = WithLoss(mlp())
+    ours = copy.deepcopy(ref)
+    opts = poptorch.Options().deviceIterations(2).replicationFactor(2).outputMode(poptorch.OutputMode.All)
+    model = poptorch.trainingModel(ours, opts, torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9))
+    topt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for i in range(0, 8, 4):
+        out, loss = model(*_cat(data[i:i + 4]))
+        assert out.shape == (24, 4) and loss.shape == (4,)
+        expected = []
+        for j in range(i, i + 4, 2):
+            with torch.no_grad():
+                expected += [float(ref(*data[j])[1]), float(ref(*data[j + 1])[1])]
+            topt.zero_grad()
+            ref(*_cat(data[j:j + 2]))[1].backward()
+            topt.step()
+        np.testing.assert_allclose(loss.numpy(), expected, atol=ATOL, rtol=RTOL)
+    assert_state_close(ours, ref, "replicated")
+
+    # With gradient accumulation too: one call, one weight update over accumulation x replicas
+    # micro-batches; OutputMode.Final returns each replica's last loss.
+    ref2 = copy.deepcopy(ours)
+    opts = poptorch.Options().replicationFactor(2).Training.gradientAccumulation(2)
+    model = poptorch.trainingModel(ours, opts, torch.optim.SGD(ours.parameters(), lr=0.05))
+    topt = torch.optim.SGD(ref2.parameters(), lr=0.05)
+    for i in range(0, 8, 4):
+        _, loss = model(*_cat(data[i:i + 4]))
+        with torch.no_grad():
+            last = [float(ref2(*data[i + 2])[1]), float(ref2(*data[i + 3])[1])]
+        topt.zero_grad()
+        ref2(*_cat(data[i:i + 4]))[1].backward()
+        topt.step()
+        assert loss.shape == (2,)
+        np.testing.assert_allclose(loss.numpy(), last, atol=ATOL, rtol=RTOL)
+    assert_state_close(ours, ref2, "replicated with accumulation")
+    model.destroy()
+
+    # An inferenceModel with replicas: every replica's outputs, concatenated.
+    ours.eval()
+    ref2.eval()
+    x, y = _cat(data[:2])
+    out, _ = poptorch.inferenceModel(ours, poptorch.Options().replicationFactor(2))(x, y)
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), ref2(x, y)[0].numpy(), atol=ATOL, rtol=RTOL)
+
+
+STATEFUL = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "sgd_velocity_scaling": lambda p: poptorch.optim.SGD(p, lr=0.05, momentum=0.9, velocity_scaling=4.0),
+    "adam": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.01),
+    "adamw": lambda p: poptorch.optim.AdamW(p, lr=0.01),
+    "rmsprop_centered": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+}
+
+
+@pytest.mark.parametrize("opt_name", sorted(STATEFUL))
+def test_optimizer_state_comes_back_to_torch(opt_name):
+    # Two steps through graft, then two in plain torch with the same optimizer object: its state
+    # (momentum buffers, Adam's moments and step, RMSprop's averages) came back from graft, so the
+    # run equals four torch steps. Then the other way round: state made by torch goes to graft.
+    data = batches((6, 10), 4, seed=15)
+    ref = WithLoss(mlp())
+    ours = copy.deepcopy(ref)
+    expected = train_torch(ref, STATEFUL[opt_name](ref.parameters()), data)
+    opt = STATEFUL[opt_name](ours.parameters())
+    model = poptorch.trainingModel(ours, optimizer=opt)
+    losses = [float(model(x, y)[1]) for x, y in data[:2]]
+    state = opt.state_dict()["state"]
+    assert len(state) == len(list(ours.parameters())) and all(state.values())
+    losses += train_torch(ours, opt, data[2:])
+    np.testing.assert_allclose(losses, expected, atol=ATOL, rtol=RTOL)
+    assert_state_close(ours, ref, opt_name)
+    model.destroy()
+
+    ours = copy.deepcopy(ref)
+    ref2 = copy.deepcopy(ref)
+    opt2 = STATEFUL[opt_name](ref2.parameters())
+    expected = train_torch(ref2, opt2, data)
+    opt = STATEFUL[opt_name](ours.parameters())
+    losses = train_torch(ours, opt, data[:2])
+    model = poptorch.trainingModel(ours, optimizer=opt)
+    losses += [float(model(x, y)[1]) for x, y in data[2:]]
+    np.testing.assert_allclose(losses, expected, atol=ATOL, rtol=RTOL)
+    assert_state_close(ours, ref2, opt_name + " from torch")
+    # A state loaded into the optimizer (with the weights it belongs to) reaches the session at
+    # the next call: the same two steps again give the same losses.
+    saved, weights = copy.deepcopy(opt.state_dict()), copy.deepcopy(ours.state_dict())
+    first = [float(model(x, y)[1]) for x, y in data[:2]]
+    opt.load_state_dict(saved)
+    ours.load_state_dict(weights)
+    again = [float(model(x, y)[1]) for x, y in data[:2]]
+    np.testing.assert_allclose(again, first, atol=ATOL, rtol=RTOL)
+    ours.load_state_dict(weights)  # the weights alone: the optimizer state of four steps on differs
+    other = [float(model(x, y)[1]) for x, y in data[:2]]
+    assert abs(other[1] - first[1]) > 1e-6
+
+
+def test_save_and_load_continue_training(tmp_path):
+    # save() writes the module, options, optimizer and its state; poptorch.load compiles it again
+    # and training goes on as in the original wrapper.
+    data = batches((6, 10), 4, seed=16)
+    ours = WithLoss(mlp())
+    opts = poptorch.Options().deviceIterations(1)
+    model = poptorch.trainingModel(ours, opts, poptorch.optim.Adam(ours.parameters(), lr=0.01))
+    for x, y in data[:2]:
+        model(x, y)
+    path = tmp_path / "checkpoint.pt"
+    model.save(str(path))
+    loaded = poptorch.load(str(path))
+    assert loaded.isTrainingModel() and loaded.isCompiled()
+    assert loaded.model is not ours
+    for x, y in data[2:]:
+        np.testing.assert_allclose(float(loaded(x, y)[1]), float(model(x, y)[1]), atol=ATOL, rtol=RTOL)
+    assert_state_close(loaded.model, ours, "loaded")
+    with pytest.raises(graft.Error, match="not a checkpoint written by graft.torch"):
+        torch.save({"something": 1}, str(tmp_path / "other.pt"))
+        poptorch.load(str(tmp_path / "other.pt"))

@@ -18,10 +18,10 @@ import enum as _enum
 import torch as _torch
 
 from .. import _graft
-from . import optim  # noqa: F401
+from . import _log, optim  # noqa: F401
 from ._capture import EXPORTER  # noqa: F401
 from ._data import AsynchronousDataAccessor, DataLoader, DataLoaderMode  # noqa: F401
-from ._model import PoplarExecutor, inferenceModel, trainingModel  # noqa: F401
+from ._model import PoplarExecutor, inferenceModel, load, trainingModel  # noqa: F401
 from ._ops import (  # noqa: F401
     cond,
     custom_op,
@@ -125,6 +125,7 @@ def setLogLevel(level):  # noqa: N802
     if isinstance(level, int):
         level = names[max(0, min(level, 6))]
     _graft._setLogLevel(str(level).upper())  # noqa: SLF001
+    _log.set_level(level)
 
 
 def __getattr__(name):

@@ -27,16 +27,32 @@ class DataLoader(torch.utils.data.DataLoader):
             options = Options()
         if not isinstance(options, Options):
             raise _graft.Error(f"poptorch.DataLoader: options must be a poptorch.Options, got {type(options).__name__}")
-        if batch_size is None or batch_size < 1:
-            raise _graft.Error(f"poptorch.DataLoader: batch_size must be >= 1, got {batch_size}")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise _graft.Error(f"poptorch.DataLoader: batch_size must be an integer >= 1 or None, got {batch_size!r}")
         # The training factor: PopTorch's DataLoader counts gradient accumulation in (a call of a
         # trainingModel takes that many micro-batches; an inferenceModel ignores the option).
-        self._combined_batch_size = batch_size * options.device_iterations * \
-            options.Training.gradient_accumulation * options.replication_factor
+        factor = options.device_iterations * options.Training.gradient_accumulation * options.replication_factor
+        if batch_size is None:
+            # torch's "no automatic batching": the dataset yields whole batches already.
+            if factor != 1:
+                raise _graft.Error("poptorch.DataLoader: batch_size=None (the dataset yields whole batches) needs "
+                                   f"deviceIterations x gradientAccumulation x replicationFactor = 1, got {factor}")
+            self._combined_batch_size = None
+            drop_last = False  # (torch: no batches, nothing to drop)
+        else:
+            self._combined_batch_size = batch_size * factor
         self.options = options
         self.mode = DataLoaderMode(int(mode))
         if persistent_workers is None:
             persistent_workers = num_workers > 0
+        dist = options.Distributed
+        if dist.numProcesses > 1 and auto_distributed_partitioning and \
+                not isinstance(dataset, torch.utils.data.IterableDataset) and "sampler" not in kwargs and \
+                "batch_sampler" not in kwargs:
+            kwargs["sampler"] = _ProcessShard(len(dataset), dist.processId, dist.numProcesses,
+                                              self._combined_batch_size or 1, bool(shuffle),
+                                              options.random_seed or 0, drop_last)
+            shuffle = False
         super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle),
                          num_workers=num_workers, drop_last=drop_last, persistent_workers=persistent_workers, **kwargs)
 
@@ -51,6 +67,32 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def terminate(self):
         pass
+
+
+class _ProcessShard(torch.utils.data.Sampler):
+    """This process's share of a dataset split over ``num_processes`` (Options.Distributed): the
+    same number of whole combined batches for every process, taken in turn from one order of the
+    samples. With shuffle that order is a permutation drawn from ``seed`` and the epoch, the same
+    in every process (so the shares never overlap) and new each epoch (so the samples left over in
+    one epoch are used in another)."""
+
+    def __init__(self, n, process_id, num_processes, combined, shuffle, seed, drop_last):
+        super().__init__()
+        self.n, self.pid, self.procs = n, process_id, num_processes
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        per = n // num_processes
+        self.per = per - per % combined if drop_last else per
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        else:
+            order = list(range(self.n))
+        self.epoch += 1
+        return iter(order[self.pid * self.per:(self.pid + 1) * self.per])
+
+    def __len__(self):
+        return self.per
 
 
 class _Sync:

@@ -1,5 +1,7 @@
 """inferenceModel / trainingModel: a torch module captured, compiled by graft's sessions, and run
 with PopTorch's batching and weight semantics."""
+import copyreg
+import os
 import weakref
 
 import numpy as np
@@ -9,7 +11,7 @@ from torch.utils import _pytree as pytree
 import graft
 
 from .. import _graft
-from . import _capture, _parallel, optim as _optim
+from . import _capture, _log, _parallel, optim as _optim
 from ._options import Options, OutputMode, ReductionType
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
@@ -29,7 +31,10 @@ def _np(t):
 # ---- lazy weights: reading a parameter on the host brings the trained values back first ---------
 
 _LAZY_CLASSES = {}
-_SYNC_METHODS = ("state_dict", "named_parameters", "parameters", "named_buffers", "buffers", "__getstate__")
+# load_state_dict too: the trained values come back first, so that a later copy cannot overwrite
+# what is loaded.
+_SYNC_METHODS = ("state_dict", "load_state_dict", "named_parameters", "parameters", "named_buffers", "buffers",
+                 "__getstate__")
 
 
 def _sync_module(module):
@@ -62,9 +67,82 @@ def _lazy_class(cls):
             return method
 
         ns[m] = make(base)
+    ns["__reduce_ex__"] = _reduce_as(cls)
     new = type(cls.__name__, (cls,), ns)
     _LAZY_CLASSES[cls] = new
     return new
+
+
+def _reduce_as(cls):
+    """__reduce_ex__ that pickles (and deep-copies) the object as an instance of ``cls`` (the
+    user's class), not of the lazy subclass, which pickle could not find by name, and without
+    the wrapper's bookkeeping. The reconstructor is the standard library's, so loading the pickle
+    does not need graft."""
+
+    def __reduce_ex__(self, protocol):  # noqa: N807,ARG001
+        if isinstance(self, torch.nn.Module):
+            _sync_module(self)
+        else:
+            _sync_optimizer(self)
+        state = self.__getstate__()
+        state = {k: v for k, v in state.items() if k != "_graft_executors"} if isinstance(state, dict) else state
+        return (copyreg._reconstructor, (cls, object, None), state)  # noqa: SLF001
+
+    return __reduce_ex__
+
+
+def _sync_optimizer(opt):
+    for ex in list(opt.__dict__.get("_graft_executors", ())):
+        ex._sync_host_if_stale()  # noqa: SLF001
+
+
+def _lazy_optimizer_class(cls):
+    """A subclass of the optimizer's class whose ``state`` and ``state_dict()`` first bring the
+    optimizer state back from the session (as the module's weights are)."""
+    if getattr(cls, "_graft_lazy_base", None) is not None:
+        return cls
+    if cls in _LAZY_CLASSES:
+        return _LAZY_CLASSES[cls]
+
+    def get_state(self):
+        _sync_optimizer(self)
+        return self.__dict__["state"]
+
+    def set_state(self, value):
+        self.__dict__["state"] = value
+
+    def state_dict(self, *args, **kwargs):
+        _sync_optimizer(self)
+        return cls.state_dict(self, *args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        _sync_optimizer(self)  # the session's state first: a later copy must not overwrite what is loaded
+        return cls.load_state_dict(self, *args, **kwargs)
+
+    ns = {"state": property(get_state, set_state), "state_dict": state_dict, "load_state_dict": load_state_dict,
+          "_graft_lazy_base": cls,
+          "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__reduce_ex__": _reduce_as(cls)}
+    new = type(cls.__name__, (cls,), ns)
+    _LAZY_CLASSES[cls] = new
+    return new
+
+
+def _attach_lazy_optimizer(opt, executor):
+    execs = opt.__dict__.setdefault("_graft_executors", weakref.WeakSet())
+    execs.add(executor)
+    opt.__class__ = _lazy_optimizer_class(opt.__class__)
+
+
+def _detach_lazy_optimizer(opt, executor):
+    execs = opt.__dict__.get("_graft_executors")
+    if execs is None:
+        return
+    execs.discard(executor)
+    if not execs:
+        del opt.__dict__["_graft_executors"]
+        base = getattr(opt.__class__, "_graft_lazy_base", None)
+        if base is not None:
+            opt.__class__ = base
 
 
 def _sync_tree(module):
@@ -121,7 +199,13 @@ class PoplarExecutor:
         options = options if options is not None else Options()
         if not isinstance(options, Options):
             raise _graft.Error(f"poptorch: options must be a poptorch.Options, got {type(options).__name__}")
-        options._check_replication()  # noqa: SLF001
+        if not training and options.Training.gradient_accumulation != 1:
+            hint = ""
+            if options.execution_strategy is None or options.execution_strategy.pipelined:
+                hint = (" Use poptorch.Options().deviceIterations() to process a sufficient number of batches each run "
+                        "for pipelined execution instead.")
+            raise _graft.Error("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its "
+                               "default value (1) when running a poptorch.inferenceModel()." + hint)
         self._model = model
         self._user_model = model
         self._options = options
@@ -133,12 +217,16 @@ class PoplarExecutor:
         self._destroyed = False
         self._optimizer = None
         self._opt_sig = None
+        self._opt_state_sig = None  # the torch optimizer state last written to or read from a session
+        self._host_steps = {}  # id(parameter) -> optimizer steps, for state graft does not count
         self._calls = 0
+        self._example = None  # (args, kwargs) of the last capture, tensors zeroed (for save)
         if training:
             if optimizer is None:
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)  # PopTorch's default
             self._check_optimizer(optimizer)
             self._optimizer = optimizer
+            _attach_lazy_optimizer(optimizer, self)
             model.train()
         _attach_lazy(model, self)
 
@@ -163,11 +251,14 @@ class PoplarExecutor:
         self._upload_changed(compiled)
         if self._training:
             self._update_optimizer(compiled)
+            self._state_to_device(compiled)
         anchors = compiled.session.initAnchorArrays()
         compiled.session.run(graft.PyStepIO(feeds, anchors))
         if self._training:
             self._stale = True
             self._count_batches(n)
+            for p, _, _ in self._trained_params(compiled):
+                self._host_steps[id(p)] = self._host_steps.get(id(p), 0) + self._options.device_iterations
         self._calls += 1
         return self._outputs(compiled, anchors, n)
 
@@ -176,11 +267,14 @@ class PoplarExecutor:
         self._prepare(args, kwargs)
 
     def copyWeightsToHost(self):  # noqa: N802
-        """Copies the session's weights (and BatchNorm running statistics) into the torch module."""
+        """Copies the session's weights (and BatchNorm running statistics) into the torch module,
+        and a trainingModel's optimizer state into the torch optimizer's ``state``."""
         if self._current is None:
             return
         self._stale = False  # before touching the module: its accessors call back here
         c = self._current
+        if self._training:
+            self._state_to_host(c)
         keys = dict(c.cap.weights)
         if not keys:
             return
@@ -194,6 +288,23 @@ class PoplarExecutor:
                 t.copy_(torch.from_numpy(arrays[wid]).reshape(t.shape))
                 c.versions[k] = (id(t), t._version)  # noqa: SLF001
 
+    def save(self, filename, export_model=True, save_rng_state=True):  # noqa: ARG002
+        """Writes a checkpoint ``poptorch.load`` turns back into a wrapper: the module with its
+        current weights, the options, the optimizer with its state, and example inputs of the
+        last compiled signature (graft keeps no compiled executable: load compiles again)."""
+        if not export_model:
+            raise _graft.Error("poptorch: save(export_model=False) would write a compiled executable alone, which "
+                               "graft does not have; save with export_model=True")
+        self._sync_host_if_stale()
+        torch.save({"graft.torch": 1, "training": self._training, "model": self._user_model,
+                    "options": self._options, "optimizer": self._optimizer, "example": self._example}, filename)
+
+    def compileAndExport(self, filename, *args, export_model=True, **kwargs):  # noqa: N802
+        """Compiles for these inputs, then ``save(filename)``."""
+        if args or kwargs:
+            self.compile(*args, **kwargs)
+        self.save(filename, export_model=export_model)
+
     def copyWeightsToDevice(self):  # noqa: N802
         """Writes the torch module's weights into the session."""
         if self._current is not None:
@@ -205,10 +316,13 @@ class PoplarExecutor:
         if not self._training:
             raise _graft.Error("poptorch: setOptimizer is for trainingModel")
         self._check_optimizer(optimizer)
+        if optimizer is not self._optimizer:
+            self._sync_host_if_stale()  # the old optimizer gets the state it had
+            _detach_lazy_optimizer(self._optimizer, self)
+            _attach_lazy_optimizer(optimizer, self)
         self._optimizer = optimizer
-        self._opt_sig = None
         if self._current is not None:
-            self._update_optimizer(self._current)
+            self._update_optimizer(self._current)  # only where a hyper-parameter changed
 
     def detachFromDevice(self):  # noqa: N802
         if not self._attached:
@@ -238,6 +352,8 @@ class PoplarExecutor:
         self._current = None
         self._destroyed = True
         _detach_lazy(self._model, self)
+        if self._optimizer is not None:
+            _detach_lazy_optimizer(self._optimizer, self)
 
     def __del__(self):
         try:
@@ -279,6 +395,8 @@ class PoplarExecutor:
 
     def _sync_host_if_stale(self):
         if self._stale:
+            _log.logger.debug("Implicit copyWeightsToHost(): the host reads weights or optimizer state that "
+                              "training changed")
             self.copyWeightsToHost()
 
     def _split(self, args, kwargs):
@@ -309,6 +427,8 @@ class PoplarExecutor:
                 ex._sync_host_if_stale()  # noqa: SLF001
             compiled = self._compile(micro, spec, consts, train_mode)
             self._compiled[key] = compiled
+            self._example = pytree.tree_map(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v,
+                                            (tuple(args), dict(kwargs)))
         if self._current is not None and self._current is not compiled and self._training:
             # Another capture of the same module (new shapes or train/eval): carry the weights over.
             self._sync_host_if_stale()
@@ -319,9 +439,11 @@ class PoplarExecutor:
         return compiled, feeds, n
 
     def _lead(self):
+        """The leading dimensions of graft's input arrays: [batchesPerStep, accumulationFactor,
+        replicatedGraphCount], each only when > 1 (PopART's layout)."""
         o = self._options
         acc = o.Training.gradient_accumulation if self._training else 1
-        return [d for d in (o.device_iterations, acc) if d > 1]
+        return [d for d in (o.device_iterations, acc, o.replication_factor) if d > 1]
 
     def _feeds(self, compiled, flat, n):
         lead = self._lead()
@@ -371,7 +493,17 @@ class PoplarExecutor:
                OutputMode.Sum: graft.AnchorReturnType("Sum"),
                OutputMode.EveryN: graft.AnchorReturnType("EveryN", self._options.output_return_period)}[mode]
         anchors = {o: art for o in cap.output_ids}
-        device = graft.DeviceManager().createCpuDevice(numVirtualDevices=n_ipus)
+        replicas = self._options.replication_factor
+        if replicas > 1:
+            # graft's in-process replicas (docs/replication.md): each on its own virtual devices,
+            # gradients all-reduced before every weight update.
+            opts.enableReplicatedGraphs = True
+            opts.replicatedGraphCount = replicas
+            cores = max(1, (os.cpu_count() or 1) // (replicas * n_ipus))
+            device = graft.DeviceManager().createCpuDevice(numVirtualDevices=replicas * n_ipus,
+                                                           coresPerVirtualDevice=cores)
+        else:
+            device = graft.DeviceManager().createCpuDevice(numVirtualDevices=n_ipus)
         model_bytes = cap.onnx.SerializeToString()
         bps = self._options.device_iterations
         if self._training:
@@ -379,9 +511,9 @@ class PoplarExecutor:
             if acc > 1:
                 opts.enableGradientAccumulation = True
                 opts.accumulationFactor = acc
-                opts.accumulationAndReplicationReductionType = (
-                    graft.ReductionType.Mean if self._options.Training.reduction == ReductionType.Mean
-                    else graft.ReductionType.Sum)
+            opts.accumulationAndReplicationReductionType = (
+                graft.ReductionType.Mean if self._options.Training.reduction == ReductionType.Mean
+                else graft.ReductionType.Sum)
             loss = self._loss_id(cap)
             anchors.setdefault(loss, art)
             weight_of_param = self._weight_of_param(cap)
@@ -396,6 +528,8 @@ class PoplarExecutor:
         session.prepareDevice()
         compiled = _Compiled(cap, session, anchors, n_ipus)
         self._write_weights(compiled, force=True)
+        if self._training:
+            self._state_to_device(compiled, force=True)
         if self._options.random_seed is not None and self._training:
             try:
                 session.writeWeights(graft.PyWeightsIO({"randomSeed___": np.array([self._options.random_seed, 0],
@@ -432,6 +566,76 @@ class PoplarExecutor:
                     out[id(p)] = wid_of_key[k]
         return out
 
+    def _trained_params(self, compiled):
+        """(parameter, graft weight id, its param group) for every parameter the graph trains."""
+        wop = self._weight_of_param(compiled.cap)
+        return [(p, wop[id(p)], g) for g in self._optimizer.param_groups for p in g["params"] if id(p) in wop]
+
+    def _state_signature(self):
+        state = self._optimizer.__dict__["state"]
+        sig = [id(state)]
+        for p, entries in state.items():
+            for k, v in entries.items():
+                sig.append((id(p), k, (id(v), v._version) if isinstance(v, torch.Tensor) else repr(v)))  # noqa: SLF001
+        return tuple(sig)
+
+    def _state_to_host(self, compiled):
+        """The session's optimizer state into the torch optimizer's ``state`` (torch's keys:
+        momentum_buffer, exp_avg, exp_avg_sq, step, square_avg, grad_avg), so the optimizer can be
+        saved, inspected, or go on training in plain torch."""
+        state = self._optimizer.__dict__["state"]
+        for p, wid, g in self._trained_params(compiled):
+            entries = {}
+            for prefix, key, scale in _optim.state_layout(self._optimizer, g):
+                if prefix == _optim.HOST_STEP:
+                    entries[key] = torch.tensor(float(self._host_steps.get(id(p), 0)))
+                    continue
+                a = np.zeros((), np.float32) if prefix == "Step" else np.zeros(tuple(p.shape), _NP[p.dtype])
+                try:
+                    compiled.session.readWeights(graft.PyWeightsIO({f"{prefix}___{wid}": a}))
+                except _graft.Error:
+                    continue  # graft keeps no such state for this weight
+                entries[key] = torch.tensor(float(a)) if key == "step" else torch.from_numpy(a * scale if scale != 1.0
+                                                                                           else a).to(p.dtype)
+            if entries:
+                state[p].update(entries)
+        self._opt_state_sig = self._state_signature()
+
+    def _state_to_device(self, compiled, force=False):
+        """The torch optimizer's state into the session, where it changed on the host since the
+        last copy (load_state_dict, a value written in place, or an optimizer that trained in torch
+        before)."""
+        sig = self._state_signature()
+        if not force and sig == self._opt_state_sig:
+            return
+        state = self._optimizer.__dict__["state"]
+        arrays = {}
+        for p, wid, g in self._trained_params(compiled):
+            entries = dict.get(state, p)
+            if not entries:
+                continue
+            for prefix, key, scale in _optim.state_layout(self._optimizer, g):
+                v = entries.get(key)
+                if v is None:
+                    continue
+                v = torch.as_tensor(v).detach()
+                if prefix == _optim.HOST_STEP:
+                    self._host_steps[id(p)] = float(v)
+                    continue
+                if prefix == "Step":
+                    arrays[f"{prefix}___{wid}"] = np.array(float(v), np.float32)
+                    continue
+                if tuple(v.shape) != tuple(p.shape):
+                    raise _graft.Error(f"poptorch: optimizer state '{key}' of parameter {tuple(p.shape)} has shape "
+                                       f"{tuple(v.shape)}")
+                arrays[f"{prefix}___{wid}"] = np.ascontiguousarray((_np(v.to(p.dtype)) / scale).astype(_NP[p.dtype]))
+        for name, a in arrays.items():
+            try:
+                compiled.session.writeWeights(graft.PyWeightsIO({name: a}))
+            except _graft.Error:
+                pass  # graft keeps no such state for this weight (e.g. momentum 0)
+        self._opt_state_sig = sig
+
     def _write_weights(self, compiled, force=False):
         state = _capture._named_state(self._model)  # noqa: SLF001
         arrays = {}
@@ -458,7 +662,7 @@ class PoplarExecutor:
         sig = _optim.signature(self._optimizer)
         if sig == self._opt_sig:
             return
-        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap))
+        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap), updating=True)
         try:
             compiled.session.updateOptimizerFromHost(gopt)
         except _graft.Error as e:
@@ -476,11 +680,8 @@ class PoplarExecutor:
 
     def _outputs(self, compiled, anchors, n):
         cap = compiled.cap
-        mode = self._mode()
-        o = self._options
-        count = o.device_iterations * (o.Training.gradient_accumulation if self._training else 1)
-        if mode == OutputMode.EveryN:
-            count = o.device_iterations // o.output_return_period
+        lead = self._anchor_lead()
+        k = int(np.prod(lead)) if lead else 1
         leaves = []
         for leaf in cap.out_leaves:
             if isinstance(leaf, tuple):
@@ -488,18 +689,27 @@ class PoplarExecutor:
                 continue
             a = anchors[cap.output_ids[leaf]]
             t = torch.from_numpy(np.array(a))
-            if mode in (OutputMode.All, OutputMode.EveryN) and count > 1:
-                inner = list(t.shape[len(self._lead_for(count)):])
-                t = t.reshape([count * inner[0]] + inner[1:]) if inner else t.reshape(count)
+            if lead:
+                # graft's leading dimensions (batches, replicas) become PopTorch's: concatenated
+                # along the batch dimension, or one value per batch / replica for a scalar.
+                inner = list(t.shape[len(lead):])
+                t = t.reshape([k * inner[0]] + inner[1:]) if inner else t.reshape(k)
             leaves.append(t)
         return pytree.tree_unflatten(leaves, cap.out_spec)
 
-    def _lead_for(self, count):
-        lead = self._lead()
-        if self._mode() == OutputMode.EveryN:
-            # graft returns [batchesPerStep // N, ...] (accumulation folded in per step).
-            return [count] if count > 1 else []
-        return lead
+    def _anchor_lead(self):
+        """The leading dimensions of graft's anchor arrays for the output mode (docs/replication.md):
+        All [batchesPerStep, accumulationFactor, replicas], EveryN [batchesPerStep / N, replicas]
+        (accumulation folded in per step), Final and Sum [replicas]; each only when > 1."""
+        mode = self._mode()
+        o = self._options
+        replicas = [o.replication_factor] if o.replication_factor > 1 else []
+        if mode == OutputMode.All:
+            return self._lead()
+        if mode == OutputMode.EveryN:
+            every = o.device_iterations // o.output_return_period
+            return ([every] if every > 1 else []) + replicas
+        return replicas
 
 
 _STATE_PREFIXES = ("Accl___", "Accl1___", "Accl2___", "Accl3___")
@@ -546,3 +756,23 @@ def trainingModel(model, options=None, optimizer=None):  # noqa: N802
     if isinstance(model, PoplarExecutor):
         model = model._user_model  # noqa: SLF001
     return PoplarExecutor(model, options, training=True, optimizer=optimizer)
+
+
+def load(filename, edit_opts_fn=None):
+    """The wrapper a ``save`` / ``compileAndExport`` checkpoint holds, compiled for its example
+    inputs. ``edit_opts_fn(options)`` may change the options first."""
+    data = torch.load(filename, weights_only=False)
+    if not isinstance(data, dict) or "graft.torch" not in data:
+        raise _graft.Error(f"poptorch.load: {filename} is not a checkpoint written by graft.torch's save / "
+                           "compileAndExport (PopTorch's precompiled IPU executables cannot be loaded)")
+    options = data["options"]
+    if edit_opts_fn is not None:
+        edit_opts_fn(options)
+    if data["training"]:
+        ex = trainingModel(data["model"], options, data["optimizer"])
+    else:
+        ex = inferenceModel(data["model"], options)
+    if data["example"] is not None:
+        args, kwargs = data["example"]
+        ex.compile(*args, **kwargs)
+    return ex

@@ -72,7 +72,8 @@ class _Training:
         self.gradient_accumulation = 1
         self.reduction = ReductionType.Mean  # PopTorch's default
 
-    def gradientAccumulation(self, n):
+    def gradientAccumulation(self, gradient_accumulation):  # noqa: N802
+        n = gradient_accumulation
         if not isinstance(n, int) or n < 1:
             raise _graft.Error(f"Options.Training.gradientAccumulation: expected an integer >= 1, got {n!r}")
         self.gradient_accumulation = n
@@ -127,10 +128,41 @@ class _Popart:
         return _Accepting("_Popart", self._owner).__getattr__(name)
 
 
+class _Distributed:
+    """Options.Distributed: ``configureProcessId(process_id, num_processes)`` makes the
+    DataLoader give this process its share of the dataset. graft.torch runs replicas in one
+    process (replicationFactor) and does not join processes into one training: their models are
+    not synchronised, which the first call says in a warning. Other settings are accepted with
+    one warning each."""
+
+    def __init__(self, owner):
+        self._owner = owner
+        self.processId = 0  # noqa: N815
+        self.numProcesses = 1  # noqa: N815
+
+    def configureProcessId(self, process_id, num_processes):  # noqa: N802
+        if not isinstance(num_processes, int) or num_processes < 1 or not 0 <= process_id < num_processes:
+            raise _graft.Error(f"Options.Distributed.configureProcessId({process_id!r}, {num_processes!r}): expected "
+                               "0 <= process_id < num_processes")
+        self.processId = int(process_id)  # noqa: N815
+        self.numProcesses = int(num_processes)  # noqa: N815
+        if num_processes > 1 and "Distributed.configureProcessId" not in _warned:
+            _warned.add("Distributed.configureProcessId")
+            warnings.warn("poptorch option 'Distributed.configureProcessId': graft.torch gives this process its share "
+                          "of the DataLoader's samples, but does not synchronise the models of several processes "
+                          "(use replicationFactor for replicas in one process)", UserWarning, stacklevel=2)
+        return self._owner
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Accepting("Distributed", self._owner).__getattr__(name)
+
+
 class Options:
     """PopTorch's Options: ``opts.deviceIterations(4).Training.gradientAccumulation(2)``.
 
-    Meaningful here: deviceIterations, replicationFactor (1 until graft's replication lands),
+    Meaningful here: deviceIterations, replicationFactor (graft's in-process replicas),
     Training.gradientAccumulation, Training.accumulationAndReplicationReductionType,
     outputMode / anchorMode, randomSeed, enableExecutableCaching, logDir and the execution strategy
     (setExecutionStrategy: PipelinedExecution / ShardedExecution). Every other PopTorch setting
@@ -151,22 +183,25 @@ class Options:
         self._Popart = _Popart(self)
         self.TensorLocations = _Accepting("TensorLocations", self)
         self.Jit = _Accepting("Jit", self)
-        self.Distributed = _Accepting("Distributed", self)
+        self.Distributed = _Distributed(self)
 
     # -- what graft honours -----------------------------------------------------------------------
-    def deviceIterations(self, n):
+    def deviceIterations(self, device_iterations):  # noqa: N802
+        n = device_iterations
         if not isinstance(n, int) or n < 1:
             raise _graft.Error(f"Options.deviceIterations: expected an integer >= 1, got {n!r}")
         self.device_iterations = n
         return self
 
-    def replicationFactor(self, n):
+    def replicationFactor(self, replication_factor):  # noqa: N802
+        n = replication_factor
         if not isinstance(n, int) or n < 1:
             raise _graft.Error(f"Options.replicationFactor: expected an integer >= 1, got {n!r}")
         self.replication_factor = n
         return self
 
-    def outputMode(self, mode, output_return_period=None):
+    def outputMode(self, output_mode, output_return_period=None):  # noqa: N802
+        mode = output_mode
         if isinstance(mode, str):
             mode = OutputMode[mode]
         self.output_mode = OutputMode(int(mode))
@@ -177,11 +212,11 @@ class Options:
         # Other modes ignore output_return_period, as in PopTorch.
         return self
 
-    def anchorMode(self, mode, anchor_return_period=None):
-        return self.outputMode(mode, anchor_return_period)
+    def anchorMode(self, anchor_mode, anchor_return_period=None):  # noqa: N802
+        return self.outputMode(anchor_mode, anchor_return_period)
 
-    def randomSeed(self, seed):
-        self.random_seed = int(seed)
+    def randomSeed(self, random_seed):  # noqa: N802
+        self.random_seed = int(random_seed)
         return self
 
     def enableExecutableCaching(self, path):
@@ -235,6 +270,13 @@ class Options:
                 "output_mode": self.output_mode.name, "random_seed": self.random_seed}
 
     @property
+    def _execution_strategy(self):
+        """The strategy in effect: PopTorch's default is PipelinedExecution(AutoStage.SameAsIpu)."""
+        from ._parallel import AutoStage, PipelinedExecution  # noqa: PLC0415
+
+        return self.execution_strategy or PipelinedExecution(AutoStage.SameAsIpu)
+
+    @property
     def defaultOutputMode(self):
         return self.output_mode == OutputMode.Default
 
@@ -249,12 +291,6 @@ class Options:
     def _combined(self, training):
         acc = self.Training.gradient_accumulation if training else 1
         return self.device_iterations * acc * self.replication_factor
-
-    def _check_replication(self):
-        if self.replication_factor > 1:
-            raise _graft.Error(f"Options.replicationFactor({self.replication_factor}): graft.torch does not run "
-                               "replicated graphs yet (graft's replication has not landed); use "
-                               "replicationFactor(1)")
 
     def __repr__(self):
         return f"poptorch.Options({self.toDict()})"

@@ -1,9 +1,12 @@
 """poptorch.optim: torch's optimizers with PopTorch's extra arguments, and their mapping onto
 graft's optimizers (graft.SGD, graft.Adam, graft.Adaptive). Any torch.optim.SGD / Adam / AdamW /
 RMSprop works too; the per-parameter groups become graft's per-weight hyper-parameters."""
+import warnings
+
 import torch
 
 from .. import _graft
+from ._log import logger
 
 # Accepted and without effect: graft keeps optimizer state in the weight's type and computes the
 # update in one precision.
@@ -12,12 +15,30 @@ _IGNORED = ("accum_type", "velocity_accum_type", "first_order_momentum_accum_typ
             "capturable")
 
 
+def _types(accum, first, second):
+    return {"accum_type": accum, "first_order_momentum_accum_type": first, "second_order_momentum_accum_type": second}
+
+
 class _Extras:
-    def _graft_init(self, loss_scaling, max_grad_norm, **extra):
+    def _graft_init(self, loss_scaling, max_grad_norm, types=None, **extra):
+        _warn_accum_types(self, types or {})
         self.loss_scaling = 1.0 if loss_scaling is None else float(loss_scaling)
         self.max_grad_norm = max_grad_norm
         self.graft_extra = extra
         self._variable = set()
+
+    # torch pickles an optimizer as its defaults, state and groups: keep PopTorch's extras too.
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["graft_extras"] = {k: self.__dict__[k] for k in ("loss_scaling", "max_grad_norm", "graft_extra",
+                                                               "_variable") if k in self.__dict__}
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        extras = state.pop("graft_extras", {})
+        super().__setstate__(state)
+        self.__dict__.update(extras)
 
     def variableAttributes(self):  # noqa: N802  (PopTorch marks attributes constant / variable)
         return self
@@ -45,7 +66,8 @@ class SGD(_Extras, torch.optim.SGD):
         torch.optim.SGD.__init__(self, params, lr=lr, **kw)
         for g in self.param_groups:
             g.setdefault("velocity_scaling", 1.0 if velocity_scaling is None else float(velocity_scaling))
-        self._graft_init(loss_scaling, max_grad_norm)
+        self._graft_init(loss_scaling, max_grad_norm,
+                         types={"accum_type": accum_type, "velocity_accum_type": velocity_accum_type})
 
 
 class Adam(_Extras, torch.optim.Adam):
@@ -55,7 +77,9 @@ class Adam(_Extras, torch.optim.Adam):
         kw = _torch_kwargs(("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"),
                            (lr, betas, eps, weight_decay, amsgrad, maximize))
         torch.optim.Adam.__init__(self, params, **kw)
-        self._graft_init(loss_scaling, max_grad_norm)
+        self._graft_init(
+            loss_scaling, max_grad_norm,
+            types=_types(accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type))
 
 
 class AdamW(_Extras, torch.optim.AdamW):
@@ -68,7 +92,9 @@ class AdamW(_Extras, torch.optim.AdamW):
         torch.optim.AdamW.__init__(self, params, **kw)
         for g in self.param_groups:
             g.setdefault("bias_correction", True if bias_correction is None else bool(bias_correction))
-        self._graft_init(loss_scaling, max_grad_norm)
+        self._graft_init(
+            loss_scaling, max_grad_norm,
+            types=_types(accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type))
 
 
 class RMSprop(_Extras, torch.optim.RMSprop):
@@ -78,7 +104,9 @@ class RMSprop(_Extras, torch.optim.RMSprop):
         kw = _torch_kwargs(("lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"),
                            (lr, alpha, eps, weight_decay, momentum, centered, maximize))
         torch.optim.RMSprop.__init__(self, params, **kw)
-        self._graft_init(loss_scaling, None, use_tf_variant=bool(use_tf_variant))
+        self._graft_init(
+            loss_scaling, None, use_tf_variant=bool(use_tf_variant),
+            types=_types(accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type))
 
 
 class LAMB(_Extras, torch.optim.Optimizer):
@@ -93,7 +121,9 @@ class LAMB(_Extras, torch.optim.Optimizer):
                     "bias_correction": True if bias_correction is None else bias_correction,
                     "max_weight_norm": 65500.0 if max_weight_norm is None else max_weight_norm}
         torch.optim.Optimizer.__init__(self, params, defaults)
-        self._graft_init(loss_scaling, None)
+        self._graft_init(
+            loss_scaling, None,
+            types=_types(accum_type, first_order_momentum_accum_type, second_order_momentum_accum_type))
 
     def step(self, closure=None):
         raise _graft.Error("poptorch.optim.LAMB: graft.torch trains with LAMB inside a trainingModel only")
@@ -144,10 +174,69 @@ def _group_values(kind, g, loss_scaling):
             "momentum": _v(g.get("momentum", 0)), "eps": _v(g["eps"])}
 
 
-def to_graft(opt, weight_of_param):
+_NAMES = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "lamb": "LAMB"}
+# Group entries graft.torch reads besides the optimizer's defaults (lr schedulers add initial_lr).
+_GROUP_EXTRAS = {"params", "initial_lr", "velocity_scaling", "bias_correction", "max_weight_norm", "name"}
+_OPT_ATTRS = {"defaults", "state", "param_groups", "loss_scaling", "max_grad_norm", "graft_extra"}
+
+
+def _warn_unexpected(opt):
+    """Attributes graft.torch does not read are named (PopTorch warns about them too): a group
+    entry that is not one of the optimizer's hyper-parameters, or a public attribute set on the
+    optimizer object."""
+    known = set(opt.defaults) | _GROUP_EXTRAS
+    for i, g in enumerate(opt.param_groups):
+        for k in g:
+            if k not in known:
+                logger.warning("Ignoring unexpected group %d attribute '%s': graft.torch does not read it", i, k)
+    for k in vars(opt):
+        if not k.startswith("_") and k not in _OPT_ATTRS:
+            logger.warning("Ignoring unexpected optimizer attribute '%s': graft.torch does not read it", k)
+
+
+def _fmt(values):
+    out = []
+    for k, (v, const) in values.items():
+        out.append(f"{k}={v:g}{' (const)' if const else ''}")
+    return ", ".join(out)
+
+
+def _describe(opt, kind, default, group_values, updating):
+    """The optimizer graft runs, at DEBUG: its defaults and each group's values, and the type graft
+    keeps the state in (the weight's: accum_type and the *_accum_type are not honoured)."""
+    if not logger.isEnabledFor(10):
+        return
+    params = [p for g in opt.param_groups for p in g["params"]]
+    dtype = str(params[0].dtype).split(".")[1] if params else "float32"
+    types = f", accumType={dtype}, firstOrderMomentumAccumType={dtype}"
+    if kind != "sgd":
+        types += f", secondOrderMomentumAccumType={dtype}"
+    what = "Updating graph" if updating else "graph"
+    logger.debug("%s optimizer with %s {%s%s}", what, _NAMES[kind], _fmt(default), types)
+    for i, values in enumerate(group_values):
+        logger.debug("%s optimizer with %s {%s}", f"Updating group {i}" if updating else f"group {i}", _NAMES[kind],
+                     _fmt(values))
+
+
+_TYPE_ARGS = ("accum_type", "velocity_accum_type", "first_order_momentum_accum_type",
+              "second_order_momentum_accum_type")
+
+
+def _warn_accum_types(opt, args):
+    """accum_type and friends: graft keeps optimizer state in the weight's type."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    dtype = params[0].dtype if params else torch.float32
+    for name, value in args.items():
+        if value is not None and value != dtype:
+            warnings.warn(f"poptorch.optim.{type(opt).__name__}: {name}={value} is not honoured; graft keeps the "
+                          f"optimizer state in the weight's type ({dtype})", UserWarning, stacklevel=3)
+
+
+def to_graft(opt, weight_of_param, updating=False):
     """graft's optimizer equal to ``opt``: every weight gets its group's hyper-parameters.
     ``weight_of_param``: id(parameter) -> graft weight id (the parameters the graph trains)."""
     kind = _kind(opt)
+    _warn_unexpected(opt)
     loss_scaling = getattr(opt, "loss_scaling", 1.0)
     groups = opt.param_groups
     default = {("default" + k[0].upper() + k[1:]): v for k, v in _group_values(kind, groups[0], loss_scaling).items()}
@@ -177,16 +266,50 @@ def to_graft(opt, weight_of_param):
         gopt = _graft.Adaptive(default, mode=mode, weight_decay_mode=_graft.WeightDecayMode.L2Regularization,
                                rmsprop_tf_variant=bool(getattr(opt, "graft_extra", {}).get("use_tf_variant")),
                                clip_norm_settings=clip)
+    group_values = []
     for g in groups:
         values = _group_values(kind, g, loss_scaling)
+        group_values.append(values)
         for p in g["params"]:
             wid = weight_of_param.get(id(p))
             if wid is not None:
                 gopt.insertSpecific(wid, values)
+    _describe(opt, kind, default, group_values, updating)
     return gopt
 
 
 def signature(opt):
     """A value that changes when any hyper-parameter of ``opt`` changes (lr schedulers included)."""
     return (type(opt), getattr(opt, "loss_scaling", 1.0), getattr(opt, "max_grad_norm", None),
-            tuple(tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params")) for g in opt.param_groups))
+            tuple((tuple(id(p) for p in g["params"]),
+                   tuple(sorted((k, repr(v)) for k, v in g.items() if k != "params"))) for g in opt.param_groups))
+
+
+# ---- optimizer state: graft's state tensors <-> torch's optimizer.state ---------------------------
+
+HOST_STEP = "host_step"  # a state entry graft does not keep: graft.torch counts the steps itself
+
+
+def state_layout(opt, group):
+    """The optimizer state graft keeps for a weight of ``group`` and its torch counterpart:
+    [(graft prefix, torch state key, scale)], torch value = graft value x scale. graft's tensor is
+    ``prefix + "___" + weight`` (docs/python-api.md); HOST_STEP entries are counted on the host.
+    - SGD: the velocity ``Accl`` is torch's ``momentum_buffer`` times ``velocity_scaling``.
+    - Adam, AdamW, LAMB: ``Step``, ``Accl1`` (exp_avg), ``Accl2`` (exp_avg_sq).
+    - RMSprop: ``Accl1`` (square_avg), ``Accl2`` (grad_avg, centered), ``Accl3`` (momentum_buffer);
+      torch's ``step`` is counted on the host (graft's RMSProp keeps no step)."""
+    kind = _kind(opt)
+    if kind == "sgd":
+        if not group.get("momentum", 0):
+            return []
+        return [("Accl", "momentum_buffer", 1.0 / float(group.get("velocity_scaling", 1.0)))]
+    if kind in ("adam", "adamw", "lamb"):
+        return [("Step", "step", 1.0), ("Accl1", "exp_avg", 1.0), ("Accl2", "exp_avg_sq", 1.0)]
+    out = [(HOST_STEP, "step", 1.0), ("Accl1", "square_avg", 1.0)]
+    tf = bool(getattr(opt, "graft_extra", {}).get("use_tf_variant"))
+    if group.get("momentum", 0) and not tf:
+        # (the TensorFlow variant folds the learning rate into its momentum: no torch counterpart)
+        out.append(("Accl3", "momentum_buffer", 1.0))
+    if group.get("centered"):
+        out.append(("Accl2", "grad_avg", 1.0))
+    return out

@@ -13,8 +13,4 @@ for _name in dir(_gt):
         globals().setdefault(_name, getattr(_gt, _name))
 
 
-def load(filename, edit_opts_fn=None):
-    raise Error("graft.torch: poptorch.load (precompiled PopART executables) is not supported")
-
-
 _sys.modules.setdefault("poptorch.optim", optim)
