@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libgtest-dev libgmock-dev libcli11-dev libfmt-dev libdnnl-dev zlib1g-dev
   dataset-fashion-mnist python3-venv python3-dev libopenmpi-dev openmpi-bin
-  clang clang-format clang-tidy
+  clang clang-format clang-tidy libomp-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
