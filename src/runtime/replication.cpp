@@ -390,7 +390,9 @@ void Session::Impl::writeReplicaCopies(const TensorId& id, const NDArray& value)
   for (auto& [shapes, plan] : plans)
     for (size_t i = 1; i < plan->replicas.size(); ++i) {
       ir::Tensor* t = plan->replicas[i]->graph->findTensor(id);
-      if (t && t->data() && t->data()->rawData() != value.rawData()) t->mutableData()->copyFrom(value);
+      // (Sharding empties the copies the step never reads: they have no elements then.)
+      if (t && t->data() && t->data()->rawData() != value.rawData() && t->data()->shape() == value.shape())
+        t->mutableData()->copyFrom(value);
     }
 }
 

@@ -129,21 +129,20 @@ def collectives(out, opts, rank):
     b = graft.Builder()
     x = b.addInputTensor(graft.TensorInfo("FLOAT", list(xs.shape[1:])), "x")
     c = b.addInputTensor(graft.TensorInfo("FLOAT", list(cs.shape[1:])), "c")
-    d = b.addInputTensor(graft.TensorInfo("FLOAT", list(ds.shape[1:])), "d")
     w = b.addInitializedInputTensor(w0, "w")
     v = b.addInitializedInputTensor(v0, "v")
     y = b.aiGraphcore.replicatedallreduce([b.aiOnnx.matmul([x, w])])
     z = b.aiGraphcore.replicatedallgather([b.aiOnnx.matmul([x, v])])
     l = b.aiOnnx.add([b.aiOnnx.reducesum([b.aiOnnx.mul([y, c])], keepdims=0),
-                      b.aiOnnx.reducesum([b.aiOnnx.mul([z, d])], keepdims=0)])
+                      b.aiOnnx.reducesum([b.aiOnnx.mul([z, z])], keepdims=0)])
     loss = b.aiGraphcore.identityloss([l], reduction=graft.ReductionType.Sum)
     t = graft.TrainingSession(fnModel=b.getModelProto(), loss=loss,
                               dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
                               optimizer=graft.ConstSGD(COLLECTIVE_LR), deviceInfo=popdist.getDevice(), userOptions=opts)
     t.prepareDevice()
     t.weightsFromHost()
-    t.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine]), c: np.ascontiguousarray(cs[mine]),
-                          d: np.ascontiguousarray(ds[mine])}, t.initAnchorArrays()))
+    t.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine]), c: np.ascontiguousarray(cs[mine])},
+                         t.initAnchorArrays()))
     got = {k: np.zeros(t.getInfo(k).shape(), np.float32) for k in (w, v)}
     t.weightsToHost()
     t.readWeights(graft.PyWeightsIO(got))
