@@ -3,6 +3,7 @@
 // the low nibble, on export.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
+#include <graft/error.hpp>
 
 #include <string>
 #include <vector>
