@@ -19,8 +19,10 @@ ActivationFn fusedActivation(const ir::Node& n);
 
 namespace onednn {
 /// Whether the kernel applies n's fused activation itself after the primitive (fusedActivation)
-/// instead of as a post-op (appendActivation leaves those out): eltwise_relu with alpha 0 is
-/// max(x, 0) and clip / clip_v2 are max/min, each returning the bound for NaN.
+/// instead of as a post-op (appendActivation leaves those out): every activation but the post-ops
+/// that keep NaN (onednn_common.cpp lists them). eltwise_relu with alpha 0 is max(x, 0), clip and
+/// clip_v2 are max/min, and the exp-based ones clamp exp's argument with max/min: each returns a
+/// bound for NaN.
 bool activationAfterPrimitive(const ir::Node& n);
 }  // namespace onednn
 
