@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-conformance-reference test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
+.PHONY: all setup configure build test test-conformance-reference test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-python fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
 
 all: build
 
@@ -83,7 +83,7 @@ bench-compare: build .venv-bench/.installed
 GRAFT_DEPS_DIR ?= $(HOME)/.cache/graft-deps
 ONNX_VERSION := $(shell sed -n 's/^onnx==\([0-9.]*\).*/\1/p' requirements.txt)
 ONNX_DATA ?= $(GRAFT_DEPS_DIR)/onnx-$(ONNX_VERSION)-testdata
-fuzz: setup
+fuzz: setup fuzz-python
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_C_COMPILER=clang -DGRAFT_FUZZ=ON -DGRAFT_PYTHON=OFF
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_import fuzz_checkpoint
@@ -97,14 +97,36 @@ fuzz: setup
 	build-fuzz/tests/fuzz/fuzz_checkpoint build-fuzz/corpus-ckpt -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096 \
 	  -timeout=30 -max_len=65536 -artifact_prefix=build-fuzz/findings/ckpt-
 
+# The Python API target (tests/fuzz/fuzz_python.py) under atheris (PyPI; the pinned version has a
+# wheel for CPython 3.11), on the ordinary build's module: coverage of the Python side, crashes of
+# the native side caught by libFuzzer. Its corpus starts from the regression inputs; findings land
+# in build/findings-py/ (keep each in tests/fuzz/regressions/python, which make test replays).
+ATHERIS_VERSION := 3.0.0
+fuzz-python: build
+	$(PY) -c 'import atheris' 2>/dev/null || $(PY) -m pip install -q atheris==$(ATHERIS_VERSION)
+	mkdir -p $(BUILD)/corpus-py $(BUILD)/findings-py
+	cp tests/fuzz/regressions/python/* $(BUILD)/corpus-py/ 2>/dev/null; rm -f $(BUILD)/corpus-py/*.md
+	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/fuzz_python.py atheris $(BUILD)/corpus-py \
+	  -max_total_time=$${FUZZ_SECONDS:-60} -rss_limit_mb=4096 -timeout=60 -max_len=4096 \
+	  -artifact_prefix=$(BUILD)/findings-py/
+
 # A campaign with the ordinary build (no libFuzzer): CAMPAIGN_COUNT mutants of the seeds (models
 # and checkpoints), each in a forked child with a memory cap and a timeout; prints the counts and
 # fails on any crash, hang or blow-up (tests/fuzz/campaign.cpp; findings land in build/findings).
+# Then the Python API: CAMPAIGN_API_CASES hostile calls per category of issue 16 (threads, virtual
+# devices, batches per step, optimizer values, anchors, special files, checkpoints, non-UTF-8
+# names, concurrent run(), Python integers: tests/fuzz/campaign_api.py) and CAMPAIGN_PY_COUNT
+# random inputs of the Python fuzz target (tests/fuzz/fuzz_python.py random).
 CAMPAIGN_COUNT ?= 1000
+CAMPAIGN_API_CASES ?= 30
+CAMPAIGN_PY_COUNT ?= 300
 fuzz-campaign: build
 	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/seeds --count $(CAMPAIGN_COUNT) --findings $(BUILD)/findings
 	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/regressions --count $(CAMPAIGN_COUNT) --rng 2 \
 	  --findings $(BUILD)/findings
+	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/campaign_api.py --cases-per-category $(CAMPAIGN_API_CASES)
+	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/fuzz_python.py random --count $(CAMPAIGN_PY_COUNT) \
+	  --findings $(BUILD)/findings-py
 
 # Unit and op tests under ASan+UBSan, then every conformance case, each in a child process: a
 # sanitizer report in a child fails the run (ordinary failures are the Release build's business).
@@ -126,14 +148,16 @@ test-asan-quick: setup
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
 	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
 
-# The concurrency tests (one session run from several threads) under ThreadSanitizer. Kernels
-# run on one thread there: libgomp is not instrumented, so OpenMP regions would only add noise.
+# The concurrency tests under ThreadSanitizer: graft's thread pool, one session run from several
+# threads, the pipeline executor (a worker thread per virtual device). tests/tsan.supp says why
+# each suppression is there (libgomp and oneDNN are not instrumented).
+TSAN_TESTS := ThreadPool.*:Reliability.RunFromSeveralThreads*:Pipeline.*:PipelineTraining.*
 test-tsan: setup
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_TSAN=ON -DGRAFT_PYTHON=OFF \
 	  -DPython_EXECUTABLE=$(abspath $(PY))
 	cmake --build build-tsan -j $(JOBS) --target unit_tests
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/unit_tests \
-	  --gtest_filter='Reliability.RunFromSeveralThreads*'
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  OMP_WAIT_POLICY=passive build-tsan/tests/unit_tests --gtest_filter='$(TSAN_TESTS)'
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

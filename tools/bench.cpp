@@ -96,6 +96,10 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
       auto g = d.known() ? dims.end() : dims.find(d.param);
       shape.push_back(d.known() ? d.value : g != dims.end() ? g->second : 1);
     }
+    int64_t bytes = info.dataType() == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(info.dataType()));
+    for (int64_t d : shape) bytes = support::saturatingMul(bytes, d);
+    support::checkAllocation(
+        fmt::format("the random input '{}' ({} {})", id, dtypeName(info.dataType()), shapeToString(shape)), bytes);
     io.inputs[id] = randomArray(info.dataType(), shape, rng, id);
     lines.push_back(fmt::format("{}  {} {}  random", id, dtypeName(info.dataType()), shapeToString(shape)));
   }
@@ -112,6 +116,11 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   auto t0 = std::chrono::steady_clock::now();
   session->prepareDevice();
   double prepare = seconds(t0);
+  // One array per anchor, reused by every batch (FixedStepIO), and the session's own result.
+  checkAnchorMemory(
+      *session, 2,
+      fmt::format("the anchors (one array each, reused by the {} batch{} of a step, and the model's result)", bps,
+                  bps == 1 ? "" : "es"));
   // Symbolic input shapes compile at the first run: the first warm-up step includes it.
   std::vector<double> warm;
   for (int i = 0; i < o.warmup; ++i) {

@@ -115,6 +115,20 @@ std::map<std::string, int64_t> parseDims(const std::vector<std::string>& args) {
   return dims;
 }
 
+void checkAnchorMemory(const Session& session, int64_t copies, const std::string& what) {
+  int64_t total = 0, largestBytes = -1;
+  std::string largest;
+  for (const auto& id : session.dataFlow().anchors()) {
+    TensorInfo info = session.getInfo(id);
+    if (!info.isStatic()) continue;
+    int64_t bytes = info.dataType() == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(info.dataType()));
+    for (int64_t d : info.shape()) bytes = support::saturatingMul(bytes, d);
+    total = support::saturatingAdd(total, support::saturatingMul(bytes, copies));
+    if (bytes > largestBytes) largestBytes = bytes, largest = fmt::format("'{}', {}", id, info.str());
+  }
+  if (largestBytes >= 0) support::checkAllocation(fmt::format("{} (the largest: {})", what, largest), total);
+}
+
 NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id) {
   GRAFT_CHECK(
       dt != DataType::String && dt != DataType::Complex64 && dt != DataType::Complex128 && dt != DataType::Undefined,
@@ -264,6 +278,8 @@ void runCommand(const RunOptions& o, std::ostream& out) {
   out.flush();
 
   session->prepareDevice();
+  // The StepIO keeps every batch's anchors.
+  checkAnchorMemory(*session, bps, fmt::format("--batches-per-step {} × the anchors", bps));
   io.reset();
   session->run(io);  // warm-up (compiles here when input shapes were symbolic)
   double compileSeconds = session->lastCompileSeconds();

@@ -52,6 +52,10 @@ std::pair<std::string, std::string> splitAssignment(const std::string& arg, cons
 std::map<TensorId, std::string> inputFiles(const std::vector<std::string>& args);
 /// The device `--device` names: "cpu" or "reference"; throws graft::Error for any other name.
 std::shared_ptr<DeviceInfo> deviceNamed(const std::string& name);
+/// Checks before a step that `copies` sets of the session's anchors fit into memory (the anchors
+/// whose shapes are known after prepareDevice; symbolic ones are sized when they are produced):
+/// graft::Error "<what> (the largest: 'id', FLOAT [..]) needs N bytes, but only M are available".
+void checkAnchorMemory(const Session& session, int64_t copies, const std::string& what);
 /// Random values for input `id`: floats uniform in [-1, 1), integers in [0, 10), fair bools.
 NDArray randomArray(DataType dt, const Shape& shape, std::mt19937_64& rng, const std::string& id);
 

@@ -98,6 +98,24 @@ ir::Attributes activationAttrs(const std::string& act) {
   return a;
 }
 
+// `x` with NaN, +inf, -inf and denormals sprinkled in (issue 16: the cpu's max pooling dropped
+// NaN, the reference kept it).
+NDArray sprinkled(const NDArray& x) {
+  NDArray y = x.clone();
+  float* p = y.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (i % 23 == 5)
+      p[i] = std::numeric_limits<float>::quiet_NaN();
+    else if (i % 29 == 7)
+      p[i] = std::numeric_limits<float>::infinity();
+    else if (i % 31 == 11)
+      p[i] = -std::numeric_limits<float>::infinity();
+    else if (i % 37 == 13)
+      p[i] = 1e-40f;
+  }
+  return y;
+}
+
 const std::vector<std::string> kActivations = {"",    "Relu",      "LeakyRelu",   "Sigmoid", "Tanh",
                                                "Elu", "HardSwish", "HardSigmoid", "Clip",    "Softplus", "Gelu"};
 
@@ -160,6 +178,9 @@ void convCases() {
     OpCase c{"FusedConv", {rnd({1, 8, 6, 6}, n + "x", -2, 2), rnd({8, 8, 3, 3}, n + "w"), rnd({8}, n + "b")}, a};
     c.domain = "ai.graft";
     add(n, c, {false, true, true});
+    // NaN, ±inf and denormals in the input (issue 16: oneDNN's Relu and Clip post-ops drop NaN).
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
   }
   for (int xb : {0, 8, 16})
     for (int yb : {0, 8, 16})
@@ -179,6 +200,10 @@ void convCases() {
           OpCase c{"FusedConv", in, a};
           c.domain = "ai.graft";
           add(n, c, {false, true, false, false});
+          if (C == 20) {
+            in[0] = xb ? blockOf(sprinkled(x), xb) : sprinkled(x);
+            add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+          }
         }
       }
   {
@@ -277,6 +302,11 @@ void matmulCases() {
       }
       add(n, c, {false, constb, constb});
       cases().back().isa = support::CpuIsa::Avx2;
+      if (g.relu) {
+        c.inputs[0] = sprinkled(c.inputs[0]);
+        add(n + "_special_values", c, {false, constb, constb});
+        cases().back().isa = support::CpuIsa::Avx2;
+      }
     }
   }
   // The same sgemm for MatMul / FusedMatMul of A [..., M, K] by a 2-D B, rows of A merged.
@@ -316,6 +346,12 @@ void matmulCases() {
     OpCase cg{"FusedGemm", {rnd({6, 16}, ng + "a", -2, 2), rnd({8, 16}, ng + "b"), rnd({8}, ng + "c")}, ga};
     cg.domain = "ai.graft";
     add(ng, cg, {false, true, true});
+    // NaN, ±inf and denormals in A, and (run-time) in B.
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
+    cg.inputs[0] = sprinkled(cg.inputs[0]);
+    cg.inputs[1] = sprinkled(cg.inputs[1]);
+    add(ng + "_special_values", cg, {false, false, true});
   }
   for (const Shape& bias : std::vector<Shape>{{1}, {3, 1}, {2, 3, 5}, {1, 3, 5}}) {
     std::string n = "FusedMatMul_bias" + shapeToString(bias);
@@ -359,24 +395,6 @@ void matmulCases() {
       add(n, c, {false, constb, constb});
     }
   }
-}
-
-// `x` with NaN, +inf, -inf and denormals sprinkled in (issue 16: the cpu's max pooling dropped
-// NaN, the reference kept it).
-NDArray sprinkled(const NDArray& x) {
-  NDArray y = x.clone();
-  float* p = y.data<float>();
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    if (i % 23 == 5)
-      p[i] = std::numeric_limits<float>::quiet_NaN();
-    else if (i % 29 == 7)
-      p[i] = std::numeric_limits<float>::infinity();
-    else if (i % 31 == 11)
-      p[i] = -std::numeric_limits<float>::infinity();
-    else if (i % 37 == 13)
-      p[i] = 1e-40f;
-  }
-  return y;
 }
 
 void poolCases() {
@@ -529,6 +547,10 @@ void rnnCases() {
         }
         OpCase c{r.op, in, a, r.op == "LSTM" ? 3 : 2};
         add(n, c, {false, variant == 0, variant == 0, variant == 0});
+        if (variant == 0 && std::string(dir) != "reverse") {
+          c.inputs[0] = sprinkled(c.inputs[0]);
+          add(n + "_special_values", c, {false, true, true, true});
+        }
       }
 }
 

@@ -116,6 +116,30 @@ def test_batches_per_step_times_input_size_is_checked_before_allocating(mlp_path
     assert "--batches-per-step 100000000" in out and "available" in out, out
 
 
+def _huge_output_model(path, input_shape=(1, 1)):
+    """y = Expand(x, [2^31, 2^31]): a 16 EiB anchor from a tiny input (or a huge declared input)."""
+    g = oh.make_graph([oh.make_node("Expand", ["x", "s"], ["y"])], "g",
+                      [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(input_shape))],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2**31, 2**31])],
+                      [oh.make_tensor("s", onnx.TensorProto.INT64, [2], [2**31, 2**31])])
+    path.write_bytes(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=8).SerializeToString())
+    return str(path)
+
+
+def test_run_and_bench_check_the_anchors_against_memory(tmp_path):
+    m = _huge_output_model(tmp_path / "huge.onnx")
+    code, out = _cli("bench", m, "--steps", "1", "--warmup", "0", timeout=120)
+    assert code == 1 and "the anchors" in out and "'y'" in out and "available" in out, out
+    code, out = _cli("run", m, "--steps", "1", "--batches-per-step", "3", timeout=120)
+    assert code == 1 and "--batches-per-step 3 × the anchors" in out and "'y'" in out and "available" in out, out
+
+
+def test_bench_checks_its_random_inputs_against_memory(tmp_path):
+    m = _huge_output_model(tmp_path / "huge_in.onnx", input_shape=(2**31, 2**31))
+    code, out = _cli("bench", m, "--steps", "1", "--warmup", "0", timeout=120)
+    assert code == 1 and "the random input 'x'" in out and "available" in out, out
+
+
 def test_init_anchor_arrays_checks_memory_first():
     code, out = _child("""
         import graft, onnx, onnx.helper as oh
@@ -536,29 +560,44 @@ def test_max_pooling_keeps_nan(devname):
     assert m[0, 0, 1, 1] == 15 and m[0, 1, 1, 1] == 31 and out[gmp][0, 1, 0, 0] == 31
 
 
-@pytest.mark.parametrize("devname", [
-    pytest.param("cpu", marks=pytest.mark.xfail(strict=True, reason="known limit (docs/reliability.md): oneDNN's "
-                                                 "Relu post-op fused into Gemm/MatMul/Conv drops NaN")),
-    "reference"])
+@pytest.mark.parametrize("devname", ["cpu", "reference"])
 def test_fused_matmul_relu_keeps_nan(devname):
+    """oneDNN's Relu post-op is max(x, 0), which drops NaN: the cpu device applies the fused Relu
+    itself after the primitive (docs/reliability.md). Gemm, MatMul and Conv, each + Relu and + Clip,
+    with NaN, +inf and -inf in the input; the values as numpy computes them."""
     b = graft.Builder()
     x = b.addInputTensor(graft.TensorInfo("FLOAT", [4, 8]), "x")
     w = b.addInitializedInputTensor(np.eye(8, dtype=np.float32), "w")
     bias = b.addInitializedInputTensor(np.zeros(8, np.float32), "b")
     y = b.aiOnnx.relu([b.aiOnnx.gemm([x, w, bias])])
     z = b.aiOnnx.relu([b.aiOnnx.matmul([x, w])])
-    b.addOutputTensor(y)
-    b.addOutputTensor(z)
+    c = b.aiOnnx.clip([b.aiOnnx.matmul([x, w])], min=-0.5, max=0.5)
+    img = b.addInputTensor(graft.TensorInfo("FLOAT", [1, 2, 4, 4]), "img")
+    k = b.addInitializedInputTensor(np.ones((2, 2, 1, 1), np.float32), "k")
+    v = b.aiOnnx.relu([b.aiOnnx.conv([img, k])])
+    outs = [y, z, c, v]
+    for o in outs:
+        b.addOutputTensor(o)
     dm = graft.DeviceManager()
-    s = graft.InferenceSession(b.getModelProto(), graft.DataFlow(1, [y, z]),
+    s = graft.InferenceSession(b.getModelProto(), graft.DataFlow(1, outs),
                                dm.createCpuDevice() if devname == "cpu" else dm.createReferenceDevice())
     s.prepareDevice()
     out = s.initAnchorArrays()
     data = np.ones((4, 8), np.float32)
     data[1, 2] = np.nan
-    s.run(graft.PyStepIO({"x": data}, out))
-    for o in (y, z):  # NaN * 0 is NaN: the NaN row stays NaN in every column (as numpy says)
-        np.testing.assert_array_equal(np.isnan(out[o]), np.isnan(np.maximum(data @ np.eye(8, dtype=np.float32), 0)))
+    data[2, 3] = np.inf
+    data[3, 4] = -np.inf
+    pic = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4) - 16
+    pic[0, 0, 1, 1] = np.nan
+    pic[0, 1, 2, 2] = -np.inf
+    s.run(graft.PyStepIO({"x": data, "img": pic}, out))
+    with np.errstate(invalid="ignore"):
+        p = data.astype(np.float64) @ np.eye(8)  # NaN * 0 is NaN, inf * 0 too: whole rows
+        q = np.einsum("oc,nchw->nohw", np.ones((2, 2)), pic.astype(np.float64))
+        want = {y: np.where(np.isnan(p), p, np.maximum(p, 0)), z: np.where(np.isnan(p), p, np.maximum(p, 0)),
+                c: np.where(np.isnan(p), p, np.clip(p, -0.5, 0.5)), v: np.where(np.isnan(q), q, np.maximum(q, 0))}
+    for o in outs:
+        np.testing.assert_array_equal(out[o], want[o].astype(np.float32), err_msg=o)
 
 
 def test_graft_train_on_data_with_one_nan_fails(tmp_path):

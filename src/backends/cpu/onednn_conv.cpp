@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/conv_util.hpp"
 #include "ops/registry.hpp"
@@ -114,7 +115,23 @@ struct ConvState {
   Shape yShape;
   bool bias = false, sum = false;
   int threads = 1;
+  ActivationFn act;  // applied after the primitive (activationAfterPrimitive)
+  // A channel-blocked output whose last block of channels is partial: its padding lanes (from
+  // padLanes on) are zeroed after the primitive and the activation.
+  int64_t padRows = 0, padBlock = 0, padLanes = 0, padSpatial = 0, padBlocks = 0;
 };
+
+// Zeroes the padding lanes of a channel-blocked output [N, Cb, S..., b]. oneDNN computes them as
+// the sum of inputs times zero weights, which is NaN where the window holds NaN or ±inf (its
+// fused Relu used to hide that), and an activation with f(0) != 0 would make them nonzero: the
+// layouts graft's blocked kernels read keep them zero.
+void rezeroPadding(const ConvState& st, float* y) {
+  for (int64_t i = 0; i < st.padRows; ++i) {
+    float* last = y + (i * st.padBlocks + st.padBlocks - 1) * st.padSpatial * st.padBlock;
+    for (int64_t s = 0; s < st.padSpatial; ++s)
+      for (int64_t l = st.padLanes; l < st.padBlock; ++l) last[s * st.padBlock + l] = 0.f;
+  }
+}
 
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
@@ -138,7 +155,17 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   st->biasDesc = plainDesc({c.w[0]});
   dnnl::post_ops po;
   if (c.sum) po.append_sum(1.f);
-  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  if (n.domain() == ops::kGraftDomain) {
+    appendActivation(n, po);
+    if (activationAfterPrimitive(n)) st->act = fusedActivation(n);
+  }
+  if (c.yBlock && c.y[1] % c.yBlock != 0) {
+    st->padRows = c.y[0];
+    st->padBlock = c.yBlock;
+    st->padBlocks = (c.y[1] + c.yBlock - 1) / c.yBlock;
+    st->padLanes = c.y[1] % c.yBlock;
+    st->padSpatial = shapeNumel(spatial(c.y));
+  }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   try {
@@ -181,6 +208,8 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
     execute(st->prim, args);
     if (st->dst.needed) execute(st->dst.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->dst.user, y)}});
+    if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
+    if (st->padRows) rezeroPadding(*st, y.data<float>());
   };
 }
 

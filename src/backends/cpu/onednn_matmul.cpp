@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
@@ -207,7 +208,8 @@ struct MatMulState {
   Shape yShape, cShape;
   bool bias = false, sumC = false;
   int threads = 1;
-  int bInput = 1;  // the input oneDNN reads as weights (0: the product is computed transposed)
+  int bInput = 1;    // the input oneDNN reads as weights (0: the product is computed transposed)
+  ActivationFn act;  // applied after the primitive (activationAfterPrimitive)
 };
 
 ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
@@ -243,7 +245,10 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   if (c.alpha != 1.f) attr.set_output_scales(0, {c.alpha});
   dnnl::post_ops po;
   if (c.sumC) po.append_sum(c.beta);
-  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  if (n.domain() == ops::kGraftDomain) {
+    appendActivation(n, po);
+    if (activationAfterPrimitive(n)) st->act = fusedActivation(n);
+  }
   attr.set_post_ops(po);
   try {
     auto d = st->bias ? dnnl::matmul::desc(st->aDesc, bPrim, st->biasDesc, st->yDesc)
@@ -278,6 +283,7 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
                                          {DNNL_ARG_DST, wrap(st->yDesc, y)}};
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
     execute(st->prim, args);
+    if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
   };
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
 #include "ops/registry.hpp"
@@ -186,6 +187,46 @@ void addRow(Add& add, int64_t grain) {
 }
 
 }  // namespace
+
+namespace {
+
+template <class F>
+ActivationFn inPlace(F f, int64_t grain) {
+  return [f, grain](support::ThreadPool& pool, float* y, int64_t count) {
+    parallelRanges(pool, count, grain, [&](int64_t b, int64_t e) { mapFloat(y + b, y + b, e - b, f); });
+  };
+}
+
+// Row R's formula as a fused activation (the rows that fuse: unary, with a post-op).
+template <ops::ew::Op R>
+ActivationFn rowActivation(float alpha, float beta) {
+  constexpr const ops::ew::Row& row = ops::ew::row(R);
+  if constexpr (row.arity == 1 && row.postOp())
+    return inPlace(ops::ew::Unary<R, VecMath>{alpha, beta}, row.costly ? kGrainCostly : kGrainCheap);
+  else
+    return {};
+}
+
+}  // namespace
+
+ActivationFn fusedActivation(const ir::Node& n) {
+  std::string act = n.attrString("activation", ""), dom = n.attrString("activation_domain", "");
+  if (act.empty()) return {};
+  float alpha = n.attrFloat("activation_alpha", 0.f), beta = n.attrFloat("activation_beta", 0.f);
+  if (dom.empty() && act == "Clip") return inPlace(ClipF{alpha, beta}, kGrainCheap);
+  const ops::ew::Row* row = ops::ew::find(dom, act);
+  ActivationFn f;
+  if (row) {
+    static constexpr ActivationFn (*kMake[])(float, float) = {
+#define GRAFT_EW_X(Id, ...) &rowActivation<ops::ew::Op::Id>,
+        GRAFT_EW_ALL(GRAFT_EW_X)
+#undef GRAFT_EW_X
+    };
+    f = kMake[static_cast<int>(row->op)](alpha, beta);
+  }
+  GRAFT_CHECK(f, "{}: unsupported activation '{}{}'", n.describe(), dom.empty() ? "" : dom + "::", act);
+  return f;
+}
 
 GRAFT_REGISTER_CPU_KERNELS(vec_unary) {
   auto add = [&](const char* type, const std::string& domain, std::function<bool(const ir::Node&)> pred, ops::KernelFactory f) {
