@@ -41,8 +41,13 @@ class PyStepIO : private KeepAlive, public StepIO {
     }
   }
 
-  StepValue inValue(const TensorId& id, bool) override {
+  StepValue inValue(const TensorId& id, bool prefetch) override {
     auto it = values_.find(id);
+    if (it == values_.end() && inputs().count(id)) {  // an array for an optional input: present
+      StepValue sv;
+      sv.tensor = StepIO::in(id, TensorInfo{}, prefetch);
+      return sv;
+    }
     GRAFT_CHECK(it != values_.end(),
                 "PyStepIO: model input '{}' is a sequence or an optional: give a list of arrays "
                 "(or None for an absent optional)",

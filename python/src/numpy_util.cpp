@@ -19,6 +19,13 @@ constexpr DataType kMlDtypes[] = {DataType::BFloat16,   DataType::Float8E4M3FN, 
 DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what) {
   char kind = dt.kind();
   auto size = static_cast<int>(dt.itemsize());
+  // ml_dtypes' types (bfloat16, float8_*, int4, uint4, float4_e2m1fn) go by the names graft's
+  // table uses as numpy names, before the kinds: some report kind 'f' or 'i' with one byte.
+  {
+    std::string name = pyb::str(dt.attr("name")).cast<std::string>();
+    for (DataType t : kMlDtypes)
+      if (name == dtypeNumpyName(t)) return t;
+  }
   if (kind == 'f' && size == 4) return DataType::Float;
   if (kind == 'f' && size == 8) return DataType::Double;
   if (kind == 'f' && size == 2) return DataType::Float16;
@@ -39,20 +46,11 @@ DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what) {
       case 8: return DataType::UInt64;
     }
   }
-  if (kind == 'c' && size == 8) return DataType::Complex64;
-  if (kind == 'c' && size == 16) return DataType::Complex128;
   // Strings: numpy's fixed-width str arrays and object arrays (of str) both map to STRING.
   if (kind == 'U' || kind == 'O') return DataType::String;
-  // ml_dtypes' types (bfloat16, float8_*, int4, uint4, float4_e2m1fn) register as kind 'V' under
-  // the names graft's table uses as numpy names.
-  if (kind == 'V') {
-    std::string name = pyb::str(dt.attr("name")).cast<std::string>();
-    for (DataType t : kMlDtypes)
-      if (name == dtypeNumpyName(t)) return t;
-  }
   GRAFT_THROW(
       "{}: numpy dtype {} is not supported by graft (supported: float16/32/64, int8/16/32/64, "
-      "uint8/16/32/64, bool, complex64/128, str or object (STRING), and ml_dtypes' bfloat16, float8_e4m3fn, "
+      "uint8/16/32/64, bool, str or object (STRING), and ml_dtypes' bfloat16, float8_e4m3fn, "
       "float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, int4, uint4, float4_e2m1fn)",
       what, pyb::str(dt).cast<std::string>());
 }

@@ -517,7 +517,7 @@ bool Session::anchorIsFixed(const TensorId& id) const {
   impl_->dataFlow.art(id);  // graft::Error for an id that is no anchor
   const ir::Tensor* t = impl_->model.graph->findTensor(id);
   if (t && !t->type().isTensor()) return false;
-  if (!impl_->lastPlan && !impl_->staticInputShapes()) return false;  // symbolic inputs: shapes come with the run
+  if (!impl_->staticInputShapes()) return false;  // symbolic inputs: each run's shapes decide
   const ir::Tensor* c = impl_->anyPlan().graph->findTensor(id);
   if (c) t = c;
   return t && t->type().isTensor() && t->info().isStatic();

@@ -116,8 +116,9 @@ def test_input_errors_name_the_tensor():
         graft.PyStepIO({x: np.ones((3, 2), np.float32).T}, out)
     with pytest.raises(graft.Error, match="input 'x'.*complex"):
         graft.PyStepIO({x: np.ones((2, 3), np.complex64)}, out)
-    with pytest.raises(graft.Error, match="input 'x': expected a numpy array, got list"):
-        graft.PyStepIO({x: [[1.0, 2.0, 3.0]] * 2}, out)
+    # A list is a sequence value (docs/python-api.md, Types); a tensor input refuses it by name.
+    with pytest.raises(graft.Error, match="no input array for model input 'x'"):
+        s.run(graft.PyStepIO({x: [[1.0, 2.0, 3.0]] * 2}, out))
     ro = np.zeros((2, 3), np.float32)
     ro.flags.writeable = False
     with pytest.raises(graft.Error, match=f"anchor '{y}'.*read-only"):

@@ -295,7 +295,9 @@ def train_and_compare(name, model, shape, tmp_path, batch_dim=None):
     # graft: the exported model with an MSE loss against a target input.
     b = graft.Builder(freeze(before, frozen).SerializeToString())
     inp, out = before.graph.input[0].name, before.graph.output[0].name
-    target = b.addInputTensor(graft.TensorInfo("FLOAT", list(out_shape)), "target")
+    # The target has the output's declared dimensions (symbolic ones by name).
+    dims = [d.dim_param or d.dim_value for d in before.graph.output[0].type.tensor_type.shape.dim]
+    target = b.addInputTensor(graft.TensorInfo("FLOAT", dims), "target")
     loss = b.aiGraft.mseloss([out, target])
     session = graft.TrainingSession(b.getModelProto(), graft.DataFlow(1, [loss]), loss, graft.SGD({
         "defaultLearningRate": (LR, True)}), graft.DeviceManager().createCpuDevice())

@@ -145,10 +145,6 @@ def test_sequence_input_and_output_as_lists():
     assert isinstance(out["longer"], list) and len(out["longer"]) == 3
     for got, want in zip(out["longer"], items + [extra]):
         np.testing.assert_array_equal(got, want)
-    # An empty sequence.
-    out = s.initAnchorArrays()
-    s.run(graft.PyStepIO({"s": [], "extra": extra}, out))
-    assert len(out["longer"]) == 1
     # Elements of the wrong type are named.
     with pytest.raises(graft.Error, match="sequence element 0"):
         s.run(graft.PyStepIO({"s": [np.zeros((1, 3), np.int64)], "extra": extra}, s.initAnchorArrays()))
