@@ -119,6 +119,9 @@ void checkAnchorMemory(const Session& session, int64_t copies, const std::string
   int64_t total = 0, largestBytes = -1;
   std::string largest;
   for (const auto& id : session.dataFlow().anchors()) {
+    // Anchors whose shape the run decides (symbolic inputs, data-dependent outputs) are sized
+    // when they are produced.
+    if (!session.anchorIsFixed(id)) continue;
     TensorInfo info = session.getInfo(id);
     if (!info.isStatic()) continue;
     int64_t bytes = info.dataType() == DataType::String ? 32 : static_cast<int64_t>(dtypeSize(info.dataType()));

@@ -237,7 +237,9 @@ KernelFn quantizeLinearKernel(CompileContext& c) {
     GRAFT_CHECK(isQuantizedType(yType, false) && yType != DataType::Int32, "{}: cannot quantize to {}", what,
                 dtypeName(yType));
     ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
-    std::vector<double> xv = floatValuesOf(x, what + " x"), s = floatValuesOf(scale, what + " y_scale");
+    // x is a floating-point type or INT32 (opset 21 and later).
+    std::vector<double> xv = x.dtype() == DataType::Int32 ? quantizedValues(x, what + " x") : floatValuesOf(x, what + " x");
+    std::vector<double> s = floatValuesOf(scale, what + " y_scale");
     std::vector<double> z = zp ? quantizedValues(*zp, what + " y_zero_point") : std::vector<double>{0.0};
     DataType div = precision != DataType::Undefined ? precision : divisionType(x.dtype(), scale.dtype());
     NDArray& y = k.allocOutputUninit(0, yType, x.shape());

@@ -57,15 +57,18 @@ TEST(OpCost, RecurrencesAndTheirGradients) {
   ir::Attributes a = attrs({{"hidden_size", H}});
   const double products = 2.0 * T * N * (4 * H * I + 4 * H * H);  // LSTM: 4 gates of W and R
   double outs = 0;
-  EXPECT_EQ(flopsOf({"LSTM", {f32({T, N, I}), f32({1, 4 * H, I}), f32({1, 4 * H, H})}, a, 3}, &outs),
-            products + 8 * outs);
+  // (flopsOf fills outs: call it before reading outs, not in the same expression.)
+  double f = flopsOf({"LSTM", {f32({T, N, I}), f32({1, 4 * H, I}), f32({1, 4 * H, H})}, a, 3}, &outs);
+  EXPECT_GT(outs, 0);
+  EXPECT_EQ(f, products + 8 * outs);
   // LSTMGrad (dY, dY_h, dY_c, X, W, R): twice the forward's products.
   OpCase g{"LSTMGrad",
            {f32({T, 1, N, H}), f32({1, N, H}), f32({1, N, H}), f32({T, N, I}), f32({1, 4 * H, I}), f32({1, 4 * H, H})},
            a,
            7,
            "ai.graft"};
-  EXPECT_EQ(flopsOf(g, &outs), 2 * (products + 8 * outs));
+  double fg = flopsOf(g, &outs);
+  EXPECT_EQ(fg, 2 * (products + 8 * outs));
 }
 
 TEST(OpCost, BatchNormalizationGradCountsItsPassesOverX) {
