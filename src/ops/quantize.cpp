@@ -238,7 +238,8 @@ KernelFn quantizeLinearKernel(CompileContext& c) {
                 dtypeName(yType));
     ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
     // x is a floating-point type or INT32 (opset 21 and later).
-    std::vector<double> xv = x.dtype() == DataType::Int32 ? quantizedValues(x, what + " x") : floatValuesOf(x, what + " x");
+    std::vector<double> xv =
+        x.dtype() == DataType::Int32 ? quantizedValues(x, what + " x") : floatValuesOf(x, what + " x");
     std::vector<double> s = floatValuesOf(scale, what + " y_scale");
     std::vector<double> z = zp ? quantizedValues(*zp, what + " y_zero_point") : std::vector<double>{0.0};
     DataType div = precision != DataType::Undefined ? precision : divisionType(x.dtype(), scale.dtype());
