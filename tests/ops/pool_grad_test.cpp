@@ -55,6 +55,7 @@ TEST(MaxPool, GradientSkipsWindowsOverPaddingOnly) {
   ir::Attributes a =
       attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}, {"pads", Ints{0, 1}}, {"ceil_mode", int64_t{1}}});
   OpCase c{"MaxPool", {arr<double>({1, 1, 4}, {1, 5, 3, 2})}, a};
+  c.opset = 28;  // ONNX's inference at opset 17 still counts the dropped window
   NDArray dy = arr<double>({1, 1, 2}, {1, 2});
   EXPECT_TRUE(allClose(vjpOf(c, {0}, {dy}).at(0), arr<double>({1, 1, 4}, {0, 1, 2, 0}), 0, 0));
   c.type = "AveragePool";
