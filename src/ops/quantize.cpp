@@ -143,17 +143,6 @@ std::vector<double> quantizedValues(const NDArray& a, const std::string& what) {
   return v;
 }
 
-/// Elements of a floating-point tensor as doubles.
-std::vector<double> floatValuesOf(const NDArray& a, const std::string& what) {
-  std::vector<double> v(static_cast<size_t>(a.numel()));
-  dispatch<kFloats>(a.dtype(), what, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = a.data<T>();
-    for (int64_t i = 0; i < a.numel(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
-  });
-  return v;
-}
-
 /// v rounded to the floating-point type dt (what arithmetic in dt gives, for one operation on
 /// values of dt: double has room for an exact intermediate of float, half and bfloat16 ops).
 double roundTo(DataType dt, double v) {
@@ -239,8 +228,8 @@ KernelFn quantizeLinearKernel(CompileContext& c) {
     ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
     // x is a floating-point type or INT32 (opset 21 and later).
     std::vector<double> xv =
-        x.dtype() == DataType::Int32 ? quantizedValues(x, what + " x") : floatValuesOf(x, what + " x");
-    std::vector<double> s = floatValuesOf(scale, what + " y_scale");
+        x.dtype() == DataType::Int32 ? quantizedValues(x, what + " x") : readAsDoubles(x, what + " x");
+    std::vector<double> s = readAsDoubles(scale, what + " y_scale");
     std::vector<double> z = zp ? quantizedValues(*zp, what + " y_zero_point") : std::vector<double>{0.0};
     DataType div = precision != DataType::Undefined ? precision : divisionType(x.dtype(), scale.dtype());
     NDArray& y = k.allocOutputUninit(0, yType, x.shape());
@@ -279,7 +268,7 @@ KernelFn dequantizeLinearKernel(CompileContext& c) {
       GRAFT_CHECK(zp->dtype() == x.dtype(), "{}: the zero point has type {} but x has {}", what, dtypeName(zp->dtype()),
                   dtypeName(x.dtype()));
     ParamIndex pi = quantParams(x, scale, zp, axis, blockSize, what);
-    std::vector<double> xv = quantizedValues(x, what + " x"), s = floatValuesOf(scale, what + " x_scale");
+    std::vector<double> xv = quantizedValues(x, what + " x"), s = readAsDoubles(scale, what + " x_scale");
     std::vector<double> z = {0.0};
     if (zp && x.dtype() != DataType::Float4E2M1) z = quantizedValues(*zp, what + " x_zero_point");
     if (zp && isFloat8(x.dtype()))
