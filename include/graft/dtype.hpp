@@ -27,8 +27,9 @@ enum class DataType : int32_t {
   Complex64 = 14,
   Complex128 = 15,
   BFloat16 = 16,
-  // Low-precision types (ONNX IR 9-10), one element per byte in memory; 4-bit types are packed
-  // two to a byte only in ONNX files. Only Cast/CastLike/BitCast and moving ops read them.
+  // Low-precision types (ONNX IR 9-13), one element per byte in memory; 4-bit types are packed
+  // two to a byte and 2-bit types four to a byte only in ONNX files. Only Cast/CastLike/BitCast,
+  // QuantizeLinear/DequantizeLinear and moving ops read them.
   Float8E4M3FN = 17,
   Float8E4M3FNUZ = 18,
   Float8E5M2 = 19,
@@ -36,9 +37,12 @@ enum class DataType : int32_t {
   UInt4 = 21,
   Int4 = 22,
   Float4E2M1 = 23,
+  Float8E8M0 = 24,  // unsigned power of two 2^(e-127), 0xFF NaN (MX block scales, IR 12)
+  UInt2 = 25,
+  Int2 = 26,
 };
 
-/// True for the low-precision storage types above (Float8*, UInt4, Int4, Float4E2M1).
+/// True for the low-precision storage types above (Float8*, UInt4, Int4, Float4E2M1, UInt2, Int2).
 bool isLowPrecision(DataType dt);
 
 /// Bytes per element (0 for Undefined; sizeof(std::string) for String, which is stored as objects).

@@ -13,7 +13,8 @@ namespace {
 // The types numpy itself lacks, which ml_dtypes adds (numpy name = graft's dtypeNumpyName).
 constexpr DataType kMlDtypes[] = {DataType::BFloat16,   DataType::Float8E4M3FN,   DataType::Float8E4M3FNUZ,
                                   DataType::Float8E5M2, DataType::Float8E5M2FNUZ, DataType::Int4,
-                                  DataType::UInt4,      DataType::Float4E2M1};
+                                  DataType::UInt4,      DataType::Float4E2M1,     DataType::Float8E8M0,
+                                  DataType::Int2,       DataType::UInt2};
 }  // namespace
 
 DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what) {
@@ -32,18 +33,26 @@ DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what) {
   if (kind == 'b' && size == 1) return DataType::Bool;
   if (kind == 'i') {
     switch (size) {
-      case 1: return DataType::Int8;
-      case 2: return DataType::Int16;
-      case 4: return DataType::Int32;
-      case 8: return DataType::Int64;
+      case 1:
+        return DataType::Int8;
+      case 2:
+        return DataType::Int16;
+      case 4:
+        return DataType::Int32;
+      case 8:
+        return DataType::Int64;
     }
   }
   if (kind == 'u') {
     switch (size) {
-      case 1: return DataType::UInt8;
-      case 2: return DataType::UInt16;
-      case 4: return DataType::UInt32;
-      case 8: return DataType::UInt64;
+      case 1:
+        return DataType::UInt8;
+      case 2:
+        return DataType::UInt16;
+      case 4:
+        return DataType::UInt32;
+      case 8:
+        return DataType::UInt64;
     }
   }
   // Strings: numpy's fixed-width str arrays and object arrays (of str) both map to STRING.
@@ -92,10 +101,14 @@ NDArray wrapChecked(const pyb::array& a, const std::string& what, bool writable,
               "{}: a string array cannot be used in place; graft copies it (internal: use "
               "copyOf)",
               what);
-  GRAFT_CHECK(a.dtype().attr("isnative").cast<bool>(), "{}: the array is not in native byte order; convert it with "
-              "a.astype(a.dtype.newbyteorder('='))", what);
-  GRAFT_CHECK(a.flags() & pyb::array::c_style, "{}: the array (shape {}) is not C-contiguous; pass "
-              "numpy.ascontiguousarray(a)", what, pyb::str(a.attr("shape")).cast<std::string>());
+  GRAFT_CHECK(a.dtype().attr("isnative").cast<bool>(),
+              "{}: the array is not in native byte order; convert it with "
+              "a.astype(a.dtype.newbyteorder('='))",
+              what);
+  GRAFT_CHECK(a.flags() & pyb::array::c_style,
+              "{}: the array (shape {}) is not C-contiguous; pass "
+              "numpy.ascontiguousarray(a)",
+              what, pyb::str(a.attr("shape")).cast<std::string>());
   GRAFT_CHECK(a.attr("flags").attr("aligned").cast<bool>(), "{}: the array is not aligned; pass a.copy()", what);
   GRAFT_CHECK(!writable || a.writeable(), "{}: the array is read-only, but graft writes results into it", what);
   Shape shape(a.shape(), a.shape() + a.ndim());

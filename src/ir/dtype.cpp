@@ -14,7 +14,7 @@ struct TypeRow {
   std::string_view numpy;
 };
 // Indexed by the enum value (ONNX numbering).
-constexpr std::array<TypeRow, 24> kTypes = {{
+constexpr std::array<TypeRow, 27> kTypes = {{
     {DataType::Undefined, 0, "UNDEFINED", "undefined"},
     {DataType::Float, 4, "FLOAT", "float32"},
     {DataType::UInt8, 1, "UINT8", "uint8"},
@@ -39,6 +39,9 @@ constexpr std::array<TypeRow, 24> kTypes = {{
     {DataType::UInt4, 1, "UINT4", "uint4"},
     {DataType::Int4, 1, "INT4", "int4"},
     {DataType::Float4E2M1, 1, "FLOAT4E2M1", "float4_e2m1fn"},
+    {DataType::Float8E8M0, 1, "FLOAT8E8M0", "float8_e8m0fnu"},
+    {DataType::UInt2, 1, "UINT2", "uint2"},
+    {DataType::Int2, 1, "INT2", "int2"},
 }};
 
 const TypeRow& row(DataType dt) {
@@ -74,14 +77,15 @@ DataType dtypeFromString(std::string_view name) {
                                        {"string", DataType::String}, {"bool_", DataType::Bool}};
   for (const auto& a : kAliases)
     if (iequal(name, a.name)) return a.dt;
-  GRAFT_THROW("unknown data type '{}' (expected one of FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, INT16, "
-              "INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, STRING, or numpy names such as float32)",
-              name);
+  GRAFT_THROW(
+      "unknown data type '{}' (expected one of FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, INT16, "
+      "INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, STRING, or numpy names such as float32)",
+      name);
 }
 
 bool isLowPrecision(DataType dt) {
   return static_cast<int>(dt) >= static_cast<int>(DataType::Float8E4M3FN) &&
-         static_cast<int>(dt) <= static_cast<int>(DataType::Float4E2M1);
+         static_cast<int>(dt) <= static_cast<int>(DataType::Int2);
 }
 
 bool isFloatingPoint(DataType dt) {

@@ -10,11 +10,16 @@ namespace graft::onnxio {
 namespace {
 
 bool isSupportedDtype(int32_t code) {
-  return code >= 1 && code <= 23 && code != 14 && code != 15;  // no complex types
+  return code >= 1 && code <= 26 && code != 14 && code != 15;  // no complex types
 }
 
-// Types stored two elements to a byte in ONNX files (one per byte in an NDArray).
-bool isFourBit(DataType dt) { return dt == DataType::Int4 || dt == DataType::UInt4 || dt == DataType::Float4E2M1; }
+// Bits per element of the types ONNX files pack several to a byte (4: two to a byte; 2: four),
+// one per byte in an NDArray; 0 for the others.
+int packedBits(DataType dt) {
+  if (dt == DataType::Int4 || dt == DataType::UInt4 || dt == DataType::Float4E2M1) return 4;
+  if (dt == DataType::Int2 || dt == DataType::UInt2) return 2;
+  return 0;
+}
 
 template <class Src, class Dst>
 void copyConvert(const Src& src, Dst* dst, int64_t n) {
@@ -48,9 +53,10 @@ NDArray tensorFromProto(const ::onnx::TensorProto& t, const std::string& what) {
     return a;
   }
   size_t esize = dtypeSize(dtype);
-  if (isFourBit(dtype)) {
-    // Two elements per byte, the first in the low nibble; int32_data holds one byte per entry.
-    uint64_t bytes = (static_cast<uint64_t>(n) + 1) / 2;
+  if (int bits = packedBits(dtype)) {
+    // 8/bits elements per byte, the first in the lowest bits; int32_data holds one byte per entry.
+    uint64_t perByte = 8 / static_cast<uint64_t>(bits);
+    uint64_t bytes = (static_cast<uint64_t>(n) + perByte - 1) / perByte;
     std::vector<uint8_t> packed;
     if (t.has_raw_data()) {
       if (t.raw_data().size() != bytes)
@@ -58,14 +64,18 @@ NDArray tensorFromProto(const ::onnx::TensorProto& t, const std::string& what) {
                     shapeToString(shape), dtypeName(dtype), bytes);
       packed.assign(t.raw_data().begin(), t.raw_data().end());
     } else {
-      if (static_cast<uint64_t>(t.int32_data_size()) != bytes) mismatch(2 * static_cast<int64_t>(t.int32_data_size()));
+      if (static_cast<uint64_t>(t.int32_data_size()) != bytes)
+        mismatch(static_cast<int64_t>(perByte) * static_cast<int64_t>(t.int32_data_size()));
       for (int32_t v : t.int32_data()) packed.push_back(static_cast<uint8_t>(v));
     }
     NDArray a(dtype, shape);
     auto* dst = static_cast<uint8_t*>(a.rawData());
+    auto mask = static_cast<uint8_t>((1u << bits) - 1), sign = static_cast<uint8_t>(1u << (bits - 1));
+    bool isSigned = dtype == DataType::Int4 || dtype == DataType::Int2;
     for (int64_t i = 0; i < n; ++i) {
-      uint8_t nib = (packed[static_cast<size_t>(i / 2)] >> (4 * (i % 2))) & 0xF;
-      dst[i] = dtype == DataType::Int4 && (nib & 0x8) ? static_cast<uint8_t>(nib | 0xF0) : nib;  // INT4 sign-extends
+      auto u = static_cast<uint64_t>(i);
+      uint8_t v = (packed[u / perByte] >> (bits * static_cast<int>(u % perByte))) & mask;
+      dst[i] = isSigned && (v & sign) ? static_cast<uint8_t>(v | ~mask) : v;  // INT4/INT2 sign-extend
     }
     return a;
   }
@@ -127,7 +137,8 @@ NDArray tensorFromProto(const ::onnx::TensorProto& t, const std::string& what) {
     case DataType::Float8E4M3FN:
     case DataType::Float8E4M3FNUZ:
     case DataType::Float8E5M2:
-    case DataType::Float8E5M2FNUZ:  // one bit pattern per int32_data entry
+    case DataType::Float8E5M2FNUZ:
+    case DataType::Float8E8M0:  // one bit pattern per int32_data entry
       if (t.int32_data_size() != n) mismatch(t.int32_data_size());
       copyConvert(t.int32_data(), a.data<uint8_t>(), n);
       break;
@@ -149,10 +160,13 @@ void tensorToProto(const NDArray& a, const std::string& name, ::onnx::TensorProt
   for (int64_t d : a.shape()) out->add_dims(d);
   if (a.dtype() == DataType::String) {
     for (int64_t i = 0; i < a.numel(); ++i) out->add_string_data(a.data<std::string>()[i]);
-  } else if (isFourBit(a.dtype())) {
-    std::string packed(static_cast<size_t>((a.numel() + 1) / 2), '\0');
+  } else if (int bits = packedBits(a.dtype())) {
+    int64_t perByte = 8 / bits;
+    std::string packed(static_cast<size_t>((a.numel() + perByte - 1) / perByte), '\0');
     const auto* src = static_cast<const uint8_t*>(a.rawData());
-    for (int64_t i = 0; i < a.numel(); ++i) packed[static_cast<size_t>(i / 2)] |= static_cast<char>((src[i] & 0xF) << (4 * (i % 2)));
+    unsigned mask = (1u << bits) - 1;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      packed[static_cast<size_t>(i / perByte)] |= static_cast<char>((src[i] & mask) << (bits * (i % perByte)));
     out->set_raw_data(packed);
   } else {
     out->set_raw_data(std::string(static_cast<const char*>(a.rawData()), a.nbytes()));
@@ -172,9 +186,10 @@ NDArray sparseTensorFromProto(const ::onnx::SparseTensorProto& t, const std::str
   GRAFT_CHECK(values.dtype() != DataType::String, "{}: sparse string tensors are not supported", what);
   const int64_t* idx = indices.data<int64_t>();
   bool linear = indices.rank() == 1;
-  GRAFT_CHECK(linear ? indices.numel() == nnz : (indices.rank() == 2 && indices.dim(0) == nnz && indices.dim(1) == rank),
-              "{}: sparse indices have shape {}, expected [{}] or [{}, {}]", what, shapeToString(indices.shape()), nnz, nnz,
-              rank);
+  GRAFT_CHECK(
+      linear ? indices.numel() == nnz : (indices.rank() == 2 && indices.dim(0) == nnz && indices.dim(1) == rank),
+      "{}: sparse indices have shape {}, expected [{}] or [{}, {}]", what, shapeToString(indices.shape()), nnz, nnz,
+      rank);
   for (int64_t i = 0; i < nnz; ++i) {
     int64_t off = 0;
     if (linear) {
@@ -187,7 +202,8 @@ NDArray sparseTensorFromProto(const ::onnx::SparseTensorProto& t, const std::str
       }
     }
     GRAFT_CHECK(off >= 0 && off < total, "{}: sparse index {} out of range", what, off);
-    std::memcpy(static_cast<char*>(dense.rawData()) + off * es, static_cast<const char*>(values.rawData()) + i * es, es);
+    std::memcpy(static_cast<char*>(dense.rawData()) + off * es, static_cast<const char*>(values.rawData()) + i * es,
+                es);
   }
   return dense;
 }
@@ -220,8 +236,9 @@ ir::ValueType typeFromProto(const ::onnx::TypeProto& t, const std::string& what)
     }
     case ::onnx::TypeProto::kSequenceType: {
       const auto& e = t.sequence_type().elem_type();
-      GRAFT_CHECK(e.value_case() == ::onnx::TypeProto::kTensorType || e.value_case() == ::onnx::TypeProto::VALUE_NOT_SET,
-                  "{}: only sequences of tensors are supported", what);
+      GRAFT_CHECK(
+          e.value_case() == ::onnx::TypeProto::kTensorType || e.value_case() == ::onnx::TypeProto::VALUE_NOT_SET,
+          "{}: only sequences of tensors are supported", what);
       return VT::sequence(e.has_tensor_type() ? tensorInfoFromTypeProto(e.tensor_type()) : TensorInfo{});
     }
     case ::onnx::TypeProto::kOptionalType: {
@@ -229,11 +246,13 @@ ir::ValueType typeFromProto(const ::onnx::TypeProto& t, const std::string& what)
       if (e.has_tensor_type()) return VT::optional(ir::ValueKind::Tensor, tensorInfoFromTypeProto(e.tensor_type()));
       if (e.has_sequence_type()) {
         const auto& se = e.sequence_type().elem_type();
-        return VT::optional(ir::ValueKind::Sequence, se.has_tensor_type() ? tensorInfoFromTypeProto(se.tensor_type()) : TensorInfo{});
+        return VT::optional(ir::ValueKind::Sequence,
+                            se.has_tensor_type() ? tensorInfoFromTypeProto(se.tensor_type()) : TensorInfo{});
       }
       // An optional whose element type is not known yet (still an optional).
       if (e.value_case() == ::onnx::TypeProto::VALUE_NOT_SET) return VT::optional(ir::ValueKind::Tensor, TensorInfo{});
-      GRAFT_THROW("{}: optional of this type is not supported (only optionals of tensors and of sequences of tensors)", what);
+      GRAFT_THROW("{}: optional of this type is not supported (only optionals of tensors and of sequences of tensors)",
+                  what);
     }
     case ::onnx::TypeProto::VALUE_NOT_SET:
       return VT::tensor(TensorInfo{});
@@ -289,16 +308,26 @@ ir::AttrValue attributeFromProto(const ::onnx::AttributeProto& a, const std::str
   using AP = ::onnx::AttributeProto;
   std::string where = what + ", attribute '" + a.name() + "'";
   switch (a.type()) {
-    case AP::FLOAT: return a.f();
-    case AP::INT: return static_cast<int64_t>(a.i());
-    case AP::STRING: return a.s();
-    case AP::TENSOR: return tensorFromProto(a.t(), where);
-    case AP::SPARSE_TENSOR: return sparseTensorFromProto(a.sparse_tensor(), where);
-    case AP::GRAPH: return importGraph(a.g());
-    case AP::TYPE_PROTO: return typeFromProto(a.tp(), where);
-    case AP::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
-    case AP::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-    case AP::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    case AP::FLOAT:
+      return a.f();
+    case AP::INT:
+      return static_cast<int64_t>(a.i());
+    case AP::STRING:
+      return a.s();
+    case AP::TENSOR:
+      return tensorFromProto(a.t(), where);
+    case AP::SPARSE_TENSOR:
+      return sparseTensorFromProto(a.sparse_tensor(), where);
+    case AP::GRAPH:
+      return importGraph(a.g());
+    case AP::TYPE_PROTO:
+      return typeFromProto(a.tp(), where);
+    case AP::FLOATS:
+      return std::vector<float>(a.floats().begin(), a.floats().end());
+    case AP::INTS:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case AP::STRINGS:
+      return std::vector<std::string>(a.strings().begin(), a.strings().end());
     case AP::TENSORS: {
       std::vector<NDArray> v;
       for (const auto& t : a.tensors()) v.push_back(tensorFromProto(t, where));

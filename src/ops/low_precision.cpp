@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -39,9 +40,51 @@ FloatFormat formatOf(DataType dt) {
   return {};
 }
 
-bool isSmallFloat(DataType dt) { return isLowPrecision(dt) && dt != DataType::Int4 && dt != DataType::UInt4; }
-
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The narrow integer types: their value range; {0, 0} for the others.
+struct IntRange {
+  double lo, hi;
+};
+IntRange narrowIntRange(DataType dt) {
+  switch (dt) {
+    case DataType::Int4:
+      return {-8, 7};
+    case DataType::UInt4:
+      return {0, 15};
+    case DataType::Int2:
+      return {-2, 1};
+    case DataType::UInt2:
+      return {0, 3};
+    default:
+      return {0, 0};
+  }
+}
+bool isNarrowInt(DataType dt) { return narrowIntRange(dt).hi > 0; }
+
+// FLOAT8E8M0 (opset 24): no sign and no mantissa; the code is a float32's biased exponent, so the
+// value is 2^(code-127), with 0xFF for NaN. From float32 (as ONNX's reference, numpy_helper
+// to_float8e8m0): the sign is dropped, NaN and infinity become 0xFF, and a value between two
+// powers of two goes up (round_mode "up"), down, or to the nearer ("nearest", on the mantissa's
+// guard/round/sticky bits). With saturate, rounding up from 2^127 stays at 0xFE.
+double decodeE8M0(uint8_t code) { return code == 0xFF ? kNaN : std::ldexp(1.0, static_cast<int>(code) - 127); }
+
+uint8_t encodeE8M0(double v, bool saturate, E8M0Round round) {
+  auto f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  uint32_t e = (bits >> 23) & 0xFF;
+  if (e == 0xFF) return 0xFF;
+  bool up = false;
+  if (round == E8M0Round::Up) {
+    up = (bits & 0x7FFFFF) != 0;
+  } else if (round == E8M0Round::Nearest) {
+    bool g = (bits & 0x400000) != 0, r = (bits & 0x200000) != 0, st = (bits & 0x1FFFFF) != 0;
+    up = g && (r || st || e > 0);
+  }
+  if (up && !(saturate && e == 0xFE)) ++e;
+  return static_cast<uint8_t>(e);
+}
 
 // Decodes a code; NaN and infinity included.
 double decode(const FloatFormat& f, uint32_t code) {
@@ -130,23 +173,32 @@ uint8_t encodeFloat(DataType dt, double v, bool saturate) {
 }  // namespace
 
 double lowPrecisionToDouble(DataType dt, uint8_t code) {
-  if (dt == DataType::Int4) return static_cast<double>(static_cast<int8_t>(code));
-  if (dt == DataType::UInt4) return static_cast<double>(code);
+  if (dt == DataType::Int4 || dt == DataType::Int2) return static_cast<double>(static_cast<int8_t>(code));
+  if (dt == DataType::UInt4 || dt == DataType::UInt2) return static_cast<double>(code);
+  if (dt == DataType::Float8E8M0) return decodeE8M0(code);
   return decode(formatOf(dt), code);
 }
 
-uint8_t lowPrecisionFromDouble(DataType dt, double v, bool saturate) {
-  if (dt == DataType::Int4 || dt == DataType::UInt4) {
+uint8_t lowPrecisionFromDouble(DataType dt, double v, bool saturate, E8M0Round round) {
+  if (isNarrowInt(dt)) {
     if (std::isnan(v)) return 0;
     double t = std::trunc(v);
-    double lo = dt == DataType::Int4 ? -8 : 0, hi = dt == DataType::Int4 ? 7 : 15;
-    if (t < lo || t > hi) return 0;
+    IntRange r = narrowIntRange(dt);
+    if (t < r.lo || t > r.hi) return 0;
     return static_cast<uint8_t>(static_cast<int8_t>(t));
   }
+  if (dt == DataType::Float8E8M0) return encodeE8M0(v, saturate, round);
   return encodeFloat(dt, v, saturate);
 }
 
-NDArray castLowPrecision(const NDArray& x, DataType to, bool saturate, const std::string& /*what*/) {
+E8M0Round e8m0RoundFromString(const std::string& mode, const std::string& what) {
+  if (mode == "up") return E8M0Round::Up;
+  if (mode == "down") return E8M0Round::Down;
+  if (mode == "nearest") return E8M0Round::Nearest;
+  GRAFT_THROW("{}: round_mode must be \"up\", \"down\" or \"nearest\", got \"{}\"", what, mode);
+}
+
+NDArray castLowPrecision(const NDArray& x, DataType to, bool saturate, const std::string& /*what*/, E8M0Round round) {
   GRAFT_ASSERT(isLowPrecision(x.dtype()) || isLowPrecision(to), "castLowPrecision without a low-precision type");
   NDArray wide = x;
   if (isLowPrecision(x.dtype())) {
@@ -159,7 +211,7 @@ NDArray castLowPrecision(const NDArray& x, DataType to, bool saturate, const std
   if (!isLowPrecision(to)) return to == DataType::Double ? wide : castArray(wide, to);
   NDArray out(to, x.shape());
   auto* dst = static_cast<uint8_t*>(out.rawData());
-  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = lowPrecisionFromDouble(to, wide.data<double>()[i], saturate);
+  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = lowPrecisionFromDouble(to, wide.data<double>()[i], saturate, round);
   return out;
 }
 

@@ -39,7 +39,8 @@ std::vector<float> readScales(const NDArray& a, const std::string& what) {
   return v;
 }
 
-void checkPerTensorOrVector(const NDArray& a, int64_t n, const std::string& what, const char* name, const char* perWhat) {
+void checkPerTensorOrVector(const NDArray& a, int64_t n, const std::string& what, const char* name,
+                            const char* perWhat) {
   GRAFT_CHECK(isPerTensor(a) || (a.rank() == 1 && a.dim(0) == n),
               "{}: {} must be a scalar or a 1-D tensor of {} values (one per {}), got shape {}", what, name, n, perWhat,
               shapeToString(a.shape()));
@@ -181,6 +182,10 @@ std::pair<double, double> intRange(DataType dt) {
       return {0, 15};
     case DataType::Int4:
       return {-8, 7};
+    case DataType::UInt2:
+      return {0, 3};
+    case DataType::Int2:
+      return {-2, 1};
     default:
       return {0, 0};
   }
@@ -334,16 +339,16 @@ std::vector<int64_t> subtractZeroPoint(const NDArray& x, const NDArray* zp, bool
               shapeToString(x.shape()));
   std::array<std::vector<int64_t>, 1> st{broadcastStrides(zs, x.shape())};
   int64_t i = 0;
-  forEachBroadcastRun<1>(x.shape(), st, [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& inner,
-                                            int64_t len) {
-    for (int64_t j = 0; j < len; ++j) v[i++] -= z[off[0] + j * inner[0]];
-  });
+  forEachBroadcastRun<1>(x.shape(), st,
+                         [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& inner, int64_t len) {
+                           for (int64_t j = 0; j < len; ++j) v[i++] -= z[off[0] + j * inner[0]];
+                         });
   return v;
 }
 
 // Integer matrix product with numpy MatMul semantics (batch broadcasting, 1-D operands).
 struct IntProduct {
-  Shape shape;          // the result's shape
+  Shape shape;           // the result's shape
   int64_t M = 0, N = 0;  // rows and columns of each matrix in the result
   std::vector<int64_t> acc;
 };
@@ -395,8 +400,8 @@ KernelFn matMulIntegerKernel(CompileContext& c) {
     const NDArray& a = k.input(0);
     const NDArray& b = k.input(1);
     for (const NDArray* t : {&a, &b})
-      GRAFT_CHECK(t->dtype() == DataType::UInt8 || t->dtype() == DataType::Int8, "{}: inputs must be UINT8 or INT8, got {}",
-                  what, dtypeName(t->dtype()));
+      GRAFT_CHECK(t->dtype() == DataType::UInt8 || t->dtype() == DataType::Int8,
+                  "{}: inputs must be UINT8 or INT8, got {}", what, dtypeName(t->dtype()));
     auto av = subtractZeroPoint(a, k.hasInput(2) ? &k.input(2) : nullptr, true, what, "a_zero_point");
     auto bv = subtractZeroPoint(b, k.hasInput(3) ? &k.input(3) : nullptr, false, what, "b_zero_point");
     IntProduct p = intMatmul(av, a.shape(), bv, b.shape(), what);
@@ -412,8 +417,8 @@ KernelFn qlinearMatMulKernel(CompileContext& c) {
     const NDArray& a = k.input(0);
     const NDArray& b = k.input(3);
     for (const NDArray* t : {&a, &b})
-      GRAFT_CHECK(t->dtype() == DataType::UInt8 || t->dtype() == DataType::Int8, "{}: a and b must be UINT8 or INT8, got {}",
-                  what, dtypeName(t->dtype()));
+      GRAFT_CHECK(t->dtype() == DataType::UInt8 || t->dtype() == DataType::Int8,
+                  "{}: a and b must be UINT8 or INT8, got {}", what, dtypeName(t->dtype()));
     auto opt = [&](size_t i) { return k.hasInput(i) ? &k.input(i) : nullptr; };
     auto av = subtractZeroPoint(a, opt(2), true, what, "a_zero_point");
     auto bv = subtractZeroPoint(b, opt(5), false, what, "b_zero_point");

@@ -74,10 +74,11 @@ KernelFn identityKernel(CompileContext&) {
 }
 
 /// castArray with the node named in any error (unparsable strings, unsupported types).
-NDArray castFor(const NDArray& x, DataType to, const std::string& what, bool saturate = true) {
+NDArray castFor(const NDArray& x, DataType to, const std::string& what, bool saturate = true,
+                E8M0Round round = E8M0Round::Up) {
   if (x.dtype() == to) return x;
   try {
-    if (isLowPrecision(x.dtype()) || isLowPrecision(to)) return castLowPrecision(x, to, saturate, what);
+    if (isLowPrecision(x.dtype()) || isLowPrecision(to)) return castLowPrecision(x, to, saturate, what, round);
     return castArray(x, to);
   } catch (const Error& e) {
     throw Error(what + ": " + e.what());
@@ -89,15 +90,19 @@ KernelFn castKernel(CompileContext& c) {
   std::string what = c.node().describe();
   // saturate (opset 19) only matters for float8 targets: out-of-range values clamp to the largest
   // finite value instead of becoming infinity or NaN.
+  // round_mode (opset 24) only matters for FLOAT8E8M0 targets.
   bool saturate = c.node().attrInt("saturate", 1) != 0;
-  return [to, what, saturate](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what, saturate)); };
+  E8M0Round round = e8m0RoundFromString(c.node().attrString("round_mode", "up"), what);
+  return
+      [to, what, saturate, round](KernelContext& k) { k.setOutput(0, castFor(k.input(0), to, what, saturate, round)); };
 }
 
 KernelFn castLikeKernel(CompileContext& c) {
   std::string what = c.node().describe();
   bool saturate = c.node().attrInt("saturate", 1) != 0;
-  return [what, saturate](KernelContext& k) {
-    k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what, saturate));
+  E8M0Round round = e8m0RoundFromString(c.node().attrString("round_mode", "up"), what);
+  return [what, saturate, round](KernelContext& k) {
+    k.setOutput(0, castFor(k.input(0), k.input(1).dtype(), what, saturate, round));
   };
 }
 
@@ -123,7 +128,8 @@ Shape reshapeTarget(const Shape& in, const std::vector<int64_t>& spec, bool allo
   }
   int64_t total = shapeNumel(in);
   if (inferAt >= 0) {
-    GRAFT_CHECK(known != 0 && total % known == 0, "{}: cannot reshape {} to {}", what, shapeToString(in), shapeToString(spec));
+    GRAFT_CHECK(known != 0 && total % known == 0, "{}: cannot reshape {} to {}", what, shapeToString(in),
+                shapeToString(spec));
     out[inferAt] = total / known;
   }
   GRAFT_CHECK(shapeNumel(out) == total, "{}: cannot reshape {} ({} elements) to {} ({} elements)", what,
@@ -160,7 +166,8 @@ KernelFn squeezeKernel(CompileContext& c) {
     if (k.hasInput(1)) {
       auto axes = normalizeAxes(toInt64Vector(k.input(1)), x.rank(), what);
       for (int64_t a : axes)
-        GRAFT_CHECK(x.dim(a) == 1, "{}: cannot squeeze axis {} of shape {}: its size is not 1", what, a, shapeToString(x.shape()));
+        GRAFT_CHECK(x.dim(a) == 1, "{}: cannot squeeze axis {} of shape {}: its size is not 1", what, a,
+                    shapeToString(x.shape()));
       for (int64_t i = 0; i < x.rank(); ++i)
         if (std::find(axes.begin(), axes.end(), i) == axes.end()) out.push_back(x.dim(i));
     } else {
@@ -283,10 +290,11 @@ KernelFn bitCastKernel(CompileContext& c) {
   return [what, to](KernelContext& k) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.dtype() != DataType::String, "{}: BitCast of a STRING tensor is not defined", what);
-    // 4-bit elements sit one per byte (INT4 sign-extended): their bytes are not their bits.
+    // 4- and 2-bit elements sit one per byte (INT4/INT2 sign-extended): their bytes are not their bits.
     for (DataType t : {x.dtype(), to})
-      GRAFT_CHECK(t != DataType::Int4 && t != DataType::UInt4 && t != DataType::Float4E2M1,
-                  "{}: BitCast of 4-bit type {} is not supported", what, dtypeName(t));
+      GRAFT_CHECK(t != DataType::Int4 && t != DataType::UInt4 && t != DataType::Float4E2M1 && t != DataType::Int2 &&
+                      t != DataType::UInt2,
+                  "{}: BitCast of sub-byte type {} is not supported", what, dtypeName(t));
     GRAFT_CHECK(dtypeSize(x.dtype()) == dtypeSize(to), "{}: {} ({} bits) and {} ({} bits) differ in width", what,
                 dtypeName(x.dtype()), 8 * dtypeSize(x.dtype()), dtypeName(to), 8 * dtypeSize(to));
     NDArray& y = k.allocOutputUninit(0, to, x.shape());
@@ -338,7 +346,8 @@ GRAFT_REGISTER_OPS(shape_vjp) {
     if (perm.empty())
       for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
     std::vector<int64_t> inv(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i] < 0 ? perm[i] + rank : perm[i])] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < perm.size(); ++i)
+      inv[static_cast<size_t>(perm[i] < 0 ? perm[i] + rank : perm[i])] = static_cast<int64_t>(i);
     ir::Attributes a;
     a.set("perm", inv);
     g.setDx(0, g.op("Transpose", {g.dy()}, a));

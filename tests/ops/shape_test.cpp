@@ -130,7 +130,8 @@ TEST(Cast, NumbersToStringsLikeNumpy) {
   h.data<Half>()[0] = Half(0.1f);  // 0.0999755859375: the shortest half-precision repr is "0.1"
   EXPECT_TRUE(allClose(cast(h, DataType::String), arr<std::string>({1}, {"0.1"})));
   EXPECT_TRUE(allClose(cast(arr<int8_t>({2}, {-5, 127}), DataType::String), arr<std::string>({2}, {"-5", "127"})));
-  EXPECT_TRUE(allClose(cast(arr<bool>({2}, {true, false}), DataType::String), arr<std::string>({2}, {"True", "False"})));
+  EXPECT_TRUE(
+      allClose(cast(arr<bool>({2}, {true, false}), DataType::String), arr<std::string>({2}, {"True", "False"})));
 }
 
 TEST(Cast, SameTypeIsIdentityAndRoundTripsStrings) {
@@ -277,7 +278,6 @@ TEST(Size, CountsElements) {
   EXPECT_TRUE(allClose(run1("Size", {NDArray(DataType::Bool, {0, 5})}), scalar<int64_t>(0)));
 }
 
-
 // ---- opset 18-28 additions ----------------------------------------------------------------------
 
 // ---- low-precision types through Cast -------------------------------------------------------------
@@ -304,7 +304,8 @@ TEST(Cast, Float8E4M3FN) {
   // 464 lies halfway between 448 (even code) and the NaN code: it rounds to 448; 465 overflows.
   EXPECT_TRUE(allClose(roundTrip({464, 465, 1000, inf, -inf, nan, 0.001f, 3.3f}, DataType::Float8E4M3FN, 0),
                        arr<float>({8}, {448, nan, nan, nan, nan, nan, 0.001953125f, 3.25f})));
-  EXPECT_TRUE(allClose(roundTrip({465, 1000, inf, -inf}, DataType::Float8E4M3FN), arr<float>({4}, {448, 448, 448, -448})));
+  EXPECT_TRUE(
+      allClose(roundTrip({465, 1000, inf, -inf}, DataType::Float8E4M3FN), arr<float>({4}, {448, 448, 448, -448})));
 }
 
 TEST(Cast, Float8E5M2AndTheUnsignedZeroFormats) {
@@ -332,7 +333,8 @@ TEST(Cast, Float4AndFourBitIntegers) {
   EXPECT_TRUE(allClose(roundTrip({-9, -8, 7, 8, 7.6f, -7.6f}, DataType::Int4), arr<float>({6}, {0, -8, 7, 0, 7, -7})));
   EXPECT_TRUE(allClose(roundTrip({-1, 0, 15, 16, 3.9f}, DataType::UInt4), arr<float>({5}, {0, 0, 15, 0, 3})));
   // Integers to and from INT4, and unsupported arithmetic is refused by type name.
-  EXPECT_TRUE(allClose(castTo(castTo(arr<int8_t>({2}, {-3, 5}), DataType::Int4), DataType::Int8), arr<int8_t>({2}, {-3, 5})));
+  EXPECT_TRUE(
+      allClose(castTo(castTo(arr<int8_t>({2}, {-3, 5}), DataType::Int4), DataType::Int8), arr<int8_t>({2}, {-3, 5})));
   NDArray low = castTo(arr<float>({1}, {1}), DataType::Float8E4M3FN);
   try {
     runOutputs("Relu", {low});
@@ -340,6 +342,42 @@ TEST(Cast, Float4AndFourBitIntegers) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("FLOAT8E4M3FN"), std::string::npos) << e.what();
   }
+}
+
+TEST(Cast, TwoBitIntegers) {
+  // INT2 holds -2..1 and UINT2 0..3; truncation toward zero, out of range (and NaN) gives 0.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(allClose(roundTrip({-3, -2, -1.5f, 0, 1, 1.9f, 2, nan}, DataType::Int2),
+                       arr<float>({8}, {0, -2, -1, 0, 1, 1, 0, 0})));
+  EXPECT_TRUE(allClose(roundTrip({-1, 0, 2.5f, 3, 4}, DataType::UInt2), arr<float>({5}, {0, 0, 2, 3, 0})));
+  EXPECT_TRUE(allClose(castTo(castTo(arr<int8_t>({3}, {-2, -1, 1}), DataType::Int2), DataType::Int8),
+                       arr<int8_t>({3}, {-2, -1, 1})));
+}
+
+TEST(Cast, Float8E8M0RoundsToPowersOfTwo) {
+  auto castE8M0 = [](const std::vector<float>& v, const std::string& mode, int64_t saturate = 1) {
+    return runOutputs(
+               "Cast", {arr<float>({static_cast<int64_t>(v.size())}, v)},
+               attrs(
+                   {{"to", static_cast<int64_t>(DataType::Float8E8M0)}, {"saturate", saturate}, {"round_mode", mode}}))
+        .at(0);
+  };
+  auto bytes = [](const NDArray& a) {
+    const auto* p = static_cast<const uint8_t*>(a.rawData());
+    return std::vector<int>(p, p + a.numel());
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // 1 -> 127; 3 lies between 2 (128) and 4 (129); the sign is dropped; NaN and inf -> 0xFF.
+  EXPECT_EQ(bytes(castE8M0({1, 3, -3, 0.75f, nan, inf}, "up")), (std::vector<int>{127, 129, 129, 127, 255, 255}));
+  EXPECT_EQ(bytes(castE8M0({1, 3, 2.9f, 0.75f}, "down")), (std::vector<int>{127, 128, 128, 126}));
+  // nearest: 2.9 is nearer 2 on the mantissa's guard bit, 3.1 above the tie goes to 4.
+  EXPECT_EQ(bytes(castE8M0({2.9f, 3.1f, 1}, "nearest")), (std::vector<int>{128, 129, 127}));
+  // From the largest binade up: saturate keeps 0xFE, otherwise it becomes NaN.
+  EXPECT_EQ(bytes(castE8M0({3e38f}, "up")), (std::vector<int>{254}));
+  EXPECT_EQ(bytes(castE8M0({3e38f}, "up", 0)), (std::vector<int>{255}));
+  NDArray back = castTo(castE8M0({0.5f, 8, 1e-3f}, "up"), DataType::Float);
+  EXPECT_TRUE(allClose(back, arr<float>({3}, {0.5f, 8, 0.001953125f})));
+  EXPECT_THROW(castE8M0({1}, "sideways"), Error);
 }
 
 TEST(BitCast, ReinterpretsBytes) {

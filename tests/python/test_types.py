@@ -1,4 +1,4 @@
-"""The Python API carries every ONNX value type: bfloat16, float8, int4 and uint4 arrays through
+"""The Python API carries every ONNX value type: bfloat16, float8, int4/uint4 and int2/uint2 arrays through
 ml_dtypes; string tensors as numpy str/object arrays; sequences as lists and absent optionals as
 None; anchors whose shape only the run decides (NonZero, Unique, symbolic dimensions) come back as
 arrays of the right shape, while PopART's fixed anchors keep their arrays."""
@@ -45,6 +45,9 @@ LOW_PRECISION = [
     (TensorProto.FLOAT8E5M2FNUZ, ml_dtypes.float8_e5m2fnuz),
     (TensorProto.INT4, ml_dtypes.int4),
     (TensorProto.UINT4, ml_dtypes.uint4),
+    (TensorProto.INT2, ml_dtypes.int2),
+    (TensorProto.UINT2, ml_dtypes.uint2),
+    (TensorProto.FLOAT8E8M0, ml_dtypes.float8_e8m0fnu),
 ]
 
 
@@ -60,6 +63,10 @@ def test_low_precision_arrays_in_and_out(onnx_type, np_type):
     integer = np_type in (ml_dtypes.int4, ml_dtypes.uint4)
     base = np.array([[0, 1, 2], [3, 4, 5]], np.float32) if integer else np.array(
         [[0.5, -1.25, 3.0], [0.1, 7.0, -0.3]], np.float32)
+    if np_type in (ml_dtypes.int2, ml_dtypes.uint2):
+        base = np.array([[0, 1, 1], [0, 1, 0]], np.float32)
+    if np_type is ml_dtypes.float8_e8m0fnu:  # powers of two only, no sign
+        base = np.array([[0.5, 1.0, 4.0], [0.125, 8.0, 2.0]], np.float32)
     if np_type is ml_dtypes.float8_e4m3fnuz or np_type is ml_dtypes.float8_e5m2fnuz or np_type is ml_dtypes.uint4:
         base = np.abs(base)
     x = base.astype(np_type)
