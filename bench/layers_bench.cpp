@@ -49,7 +49,8 @@ Layer convLayer(const std::string& name, int64_t n, int64_t c, int64_t hw, int64
   l.name = name;
   l.graph = std::make_unique<ir::Graph>(name);
   ir::Graph& g = *l.graph;
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{n, c, hw, hw})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{n, c, hw, hw})), ir::TensorKind::Input);
   g.addInput(x);
   ir::Tensor* w = g.addInitializer("w", randomArray({k, c, kernel, kernel}, 1));
   ir::Tensor* b = g.addInitializer("b", randomArray({k}, 2));
@@ -71,7 +72,8 @@ Layer matmulLayer(const std::string& name, int64_t m, int64_t kk, int64_t nn, bo
   l.name = name;
   l.graph = std::make_unique<ir::Graph>(name);
   ir::Graph& g = *l.graph;
-  ir::Tensor* x = g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{m, kk})), ir::TensorKind::Input);
+  ir::Tensor* x =
+      g.addTensor("x", ir::ValueType::tensor(TensorInfo(DataType::Float, Shape{m, kk})), ir::TensorKind::Input);
   g.addInput(x);
   ir::Tensor* w = g.addInitializer("w", randomArray({kk, nn}, 4));
   ir::Tensor* y = g.addNode("MatMul", "", {x, w}, {"mm"})->output(0);
@@ -96,10 +98,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--repeats") repeats = std::max(1, std::stoi(next()));
-    else if (a == "--roof") roof = std::stod(next());
-    else if (a == "--filter") filter = next();
+    if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--repeats")
+      repeats = std::max(1, std::stoi(next()));
+    else if (a == "--roof")
+      roof = std::stod(next());
+    else if (a == "--filter")
+      filter = next();
     else {
       std::fprintf(stderr, "usage: layers_bench [--threads N] [--repeats R] [--roof GFLOPS] [--filter SUBSTR]\n");
       return 2;
@@ -122,15 +128,17 @@ int main(int argc, char** argv) {
 
   auto backend = backends::makeCpuBackend(threads);
   support::ThreadPool pool(backend->numThreads());
-  std::printf("graft cpu backend, %d threads, roof %.0f GFLOP/s; median and best of %d timings\n\n", backend->numThreads(),
-              roof, repeats);
-  std::printf("| layer | GFLOP | median ms | best ms | median GFLOP/s | best GFLOP/s | %% of roof (median) | edge reorders ms |\n");
+  std::printf("graft cpu backend, %d threads, roof %.0f GFLOP/s; median and best of %d timings\n\n",
+              backend->numThreads(), roof, repeats);
+  std::printf(
+      "| layer | GFLOP | median ms | best ms | median GFLOP/s | best GFLOP/s | %% of roof (median) | edge reorders ms "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (Layer& l : layers) {
     if (!filter.empty() && l.name.find(filter) == std::string::npos) continue;
     passes::PassContext ctx;
     ctx.weightsAreConstant = true;
-    passes::runPipeline(*l.graph, passes::cpuInferencePipeline(), ctx);
+    passes::runPipeline(*l.graph, backend->passes(backends::PassMode::Inference), ctx);
     auto exe = plan::compile(*l.graph, *backend, pool);
     auto once = [&] {
       std::vector<ops::Value> in;
@@ -160,7 +168,8 @@ int main(int argc, char** argv) {
     }
     double med = median(kernel), best = *std::min_element(kernel.begin(), kernel.end());
     std::printf("| %s | %.2f | %.3f | %.3f | %.1f | %.1f | %.0f%% | %.3f |\n", l.name.c_str(), l.flops / 1e9, med * 1e3,
-                best * 1e3, l.flops / med / 1e9, l.flops / best / 1e9, 100 * l.flops / med / 1e9 / roof, median(edges) * 1e3);
+                best * 1e3, l.flops / med / 1e9, l.flops / best / 1e9, 100 * l.flops / med / 1e9 / roof,
+                median(edges) * 1e3);
     std::fflush(stdout);
   }
   return 0;

@@ -56,7 +56,7 @@ std::vector<BackendCase>& cases() {
   return all;
 }
 
-uint64_t seedOf(const std::string& s) { return std::hash<std::string>{}(s) & 0xffffff; }
+uint64_t seedOf(const std::string& s) { return std::hash<std::string>{}(s)&0xffffff; }
 
 void add(std::string name, OpCase op, std::vector<bool> constant = {}, double tol = 1e-4) {
   for (char& ch : name)
@@ -116,8 +116,8 @@ NDArray sprinkled(const NDArray& x) {
   return y;
 }
 
-const std::vector<std::string> kActivations = {"",    "Relu",      "LeakyRelu",   "Sigmoid", "Tanh",
-                                               "Elu", "HardSwish", "HardSigmoid", "Clip",    "Softplus", "Gelu"};
+const std::vector<std::string> kActivations = {"",          "Relu",        "LeakyRelu", "Sigmoid",  "Tanh", "Elu",
+                                               "HardSwish", "HardSigmoid", "Clip",      "Softplus", "Gelu"};
 
 void convCases() {
   struct G {
@@ -132,9 +132,14 @@ void convCases() {
       {{1, 8, 9, 9}, {8, 8, 3, 3}, attrs({{"dilations", Ints{2, 2}}, {"pads", Ints{2, 2, 2, 2}}}), "2d_dilated"},
       {{1, 8, 9, 9}, {8, 4, 3, 3}, attrs({{"group", int64_t{2}}, {"pads", Ints{0, 1, 2, 1}}}), "2d_group2_asym"},
       {{1, 16, 8, 8}, {16, 1, 3, 3}, attrs({{"group", int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_depthwise"},
-      {{1, 24, 7, 7}, {24, 1, 3, 3}, attrs({{"group", int64_t{24}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+      {{1, 24, 7, 7},
+       {24, 1, 3, 3},
+       attrs({{"group", int64_t{24}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
        "2d_depthwise24_s2"},
-      {{1, 5, 7, 6}, {7, 5, 2, 3}, attrs({{"auto_pad", std::string("SAME_UPPER")}, {"strides", Ints{2, 1}}}), "2d_same_upper"},
+      {{1, 5, 7, 6},
+       {7, 5, 2, 3},
+       attrs({{"auto_pad", std::string("SAME_UPPER")}, {"strides", Ints{2, 1}}}),
+       "2d_same_upper"},
       {{1, 5, 7, 6}, {7, 5, 2, 2}, attrs({{"auto_pad", std::string("SAME_LOWER")}}), "2d_same_lower"},
       {{1, 5, 7, 6}, {7, 5, 3, 2}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}}), "2d_valid"},
       {{2, 6, 11}, {4, 6, 3}, attrs({{"pads", Ints{1, 2}}, {"strides", Ints{2}}}), "1d"},
@@ -144,7 +149,10 @@ void convCases() {
   };
   for (const G& g : geos) {
     for (int variant = 0; variant < 3; ++variant) {
-      std::string n = "Conv_" + g.tag + (variant == 0 ? "_bias_constw" : variant == 1 ? "_nobias_runtimew" : "_bias_runtimew");
+      std::string n = "Conv_" + g.tag +
+                      (variant == 0   ? "_bias_constw"
+                       : variant == 1 ? "_nobias_runtimew"
+                                      : "_bias_runtimew");
       std::vector<NDArray> in{rnd(g.x, n + "x"), rnd(g.w, n + "w")};
       if (variant != 1) in.push_back(rnd({g.w[0]}, n + "b"));
       add(n, OpCase{"Conv", in, g.a}, {false, variant == 0, variant == 0});
@@ -168,7 +176,8 @@ void convCases() {
     }
   }
   // A double convolution: the cpu backend runs the reference kernel.
-  add("Conv_double", OpCase{"Conv", {randomArray(DataType::Double, {1, 2, 4, 4}, 1), randomArray(DataType::Double, {2, 2, 3, 3}, 2)}});
+  add("Conv_double",
+      OpCase{"Conv", {randomArray(DataType::Double, {1, 2, 4, 4}, 1), randomArray(DataType::Double, {2, 2, 3, 3}, 2)}});
 
   // FusedConv: activations, residual sums, channel-blocked layouts.
   for (const std::string& act : kActivations) {
@@ -207,9 +216,15 @@ void convCases() {
         }
       }
   {
-    OpCase c{"FusedConv", {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
-             attrs({{"group", int64_t{32}}, {"pads", Ints{1, 1, 1, 1}}, {"x_block", int64_t{8}}, {"y_block", int64_t{8}},
-                    {"activation", std::string("Clip")}, {"activation_alpha", 0.f}, {"activation_beta", 6.f}})};
+    OpCase c{"FusedConv",
+             {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
+             attrs({{"group", int64_t{32}},
+                    {"pads", Ints{1, 1, 1, 1}},
+                    {"x_block", int64_t{8}},
+                    {"y_block", int64_t{8}},
+                    {"activation", std::string("Clip")},
+                    {"activation_alpha", 0.f},
+                    {"activation_beta", 6.f}})};
     c.inputs[0] = blockOf(c.inputs[0], 8);
     c.domain = "ai.graft";
     add("FusedConv_depthwise_blocked_relu6", c, {false, true, true});
@@ -226,7 +241,10 @@ void convCases() {
       {{1, 4, 5, 5}, {4, 6, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_s2_p1"},
       {{1, 4, 5, 4}, {4, 3, 3, 2}, attrs({{"strides", Ints{2, 3}}, {"output_padding", Ints{1, 2}}}), "2d_outpad"},
       {{1, 4, 5, 5}, {4, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"output_shape", Ints{10, 11}}}), "2d_outshape"},
-      {{1, 4, 5, 5}, {4, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}), "2d_same"},
+      {{1, 4, 5, 5},
+       {4, 3, 3, 3},
+       attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}),
+       "2d_same"},
       {{1, 6, 4, 4}, {6, 2, 3, 3}, attrs({{"group", int64_t{3}}, {"dilations", Ints{2, 2}}}), "2d_group_dilated"},
       {{2, 3, 7}, {3, 5, 4}, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "1d"},
       {{1, 2, 3, 3, 3}, {2, 4, 2, 2, 2}, attrs({{"strides", Ints{2, 2, 2}}}), "3d"},
@@ -235,15 +253,23 @@ void convCases() {
     for (bool constw : {true, false}) {
       std::string n = "ConvTranspose_" + d.tag + (constw ? "_constw" : "_runtimew");
       int64_t M = d.w[1] * (d.a.has("group") ? std::get<int64_t>(*d.a.find("group")) : 1);
-      add(n, OpCase{"ConvTranspose", {rnd(d.x, n + "x"), rnd(d.w, n + "w"), rnd({M}, n + "b")}, d.a}, {false, constw, constw});
+      add(n, OpCase{"ConvTranspose", {rnd(d.x, n + "x"), rnd(d.w, n + "w"), rnd({M}, n + "b")}, d.a},
+          {false, constw, constw});
     }
 }
 
 void matmulCases() {
   std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4, 5}, {5, 3}},       {{2, 3, 4}, {4, 5}},          {{2, 3, 4}, {2, 4, 5}},    {{3, 1, 4, 6}, {2, 6, 3}},
-      {{5}, {5, 3}},          {{2, 3, 4}, {4}},             {{7}, {7}},                {{1, 2, 8, 16}, {3, 1, 16, 4}},
-      {{64, 128}, {128, 96}}, {{3, 32, 48}, {3, 48, 40}},
+      {{4, 5}, {5, 3}},
+      {{2, 3, 4}, {4, 5}},
+      {{2, 3, 4}, {2, 4, 5}},
+      {{3, 1, 4, 6}, {2, 6, 3}},
+      {{5}, {5, 3}},
+      {{2, 3, 4}, {4}},
+      {{7}, {7}},
+      {{1, 2, 8, 16}, {3, 1, 16, 4}},
+      {{64, 128}, {128, 96}},
+      {{3, 32, 48}, {3, 48, 40}},
   };
   for (const auto& [a, b] : shapes)
     for (bool constb : {true, false}) {
@@ -256,8 +282,9 @@ void matmulCases() {
     float alpha, beta;
   };
   std::vector<Gm> gemms = {
-      {{4, 5}, {5, 3}, {}, 0, 0, 1, 1},          {{5, 4}, {5, 3}, {3}, 1, 0, 1, 1},     {{4, 5}, {3, 5}, {4, 3}, 0, 1, 1, 1},
-      {{5, 4}, {3, 5}, {4, 1}, 1, 1, 0.5f, 2},   {{4, 5}, {5, 3}, {}, 0, 0, 2, 0},      {{4, 5}, {5, 3}, {1}, 0, 0, 1, -1},
+      {{4, 5}, {5, 3}, {}, 0, 0, 1, 1},          {{5, 4}, {5, 3}, {3}, 1, 0, 1, 1},
+      {{4, 5}, {3, 5}, {4, 3}, 0, 1, 1, 1},      {{5, 4}, {3, 5}, {4, 1}, 1, 1, 0.5f, 2},
+      {{4, 5}, {5, 3}, {}, 0, 0, 2, 0},          {{4, 5}, {5, 3}, {1}, 0, 0, 1, -1},
       {{4, 5}, {5, 3}, {1, 3}, 0, 0, 1.5f, 0.f}, {{32, 64}, {48, 64}, {48}, 0, 1, 1, 1},
   };
   for (size_t i = 0; i < gemms.size(); ++i) {
@@ -280,11 +307,16 @@ void matmulCases() {
     bool relu;
   };
   std::vector<Sg> sgemms = {
-      {{37, 29}, {29, 1045}, {1045}, 0, 0, 1, 1, false},     {{29, 37}, {29, 1030}, {37, 1030}, 1, 0, 1, 1, true},
-      {{37, 29}, {1045, 29}, {37, 1}, 0, 1, 1, 1, false},    {{29, 37}, {1027, 29}, {1}, 1, 1, 0.5f, 2, true},
-      {{130, 1}, {1, 1040}, {1, 1040}, 0, 0, 1, 1, false},   {{7, 300}, {300, 1030}, {1030}, 0, 0, 1, 1, true},
-      {{13, 600}, {1025, 600}, {}, 0, 1, 2, 1, false},       {{6, 171}, {171, 1024}, {1024}, 0, 0, 1, 1, true},
-      {{200, 70}, {1100, 70}, {1100}, 0, 1, 1, 1, true},     {{100, 40}, {40, 1050}, {100, 1050}, 0, 0, -1.5f, 0.25f, false},
+      {{37, 29}, {29, 1045}, {1045}, 0, 0, 1, 1, false},
+      {{29, 37}, {29, 1030}, {37, 1030}, 1, 0, 1, 1, true},
+      {{37, 29}, {1045, 29}, {37, 1}, 0, 1, 1, 1, false},
+      {{29, 37}, {1027, 29}, {1}, 1, 1, 0.5f, 2, true},
+      {{130, 1}, {1, 1040}, {1, 1040}, 0, 0, 1, 1, false},
+      {{7, 300}, {300, 1030}, {1030}, 0, 0, 1, 1, true},
+      {{13, 600}, {1025, 600}, {}, 0, 1, 2, 1, false},
+      {{6, 171}, {171, 1024}, {1024}, 0, 0, 1, 1, true},
+      {{200, 70}, {1100, 70}, {1100}, 0, 1, 1, 1, true},
+      {{100, 40}, {40, 1050}, {100, 1050}, 0, 0, -1.5f, 0.25f, false},
       {{64, 520}, {520, 1030}, {}, 0, 0, 1, 1, true},
   };
   for (size_t i = 0; i < sgemms.size(); ++i) {
@@ -315,8 +347,8 @@ void matmulCases() {
     bool relu;
   };
   std::vector<Sm> smm = {
-      {{2, 37, 29}, {29, 1045}, {1045}, true},   {{2, 37, 29}, {29, 1030}, {2, 37, 1030}, false},
-      {{3, 5, 300}, {300, 1030}, {1}, true},     {{2, 2, 9, 40}, {40, 1300}, {1, 1, 1300}, false},
+      {{2, 37, 29}, {29, 1045}, {1045}, true}, {{2, 37, 29}, {29, 1030}, {2, 37, 1030}, false},
+      {{3, 5, 300}, {300, 1030}, {1}, true},   {{2, 2, 9, 40}, {40, 1300}, {1, 1, 1300}, false},
       {{50, 70}, {70, 1033}, {}, false},
   };
   for (size_t i = 0; i < smm.size(); ++i) {
@@ -337,7 +369,9 @@ void matmulCases() {
   }
   for (const std::string& act : kActivations) {
     std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
-    OpCase c{"FusedMatMul", {rnd({2, 6, 16}, n + "a", -2, 2), rnd({16, 8}, n + "b"), rnd({8}, n + "c")}, activationAttrs(act)};
+    OpCase c{"FusedMatMul",
+             {rnd({2, 6, 16}, n + "a", -2, 2), rnd({16, 8}, n + "b"), rnd({8}, n + "c")},
+             activationAttrs(act)};
     c.domain = "ai.graft";
     add(n, c, {false, true, true});
     std::string ng = "FusedGemm_" + (act.empty() ? std::string("none") : act);
@@ -406,17 +440,30 @@ void poolCases() {
   };
   std::vector<P> pools = {
       {"MaxPool", {1, 8, 9, 9}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}), "3x3s2"},
-      {"MaxPool", {1, 8, 9, 9}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "pad"},
-      {"MaxPool", {1, 3, 8, 8}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}), "ceil"},
+      {"MaxPool",
+       {1, 8, 9, 9},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+       "pad"},
+      {"MaxPool",
+       {1, 3, 8, 8},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "ceil"},
       {"MaxPool", {1, 3, 9, 9}, attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}}), "dilated"},
       {"MaxPool", {2, 4, 10}, attrs({{"kernel_shape", Ints{3}}, {"auto_pad", std::string("SAME_UPPER")}}), "1d_same"},
       {"MaxPool", {1, 2, 5, 6, 7}, attrs({{"kernel_shape", Ints{2, 2, 3}}, {"strides", Ints{1, 2, 2}}}), "3d"},
       {"AveragePool", {1, 8, 9, 9}, attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}), "exclude_pad"},
-      {"AveragePool", {1, 8, 9, 9},
-       attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}}), "include_pad"},
-      {"AveragePool", {1, 3, 8, 8}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}), "ceil"},
-      {"AveragePool", {1, 3, 8, 8},
-       attrs({{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}, {"count_include_pad", int64_t{1}}}),
+      {"AveragePool",
+       {1, 8, 9, 9},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}}),
+       "include_pad"},
+      {"AveragePool",
+       {1, 3, 8, 8},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "ceil"},
+      {"AveragePool",
+       {1, 3, 8, 8},
+       attrs(
+           {{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}, {"count_include_pad", int64_t{1}}}),
        "same_lower_incl"},
       {"AveragePool", {2, 4, 11}, attrs({{"kernel_shape", Ints{4}}, {"strides", Ints{3}}}), "1d"},
       {"AveragePool", {1, 2, 6, 6, 6}, attrs({{"kernel_shape", Ints{2, 2, 2}}, {"strides", Ints{2, 2, 2}}}), "3d"},
@@ -436,6 +483,14 @@ void poolCases() {
     g.domain = "ai.graft";
     add(p.op + "Grad_" + p.tag, g);
   }
+  // A max pool large enough that the NaN check runs split over the threads, with one NaN in the
+  // last range only: the window that holds it must come out NaN.
+  {
+    NDArray x = rnd({2, 16, 96, 96}, "bigpool");
+    x.data<float>()[x.numel() - 100] = std::numeric_limits<float>::quiet_NaN();
+    add("MaxPool_large_one_nan",
+        OpCase{"MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}})});
+  }
   // Channel-blocked pools, BatchNormalization and LRN.
   for (int64_t b : {8, 16})
     for (int64_t C : {8, 13}) {
@@ -451,7 +506,8 @@ void poolCases() {
         return c;
       };
       add("ChannelBlocked_MaxPool" + sfx,
-          blockedCase("MaxPool", {}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+          blockedCase("MaxPool", {},
+                      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
       {
         NDArray plain = x;
         x = sprinkled(plain);
@@ -516,7 +572,9 @@ void rnnCases() {
   std::vector<R> cells = {
       {"RNN", 1, {}, "tanh"},
       {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
-      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}}, {"direction", std::string("bidirectional")}}),
+      {"RNN", 1,
+       attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}},
+              {"direction", std::string("bidirectional")}}),
        "sigmoid_bidi"},
       {"GRU", 3, {}, "default"},
       {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
@@ -532,7 +590,8 @@ void rnnCases() {
         ir::Attributes a = r.a;
         a.set("direction", std::string(dir));
         a.set("hidden_size", H);
-        std::vector<NDArray> in{rnd({T, N, I}, n + "x"), rnd({D, r.gates * H, I}, n + "w"), rnd({D, r.gates * H, H}, n + "r")};
+        std::vector<NDArray> in{rnd({T, N, I}, n + "x"), rnd({D, r.gates * H, I}, n + "w"),
+                                rnd({D, r.gates * H, H}, n + "r")};
         // variant 0: everything; 1: no optional inputs; 2: sequence_lens, full and partial.
         if (variant != 1) {
           in.push_back(rnd({D, 2 * r.gates * H}, n + "b"));
@@ -565,7 +624,9 @@ void rnnGradCases() {
   std::vector<R> cells = {
       {"RNN", 1, {}, "tanh"},
       {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
-      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}}, {"direction", std::string("bidirectional")}}),
+      {"RNN", 1,
+       attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}},
+              {"direction", std::string("bidirectional")}}),
        "sigmoid_bidi"},
       {"GRU", 3, {}, "default"},
       {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/vec_common.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 
@@ -89,13 +90,6 @@ struct PoolState {
   bool max = false;
 };
 
-bool anyNaN(const NDArray& a) {
-  const float* p = a.data<float>();
-  bool nan = false;
-  for (int64_t i = 0; i < a.numel(); ++i) nan |= p[i] != p[i];
-  return nan;
-}
-
 ops::KernelFn makePool(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = poolConfig(n);
@@ -149,7 +143,7 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
     // oneDNN's max pooling drops NaN; the reference (and torch) keep it. When the input holds a
     // NaN, the same primitive pools a mask of the NaN positions (padding pools as -inf, never 1):
     // every window that saw one gets NaN.
-    if (!st->max || !anyNaN(x)) return;
+    if (!st->max || !anyNaN(x.data<float>(), x.numel(), k.pool())) return;
     NDArray mask = NDArray::uninitialized(DataType::Float, x.shape());
     const float* px = x.data<float>();
     float* pm = mask.data<float>();

@@ -1,5 +1,7 @@
 #include "backends/cpu/vec_common.hpp"
 
+#include <atomic>
+
 #include "ops/shape_util.hpp"
 #include "support/cpu_features.hpp"
 
@@ -83,6 +85,27 @@ GRAFT_VEC_CLONES void floatToBf16(const float* src, uint16_t* dst, int64_t n) {
 }
 
 }  // namespace
+
+namespace {
+// Blocks of 1024: the OR of (x != x) over a block vectorises; a block that holds a NaN ends it.
+GRAFT_VEC_CLONES bool anyNaNIn(const float* p, int64_t n) {
+  for (int64_t b = 0; b < n; b += kBlock) {
+    int64_t e = std::min(n, b + kBlock);
+    int nan = 0;
+    for (int64_t i = b; i < e; ++i) nan |= p[i] != p[i];
+    if (nan) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool) {
+  std::atomic<bool> found{false};
+  parallelRanges(pool, n, 4 * kGrainCheap, [&](int64_t b, int64_t e) {
+    if (!found.load(std::memory_order_relaxed) && anyNaNIn(p + b, e - b)) found.store(true, std::memory_order_relaxed);
+  });
+  return found.load();
+}
 
 void toFloat(const Half* src, float* dst, int64_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -50,6 +50,10 @@ void parallelRanges(support::ThreadPool& pool, int64_t n, int64_t grain, F&& fn)
   pool.parallelFor(n, grain, [&](int64_t b, int64_t e) { fn(b, e); });
 }
 
+/// True when any of the n floats at p is NaN: vectorised, split over the pool for large arrays,
+/// and stopping at the first block that holds one.
+bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool);
+
 /// True for the types the vector loops compute in float (float, half, bfloat16).
 template <class T>
 constexpr bool kComputesInFloat = std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
