@@ -29,13 +29,20 @@ SMALL_BATCH = {"mlp": 1, "resnet18": 1, "resnet50": 1, "mobilenet_v2": 1, "squee
 SPIN = False  # set from --spin
 
 
-def child_env(threads):
+def child_env(threads, spin=None):
     env = dict(os.environ)
     # Spinning OpenMP threads (graft, oneDNN, PyTorch) collapse on a machine with more runnable
     # threads than cores: a barrier waits a scheduler slice for a descheduled teammate (measured
     # here: graft's MLP at batch 1, 2 threads, 180 ms spinning vs 11 ms passive). Passive waiting
-    # (and ONNX Runtime without spinning) by default; --spin for an idle machine.
-    if not SPIN:
+    # (and ONNX Runtime without spinning) by default; --spin for an idle machine. The inference
+    # table with spinning threads (the libraries' defaults, as users run them on an idle machine)
+    # is measured as well unless --no-spin-table.
+    if spin is None:
+        spin = SPIN
+    if spin:
+        env.pop("OMP_WAIT_POLICY", None)
+        env.pop("BENCH_ORT_NO_SPIN", None)
+    else:
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         env["BENCH_ORT_NO_SPIN"] = "1"
     env["OMP_NUM_THREADS"] = str(threads)
@@ -44,11 +51,11 @@ def child_env(threads):
     return env
 
 
-def run_child(args, threads, timeout):
+def run_child(args, threads, timeout, spin=None):
     cmd = [sys.executable, os.path.join(HERE, "child.py")] + [str(a) for a in args]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads, spin))
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     for line in p.stdout.splitlines():
@@ -81,6 +88,42 @@ def measure_sgemm(threads):
         return float(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
+
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16")
+
+
+def host_isa(threads):
+    """The host's ISA class (what graft's and oneDNN's kernels can use) and its measured FMA roof."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    have = [f for f in CPU_FLAGS if f in flags]
+    if "avx512f" in flags:
+        cls = "AVX-512"
+    elif "avx2" in flags and "fma" in flags:
+        cls = "AVX2 (no AVX-512)"
+    else:
+        cls = "baseline x86-64 (no AVX2)"
+    info = {"class": cls, "flags": have, "bf16": "avx512_bf16" in flags}
+    exe = os.path.join(REPO, "build", "bench", "fma_roof")
+    if os.path.exists(exe):
+        p = subprocess.run([exe, "--threads", str(threads)], capture_output=True, text=True, timeout=120)
+        try:
+            roof = json.loads(p.stdout.strip().splitlines()[-1])
+            info["fma_roof_gflops"] = roof.get("gflops")
+            info["fma_roof_avx2_gflops"] = roof.get("gflops_avx2")
+        except (ValueError, IndexError):
+            info["fma_roof_error"] = (p.stderr or p.stdout).strip()[:200]
+    else:
+        info["fma_roof_error"] = "build/bench/fma_roof not built"
+    return info
 
 
 def graft_profile(model_path, threads, steps):
@@ -131,6 +174,8 @@ def main():
     ap.add_argument("--spin", action="store_true",
                     help="let OpenMP and ONNX Runtime threads spin (default: passive waits, see child_env)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-spin-table", action="store_true",
+                    help="skip the second inference table with spinning threads (the libraries' defaults)")
     a = ap.parse_args()
     models = a.models.split(",")
     global SPIN
@@ -144,6 +189,10 @@ def main():
     meta = json.load(open(os.path.join(a.zoo, "meta.json")))
     sgemm = measure_sgemm(a.threads)
     print(f"== sgemm 2048^3 (torch.mm, {a.threads} threads): {sgemm and round(sgemm, 1)} GFLOP/s", flush=True)
+    isa = host_isa(a.threads)
+    print(f"== host: {isa['class']} ({', '.join(isa['flags'])}); FMA roof {isa.get('fma_roof_gflops')} GFLOP/s "
+          f"({a.threads} threads)", flush=True)
+    spin_table = not a.spin and not a.no_spin_table
 
     rows = []
     profiles = {}
@@ -163,6 +212,12 @@ def main():
                 r = run_child([fw, "infer", a.zoo, name, batch, a.threads, budget, reps], a.threads, 900)
                 row["infer"][fw] = summarize(r, m["flops_infer"])
                 print(f"   {stem:22s} infer {fw:13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
+            if spin_table:
+                row["infer_spin"] = {}
+                for fw in fws:
+                    r = run_child([fw, "infer", a.zoo, name, batch, a.threads, budget, reps], a.threads, 900, spin=True)
+                    row["infer_spin"][fw] = summarize(r, m["flops_infer"])
+                    print(f"   {stem:22s} infer {fw + ' spin':13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
             if not a.no_train:
                 for fw in ["graft", "torch"] + (["torch_compile"] if a.compile else []):
                     r = run_child([fw, "train", a.zoo, name, batch, a.threads, budget, max(3, reps // 2)], a.threads, 900)
@@ -177,6 +232,7 @@ def main():
 
     total = time.perf_counter() - started
     report = make_report(rows, a, sgemm, total)
+    report["host_isa"] = isa
     report["profiles"] = profiles
     write_outputs(report, a.out)
     print(open(os.path.join(a.out, "results.md")).read())
@@ -214,6 +270,10 @@ def make_report(rows, a, sgemm, total):
         row["infer_torch_best"] = tp and tp.get("framework")
         row["ort_over_graft"] = ratio(inf.get("ort"), inf.get("graft"))
         row["torch_over_graft"] = ratio(tp, inf.get("graft"))
+        if row.get("infer_spin"):
+            sp = row["infer_spin"]
+            row["spin_ort_over_graft"] = ratio(sp.get("ort"), sp.get("graft"))
+            row["spin_torch_over_graft"] = ratio(best_torch([sp.get("torch"), sp.get("torch_compile")]), sp.get("graft"))
         tr = row["train"]
         if tr:
             tt = best_torch([tr.get("torch"), tr.get("torch_compile")])
@@ -230,6 +290,12 @@ def make_report(rows, a, sgemm, total):
             "infer_geomean_torch_over_graft": geomean([r["torch_over_graft"] for r in rows if r.get("torch_over_graft")]),
             "train_geomean_torch_over_graft": geomean(tr_r), "train_min_torch_over_graft": min(tr_r) if tr_r else None,
             "train_models_supported": len(tr_r), "train_models_total": sum(1 for r in rows if r["train"]),
+            "spin_infer_geomean_ort_over_graft": geomean([r["spin_ort_over_graft"] for r in rows
+                                                          if r.get("spin_ort_over_graft")]),
+            "spin_infer_min_ort_over_graft": min([r["spin_ort_over_graft"] for r in rows if r.get("spin_ort_over_graft")],
+                                                 default=None),
+            "spin_infer_geomean_torch_over_graft": geomean([r["spin_torch_over_graft"] for r in rows
+                                                            if r.get("spin_torch_over_graft")]),
         },
         "rows": rows,
     }
@@ -250,6 +316,12 @@ def write_outputs(rep, out):
     env = rep["env"]
     L = []
     L.append(f"# graft benchmark ({rep['date']})\n")
+    hi = rep.get("host_isa") or {}
+    roof = hi.get("fma_roof_gflops")
+    avx2_roof = hi.get("fma_roof_avx2_gflops")
+    avx2_note = f" ({f2(avx2_roof, '.0f')} with AVX2 only)" if hi.get("class") == "AVX-512" else ""
+    L.append(f"**Host: {hi.get('class', '?')}** ({', '.join(hi.get('flags', [])) or 'no flags read'}); "
+             f"**FMA roof {f2(roof, '.0f')} GFLOP/s** fp32 on {rep['threads']} threads{avx2_note} (bench/fma_roof.cpp).\n")
     L.append(f"{env.get('cpu', '?')}, {rep['threads']} threads for every framework; torch {env['torch']}, "
              f"onnxruntime {env['onnxruntime']}; sgemm 2048^3 (torch.mm) {f2(rep['sgemm_gflops'], '.0f')} GFLOP/s. "
              f"Times are medians per step (batch) in ms; ratios > 1 mean graft is faster. Peak memory is the "
@@ -262,6 +334,11 @@ def write_outputs(rep, out):
              f"**Training**: PyTorch/graft = {f2(s['train_geomean_torch_over_graft'])} "
              f"(min {f2(s['train_min_torch_over_graft'])}) over {s['train_models_supported']} of "
              f"{s['train_models_total']} model/batch pairs graft can train.\n")
+    if s.get("spin_infer_geomean_ort_over_graft"):
+        L.append(f"**Inference, threads spinning** (OpenMP's and ONNX Runtime's defaults, idle machine): geometric "
+                 f"mean ORT/graft = {f2(s['spin_infer_geomean_ort_over_graft'])} "
+                 f"(min {f2(s['spin_infer_min_ort_over_graft'])}), "
+                 f"PyTorch/graft = {f2(s['spin_infer_geomean_torch_over_graft'])}.\n")
     L.append("## Inference\n")
     L.append("| model | batch | GFLOP | graft ms | ORT ms | PyTorch ms | ORT/graft | PyTorch/graft | graft GFLOP/s | "
              "ORT GFLOP/s | graft prepare s | ORT create s | peak MB graft / ORT / PyTorch | graft max rel err |")
@@ -276,6 +353,21 @@ def write_outputs(rep, out):
                  f"{f2(r['ort_over_graft'])} | {f2(r['torch_over_graft'])} | {f2((g or {}).get('gflops'), '.1f')} | "
                  f"{f2((o or {}).get('gflops'), '.1f')} | {f2((g or {}).get('prepare_s'))} | {f2((o or {}).get('prepare_s'))} | "
                  f"{mb(g)} / {mb(o)} / {mb(t)} | {err} |")
+    if any(r.get("infer_spin") for r in rep["rows"]):
+        L.append("\n## Inference with spinning threads (the libraries' defaults: OMP_WAIT_POLICY unset, ORT spinning)\n")
+        L.append("| model | batch | graft ms | ORT ms | PyTorch ms | ORT/graft | PyTorch/graft | graft GFLOP/s | "
+                 "% of FMA roof |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for r in rep["rows"]:
+            sp = r.get("infer_spin")
+            if not sp:
+                continue
+            g, o = sp.get("graft"), sp.get("ort")
+            t = best_torch([sp.get("torch"), sp.get("torch_compile")])
+            gf = (g or {}).get("gflops")
+            pct = f"{100 * gf / roof:.0f}%" if gf and roof else "-"
+            L.append(f"| {r['model']} | {r['batch']} | {fmt_ms(g)} | {fmt_ms(o)} | {fmt_ms(t)} | "
+                     f"{f2(r.get('spin_ort_over_graft'))} | {f2(r.get('spin_torch_over_graft'))} | {f2(gf, '.1f')} | {pct} |")
     if any(r["train"] for r in rep["rows"]):
         L.append("\n## Training step (forward, backward, SGD update)\n")
         L.append("| model | batch | GFLOP | graft ms | PyTorch ms | PyTorch/graft | graft GFLOP/s | PyTorch GFLOP/s | "
