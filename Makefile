@@ -26,11 +26,10 @@ build: configure
 # ctest runs JOBS test processes at once, each with its own OpenMP team: passive waiting keeps
 # their idle threads from spinning on the cores the others need. GRAFT_VERIFY_PASSES=1 checks the
 # graph after every pass of every pipeline the tests run (src/passes/pass.hpp). The conformance
-# cases on the reference device (label conformance-reference) run in test-conformance-reference
-# until their time and expected failures are measured on a CI machine.
+# cases run on the cpu and the reference device (label conformance-reference: 95 s on one quiet
+# core of the 2-core machine, 2026-12-02); test-conformance-reference runs only those.
 test: build
-	cd $(BUILD) && GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS) \
-	  -LE conformance-reference
+	cd $(BUILD) && GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ctest --output-on-failure -j $(JOBS)
 	GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(PY) -m pytest -q tests/python
 
 test-conformance-reference: build
