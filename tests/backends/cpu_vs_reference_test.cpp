@@ -613,6 +613,32 @@ void rnnCases() {
       }
 }
 
+// LSTM at small batch with constant weights, no peepholes and no sequence_lens: graft's own
+// kernel (vec_lstm.cpp). Hidden sizes that are and are not multiples of its 16-unit blocks, more
+// blocks than threads, every direction, with and without bias and initial states.
+void smallBatchLstmCases() {
+  struct S {
+    int64_t T, N, I, H;
+  };
+  for (const S& sh : {S{5, 1, 4, 20}, S{4, 3, 7, 33}, S{3, 4, 16, 16}, S{6, 2, 5, 64}})
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (bool optional : {false, true}) {
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        std::string n = "LSTM_small_batch_" + std::to_string(sh.N) + "x" + std::to_string(sh.H) + "_" + dir +
+                        (optional ? "_bias_states" : "");
+        ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", sh.H}});
+        std::vector<NDArray> in{rnd({sh.T, sh.N, sh.I}, n + "x"), rnd({D, 4 * sh.H, sh.I}, n + "w"),
+                                rnd({D, 4 * sh.H, sh.H}, n + "r")};
+        if (optional) {
+          in.push_back(rnd({D, 8 * sh.H}, n + "b"));
+          in.push_back(NDArray());  // no sequence_lens
+          in.push_back(rnd({D, sh.N, sh.H}, n + "h"));
+          in.push_back(rnd({D, sh.N, sh.H}, n + "c"));
+        }
+        add(n, OpCase{"LSTM", in, a, 3}, {false, true, true, true, false, false, false});
+      }
+}
+
 // RNNGrad, GRUGrad and LSTMGrad (ai.graft): dY, dY_h (, dY_c) then the forward inputs.
 void rnnGradCases() {
   struct R {
@@ -687,6 +713,7 @@ const std::vector<BackendCase>& allCases() {
     normCases();
     reorderCases();
     rnnCases();
+    smallBatchLstmCases();
     rnnGradCases();
     return true;
   }();

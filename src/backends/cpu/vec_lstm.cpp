@@ -1,0 +1,334 @@
+// ai.onnx LSTM at small batch (N <= 4), inference: graft's own kernel, ahead of oneDNN's.
+//
+// At batch 1 an LSTM step is a matrix-vector product with the recurrent weights R [4H, H]
+// (4 MB for H = 512), read once per time step: the step is bound by how fast R streams from
+// the caches, and by how fast the threads agree that h_t is complete. oneDNN 2.6's brgemm LSTM
+// took 70 us per step and layer on the 2-vCPU AVX-512 EPYC of issue 12 (lstm2 b1, 7.4 ms; ONNX
+// Runtime 5.1 ms), and with passive OpenMP waiting every step woke a sleeping thread.
+//
+// This kernel:
+// - computes the input projection of every time step at once, X [T*N, I] x W^T + Wb + Rb, with
+//   oneDNN's sgemm;
+// - packs R once at compile time (R must be constant) by blocks of 16 hidden units: for each
+//   block, the four gates' rows interleaved as [gate][k][16 units], so that a block's gate
+//   pre-activations are 4 x N vectors of 16 accumulated from contiguous loads while h[n][k] is
+//   broadcast;
+// - splits the blocks over the threads of one OpenMP region for the whole sequence, with a
+//   spinning barrier between time steps (one wake-up per call, not one per step);
+// - applies the cell (ONNX's default activations: sigmoid, tanh, tanh; gates iofc) in the same
+//   pass, with the vectorisable sigmoid and tanh of vec_math.hpp.
+// Anything else (larger batches, clip, input_forget, other activations, peepholes,
+// sequence_lens, weights known only at run time, layout 1) goes to oneDNN or the reference.
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <dnnl.h>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/vec_common.hpp"
+#include "backends/cpu/vec_math.hpp"
+#include "ops/registry.hpp"
+#include "support/check.hpp"
+
+namespace graft::backends::cpu {
+namespace {
+
+constexpr int64_t kLanes = 16;    // hidden units per block
+constexpr int64_t kMaxBatch = 4;  // N above this: oneDNN's batched kernels do better
+
+struct LstmShape {
+  int64_t T = 0, N = 0, I = 0, H = 0, D = 1;
+  bool reverse = false;  // direction "reverse" (D = 1)
+  bool bias = false, h0 = false, c0 = false;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool isConstantFloat(const ir::Tensor* t) { return onednn::isStaticFloat(t) && t->kind() == ir::TensorKind::Constant; }
+
+std::optional<LstmShape> lstmShape(const ir::Node& n) {
+  using onednn::isStaticFloat;
+  if (!n.domain().empty() || n.type() != "LSTM") return std::nullopt;
+  if (n.attrInt("layout", 0) != 0 || n.attrs().has("clip") || n.attrInt("input_forget", 0) != 0) return std::nullopt;
+  auto acts = n.attrStrings("activations", {});
+  for (auto& a : acts) a = lower(a);
+  if (!acts.empty()) {
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (acts[i] != (i % 3 == 0 ? "sigmoid" : "tanh")) return std::nullopt;
+    if (acts.size() != 3 && acts.size() != 6) return std::nullopt;
+  }
+  LstmShape s;
+  std::string dir = n.attrString("direction", "forward");
+  if (dir == "bidirectional")
+    s.D = 2;
+  else if (dir == "reverse")
+    s.reverse = true;
+  else if (dir != "forward")
+    return std::nullopt;
+  if (acts.size() == 6 && s.D != 2) return std::nullopt;
+  auto in = [&](size_t i) { return n.hasInput(i) ? n.input(i) : nullptr; };
+  if (!isStaticFloat(in(0)) || !isConstantFloat(in(1)) || !isConstantFloat(in(2))) return std::nullopt;
+  Shape x = in(0)->info().shape(), w = in(1)->info().shape(), r = in(2)->info().shape();
+  if (x.size() != 3 || w.size() != 3 || r.size() != 3) return std::nullopt;
+  s.T = x[0];
+  s.N = x[1];
+  s.I = x[2];
+  s.H = r[2];
+  if (s.T <= 0 || s.N <= 0 || s.N > kMaxBatch || s.I <= 0 || s.H <= 0) return std::nullopt;
+  if (n.attrs().has("hidden_size") && n.attrInt("hidden_size") != s.H) return std::nullopt;
+  if (w != Shape{s.D, 4 * s.H, s.I} || r != Shape{s.D, 4 * s.H, s.H}) return std::nullopt;
+  s.bias = in(3) != nullptr;
+  if (s.bias && !(isConstantFloat(in(3)) && in(3)->info().shape() == Shape{s.D, 8 * s.H})) return std::nullopt;
+  if (in(4) != nullptr || in(7) != nullptr) return std::nullopt;  // sequence_lens, peepholes
+  Shape hs{s.D, s.N, s.H};
+  s.h0 = in(5) != nullptr;
+  if (s.h0 && !(isStaticFloat(in(5)) && in(5)->info().shape() == hs)) return std::nullopt;
+  s.c0 = in(6) != nullptr;
+  if (s.c0 && !(isStaticFloat(in(6)) && in(6)->info().shape() == hs)) return std::nullopt;
+  if (n.numInputs() > 8 || n.numOutputs() > 3) return std::nullopt;
+  Shape y{s.T, s.D, s.N, s.H};
+  for (size_t i = 0; i < n.numOutputs(); ++i) {
+    if (!n.hasOutput(i)) continue;
+    if (!isStaticFloat(n.output(i)) || n.output(i)->info().shape() != (i == 0 ? y : hs)) return std::nullopt;
+  }
+  return s;
+}
+
+bool supportsLstm(const ir::Node& n) { return lstmShape(n).has_value(); }
+
+// The threads of one OpenMP team agree that a time step is done: spin, then yield, so that a
+// team on an oversubscribed machine still makes progress.
+struct SpinBarrier {
+  explicit SpinBarrier(int n) : n_(n) {}
+  void wait() {
+    int gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins)
+      if (spins > 2000) sched_yield();
+  }
+
+ private:
+  int n_;
+  std::atomic<int> count_{0}, gen_{0};
+};
+
+// One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
+// rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
+// of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
+// N is a template argument so that the 4 x N accumulators of 16 stay in registers.
+// 16 floats as one value (GCC's vector extension): one zmm register in the AVX-512 clone, two
+// ymm in the AVX2 one. Local variables of this type stay in registers, where a float array of
+// accumulators went through the stack on every multiply-add.
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4)));
+
+template <int N>
+[[gnu::always_inline]] inline void stepBlocksN(const float* rp, const float* xw, const float* h, float* c, float* hOut,
+                                               int64_t H, int64_t b0, int64_t b1) {
+  const int64_t blockFloats = 4 * H * kLanes;
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* r = rp + b * blockFloats;
+    int64_t u0 = b * kLanes, lanes = std::min(kLanes, H - u0);
+    V16 acc[N][4];
+    for (int n = 0; n < N; ++n)
+      for (int g = 0; g < 4; ++g) {
+        float init[kLanes];
+        for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[n * 4 * H + g * H + u0 + l] : 0.0f;
+        std::memcpy(&acc[n][g], init, sizeof(V16));
+      }
+    const float* r0 = r;
+    const float* r1 = r + H * kLanes;
+    const float* r2 = r + 2 * H * kLanes;
+    const float* r3 = r + 3 * H * kLanes;
+    for (int64_t k = 0; k < H; ++k) {
+      V16 w0 = *reinterpret_cast<const V16u*>(r0 + k * kLanes), w1 = *reinterpret_cast<const V16u*>(r1 + k * kLanes);
+      V16 w2 = *reinterpret_cast<const V16u*>(r2 + k * kLanes), w3 = *reinterpret_cast<const V16u*>(r3 + k * kLanes);
+      for (int n = 0; n < N; ++n) {
+        float hv = h[n * H + k];
+        acc[n][0] += hv * w0;
+        acc[n][1] += hv * w1;
+        acc[n][2] += hv * w2;
+        acc[n][3] += hv * w3;
+      }
+    }
+    for (int n = 0; n < N; ++n) {
+      float a[4][kLanes];
+      std::memcpy(a, acc[n], sizeof a);
+      float hn[kLanes], cn[kLanes];
+      for (int64_t l = 0; l < kLanes; ++l) {
+        float i = vecmath::sigmoid(a[0][l]), o = vecmath::sigmoid(a[1][l]);
+        float f = vecmath::sigmoid(a[2][l]), g = vecmath::tanh(a[3][l]);
+        float cp = l < lanes ? c[n * H + u0 + l] : 0.0f;
+        cn[l] = f * cp + i * g;
+        hn[l] = o * vecmath::tanh(cn[l]);
+      }
+      for (int64_t l = 0; l < lanes; ++l) {
+        c[n * H + u0 + l] = cn[l];
+        hOut[n * H + u0 + l] = hn[l];
+      }
+    }
+  }
+}
+
+GRAFT_VEC_CLONES void step1(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
+                            int64_t b1) {
+  stepBlocksN<1>(rp, xw, h, c, y, H, b0, b1);
+}
+GRAFT_VEC_CLONES void step2(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
+                            int64_t b1) {
+  stepBlocksN<2>(rp, xw, h, c, y, H, b0, b1);
+}
+GRAFT_VEC_CLONES void step3(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
+                            int64_t b1) {
+  stepBlocksN<3>(rp, xw, h, c, y, H, b0, b1);
+}
+GRAFT_VEC_CLONES void step4(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
+                            int64_t b1) {
+  stepBlocksN<4>(rp, xw, h, c, y, H, b0, b1);
+}
+
+void stepBlocks(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t N, int64_t H,
+                int64_t b0, int64_t b1) {
+  switch (N) {
+    case 1:
+      return step1(rp, xw, h, c, hOut, H, b0, b1);
+    case 2:
+      return step2(rp, xw, h, c, hOut, H, b0, b1);
+    case 3:
+      return step3(rp, xw, h, c, hOut, H, b0, b1);
+    default:
+      return step4(rp, xw, h, c, hOut, H, b0, b1);
+  }
+}
+
+struct LstmState {
+  LstmShape s;
+  int64_t blocks = 0;
+  int threads = 1;
+  std::vector<std::vector<float>> rp;    // per direction, packed R
+  std::vector<std::vector<float>> bias;  // per direction, Wb + Rb [4H]
+  std::shared_ptr<const NDArray> w;      // W [D, 4H, I]
+};
+
+ops::KernelFn makeLstm(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto shape = lstmShape(n);
+  GRAFT_ASSERT(shape, "{}: makeLstm on an unsupported node", n.describe());
+  const NDArray* w = ctx.constantInput(1);
+  const NDArray* r = ctx.constantInput(2);
+  const NDArray* b = shape->bias ? ctx.constantInput(3) : nullptr;
+  if (!w || !r || (shape->bias && !b)) return {};
+  auto st = std::make_shared<LstmState>();
+  st->s = *shape;
+  const LstmShape& s = st->s;
+  st->blocks = (s.H + kLanes - 1) / kLanes;
+  st->threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctx.pool().numThreads(), st->blocks)));
+  st->w = std::make_shared<const NDArray>(w->clone());
+  for (int64_t d = 0; d < s.D; ++d) {
+    // R [4H, H] of direction d -> [block][gate][k][16], zero rows for the units past H.
+    std::vector<float> p(static_cast<size_t>(st->blocks * 4 * s.H * kLanes), 0.0f);
+    const float* rd = r->data<float>() + d * 4 * s.H * s.H;
+    for (int64_t blk = 0; blk < st->blocks; ++blk)
+      for (int64_t g = 0; g < 4; ++g)
+        for (int64_t l = 0; l < kLanes && blk * kLanes + l < s.H; ++l) {
+          const float* row = rd + (g * s.H + blk * kLanes + l) * s.H;
+          float* dst = p.data() + ((blk * 4 + g) * s.H) * kLanes + l;
+          for (int64_t k = 0; k < s.H; ++k) dst[k * kLanes] = row[k];
+        }
+    st->rp.push_back(std::move(p));
+    std::vector<float> bd(static_cast<size_t>(4 * s.H), 0.0f);
+    if (b) {
+      const float* bb = b->data<float>() + d * 8 * s.H;
+      for (int64_t j = 0; j < 4 * s.H; ++j) bd[j] = bb[j] + bb[4 * s.H + j];
+    }
+    st->bias.push_back(std::move(bd));
+  }
+  return [st](ops::KernelContext& k) {
+    const LstmShape& s = st->s;
+    const NDArray& x = k.input(0);
+    const int64_t G = 4 * s.H, TN = s.T * s.N;
+    NDArray* y = k.wantsOutput(0) ? &k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}) : nullptr;
+    std::vector<float> xw(static_cast<size_t>(TN * G));
+    std::vector<float> hBuf(static_cast<size_t>(2 * s.N * s.H)), cBuf(static_cast<size_t>(s.N * s.H));
+    std::vector<float> yh(static_cast<size_t>(s.D * s.N * s.H)), yc(static_cast<size_t>(s.D * s.N * s.H));
+    for (int64_t d = 0; d < s.D; ++d) {
+      // The input projection of every step: xw = X W_d^T + Wb + Rb.
+      for (int64_t i = 0; i < TN; ++i) std::memcpy(xw.data() + i * G, st->bias[d].data(), sizeof(float) * G);
+      onednn::setThreads(st->threads);
+      dnnl_status_t status = dnnl_sgemm('N', 'T', TN, G, s.I, 1.0f, x.data<float>(), s.I,
+                                        st->w->data<float>() + d * G * s.I, s.I, 1.0f, xw.data(), G);
+      if (status != dnnl_success) throw InternalError("LSTM: oneDNN's sgemm failed");
+      float* h = hBuf.data();
+      float* hNext = hBuf.data() + s.N * s.H;
+      if (s.h0)
+        std::memcpy(h, k.input(5).data<float>() + d * s.N * s.H, sizeof(float) * s.N * s.H);
+      else
+        std::fill(h, h + s.N * s.H, 0.0f);
+      if (s.c0)
+        std::memcpy(cBuf.data(), k.input(6).data<float>() + d * s.N * s.H, sizeof(float) * s.N * s.H);
+      else
+        std::fill(cBuf.begin(), cBuf.end(), 0.0f);
+      bool backward = s.reverse || d == 1;
+      const float* rp = st->rp[d].data();
+      float* c = cBuf.data();
+      int nt = st->threads;
+      SpinBarrier barrier(nt);
+      float* yd = y ? y->data<float>() : nullptr;
+      auto run = [&](int tid, int team) {
+        int64_t b0 = st->blocks * tid / team, b1 = st->blocks * (tid + 1) / team;
+        float* hr = h;
+        float* hw = hNext;
+        for (int64_t step = 0; step < s.T; ++step) {
+          int64_t t = backward ? s.T - 1 - step : step;
+          stepBlocks(rp, xw.data() + t * s.N * G, hr, c, hw, s.N, s.H, b0, b1);
+          if (yd)
+            for (int64_t nn = 0; nn < s.N; ++nn)
+              std::memcpy(yd + ((t * s.D + d) * s.N + nn) * s.H + b0 * kLanes, hw + nn * s.H + b0 * kLanes,
+                          sizeof(float) * static_cast<size_t>(std::min(s.H, b1 * kLanes) - b0 * kLanes));
+          if (team > 1) barrier.wait();
+          std::swap(hr, hw);
+        }
+      };
+      if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+        run(omp_get_thread_num(), omp_get_num_threads());
+      } else {
+        run(0, 1);
+      }
+      // After T steps the last h is in the buffer the final swap left as the read side.
+      const float* hLast = (s.T % 2 == 0) ? h : hNext;
+      std::memcpy(yh.data() + d * s.N * s.H, hLast, sizeof(float) * s.N * s.H);
+      std::memcpy(yc.data() + d * s.N * s.H, cBuf.data(), sizeof(float) * s.N * s.H);
+    }
+    if (k.wantsOutput(1))
+      std::memcpy(k.allocOutputUninit(1, DataType::Float, {s.D, s.N, s.H}).rawData(), yh.data(),
+                  sizeof(float) * yh.size());
+    if (k.wantsOutput(2))
+      std::memcpy(k.allocOutputUninit(2, DataType::Float, {s.D, s.N, s.H}).rawData(), yc.data(),
+                  sizeof(float) * yc.size());
+  };
+}
+
+}  // namespace
+
+GRAFT_REGISTER_CPU_KERNELS(vec_lstm) {
+  // Ahead of oneDNN's LSTM (priority 0) at the batches it takes.
+  r.add({"", "LSTM", "vec_lstm_small_batch", supportsLstm, makeLstm, 1});
+}
+
+}  // namespace graft::backends::cpu
