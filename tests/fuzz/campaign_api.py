@@ -12,13 +12,9 @@ kill or the timeout is a finding. Prints the counts per category and exits 1 on 
 import argparse
 import os
 import random
-import resource
-import signal
 import sys
 import tempfile
 import threading
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -28,6 +24,7 @@ import onnx  # noqa: E402
 import onnx.helper as oh  # noqa: E402
 
 import graft  # noqa: E402
+from forked import l1_regression_model, run_forked  # noqa: E402
 
 MEMORY_CAP = 4 << 30
 TIMEOUT = 60
@@ -44,14 +41,7 @@ def mlp():
     return b.getModelProto(), y
 
 
-def train_model():
-    b = graft.Builder()
-    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4]), "x")
-    w = b.addInitializedInputTensor(np.full((4, 1), 0.5, np.float32), "w0")
-    y = b.aiOnnx.matmul([x, w], "y")
-    loss = b.aiGraphcore.l1loss([y], 0.1, graft.ReductionType.Sum)
-    b.addOutputTensor(y)
-    return b.getModelProto(), loss
+train_model = l1_regression_model
 
 
 def device():
@@ -215,39 +205,18 @@ CATEGORIES = [threads, devices, batches, optimizers, anchors, special_files, che
 
 
 def run_case(fn, seed, tmp):
-    pid = os.fork()
-    if pid == 0:
-        code = 0
+    def case():
         try:
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
             fn(random.Random(seed), tmp)
         except graft.Error:
-            code = 0
+            pass
         except TypeError as e:
             # pybind11's argument mismatch for a value of the wrong Python type (a str or None
             # where an int is due) is Python's own contract, not a finding.
-            code = 0 if "incompatible function arguments" in str(e) or "must be" in str(e) else 3
-            if code:
-                traceback.print_exc()
-        except MemoryError:
-            code = 4
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-            code = 3
-        os._exit(code)
-    t0 = time.time()
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.time() - t0 > TIMEOUT:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "hang"
-        time.sleep(0.005)
-    if os.WIFSIGNALED(status):
-        return "blow-up" if os.WTERMSIG(status) == signal.SIGKILL else "crash"
-    return {0: "ok", 3: "other", 4: "blow-up"}.get(os.WEXITSTATUS(status), "other")
+            if "incompatible function arguments" not in str(e) and "must be" not in str(e):
+                raise
+
+    return run_forked(case, MEMORY_CAP, TIMEOUT, exception_outcome="other", poll_s=0.005)
 
 
 def main():

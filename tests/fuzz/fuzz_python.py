@@ -29,13 +29,9 @@ them through tests/python/test_fuzz_python.py). `regressions [DIR]` writes the i
 """
 import os
 import random
-import resource
-import signal
 import struct
 import sys
 import tempfile
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -53,6 +49,8 @@ if len(sys.argv) > 1 and sys.argv[1] == "atheris":
         import graft  # noqa: E402
 else:
     import graft  # noqa: E402
+
+from forked import l1_regression_model, run_forked  # noqa: E402
 
 MEMORY_CAP = 4 << 30
 TIMEOUT = 60
@@ -156,14 +154,7 @@ def _conv():
                        [onnx.numpy_helper.from_array(np.full((3, 2, 3, 3), 0.1, np.float32), "w")]), "y"
 
 
-def _train():
-    b = graft.Builder()
-    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4]), "x")
-    w = b.addInitializedInputTensor(np.full((4, 1), 0.5, np.float32), "w0")
-    y = b.aiOnnx.matmul([x, w], "y")
-    loss = b.aiGraphcore.l1loss([y], 0.1, graft.ReductionType.Sum)
-    b.addOutputTensor(y)
-    return b.getModelProto(), loss
+_train = l1_regression_model
 
 
 def _symbolic():
@@ -434,33 +425,7 @@ def write_regressions(folder):
 
 def run_child(data):
     """test_one_input(data) in a forked child with the memory cap and the timeout: an outcome."""
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-            test_one_input(data)
-        except MemoryError:
-            code = 4
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-            code = 3
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    t0 = time.time()
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.time() - t0 > TIMEOUT:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "hang"
-        time.sleep(0.002)
-    if os.WIFSIGNALED(status):
-        return "blow-up" if os.WTERMSIG(status) == signal.SIGKILL else "crash"
-    return {0: "ok", 3: "exception", 4: "blow-up"}.get(os.WEXITSTATUS(status), "exception")
+    return run_forked(lambda: test_one_input(data), MEMORY_CAP, TIMEOUT)
 
 
 def seed_inputs():

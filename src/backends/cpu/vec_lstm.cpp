@@ -185,22 +185,17 @@ template <int N>
   }
 }
 
-GRAFT_VEC_CLONES void step1(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
-                            int64_t b1) {
-  stepBlocksN<1>(rp, xw, h, c, y, H, b0, b1);
-}
-GRAFT_VEC_CLONES void step2(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
-                            int64_t b1) {
-  stepBlocksN<2>(rp, xw, h, c, y, H, b0, b1);
-}
-GRAFT_VEC_CLONES void step3(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
-                            int64_t b1) {
-  stepBlocksN<3>(rp, xw, h, c, y, H, b0, b1);
-}
-GRAFT_VEC_CLONES void step4(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, int64_t b0,
-                            int64_t b1) {
-  stepBlocksN<4>(rp, xw, h, c, y, H, b0, b1);
-}
+// One AVX-512 / AVX2 / baseline clone per batch size (target_clones does not apply to templates).
+#define GRAFT_LSTM_STEP(N)                                                                                       \
+  GRAFT_VEC_CLONES void step##N(const float* rp, const float* xw, const float* h, float* c, float* y, int64_t H, \
+                                int64_t b0, int64_t b1) {                                                        \
+    stepBlocksN<N>(rp, xw, h, c, y, H, b0, b1);                                                                  \
+  }
+GRAFT_LSTM_STEP(1)
+GRAFT_LSTM_STEP(2)
+GRAFT_LSTM_STEP(3)
+GRAFT_LSTM_STEP(4)
+#undef GRAFT_LSTM_STEP
 
 void stepBlocks(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t N, int64_t H,
                 int64_t b0, int64_t b1) {
