@@ -613,9 +613,9 @@ void rnnCases() {
       }
 }
 
-// LSTM at small batch with constant weights, no peepholes and no sequence_lens: graft's own
-// kernel (vec_lstm.cpp). Hidden sizes that are and are not multiples of its 16-unit blocks, more
-// blocks than threads, every direction, with and without bias and initial states.
+// LSTM at small batch, no peepholes and no sequence_lens: graft's own kernel (vec_lstm.cpp),
+// with constant weights and with weights given at run time. Hidden sizes that are and are not multiples of its 16-unit
+// blocks, more blocks than threads, every direction, with and without bias and initial states.
 void smallBatchLstmCases() {
   struct S {
     int64_t T, N, I, H;
@@ -636,6 +636,8 @@ void smallBatchLstmCases() {
           in.push_back(rnd({D, sh.N, sh.H}, n + "c"));
         }
         add(n, OpCase{"LSTM", in, a, 3}, {false, true, true, true, false, false, false});
+        // Weights that are graph inputs (a training graph's forward): packed at each run.
+        add(n + "_runtime_weights", OpCase{"LSTM", in, a, 3});
       }
 }
 

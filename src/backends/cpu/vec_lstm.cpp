@@ -9,7 +9,7 @@
 // This kernel:
 // - computes the input projection of every time step at once, X [T*N, I] x W^T + Wb + Rb, with
 //   oneDNN's sgemm;
-// - packs R once at compile time (R must be constant) by blocks of 16 hidden units: for each
+// - packs R once at compile time (at each run when it is not a constant) by blocks of 16 hidden units: for each
 //   block, the four gates' rows interleaved as [gate][k][16 units], so that a block's gate
 //   pre-activations are 4 x N vectors of 16 accumulated from contiguous loads while h[n][k] is
 //   broadcast;
@@ -17,8 +17,9 @@
 //   spinning barrier between time steps (one wake-up per call, not one per step);
 // - applies the cell (ONNX's default activations: sigmoid, tanh, tanh; gates iofc) in the same
 //   pass, with the vectorisable sigmoid and tanh of vec_math.hpp.
+// Weights known only at run time (a training graph's forward LSTM) are packed at each run.
 // Anything else (larger batches, clip, input_forget, other activations, peepholes,
-// sequence_lens, weights known only at run time, layout 1) goes to oneDNN or the reference.
+// sequence_lens, layout 1) goes to oneDNN or the reference.
 #include <omp.h>
 #include <sched.h>
 
@@ -27,6 +28,7 @@
 #include <cctype>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <dnnl.h>
@@ -55,8 +57,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool isConstantFloat(const ir::Tensor* t) { return onednn::isStaticFloat(t) && t->kind() == ir::TensorKind::Constant; }
-
 std::optional<LstmShape> lstmShape(const ir::Node& n) {
   using onednn::isStaticFloat;
   if (!n.domain().empty() || n.type() != "LSTM") return std::nullopt;
@@ -78,7 +78,7 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
     return std::nullopt;
   if (acts.size() == 6 && s.D != 2) return std::nullopt;
   auto in = [&](size_t i) { return n.hasInput(i) ? n.input(i) : nullptr; };
-  if (!isStaticFloat(in(0)) || !isConstantFloat(in(1)) || !isConstantFloat(in(2))) return std::nullopt;
+  if (!isStaticFloat(in(0)) || !isStaticFloat(in(1)) || !isStaticFloat(in(2))) return std::nullopt;
   Shape x = in(0)->info().shape(), w = in(1)->info().shape(), r = in(2)->info().shape();
   if (x.size() != 3 || w.size() != 3 || r.size() != 3) return std::nullopt;
   s.T = x[0];
@@ -89,7 +89,7 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
   if (n.attrs().has("hidden_size") && n.attrInt("hidden_size") != s.H) return std::nullopt;
   if (w != Shape{s.D, 4 * s.H, s.I} || r != Shape{s.D, 4 * s.H, s.H}) return std::nullopt;
   s.bias = in(3) != nullptr;
-  if (s.bias && !(isConstantFloat(in(3)) && in(3)->info().shape() == Shape{s.D, 8 * s.H})) return std::nullopt;
+  if (s.bias && !(isStaticFloat(in(3)) && in(3)->info().shape() == Shape{s.D, 8 * s.H})) return std::nullopt;
   if (in(4) != nullptr || in(7) != nullptr) return std::nullopt;  // sequence_lens, peepholes
   Shape hs{s.D, s.N, s.H};
   s.h0 = in(5) != nullptr;
@@ -211,51 +211,67 @@ void stepBlocks(const float* rp, const float* xw, const float* h, float* c, floa
   }
 }
 
-struct LstmState {
-  LstmShape s;
-  int64_t blocks = 0;
-  int threads = 1;
+// The weights in the kernel's form: per direction R packed by unit blocks, Wb + Rb, and W.
+struct LstmWeights {
   std::vector<std::vector<float>> rp;    // per direction, packed R
   std::vector<std::vector<float>> bias;  // per direction, Wb + Rb [4H]
-  std::shared_ptr<const NDArray> w;      // W [D, 4H, I]
+  NDArray w;                             // W [D, 4H, I]
 };
 
-ops::KernelFn makeLstm(ops::CompileContext& ctx) {
-  const ir::Node& n = ctx.node();
-  auto shape = lstmShape(n);
-  GRAFT_ASSERT(shape, "{}: makeLstm on an unsupported node", n.describe());
-  const NDArray* w = ctx.constantInput(1);
-  const NDArray* r = ctx.constantInput(2);
-  const NDArray* b = shape->bias ? ctx.constantInput(3) : nullptr;
-  if (!w || !r || (shape->bias && !b)) return {};
-  auto st = std::make_shared<LstmState>();
-  st->s = *shape;
-  const LstmShape& s = st->s;
-  st->blocks = (s.H + kLanes - 1) / kLanes;
-  st->threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctx.pool().numThreads(), st->blocks)));
-  st->w = std::make_shared<const NDArray>(w->clone());
+LstmWeights packWeights(const LstmShape& s, int64_t blocks, const NDArray& w, const NDArray& r, const NDArray* b) {
+  LstmWeights out;
+  out.w = w;
   for (int64_t d = 0; d < s.D; ++d) {
     // R [4H, H] of direction d -> [block][gate][k][16], zero rows for the units past H.
-    std::vector<float> p(static_cast<size_t>(st->blocks * 4 * s.H * kLanes), 0.0f);
-    const float* rd = r->data<float>() + d * 4 * s.H * s.H;
-    for (int64_t blk = 0; blk < st->blocks; ++blk)
+    std::vector<float> p(static_cast<size_t>(blocks * 4 * s.H * kLanes), 0.0f);
+    const float* rd = r.data<float>() + d * 4 * s.H * s.H;
+    for (int64_t blk = 0; blk < blocks; ++blk)
       for (int64_t g = 0; g < 4; ++g)
         for (int64_t l = 0; l < kLanes && blk * kLanes + l < s.H; ++l) {
           const float* row = rd + (g * s.H + blk * kLanes + l) * s.H;
           float* dst = p.data() + ((blk * 4 + g) * s.H) * kLanes + l;
           for (int64_t k = 0; k < s.H; ++k) dst[k * kLanes] = row[k];
         }
-    st->rp.push_back(std::move(p));
+    out.rp.push_back(std::move(p));
     std::vector<float> bd(static_cast<size_t>(4 * s.H), 0.0f);
     if (b) {
       const float* bb = b->data<float>() + d * 8 * s.H;
       for (int64_t j = 0; j < 4 * s.H; ++j) bd[j] = bb[j] + bb[4 * s.H + j];
     }
-    st->bias.push_back(std::move(bd));
+    out.bias.push_back(std::move(bd));
   }
+  return out;
+}
+
+struct LstmState {
+  LstmShape s;
+  int64_t blocks = 0;
+  int threads = 1;
+  std::optional<LstmWeights> constant;  // packed once when W, R and B are constants
+};
+
+ops::KernelFn makeLstm(ops::CompileContext& ctx) {
+  const ir::Node& n = ctx.node();
+  auto shape = lstmShape(n);
+  GRAFT_ASSERT(shape, "{}: makeLstm on an unsupported node", n.describe());
+  auto st = std::make_shared<LstmState>();
+  st->s = *shape;
+  const LstmShape& s = st->s;
+  st->blocks = (s.H + kLanes - 1) / kLanes;
+  st->threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ctx.pool().numThreads(), st->blocks)));
+  // Constant weights (inference) are packed here; weights that change between runs (the
+  // trained weights of a training graph) are packed at each run: 4H x H floats per direction,
+  // cheap next to the T steps that each read all of them.
+  const NDArray* w = ctx.constantInput(1);
+  const NDArray* r = ctx.constantInput(2);
+  const NDArray* b = s.bias ? ctx.constantInput(3) : nullptr;
+  if (w && r && (!s.bias || b)) st->constant = packWeights(s, st->blocks, w->clone(), *r, b);
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const NDArray& x = k.input(0);
+    std::optional<LstmWeights> perRun;
+    if (!st->constant) perRun = packWeights(s, st->blocks, k.input(1), k.input(2), s.bias ? &k.input(3) : nullptr);
+    const LstmWeights& wts = st->constant ? *st->constant : *perRun;
     const int64_t G = 4 * s.H, TN = s.T * s.N;
     NDArray* y = k.wantsOutput(0) ? &k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}) : nullptr;
     std::vector<float> xw(static_cast<size_t>(TN * G));
@@ -263,10 +279,10 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
     std::vector<float> yh(static_cast<size_t>(s.D * s.N * s.H)), yc(static_cast<size_t>(s.D * s.N * s.H));
     for (int64_t d = 0; d < s.D; ++d) {
       // The input projection of every step: xw = X W_d^T + Wb + Rb.
-      for (int64_t i = 0; i < TN; ++i) std::memcpy(xw.data() + i * G, st->bias[d].data(), sizeof(float) * G);
+      for (int64_t i = 0; i < TN; ++i) std::memcpy(xw.data() + i * G, wts.bias[d].data(), sizeof(float) * G);
       onednn::setThreads(st->threads);
       dnnl_status_t status = dnnl_sgemm('N', 'T', TN, G, s.I, 1.0f, x.data<float>(), s.I,
-                                        st->w->data<float>() + d * G * s.I, s.I, 1.0f, xw.data(), G);
+                                        wts.w.data<float>() + d * G * s.I, s.I, 1.0f, xw.data(), G);
       if (status != dnnl_success) throw InternalError("LSTM: oneDNN's sgemm failed");
       float* h = hBuf.data();
       float* hNext = hBuf.data() + s.N * s.H;
@@ -279,7 +295,7 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
       else
         std::fill(cBuf.begin(), cBuf.end(), 0.0f);
       bool backward = s.reverse || d == 1;
-      const float* rp = st->rp[d].data();
+      const float* rp = wts.rp[d].data();
       float* c = cBuf.data();
       int nt = st->threads;
       SpinBarrier barrier(nt);
