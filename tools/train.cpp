@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 
+#include "backends/cpu/reorder_stats.hpp"
 #include "cli.hpp"
 #include "format_util.hpp"
 #include "ops/cast_util.hpp"
@@ -468,6 +469,8 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
   double trainSeconds = 0;
   int64_t trainedSamples = 0;
   std::optional<EvalResult> lastEval;
+  backends::cpu::resetReorderStats();
+  int64_t stepsRun = 0;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     if (o.shuffle)
       for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
@@ -483,6 +486,7 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
       io.reset();
       try {
         session->run(io);
+        ++stepsRun;
       } catch (const Error& e) {
         std::string msg = e.what();
         if (msg.find("detectNonFinite") == std::string::npos) throw;
@@ -542,6 +546,13 @@ void trainCommand(const TrainOptions& o, std::ostream& out, std::ostream& progre
     for (size_t i = 0; i < prof.size() && i < 20; ++i)
       out << fmt::format("  {:<28} {:>8} calls  {:>10}  {:5.1f}%\n", prof[i].opType, groupDigits(prof[i].calls),
                          humanSeconds(prof[i].seconds), total > 0 ? 100.0 * prof[i].seconds / total : 0.0);
+    // Layout conversions (oneDNN reorders) of the training steps (and of the evaluations between
+    // epochs): activations converted inside kernels, trained weights re-packed per step.
+    backends::cpu::ReorderStats r = backends::cpu::reorderStats();
+    double n = static_cast<double>(std::max<int64_t>(1, stepsRun));
+    out << fmt::format("reorders   {:.1f} per training step, {:.2f} MB, {} ({:.1f}% of the kernel time)\n",
+                       static_cast<double>(r.count) / n, static_cast<double>(r.bytes) / n / 1e6,
+                       humanSeconds(r.seconds / n), total > 0 ? 100.0 * r.seconds / total : 0.0);
   }
   if (!o.output.empty()) {
     // The input model (without the loss and the label) with the trained weights.
