@@ -165,6 +165,17 @@ TEST_F(Train, ProgressLinesShowStepsLossAndRate) {
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(ETA \d+:\d\d)"))) << r.err;
 }
 
+TEST_F(Train, ProfileShowsOpTimesAndReorders) {
+  auto args = base();
+  args.insert(args.end(), {"--batch-size", "8", "--epochs", "1", "--profile"});
+  Result r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "profile    time in kernels by op type (training steps)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Gemm")) << r.out;
+  // A Gemm model has no activation layouts to convert: the count is there, and it is zero.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(reorders   0\.0 per training step, 0\.00 MB)"))) << r.out;
+}
+
 TEST_F(Train, NllOnProbabilitiesAndLogProbabilities) {
   for (const char* head : {"Softmax", "LogSoftmax"}) {
     std::string m = dir.file(std::string(head) + ".onnx");
