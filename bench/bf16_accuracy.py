@@ -7,8 +7,11 @@ in float32 and once with bf16 matmuls and convolutions, and reports:
                    outputs are features, the largest feature of each token / time step);
   max rel error    max |bf16 - fp32| / max |fp32| over the whole output;
   rms rel error    rms(bf16 - fp32) / rms(fp32);
-  kernels          how many distinct matmul/convolution kernels ran in bf16, and which ones fell
-                   back to float32 (oneDNN has no fast bf16 implementation for them).
+  kernels          how many distinct matmul/convolution kernels (kernel and oneDNN implementation)
+                   ran in bf16, and which fell back to float32 (oneDNN has no fast bf16
+                   implementation for them);
+and, for each row whose argmax moved, float32's gap between the two entries against the largest
+bf16 error in that row (a gap below that error is a near tie that bf16 cannot resolve).
 It times nothing (run it on any machine). Run it with the bench venv's Python:
 
     .venv-bench/bin/python bench/bf16_accuracy.py [--zoo build/bench-zoo] [--models mlp,resnet50]
@@ -71,9 +74,16 @@ def compare(name, model, x, threads):
 
     fp32, _ = run(graft, model, x, False, threads)
     bf16, kernels = run(graft, model, x, True, threads)
-    rows_f = fp32.reshape(-1, fp32.shape[-1]).argmax(axis=1)
-    rows_b = bf16.reshape(-1, bf16.shape[-1]).argmax(axis=1)
+    f2, b2 = fp32.reshape(-1, fp32.shape[-1]), bf16.reshape(-1, bf16.shape[-1])
+    rows_f, rows_b = f2.argmax(axis=1), b2.argmax(axis=1)
     diff = bf16 - fp32
+    # Each row where the argmax moved: how far apart float32 had the two entries, against the
+    # largest bf16 error in that row (a gap below the error is a near tie bf16 cannot resolve).
+    moved = []
+    for r in np.nonzero(rows_f != rows_b)[0]:
+        gap = float(f2[r, rows_f[r]] - f2[r, rows_b[r]])
+        err = float(np.max(np.abs(b2[r] - f2[r])))
+        moved.append({"row": int(r), "fp32_gap": gap, "row_max_abs_err": err})
     return {
         "model": name,
         "shape": list(fp32.shape),
@@ -82,6 +92,7 @@ def compare(name, model, x, threads):
         "rows": int(rows_f.size),
         "max_rel_err": float(np.max(np.abs(diff)) / (np.max(np.abs(fp32)) or 1.0)),
         "rms_rel_err": float(np.sqrt(np.mean(diff ** 2)) / (np.sqrt(np.mean(fp32 ** 2)) or 1.0)),
+        "moved": moved,
         "bf16_kernels": [k for k in kernels if k.endswith(", bf16)")],
         "f32_fallbacks": [k for k in kernels if "f32: oneDNN has no fast bf16" in k],
     }
@@ -97,7 +108,8 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     results = []
-    print(f"{'model':<16}{'output':<18}{'top-1 agree':>14}{'max rel err':>13}{'rms rel err':>13}  kernels")
+    print(f"{'model':<17}{'output':<17}{'top-1 agree':>14}{'max rel err':>13}{'rms rel err':>13}  "
+          "matmul/conv kernels")
     for name in a.models.split(","):
         small, large = Z.batches(name)
         batch = large if a.batch == "large" else small
@@ -106,8 +118,11 @@ def main():
         results.append(r)
         agree = f"{r['top1_agree'] * r['rows']:.0f}/{r['rows']}" + ("" if r["classifier"] else "*")
         fb = f"; f32 fallback: {', '.join(r['f32_fallbacks'])}" if r["f32_fallbacks"] else ""
-        print(f"{name + '_b' + str(batch):<16}{str(r['shape']):<18}{agree:>14}{r['max_rel_err']:>13.2e}"
-              f"{r['rms_rel_err']:>13.2e}  {len(r['bf16_kernels'])} in bf16{fb}", flush=True)
+        print(f"{name + '_b' + str(batch):<17}{str(r['shape']):<17}{agree:>14}{r['max_rel_err']:>13.2e}"
+              f"{r['rms_rel_err']:>13.2e}  {len(r['bf16_kernels'])} distinct in bf16{fb}", flush=True)
+        for m in r["moved"]:
+            print(f"{'':<17}row {m['row']}: argmax moved; float32's gap between the two {m['fp32_gap']:.2e}, "
+                  f"largest bf16 error in the row {m['row_max_abs_err']:.2e}", flush=True)
     print("* not a classifier: argmax over the last axis of the output (features), per row")
     if a.json:
         with open(a.json, "w") as f:

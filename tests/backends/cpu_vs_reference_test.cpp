@@ -215,6 +215,20 @@ void convCases() {
           }
         }
       }
+  // Channels-last (a block of all channels: what the cpu-layout pass picks where oneDNN's AVX-512
+  // brgemm convolutions choose NHWC).
+  for (int64_t C : {3, 16, 20})
+    for (bool sum : {false, true}) {
+      std::string n = "FusedConv_nhwc_C" + std::to_string(C) + (sum ? "_sum" : "");
+      int64_t M = 12;
+      ir::Attributes a = activationAttrs("Relu");
+      a.set("pads", Ints{1, 1, 1, 1});
+      a.set("x_block", C);
+      a.set("y_block", M);
+      std::vector<NDArray> in{blockOf(rnd({2, C, 7, 7}, n + "x"), C), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+      if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
+      add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+    }
   {
     OpCase c{"FusedConv", {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
              attrs({{"group", int64_t{32}}, {"pads", Ints{1, 1, 1, 1}}, {"x_block", int64_t{8}}, {"y_block", int64_t{8}},
