@@ -49,9 +49,11 @@ struct SessionOptions {
   int numThreads = 0;
   /// Collect per-op timings (Session::profile()).
   bool enableProfiling = false;
-  /// Run matmuls and convolutions in bfloat16 with float32 accumulation (CPUs with avx512_bf16).
-  /// Not implemented yet: a session with it set throws graft::Error naming the option, saying
-  /// whether this CPU (below GRAFT_CPU_ISA) has avx512_bf16 (docs/cpu-backend.md).
+  /// Run the cpu device's matmuls and convolutions (MatMul, Gemm, Conv, ConvTranspose, and in
+  /// training their gradients) in bfloat16 with float32 accumulation and float32 outputs; every
+  /// other op, the weights and the optimizer update stay float32 (docs/cpu-backend.md). Needs a
+  /// CPU with avx512_bf16 (below GRAFT_CPU_ISA) and the cpu device: otherwise the session throws
+  /// graft::Error naming the option.
   bool enableBf16 = false;
   /// Verify the IR after every pass (slower compilation; for debugging).
   bool verifyPasses = false;

@@ -287,6 +287,7 @@ void bindOptions(pyb::module_& m) {
             o.numThreads = static_cast<int>(checkedInt(v, "SessionOptions.numThreads"));
           })
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
+      .def_readwrite("enableBf16", &SessionOptions::enableBf16)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)
       .def_readwrite("dumpGraphAfterPass", &SessionOptions::dumpGraphAfterPass)
       .def_readwrite("logDir", &SessionOptions::logDir)

@@ -26,7 +26,9 @@ class Backend : public plan::KernelProvider {
 
 /// The golden model: reference kernels only.
 std::unique_ptr<Backend> makeReferenceBackend();
-/// The fast CPU backend with `numThreads` threads (0: all cores).
-std::unique_ptr<Backend> makeCpuBackend(int numThreads);
+/// The fast CPU backend with `numThreads` threads (0: all cores). `bf16`: its matmuls and
+/// convolutions compute in bf16 with float32 accumulation and outputs (SessionOptions.enableBf16;
+/// the session checks that the CPU has avx512_bf16 first; backends/cpu/bf16.hpp).
+std::unique_ptr<Backend> makeCpuBackend(int numThreads, bool bf16 = false);
 
 }  // namespace graft::backends

@@ -137,11 +137,12 @@ struct VirtualDevices::Worker {
   }
 };
 
-VirtualDevices::VirtualDevices(DeviceType type, int count, int threadsEach, const std::vector<std::vector<int>>& cpus) {
+VirtualDevices::VirtualDevices(DeviceType type, int count, int threadsEach, const std::vector<std::vector<int>>& cpus,
+                               bool bf16) {
   for (int i = 0; i < count; ++i) {
     auto w = std::make_unique<Worker>();
     w->backend =
-        type == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threadsEach);
+        type == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threadsEach, bf16);
     std::vector<int> mine = i < static_cast<int>(cpus.size()) ? cpus[i] : std::vector<int>{};
     int threads = w->backend->numThreads();
     Worker* raw = w.get();

@@ -54,8 +54,10 @@ class Timeline {
 /// Worker threads, one per virtual device, each owning a kernel thread pool and a backend.
 class VirtualDevices {
  public:
-  /// `cpus[i]` (when not empty) pins device i's worker and its pool to those CPUs.
-  VirtualDevices(DeviceType type, int count, int threadsEach, const std::vector<std::vector<int>>& cpus);
+  /// `cpus[i]` (when not empty) pins device i's worker and its pool to those CPUs. `bf16`: the
+  /// cpu backends compute matmuls and convolutions in bf16 (SessionOptions.enableBf16).
+  VirtualDevices(DeviceType type, int count, int threadsEach, const std::vector<std::vector<int>>& cpus,
+                 bool bf16 = false);
   ~VirtualDevices();
   VirtualDevices(const VirtualDevices&) = delete;
   VirtualDevices& operator=(const VirtualDevices&) = delete;

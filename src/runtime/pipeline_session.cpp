@@ -45,8 +45,8 @@ void Session::Impl::compileStaged(Plan& p) {
     int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
     if (device->type() == DeviceType::Reference) threads = 1;
     int count = device->numVirtualDevices();
-    virtualDevices = std::make_unique<pipeline::VirtualDevices>(device->type(), count, threads,
-                                                                pipeline::VirtualDevices::cpuBlocks(count, threads));
+    virtualDevices = std::make_unique<pipeline::VirtualDevices>(
+        device->type(), count, threads, pipeline::VirtualDevices::cpuBlocks(count, threads), options.enableBf16);
   }
   p.staged = compileStagedGraph(*p.graph, *virtualDevices);
 }

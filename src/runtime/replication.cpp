@@ -183,7 +183,8 @@ void Session::Impl::compileReplicated(Plan& p) {
     for (int i = 0; i < r; ++i) {
       std::vector<std::vector<int>> mine;
       if (!blocks.empty()) mine.assign(blocks.begin() + i * per, blocks.begin() + (i + 1) * per);
-      replicaDevices.push_back(std::make_unique<pipeline::VirtualDevices>(device->type(), per, threads, mine));
+      replicaDevices.push_back(
+          std::make_unique<pipeline::VirtualDevices>(device->type(), per, threads, mine, options.enableBf16));
     }
     exchange = std::make_unique<ReplicaExchange>(
         r, options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0, globalReplicas(), comm,

@@ -91,12 +91,13 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
                 "SessionOptions.enableBf16: this CPU has no avx512_bf16 (its kernels use {}{}), so bf16 matmuls and "
                 "convolutions cannot run here; leave enableBf16 off",
                 cpu.isaName(), support::cpuIsaLimit() == support::CpuIsa::Native ? "" : ", limited by GRAFT_CPU_ISA");
-    GRAFT_THROW(
-        "SessionOptions.enableBf16: bf16 matmuls and convolutions are not implemented yet (this CPU has "
-        "avx512_bf16); leave enableBf16 off");
+    GRAFT_CHECK(device->type() != DeviceType::Reference,
+                "SessionOptions.enableBf16: the reference device computes in float32 only (it is the golden model); "
+                "bf16 matmuls and convolutions run on DeviceManager().createCpuDevice()");
   }
   int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
-  backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend() : backends::makeCpuBackend(threads);
+  backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend()
+                                                    : backends::makeCpuBackend(threads, options.enableBf16);
   pool = std::make_unique<support::ThreadPool>(backend->numThreads());
 
   const ir::Graph& g = *model.graph;

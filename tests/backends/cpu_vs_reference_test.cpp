@@ -9,8 +9,17 @@
 // that select it, and fails when there are none; cpu_reference runs those that select none. A
 // case meant to fail names the error it expects (expectError): both backends must throw a
 // graft::Error saying it; any other throw of the reference fails the case.
+//
+// KernelVsReference.EveryCaseMatches/cpu_bf16_<kernel> runs the cases of each kernel that
+// honours bf16 (CpuKernelDef::bf16) on a bf16 cpu backend (SessionOptions.enableBf16) against
+// the reference run on the operands rounded to bf16, and checks that bf16 really ran (the
+// recorded implementation says so, and the results differ from the reference on the unrounded
+// inputs as bf16 rounding does). It skips on hosts without avx512_bf16.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include <map>
@@ -215,6 +224,20 @@ void convCases() {
           }
         }
       }
+  // Channels-last (a block of all channels: what the cpu-layout pass picks where oneDNN's AVX-512
+  // brgemm convolutions choose NHWC).
+  for (int64_t C : {3, 16, 20})
+    for (bool sum : {false, true}) {
+      std::string n = "FusedConv_nhwc_C" + std::to_string(C) + (sum ? "_sum" : "");
+      int64_t M = 12;
+      ir::Attributes a = activationAttrs("Relu");
+      a.set("pads", Ints{1, 1, 1, 1});
+      a.set("x_block", C);
+      a.set("y_block", M);
+      std::vector<NDArray> in{blockOf(rnd({2, C, 7, 7}, n + "x"), C), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+      if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
+      add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+    }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
@@ -725,13 +748,16 @@ const std::vector<BackendCase>& allCases() {
 
 // Compiles c's single-node graph for `backend` and runs it; when some inputs are graph inputs,
 // runs a second time with those inputs changed (kernels must not keep stale packed copies).
-std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backend& backend) {
+// `kernels`: where to put the kernels the compiled steps chose (when not null).
+std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backend& backend,
+                                          std::vector<plan::StepKernel>* kernels = nullptr) {
   CaseIsa isa(c.isa);
   auto g = singleNodeGraph(c.op, c.constant);
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes"}, ctx);
   support::ThreadPool pool(backend.numThreads());
   auto exe = plan::compile(*g, backend, pool);
+  if (kernels) *kernels = exe->stepKernels();
   std::vector<std::vector<NDArray>> results;
   for (int round = 0; round < 2; ++round) {
     std::vector<ops::Value> in;
@@ -871,6 +897,94 @@ void checkCase(const MatrixCase& mc, backends::Backend& cpu, backends::Backend& 
   }
 }
 
+// ---- the bf16 variant ---------------------------------------------------------------------------
+// A bf16 kernel reads its two operands (inputs 0 and 1: X and W, A and B, dY and W, X and dY)
+// rounded to bf16 (to nearest even) and accumulates their products, exact in float32, in
+// float32; bias, residual sums, Gemm's C and the activations are float32. So its results match
+// the reference run on those two inputs rounded to bf16 within the case's float32 tolerance: a
+// test that fails for a wrong operand, layout, conversion or accumulation, and for a bias or
+// accumulator kept in bf16. Against the reference on the inputs as given, they differ as bf16
+// rounding does (about 2^-8 of the output's RMS), which shows that bf16 ran. A case oneDNN has no
+// fast bf16 implementation for runs float32 (the kernel records it) and is compared as float32.
+
+// x rounded to the nearest bf16 (ties to even), as a float array; NaN and infinities kept.
+NDArray roundedToBf16(const NDArray& x) {
+  NDArray y = x.clone();
+  float* p = y.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (std::isnan(p[i])) continue;
+    uint32_t u;
+    std::memcpy(&u, &p[i], 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&p[i], &u, 4);
+  }
+  return y;
+}
+
+// Root mean square of the finite elements (1 when none).
+double rmsOf(const NDArray& a) {
+  double sum = 0;
+  int64_t n = 0;
+  for (double v : toDoubles(a))
+    if (std::isfinite(v)) sum += v * v, ++n;
+  return n && sum > 0 ? std::sqrt(sum / static_cast<double>(n)) : 1.0;
+}
+
+// The largest |got - want| / rms(want) over the finite elements of both.
+double normalizedError(const NDArray& got, const NDArray& want) {
+  std::vector<double> g = toDoubles(got), w = toDoubles(want);
+  double rms = rmsOf(want), worst = 0;
+  for (size_t i = 0; i < g.size() && i < w.size(); ++i)
+    if (std::isfinite(g[i]) && std::isfinite(w[i])) worst = std::max(worst, std::abs(g[i] - w[i]) / rms);
+  return worst;
+}
+
+struct Bf16Tally {
+  int bf16 = 0;                       ///< cases whose kernel recorded a bf16 implementation
+  std::vector<std::string> fellBack;  ///< cases that ran float32 (oneDNN has no fast bf16 one)
+  std::vector<std::string> skipped;   ///< cases under a lower ISA limit (no avx512_bf16 there)
+  double maxError = 0;                ///< the largest normalizedError against unrounded inputs
+};
+
+// One case on the bf16 cpu backend against the reference backend (see above).
+void checkBf16Case(const MatrixCase& mc, backends::Backend& cpu, backends::Backend& ref, Bf16Tally& tally) {
+  if (!mc.expectError().empty()) return checkCase(mc, cpu, ref);
+  if (!mc.b || mc.b->isa != support::CpuIsa::Native) {
+    // Cases of graft's AVX2 kernels (run under an AVX2 limit, where bf16 cannot run), and vec
+    // cases (they run without a compiled step to say which implementation ran).
+    tally.skipped.push_back(mc.name);
+    return;
+  }
+  std::vector<plan::StepKernel> kernels;
+  std::vector<std::vector<NDArray>> got = runCase(*mc.b, cpu, &kernels), want = runCase(*mc.b, ref);
+  bool ranBf16 = false;
+  for (const auto& k : kernels)
+    if (k.implementation.size() >= 6 && k.implementation.compare(k.implementation.size() - 6, 6, ", bf16") == 0)
+      ranBf16 = true;
+  std::vector<std::vector<NDArray>> wantRounded = want;
+  if (ranBf16) {
+    ++tally.bf16;
+    BackendCase rounded = *mc.b;
+    for (int i : {0, 1})
+      if (rounded.op.inputs[i].valid() && rounded.op.inputs[i].dtype() == DataType::Float)
+        rounded.op.inputs[i] = roundedToBf16(rounded.op.inputs[i]);
+    wantRounded = runCase(rounded, ref);
+  } else {
+    tally.fellBack.push_back(mc.name + (kernels.empty() ? "" : " (" + kernels[0].implementation + ")"));
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t round = 0; round < want.size(); ++round) {
+    ASSERT_EQ(got[round].size(), want[round].size());
+    for (size_t i = 0; i < want[round].size(); ++i) {
+      if (!want[round][i].valid()) continue;
+      EXPECT_TRUE(allClose(got[round][i], wantRounded[round][i], mc.b->rtol, mc.b->atol))
+          << "run " << round << ", output " << i << (ranBf16 ? " (against inputs 0 and 1 rounded to bf16)" : "");
+      if (ranBf16 && want[round][i].dtype() == DataType::Float)
+        tally.maxError = std::max(tally.maxError, normalizedError(got[round][i], want[round][i]));
+    }
+  }
+}
+
 struct Param {
   std::string backend;
   const backends::cpu::CpuKernelDef* kernel;
@@ -880,11 +994,34 @@ struct Param {
 class KernelVsReference : public ::testing::TestWithParam<Param> {};
 
 TEST_P(KernelVsReference, EveryCaseMatches) {
+  bool bf16 = GetParam().backend == "cpu_bf16";
+  if (bf16 && !support::cpuFeatures().avx512bf16)
+    GTEST_SKIP() << "bf16 needs avx512_bf16, which this host (below GRAFT_CPU_ISA) does not have";
   const Group& g = groups().at(GetParam().kernel);
   ASSERT_FALSE(g.cases.empty()) << "no case selects the cpu kernel " << kernelName(g.kernel)
                                 << ": add one (tests/backends/cpu_vs_reference_test.cpp or a GRAFT_VEC_CASES block)";
-  auto cpu = backends::makeCpuBackend(2);
+  auto cpu = backends::makeCpuBackend(2, bf16);
   auto ref = backends::makeReferenceBackend();
+  if (bf16) {
+    Bf16Tally tally;
+    for (size_t i : g.cases) {
+      const MatrixCase& mc = matrixCases()[i];
+      SCOPED_TRACE(mc.name);
+      checkBf16Case(mc, *cpu, *ref, tally);
+    }
+    std::string fellBack = ::testing::PrintToString(tally.fellBack), skipped = ::testing::PrintToString(tally.skipped);
+    std::printf(
+        "bf16: %d cases in bf16 (largest difference from unrounded inputs' results: %.2e of the output's RMS); "
+        "float32 fallback in %zu: %s; left out (AVX2 kernels' and vec cases) %zu\n",
+        tally.bf16, tally.maxError, tally.fellBack.size(), fellBack.c_str(), tally.skipped.size());
+    EXPECT_GT(tally.bf16, 0) << "no case of " << kernelName(g.kernel)
+                             << " ran in bf16; float32 fallbacks: " << fellBack;
+    // float32 with float32 accumulation errs by ~1e-6 of the RMS; bf16 operands by ~1e-3.
+    if (tally.bf16) {
+      EXPECT_GT(tally.maxError, 1.0 / 4096) << "bf16 cases match float32 too closely: bf16 did not run";
+    }
+    return;
+  }
   for (size_t i : g.cases) {
     const MatrixCase& mc = matrixCases()[i];
     SCOPED_TRACE(mc.name);
@@ -898,6 +1035,9 @@ std::vector<Param> params() {
   std::vector<Param> p;
   for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all()) p.push_back({"cpu", d, ""});
   p.push_back({"cpu", nullptr, ""});
+  // The bf16 variant of every kernel that honours bf16.
+  for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
+    if (d->bf16) p.push_back({"cpu_bf16", d, ""});
   std::map<std::string, int> seen;
   for (Param& q : p) {
     q.name = q.backend + "_" + kernelName(q.kernel);

@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "backends/backend.hpp"
+#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "ops/registry.hpp"
 #include "support/thread_pool.hpp"
@@ -99,7 +100,8 @@ const std::vector<std::string>& trainingPasses() {
 // kernel elsewhere.
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : support::ThreadPool::hardwareThreads()) {}
+  CpuBackend(int threads, bool bf16)
+      : threads_(threads > 0 ? threads : support::ThreadPool::hardwareThreads()), bf16_(bf16) {}
   std::string name() const override { return "cpu"; }
   int numThreads() const override { return threads_; }
   bool supports(const ir::Node& n) const override {
@@ -109,10 +111,15 @@ class CpuBackend : public Backend {
   const std::vector<std::string>& passes(PassMode mode) const override {
     return mode == PassMode::Training ? trainingPasses() : inferencePasses();
   }
-  // The registered kernels that support the node, in priority order: the first whose factory
-  // does not decline (an empty KernelFn) runs it; the op's reference kernel when all decline.
+  // The registered kernels that support the node, in priority order (in a bf16 backend, those
+  // that honour bf16 first): the first whose factory does not decline (an empty KernelFn) runs
+  // it; the op's reference kernel when all decline.
   ops::KernelFn chooseKernel(ops::CompileContext& ctx, plan::KernelChoice& choice) override {
-    for (const cpu::CpuKernelDef* fast : cpu::CpuKernelRegistry::instance().candidates(ctx.node())) {
+    cpu::Bf16Scope bf16(bf16_);
+    auto candidates = cpu::CpuKernelRegistry::instance().candidates(ctx.node());
+    if (bf16_)
+      std::stable_partition(candidates.begin(), candidates.end(), [](const cpu::CpuKernelDef* d) { return d->bf16; });
+    for (const cpu::CpuKernelDef* fast : candidates) {
       cpu::takeImplementation();
       if (ops::KernelFn fn = fast->factory(ctx)) {
         choice = {fast->name, cpu::takeImplementation()};
@@ -132,10 +139,13 @@ class CpuBackend : public Backend {
 
  private:
   int threads_;
+  bool bf16_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> makeCpuBackend(int numThreads) { return std::make_unique<CpuBackend>(numThreads); }
+std::unique_ptr<Backend> makeCpuBackend(int numThreads, bool bf16) {
+  return std::make_unique<CpuBackend>(numThreads, bf16);
+}
 
 }  // namespace graft::backends

@@ -26,6 +26,9 @@ struct CpuKernelDef {
   /// factory never calls the reference itself, so that the recorded choice is the real one.
   ops::KernelFactory factory;
   int priority = 0;
+  /// Honours bf16Compute() (backends/cpu/bf16.hpp). In a bf16 backend, the kernels that do are
+  /// tried before the others of the same op.
+  bool bf16 = false;
 };
 
 class CpuKernelRegistry {

@@ -3,8 +3,12 @@
 // (ai.graft ConvGradInput, ConvGradWeight). Float only; 1-D to
 // 3-D; any pads, strides, dilations and groups. Primitives and packed weights are made at
 // compile time; combinations oneDNN has no implementation for run the reference kernel.
+// Under bf16Compute() (SessionOptions.enableBf16) every one of them reads bf16 operands (the
+// float32 activations converted where they enter, weights once when constant) and accumulates
+// and writes float32; float32 where oneDNN has no fast bf16 implementation for the node.
 #include <cstring>
 
+#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -146,12 +150,11 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   setThreads(st->threads);
   memory::desc xUser = layoutDesc(c.x, c.xBlock), yUser = layoutDesc(c.y, c.yBlock);
   // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
-  // are much faster than its plain-layout fallbacks). Assigned layouts are used as given.
+  // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A bf16
+  // source is converted at the node anyway: into the layout oneDNN picks.
   bool pinned = c.xBlock || c.yBlock;
   auto any = memory::format_tag::any;
-  memory::desc xPrim = pinned ? xUser : memory::desc(toDims(c.x), memory::data_type::f32, any);
   memory::desc yPrim = pinned ? yUser : memory::desc(toDims(c.y), memory::data_type::f32, any);
-  memory::desc wAny(weightDims(c.w, c.group), memory::data_type::f32, any);
   st->biasDesc = plainDesc({c.w[0]});
   dnnl::post_ops po;
   if (c.sum) po.append_sum(1.f);
@@ -168,21 +171,30 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
-  try {
-    using CF = dnnl::convolution_forward;
-    auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
-                               st->biasDesc, yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
-                    : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny, yPrim,
-                               c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
-    CF::primitive_desc pd(d, attr, engine());
-    noteImplementation(pd.impl_info_str());
-    st->prim = CF(pd);
-    st->src.init(xUser, pd.src_desc(), true, false);
-    st->dst.init(yUser, pd.dst_desc(), c.sum, true);
-    st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
-  } catch (const dnnl::error&) {
-    return decline();
-  }
+  auto create = [&](bool bf16) {
+    auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    memory::desc xPrim = pinned && !bf16 ? xUser : memory::desc(toDims(c.x), dt, any);
+    memory::desc wAny(weightDims(c.w, c.group), dt, any);
+    try {
+      using CF = dnnl::convolution_forward;
+      auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
+                                 st->biasDesc, yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
+                      : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
+                                 yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
+      CF::primitive_desc pd(d, attr, engine());
+      std::string impl = pd.impl_info_str();
+      if (bf16 && isReferenceImplementation(impl)) return false;
+      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      st->prim = CF(pd);
+      st->src.init(xUser, pd.src_desc(), true, false);
+      st->dst.init(yUser, pd.dst_desc(), c.sum, true);
+      st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  };
+  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
@@ -279,7 +291,7 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
   setThreads(st->threads);
   auto any = memory::format_tag::any;
   memory::desc xUser = plainDesc(c.x), yUser = plainDesc(c.y);
-  memory::desc xPrim(toDims(c.x), memory::data_type::f32, any), yPrim(toDims(c.y), memory::data_type::f32, any);
+  memory::desc yPrim(toDims(c.y), memory::data_type::f32, any);
   // oneDNN's deconvolution weights are [g, M/g, C/g, k...] (output channels first); graft's
   // [C, M/g, k...] is that with the first two axes swapped: describe it by strides.
   int64_t g = c.group, cg = c.w[0] / g, mg = c.w[1];
@@ -295,23 +307,31 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
     wd.erase(wd.begin());
     ws.erase(ws.begin());
   }
-  memory::desc wUser(wd, memory::data_type::f32, ws), wAny(wd, memory::data_type::f32, any);
+  memory::desc wUser(wd, memory::data_type::f32, ws);
   st->biasDesc = plainDesc({c.y[1]});
-  try {
-    using DF = dnnl::deconvolution_forward;
-    auto d = c.bias ? DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny,
-                               st->biasDesc, yPrim, c.strides, c.dilation, c.padBegin, c.padEnd)
-                    : DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny, yPrim,
-                               c.strides, c.dilation, c.padBegin, c.padEnd);
-    DF::primitive_desc pd(d, engine());
-    noteImplementation(pd.impl_info_str());
-    st->prim = DF(pd);
-    st->src.init(xUser, pd.src_desc(), true, false);
-    st->dst.init(yUser, pd.dst_desc(), false, true);
-    st->weights.init(wUser, pd.weights_desc(), ctx.constantInput(1));
-  } catch (const dnnl::error&) {
-    return decline();
-  }
+  auto create = [&](bool bf16) {
+    auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    memory::desc xPrim(toDims(c.x), dt, any), wAny(wd, dt, any);
+    try {
+      using DF = dnnl::deconvolution_forward;
+      auto d = c.bias ? DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny,
+                                 st->biasDesc, yPrim, c.strides, c.dilation, c.padBegin, c.padEnd)
+                      : DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny,
+                                 yPrim, c.strides, c.dilation, c.padBegin, c.padEnd);
+      DF::primitive_desc pd(d, engine());
+      std::string impl = pd.impl_info_str();
+      if (bf16 && isReferenceImplementation(impl)) return false;
+      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      st->prim = DF(pd);
+      st->src.init(xUser, pd.src_desc(), true, false);
+      st->dst.init(yUser, pd.dst_desc(), false, true);
+      st->weights.init(wUser, pd.weights_desc(), ctx.constantInput(1));
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  };
+  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
@@ -432,21 +452,29 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
   setThreads(st->threads);
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
-  memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), f32, any), wAny(weightDims(c.w, c.group), f32, any);
-  try {
-    using CB = dnnl::convolution_backward_data;
-    auto hint = forwardHint(c, xAny, wAny, nullptr, yAny);
-    CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
-               c.win.padEnd);
-    CB::primitive_desc pd(d, engine(), hint);
-    noteImplementation(pd.impl_info_str());
-    st->prim = CB(pd);
-    st->a.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
-    st->out.init(plainDesc(c.x), pd.diff_src_desc(), false, true);
-    st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
-  } catch (const dnnl::error&) {
-    return decline();
-  }
+  // bf16: dY and W in bf16, dX in float32.
+  auto create = [&](bool bf16) {
+    auto dt = bf16 ? memory::data_type::bf16 : f32;
+    memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), dt, any), wAny(weightDims(c.w, c.group), dt, any);
+    try {
+      using CB = dnnl::convolution_backward_data;
+      auto hint = forwardHint(c, memory::desc(toDims(c.x), dt, any), wAny, nullptr, yAny);
+      CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
+                 c.win.padEnd);
+      CB::primitive_desc pd(d, engine(), hint);
+      std::string impl = pd.impl_info_str();
+      if (bf16 && isReferenceImplementation(impl)) return false;
+      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      st->prim = CB(pd);
+      st->a.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
+      st->out.init(plainDesc(c.x), pd.diff_src_desc(), false, true);
+      st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  };
+  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->outShape);
@@ -475,30 +503,39 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
   setThreads(st->threads);
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
-  memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), f32, any), wAny(weightDims(c.w, c.group), f32, any);
   st->biasDesc = plainDesc({c.w[0]});
-  try {
-    using CW = dnnl::convolution_backward_weights;
-    auto hint = forwardHint(c, xAny, wAny, c.bias ? &st->biasDesc : nullptr, yAny);
-    auto d = c.bias ? CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, st->biasDesc, yAny, c.win.strides,
-                               c.win.dilation, c.win.padBegin, c.win.padEnd)
-                    : CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation,
-                               c.win.padBegin, c.win.padEnd);
-    CW::primitive_desc pd(d, engine(), hint);
-    noteImplementation(pd.impl_info_str());
-    st->prim = CW(pd);
-    st->a.init(plainDesc(c.x), pd.src_desc(), true, false);
-    st->b.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
-    st->dwUser = plainWeights(c.w, c.group);
-    st->dwPrim = pd.diff_weights_desc();
-    st->dwReorder = st->dwUser != st->dwPrim;
-    if (st->dwReorder)
-      st->dwToUser =
-          dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE), memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
-    if (c.bias && pd.diff_bias_desc() != st->biasDesc) return decline();
-  } catch (const dnnl::error&) {
-    return decline();
-  }
+  // bf16: X and dY in bf16, dW (and dB) in float32.
+  auto create = [&](bool bf16) {
+    auto dt = bf16 ? memory::data_type::bf16 : f32;
+    memory::desc xAny(toDims(c.x), dt, any), yAny(toDims(c.y), dt, any), wAny(weightDims(c.w, c.group), f32, any);
+    try {
+      using CW = dnnl::convolution_backward_weights;
+      auto hint =
+          forwardHint(c, xAny, memory::desc(weightDims(c.w, c.group), dt, any), c.bias ? &st->biasDesc : nullptr, yAny);
+      auto d = c.bias ? CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, st->biasDesc, yAny, c.win.strides,
+                                 c.win.dilation, c.win.padBegin, c.win.padEnd)
+                      : CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation,
+                                 c.win.padBegin, c.win.padEnd);
+      CW::primitive_desc pd(d, engine(), hint);
+      std::string impl = pd.impl_info_str();
+      if (bf16 && isReferenceImplementation(impl)) return false;
+      if (c.bias && pd.diff_bias_desc() != st->biasDesc) return false;
+      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      st->prim = CW(pd);
+      st->a.init(plainDesc(c.x), pd.src_desc(), true, false);
+      st->b.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
+      st->dwUser = plainWeights(c.w, c.group);
+      st->dwPrim = pd.diff_weights_desc();
+      st->dwReorder = st->dwUser != st->dwPrim;
+      if (st->dwReorder)
+        st->dwToUser = dnnl::reorder(memory(st->dwPrim, engine(), DNNL_MEMORY_NONE),
+                                     memory(st->dwUser, engine(), DNNL_MEMORY_NONE));
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  };
+  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& dw = k.allocOutputUninit(0, DataType::Float, st->outShape);
@@ -569,9 +606,12 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
 
 GRAFT_REGISTER_CPU_KERNELS(onednn_conv) {
   using namespace graft::backends::cpu::onednn;
-  r.add({"", "Conv", "onednn_conv", supportsConv, makeConv});
-  r.add({graft::ops::kGraftDomain, "FusedConv", "onednn_conv", supportsConv, makeConv});
-  r.add({"", "ConvTranspose", "onednn_deconv", supportsDeconv, makeDeconv});
-  r.add({graft::ops::kGraftDomain, "ConvGradInput", "onednn_conv_bwd_data", supportsConvGrad, makeConvGradInput});
-  r.add({graft::ops::kGraftDomain, "ConvGradWeight", "onednn_conv_bwd_weights", supportsConvGrad, makeConvGradWeight});
+  // The last field: they honour bf16Compute().
+  r.add({"", "Conv", "onednn_conv", supportsConv, makeConv, 0, true});
+  r.add({graft::ops::kGraftDomain, "FusedConv", "onednn_conv", supportsConv, makeConv, 0, true});
+  r.add({"", "ConvTranspose", "onednn_deconv", supportsDeconv, makeDeconv, 0, true});
+  r.add({graft::ops::kGraftDomain, "ConvGradInput", "onednn_conv_bwd_data", supportsConvGrad, makeConvGradInput, 0,
+         true});
+  r.add({graft::ops::kGraftDomain, "ConvGradWeight", "onednn_conv_bwd_weights", supportsConvGrad, makeConvGradWeight, 0,
+         true});
 }

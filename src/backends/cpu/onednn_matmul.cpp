@@ -1,9 +1,12 @@
 // oneDNN matmul for ai.onnx MatMul (numpy batch broadcasting, 1-D operands) and Gemm (transA,
 // transB, alpha, beta, C broadcast), and ai.graft FusedMatMul / FusedGemm (bias and activation
 // post-ops). Float only. Constant right-hand operands (weights) are packed at compile time.
+// Under bf16Compute() (SessionOptions.enableBf16) the operands are converted to bf16 (constant
+// weights once) and the primitive accumulates and writes float32.
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -210,7 +213,56 @@ struct MatMulState {
   int threads = 1;
   int bInput = 1;    // the input oneDNN reads as weights (0: the product is computed transposed)
   ActivationFn act;  // applied after the primitive (activationAfterPrimitive)
+  // bf16 (bf16Compute()): A is converted into aPrim (dense bf16) on every run.
+  bool convertA = false;
+  memory::desc aPrim;
+  dnnl::reorder aToPrim;
 };
+
+// Creates the primitive (float32, or bf16 operands with float32 accumulation and output) and
+// packs constant weights; false when oneDNN has no implementation (or, for bf16, only its
+// reference one).
+bool makePrimitive(MatMulState& st, const MatMulConfig& c, const ir::Node& n, const NDArray* constB, bool bf16) {
+  auto f32 = memory::data_type::f32, bf = memory::data_type::bf16;
+  // Constant weights may be packed into whatever layout the primitive likes; others are read
+  // where they are. In bf16, A is converted into a dense bf16 array and B into the primitive's
+  // layout (once when constant, on every run otherwise).
+  memory::desc aPrim = bf16 ? memory::desc(c.a, bf, memory::format_tag::any) : st.aDesc;
+  memory::desc bPrim = bf16     ? memory::desc(c.b, bf, memory::format_tag::any)
+                       : constB ? memory::desc(c.b, f32, memory::format_tag::any)
+                                : st.bDesc;
+  dnnl::primitive_attr attr;
+  if (c.alpha != 1.f) attr.set_output_scales(0, {c.alpha});
+  dnnl::post_ops po;
+  if (c.sumC) po.append_sum(c.beta);
+  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  attr.set_post_ops(po);
+  try {
+    auto d =
+        st.bias ? dnnl::matmul::desc(aPrim, bPrim, st.biasDesc, st.yDesc) : dnnl::matmul::desc(aPrim, bPrim, st.yDesc);
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
+    std::string impl = pd.impl_info_str();
+    if (bf16 && isReferenceImplementation(impl)) return false;
+    // The reference implementation is what oneDNN falls back to for strides its fast kernels
+    // cannot read; graft's composite (Transpose, then MatMul) is faster than that.
+    if (c.strided && isReferenceImplementation(impl)) {
+      noteImplementation(impl);
+      return false;
+    }
+    noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+    st.prim = dnnl::matmul(pd);
+    st.convertA = bf16;
+    if (bf16) {
+      st.aPrim = pd.src_desc();
+      st.aToPrim =
+          dnnl::reorder(memory(st.aDesc, engine(), DNNL_MEMORY_NONE), memory(st.aPrim, engine(), DNNL_MEMORY_NONE));
+    }
+    st.weights.init(st.bDesc, pd.weights_desc(), constB);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
 
 ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   const ir::Node& n = ctx.node();
@@ -237,32 +289,11 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
     st->biasDesc = memory::desc(c.bias, f32, bs);
   }
   st->bInput = c.bInput;
-  // Constant weights may be packed into whatever layout the primitive likes; others are read
-  // where they are.
+  if (n.domain() == ops::kGraftDomain && activationAfterPrimitive(n)) st->act = fusedActivation(n);
   const NDArray* constB = ctx.constantInput(c.bInput);
-  memory::desc bPrim = constB ? memory::desc(c.b, f32, memory::format_tag::any) : st->bDesc;
-  dnnl::primitive_attr attr;
-  if (c.alpha != 1.f) attr.set_output_scales(0, {c.alpha});
-  dnnl::post_ops po;
-  if (c.sumC) po.append_sum(c.beta);
-  if (n.domain() == ops::kGraftDomain) {
-    appendActivation(n, po);
-    if (activationAfterPrimitive(n)) st->act = fusedActivation(n);
-  }
-  attr.set_post_ops(po);
-  try {
-    auto d = st->bias ? dnnl::matmul::desc(st->aDesc, bPrim, st->biasDesc, st->yDesc)
-                      : dnnl::matmul::desc(st->aDesc, bPrim, st->yDesc);
-    dnnl::matmul::primitive_desc pd(d, attr, engine());
-    noteImplementation(pd.impl_info_str());
-    // The reference implementation is what oneDNN falls back to for strides its fast kernels
-    // cannot read; graft's composite (Transpose, then MatMul) is faster than that.
-    if (c.strided && std::string_view(pd.impl_info_str()).substr(0, 3) == "ref") return decline();
-    st->prim = dnnl::matmul(pd);
-    st->weights.init(st->bDesc, pd.weights_desc(), constB);
-  } catch (const dnnl::error&) {
+  // bf16 where asked and oneDNN has a fast implementation for it, else float32.
+  if (!(bf16Compute() && makePrimitive(*st, c, n, constB, true)) && !makePrimitive(*st, c, n, constB, false))
     return decline();
-  }
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
@@ -278,7 +309,15 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < N; ++j) yp[m * N + j] = cp[m * sm + j * sn];
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(st->aDesc, k.input(1 - st->bInput))},
+    memory a = wrap(st->aDesc, k.input(1 - st->bInput));
+    NDArray aScratch;
+    if (st->convertA) {
+      aScratch = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->aPrim.get_size())});
+      memory m = wrap(st->aPrim, aScratch);
+      execute(st->aToPrim, {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, m}});
+      a = m;
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a},
                                          {DNNL_ARG_WEIGHTS, st->weights.get(k.input(st->bInput))},
                                          {DNNL_ARG_DST, wrap(st->yDesc, y)}};
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
@@ -304,8 +343,9 @@ ops::KernelFn makeGemm(ops::CompileContext& ctx) {
 
 GRAFT_REGISTER_CPU_KERNELS(onednn_matmul) {
   using namespace graft::backends::cpu::onednn;
-  r.add({"", "MatMul", "onednn_matmul", supportsMatMul, makeMatMul});
-  r.add({graft::ops::kGraftDomain, "FusedMatMul", "onednn_matmul", supportsMatMul, makeMatMul});
-  r.add({"", "Gemm", "onednn_gemm", supportsGemm, makeGemm});
-  r.add({graft::ops::kGraftDomain, "FusedGemm", "onednn_gemm", supportsGemm, makeGemm});
+  // The last field: they honour bf16Compute().
+  r.add({"", "MatMul", "onednn_matmul", supportsMatMul, makeMatMul, 0, true});
+  r.add({graft::ops::kGraftDomain, "FusedMatMul", "onednn_matmul", supportsMatMul, makeMatMul, 0, true});
+  r.add({"", "Gemm", "onednn_gemm", supportsGemm, makeGemm, 0, true});
+  r.add({graft::ops::kGraftDomain, "FusedGemm", "onednn_gemm", supportsGemm, makeGemm, 0, true});
 }

@@ -13,6 +13,7 @@
 #include "ir/graph.hpp"
 #include "npy.hpp"
 #include "onnx/model_io.hpp"
+#include "support/cpu_features.hpp"
 
 namespace graft::tools {
 namespace {
@@ -224,7 +225,21 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
   fails({"bench", model, "--dim", "height=3"}, "no random input of the model has a dimension named 'height'");
   fails({"bench", model, "--input", "nope=" + dir.file("x.npy")}, "the model has no input 'nope'");
   EXPECT_EQ(cli({"bench", model, "--steps", "0"}).code, 2);
-  fails({"bench", model, "--dtype", "bf16"}, "SessionOptions.enableBf16");  // not implemented: refused by name
+  // bf16: refused by name where the CPU (below GRAFT_CPU_ISA) has no avx512_bf16; where it has,
+  // the profile shows the matmul in bf16.
+  {
+    support::CpuIsa saved = support::cpuIsaLimit();
+    support::setCpuIsaLimit(support::CpuIsa::Avx2);
+    fails({"bench", model, "--dtype", "bf16"}, "SessionOptions.enableBf16: this CPU has no avx512_bf16");
+    support::setCpuIsaLimit(saved);
+  }
+  if (support::cpuFeatures().avx512bf16) {
+    Result b =
+        cli({"bench", model, "--dim", "batch=4", "--steps", "2", "--warmup", "0", "--dtype", "bf16", "--profile"});
+    ASSERT_EQ(b.code, 0) << b.err;
+    EXPECT_TRUE(contains(b.out, "onednn_matmul (")) << b.out;
+    EXPECT_TRUE(contains(b.out, ", bf16)")) << b.out;
+  }
   EXPECT_EQ(cli({"bench", model, "--dtype", "fp8"}).code, 2);
 }
 
