@@ -60,28 +60,59 @@ def _events(session):
     return sorted((e for e in trace if e.get("cat") == "busy"), key=lambda e: e["args"]["seq"])
 
 
-@pytest.mark.xfail(strict=True, reason="measured: graft's schedule (ready node with the lowest id first) still runs every "
-                   "Accumulate after the whole backward pass, despite the control edge of scheduleEarly "
-                   "(training_session.cpp), so no bucket starts before the backward pass ends; see docs/replication.md")
+def _schedule(session):
+    """The first replica's compiled schedule (serializedIr lists the ops in the order they run)."""
+    return json.loads(session._serializeIr())["maingraph"]
+
+
+def _producer_step(ops, tensor):
+    return next(i for i, op in enumerate(ops) if any(o["name"] == tensor for o in op["outputs"]))
+
+
 def test_the_first_bucket_starts_before_the_backward_pass_ends():
-    # Buckets of one tensor each: w3's gradient (the last layer's) completes first and its bucket
-    # starts while the replicas still compute the gradients of w2, w1 and w0.
+    # Buckets of one tensor each: w3's gradient (the last layer's) is complete first and its
+    # bucket's all-reduce is issued while the replicas still compute the gradients of w2, w1, w0.
     s, _, _ = train(deep_mlp, 1, steps=1)
+    ops = _schedule(s)
+    accumulates = [i for i, op in enumerate(ops) if op["type"] == "Accumulate"]
+    assert [ops[i]["name"] for i in accumulates] == [f"accumulate_w{i}" for i in (3, 2, 1, 0)]
+    for i in accumulates:  # each runs right after the op that computes its gradient
+        assert _producer_step(ops, ops[i]["inputs"][1]["name"]) == i - 1, ops[i - 1]
+    buckets = s.gradientBuckets()
+    assert [b.accumulators for b in buckets] == [[f"Accum___w{i}"] for i in (3, 2, 1, 0)]
+    assert [b.step for b in buckets] == accumulates
+    assert buckets[0].node == "Accumulate node 'accumulate_w3'" and buckets[0].bytes == 8 * OUT * 4
+    # The compiled plan: bucket 0 is issued before the gradient of the first layer is computed,
+    # i.e. before the last backward op.
+    last_backward = max(i for i, op in enumerate(ops) if op["type"] != "Accumulate")
+    assert buckets[0].step < _producer_step(ops, ops[accumulates[-1]]["inputs"][1]["name"]) <= last_backward
+    # What the step did (the timeline's event record, in the order the events happened): the same.
     events = [e["name"] for e in _events(s)]
     started = [n for n in events if n.startswith("all-reduce started")]
     complete = [n for n in events if n.startswith("gradient complete")]
     assert started[0] == "all-reduce started: bucket 0 (Accum___w3)", events
     assert complete == [f"gradient complete: Accum___w{i}" for i in (3, 2, 1, 0)], events
-    # The event record: bucket 0 started before the first layer's gradient was complete, i.e.
-    # before the backward pass ended.
     assert events.index(started[0]) < events.index("gradient complete: Accum___w0"), events
     assert len(started) == 4
     # One bucket for everything starts only once the last gradient is complete.
     s, _, _ = train(deep_mlp, 1 << 30, steps=1)
+    ops = _schedule(s)
+    (one,) = s.gradientBuckets()
+    assert one.accumulators == [f"Accum___w{i}" for i in (3, 2, 1, 0)]
+    assert one.step == max(i for i, op in enumerate(ops) if op["type"] == "Accumulate")
+    assert ops[one.step]["name"] == "accumulate_w0"
     events = [e["name"] for e in _events(s)]
-    one = [n for n in events if n.startswith("all-reduce started")]
-    assert one == ["all-reduce started: bucket 0 (Accum___w3, Accum___w2, Accum___w1, Accum___w0)"], events
-    assert events.index(one[0]) > events.index("gradient complete: Accum___w0")
+    started = [n for n in events if n.startswith("all-reduce started")]
+    assert started == ["all-reduce started: bucket 0 (Accum___w3, Accum___w2, Accum___w1, Accum___w0)"], events
+    assert events.index(started[0]) > events.index("gradient complete: Accum___w0")
+
+
+def test_no_buckets_without_replication():
+    model, x, label, loss, _ = deep_mlp(3)
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=optimizer("sgd"), deviceInfo=graft.DeviceManager().createCpuDevice())
+    s.prepareDevice()
+    assert s.gradientBuckets() == []
 
 
 # ---- per-replica random seeds -------------------------------------------------------------------
