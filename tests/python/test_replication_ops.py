@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import graft
+import collective_reference
+from collective_reference import comm_group, operator
 from test_replication import IN, OUT, lead, optimizer, read
 
 
@@ -232,6 +234,79 @@ def test_gradients_through_collective_ops_train_the_sum_of_the_replicas_losses()
     gv = sum(xs[s_].T @ (R * 2 * (xs[s_] @ v0)) for s_ in range(R))
     np.testing.assert_allclose(got[w], w0 - lr * gw, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[v], v0 - lr * gv, rtol=1e-5, atol=1e-5)
+
+
+GROUPS = [("Consecutive", 1), ("Consecutive", 2), ("Orthogonal", 1), ("Orthogonal", 2), ("All", 0), ("Ungrouped", 0)]
+
+
+def test_collective_ops_in_comm_groups_across_two_replicas():
+    # Built without a replica count (groups of 2 included: the session checks them), run on 2.
+    xs = np.array([[1, 2, 3, 4, 5], [10, 20, 30, 40, 50]], np.float32)
+    kinds = [("allreduce", "Add"), ("allreduce", "Mean"), ("allgather", None), ("reducescatter", "Add"),
+             ("reducescatter", "Mean")]
+
+    def build(b):
+        x = b.addInputTensor(graft.TensorInfo("FLOAT", [5]), "x")
+        outs = []
+        for group in GROUPS:
+            for kind, op in kinds:
+                f = getattr(b.aiGraphcore, "replicated" + kind)
+                args = [operator(op), comm_group(*group)] if op else [comm_group(*group)]
+                outs.append(f([x], *args))
+        return outs, x
+
+    got = iter(_inference(build, lambda x: {x: xs}))
+    for group in GROUPS:
+        for kind, op in kinds:
+            want = {"allreduce": lambda: collective_reference.allreduce(xs, group, op),
+                    "allgather": lambda: collective_reference.allgather(xs, group),
+                    "reducescatter": lambda: collective_reference.reducescatter(xs, group, op)}[kind]()
+            np.testing.assert_allclose(next(got), want, rtol=1e-6, err_msg=f"{kind} {op} over {group}")
+
+
+@pytest.mark.parametrize("groups", [(("Consecutive", 1), ("Orthogonal", 2), ("Consecutive", 2), "Mean"),
+                                    (("Orthogonal", 2), ("Consecutive", 1), ("Orthogonal", 1), "Add"),
+                                    (("Ungrouped", 0), ("Consecutive", 2), ("Orthogonal", 2), "Add")])
+def test_gradients_through_collective_ops_in_comm_groups(groups):
+    # The VJPs of the three collectives over their groups: one SGD step against numpy's gradient
+    # of the sum of the replicas' losses (collective_reference.trained_weights).
+    R = 2
+    model, (x, c, d), weights, loss, init = collective_reference.training_model(R, *groups)
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=graft.ConstSGD(collective_reference.LR),
+                              deviceInfo=graft.DeviceManager().createCpuDevice(R, 1),
+                              userOptions=graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=R))
+    s.prepareDevice()
+    s.weightsFromHost()
+    xs, cs, ds = collective_reference.training_data(R, groups[2])
+    s.run(graft.PyStepIO({x: xs, c: cs, d: ds}, s.initAnchorArrays()))
+    got = read(s, weights)
+    want = collective_reference.trained_weights(init, xs, cs, ds, *groups)
+    for w, expected in zip(weights, want):
+        np.testing.assert_allclose(got[w], expected, rtol=1e-5, atol=1e-5, err_msg=w)
+    assert not np.allclose(got[weights[2]], init[2])  # the reduce-scatter's weight moved
+
+
+def test_a_comm_group_that_does_not_divide_the_replicas_is_refused_by_the_session():
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
+    y = b.aiGraphcore.replicatedallgather([x], comm_group("Consecutive", 3), debugContext="gather3")
+    assert b.getTensorShape(y) == [9]  # the Builder types the group of 3 it names
+    flow = graft.DataFlow(1, {y: graft.AnchorReturnType("All")})
+    o = graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=2)
+    with pytest.raises(graft.Error, match=r"ReplicatedAllGather node 'gather3.*': the Consecutive CommGroup of "
+                                          r"replicaGroupSize 3 does not divide the session's 2 replicas"):
+        graft.InferenceSession(fnModel=b.getModelProto(), dataFlow=flow,
+                               deviceInfo=graft.DeviceManager().createCpuDevice(2, 1), userOptions=o)
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
+    y = b.aiGraphcore.replicatedallreduce([x], operator("Add"), comm_group("Orthogonal", 2))
+    with pytest.raises(graft.Error, match=r"the Orthogonal CommGroup of replicaGroupSize 2 does not divide the "
+                                          r"session's 1 replicas"):
+        graft.InferenceSession(fnModel=b.getModelProto(), dataFlow=graft.DataFlow(1, {y: graft.AnchorReturnType("All")}),
+                               deviceInfo=graft.DeviceManager().createCpuDevice())
+    with pytest.raises(graft.Error, match="the Consecutive CommGroup needs replicaGroupSize >= 1, got 0"):
+        b.aiGraphcore.replicatedallgather([x], comm_group("Consecutive", 0))
 
 
 def test_a_collective_op_outside_replication_runs_as_one_replica():
