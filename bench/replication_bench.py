@@ -52,36 +52,53 @@ def mlp(batch, width, layers, seed=0):
     return b.getModelProto(), x, label, loss, weights
 
 
-def measure(global_batch, width, layers, steps, replicas, threads, distributed=False):
-    """Seconds per step (median of `steps` after 3 warm-up steps) of one process's session."""
-    local = popdist.getNumLocalReplicas() if distributed else replicas
-    total = popdist.getNumTotalReplicas() if distributed else replicas
-    micro = global_batch // total
-    model, x, label, loss, weights = mlp(micro, width, layers)
+def session_options(replicas, distributed):
     opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
     if distributed:
         popdist.configureSessionOptions(opts)
     elif replicas > 1:
         opts.enableReplicatedGraphs = True
         opts.replicatedGraphCount = replicas
+    return opts
+
+
+def replicas_of(replicas, distributed):
+    """(replicas in this process, replicas in all processes)."""
+    if distributed:
+        return popdist.getNumLocalReplicas(), popdist.getNumTotalReplicas()
+    return replicas, replicas
+
+
+def median_step(session, feeds, steps, warmup):
+    """Seconds per step: the median of `steps` runs after `warmup` runs."""
+    session.prepareDevice()
+    session.weightsFromHost()
+    anchors = session.initAnchorArrays()
+    times = []
+    for i in range(steps + warmup):
+        t0 = time.perf_counter()
+        session.run(graft.PyStepIO(feeds, anchors))
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def measure(global_batch, width, layers, steps, replicas, threads, distributed=False):
+    """Seconds per step (median of `steps` after 3 warm-up steps) of one process's session, and the
+    gradient bytes."""
+    local, total = replicas_of(replicas, distributed)
+    micro = global_batch // total
+    model, x, label, loss, weights = mlp(micro, width, layers)
     s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("Final")}),
                               optimizer=graft.SGD({"defaultLearningRate": (0.01, True)}),
-                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads), userOptions=opts)
-    s.prepareDevice()
-    s.weightsFromHost()
+                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads),
+                              userOptions=session_options(replicas, distributed))
     rng = np.random.default_rng(1)
     lead = [local] if local > 1 else []
     xs = rng.standard_normal(lead + [micro, width]).astype(np.float32)
     ys = rng.integers(0, CLASSES, lead + [micro]).astype(np.int32)
-    anchors = s.initAnchorArrays()
-    times = []
-    for i in range(steps + 3):
-        t0 = time.perf_counter()
-        s.run(graft.PyStepIO({x: xs, label: ys}, anchors))
-        if i >= 3:
-            times.append(time.perf_counter() - t0)
-    grad_bytes = sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in weights)
-    return float(np.median(times)), grad_bytes
+    t = median_step(s, {x: xs, label: ys}, steps, 3)
+    return t, sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in weights)
 
 
 ZOO_BATCHES = {"mlp": 64, "resnet18": 8, "bert4": 4}
@@ -101,37 +118,63 @@ def export_zoo(names, batches, zoo_dir):
 
 
 def measure_zoo(name, global_batch, zoo_dir, steps, replicas, threads, distributed=False):
-    """Seconds per step (median of `steps` after 1 warm-up step) of a zoo model's training."""
-    local = popdist.getNumLocalReplicas() if distributed else replicas
-    total = popdist.getNumTotalReplicas() if distributed else replicas
+    """Seconds per step (median of `steps` after 1 warm-up step) of a zoo model's training, and the
+    gradient bytes."""
+    local, total = replicas_of(replicas, distributed)
     micro = global_batch // total
     stem = os.path.join(zoo_dir, f"{name}_b{micro}")
-    opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
-    if distributed:
-        popdist.configureSessionOptions(opts)
-    elif replicas > 1:
-        opts.enableReplicatedGraphs = True
-        opts.replicatedGraphCount = replicas
     s = graft.TrainingSession(fnModel=stem + "_train.onnx", loss="loss",
                               dataFlow=graft.DataFlow(1, {"loss": graft.AnchorReturnType("Final")}),
                               optimizer=graft.SGD({"defaultLearningRate": (0.001, True)}),
-                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads), userOptions=opts)
-    s.prepareDevice()
-    s.weightsFromHost()
+                              deviceInfo=graft.DeviceManager().createCpuDevice(local, threads),
+                              userOptions=session_options(replicas, distributed))
     x, y = np.load(stem + "_x.npy"), np.load(stem + "_y.npy")
     if y.dtype == np.int64 and s.inputInfo("y").dataType() != "INT64":
         y = y.astype(np.int32)
     if local > 1:
         x, y = np.stack([x] * local), np.stack([y] * local)
-    anchors = s.initAnchorArrays()
-    times = []
-    for i in range(steps + 1):
-        t0 = time.perf_counter()
-        s.run(graft.PyStepIO({"x": x, "y": y}, anchors))
-        if i >= 1:
-            times.append(time.perf_counter() - t0)
-    grad_bytes = sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in s.trainedWeightIds())
-    return float(np.median(times)), grad_bytes
+    t = median_step(s, {"x": x, "y": y}, steps, 1)
+    return t, sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in s.trainedWeightIds())
+
+
+def mpirun_case(child_args):
+    """Seconds per step of this script's --child under `mpirun -np 2` (rank 0's), or None when it
+    cannot run (the reason on stderr)."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("mpirun case skipped: no mpirun (scripts/setup.sh installs openmpi-bin)", file=sys.stderr)
+        return None
+    cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "GRAFT_NUM_INSTANCES=2",
+           "-x", "GRAFT_NUM_REPLICAS=2"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    p = subprocess.run(cmd + [sys.executable, __file__, "--child"] + child_args, capture_output=True, text=True,
+                       env=env)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode == 0 and line:
+        return json.loads(line[0])["seconds"]
+    print("mpirun case failed:", p.stdout, p.stderr, file=sys.stderr)
+    return None
+
+
+def three_configurations(measure_one, child_args):
+    """The rows of the table: measure_one(replicas, threads) -> (seconds, gradient bytes) for 1 x 2
+    threads and 2 replicas x 1 thread in this process, and mpirun -np 2 x 1 thread."""
+    rows = {}
+    rows["1 process, 2 threads"], grad_bytes = measure_one(1, 2)
+    rows["2 in-process replicas x 1 thread"], _ = measure_one(2, 1)
+    t = mpirun_case(child_args)
+    if t is not None:
+        rows["mpirun -np 2 x 1 thread"] = t
+    return rows, grad_bytes
+
+
+def print_rows(rows, batch):
+    base = rows["1 process, 2 threads"]
+    print(f"{'configuration':<36}{'ms/step':>10}{'samples/s':>12}{'vs 2 threads':>14}")
+    for k, v in rows.items():
+        print(f"{k:<36}{v * 1e3:>10.2f}{batch / v:>12.1f}{base / v:>14.2f}", flush=True)
 
 
 def zoo_main(a):
@@ -144,30 +187,12 @@ def zoo_main(a):
     load = os.getloadavg()[0]
     results = {}
     for name in names:
-        rows = {}
-        rows["1 process, 2 threads"], grad_bytes = measure_zoo(name, batches[name], a.zoo, a.steps, 1, 2)
-        rows["2 in-process replicas x 1 thread"], _ = measure_zoo(name, batches[name], a.zoo, a.steps, 2, 1)
-        mpirun = shutil.which("mpirun")
-        if mpirun:
-            cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "GRAFT_NUM_INSTANCES=2",
-                   "-x", "GRAFT_NUM_REPLICAS=2"]
-            if os.geteuid() == 0:
-                cmd.append("--allow-run-as-root")
-            env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
-            p = subprocess.run(cmd + [sys.executable, __file__, "--child", "--models", name, "--zoo", a.zoo,
-                                      "--steps", str(a.steps), "--batch", str(batches[name])],
-                               capture_output=True, text=True, env=env)
-            line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            if p.returncode == 0 and line:
-                rows["mpirun -np 2 x 1 thread"] = json.loads(line[0])["seconds"]
-            else:
-                print("mpirun case failed:", p.stdout, p.stderr, file=sys.stderr)
+        rows, grad_bytes = three_configurations(
+            lambda replicas, threads: measure_zoo(name, batches[name], a.zoo, a.steps, replicas, threads),
+            ["--models", name, "--zoo", a.zoo, "--steps", str(a.steps), "--batch", str(batches[name])])
         results[name] = {"rows": rows, "grad_bytes": grad_bytes, "batch": batches[name]}
-        base = rows["1 process, 2 threads"]
         print(f"\n{name}, global batch {batches[name]}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
-        print(f"{'configuration':<36}{'ms/step':>10}{'samples/s':>12}{'vs 2 threads':>14}")
-        for k, v in rows.items():
-            print(f"{k:<36}{v * 1e3:>10.1f}{batches[name] / v:>12.2f}{base / v:>14.2f}", flush=True)
+        print_rows(rows, batches[name])
     load_after = os.getloadavg()[0]
     print(f"\nload average (1 min): {load:.1f} before, {load_after:.1f} after")
     if a.json:
@@ -196,46 +221,25 @@ def main():
     ap.add_argument("--zoo-batches", default="", help="e.g. resnet18=8,bert4=4 (global batches)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.child and a.models:
-        t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
+    if a.child:  # one rank of the mpirun case
+        if a.models:
+            t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
+        else:
+            t, _ = measure(a.batch, a.width, a.layers, a.steps, 1, 1, distributed=True)
         if popdist.getInstanceIndex() == 0:
             print(json.dumps({"seconds": t}), flush=True)
         return
     if a.models:
         return zoo_main(a)
-    if a.child:  # one rank of the mpirun case
-        t, _ = measure(a.batch, a.width, a.layers, a.steps, 1, 1, distributed=True)
-        if popdist.getInstanceIndex() == 0:
-            print(json.dumps({"seconds": t}), flush=True)
-        return
-    rows = {}
-    t, grad_bytes = measure(a.batch, a.width, a.layers, a.steps, 1, 2)
-    rows["1 process, 2 threads"] = t
-    rows["2 in-process replicas x 1 thread"], _ = measure(a.batch, a.width, a.layers, a.steps, 2, 1)
-    mpirun = shutil.which("mpirun")
-    if mpirun:
-        cmd = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "GRAFT_NUM_INSTANCES=2",
-               "-x", "GRAFT_NUM_REPLICAS=2"]
-        if os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
-        env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
-        p = subprocess.run(cmd + [sys.executable, __file__, "--child", "--steps", str(a.steps), "--batch", str(a.batch),
-                                  "--width", str(a.width), "--layers", str(a.layers)],
-                           capture_output=True, text=True, env=env)
-        line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        if p.returncode == 0 and line:
-            rows["mpirun -np 2 x 1 thread"] = json.loads(line[0])["seconds"]
-        else:
-            print("mpirun case failed:", p.stdout, p.stderr, file=sys.stderr)
-    base = rows["1 process, 2 threads"]
+    rows, grad_bytes = three_configurations(
+        lambda replicas, threads: measure(a.batch, a.width, a.layers, a.steps, replicas, threads),
+        ["--steps", str(a.steps), "--batch", str(a.batch), "--width", str(a.width), "--layers", str(a.layers)])
     print(f"MLP {a.layers} x {a.width}, global batch {a.batch}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
-    print(f"{'configuration':<36}{'ms/step':>10}{'samples/s':>12}{'vs 2 threads':>14}")
-    for k, v in rows.items():
-        print(f"{k:<36}{v * 1e3:>10.2f}{a.batch / v:>12.0f}{base / v:>14.2f}")
+    print_rows(rows, a.batch)
     # The cost model: backward ~ 2/3 of the step; the all-reduce hides behind it while shorter.
     print("\ncost model: ring all-reduce at 25 Gbit/s, 20 us per hop, against this step's compute")
     print(f"{'hosts':>6}{'all-reduce ms':>16}{'backward ms':>14}{'hidden':>8}")
-    bwd = base * 2 / 3
+    bwd = rows["1 process, 2 threads"] * 2 / 3
     model_rows = []
     for hosts in (2, 4, 8, 16, 32, 64):
         ar = ring_allreduce_seconds(grad_bytes, hosts)

@@ -47,6 +47,20 @@ struct MemoryPlanSummary {
   std::string text;             ///< the plan, printable (graft inspect --memory)
 };
 
+/// A bucket of gradients all-reduced together in a replicated training step
+/// (SessionOptions::gradientBucketBytes), as compiled (Session::gradientBuckets).
+struct GradientBucket {
+  /// Its gradients' accumulators ("Accum___<weight>"), in the order the backward pass completes them.
+  std::vector<TensorId> accumulators;
+  int64_t bytes = 0;
+  /// Where its all-reduce starts: right after step `step` of program `program` (0 without virtual
+  /// graphs) of the first replica's compiled schedule (serializedIr's order), the Accumulate
+  /// `node` that completes the bucket's last gradient.
+  int program = 0;
+  int64_t step = -1;
+  std::string node;
+};
+
 class Session {
  public:
   virtual ~Session();
@@ -120,6 +134,9 @@ class Session {
   /// replica's optimizer step holds, for the last compiled plan (SessionOptions::
   /// shardOptimizerState divides them by globalReplicationFactor); empty otherwise.
   std::vector<int64_t> replicaOptimizerStateBytes() const;
+  /// Replicated training: the gradient buckets of the last compiled plan, in the order their
+  /// all-reduces start; empty otherwise.
+  std::vector<GradientBucket> gradientBuckets() const;
   /// Copies weights (and, in training, optimizer state) into the arrays of `io`, which must have
   /// the tensors' types and shapes.
   void readWeights(WeightsIO& io) const;

@@ -257,6 +257,17 @@ void bindSession(pyb::module_& m) {
         return fmt::format("OpProfile({}, calls={}, seconds={:.6f})", p.opType, p.calls, p.seconds);
       });
 
+  pyb::class_<GradientBucket>(m, "GradientBucket")
+      .def_readonly("accumulators", &GradientBucket::accumulators)
+      .def_readonly("bytes", &GradientBucket::bytes)
+      .def_readonly("program", &GradientBucket::program)
+      .def_readonly("step", &GradientBucket::step)
+      .def_readonly("node", &GradientBucket::node)
+      .def("__repr__", [](const GradientBucket& b) {
+        return fmt::format("GradientBucket([{}], bytes={}, starts after step {} of program {}: {})",
+                           fmt::join(b.accumulators, ", "), b.bytes, b.step, b.program, b.node);
+      });
+
   pyb::class_<Session>(m, "_SessionCore")
       .def("prepareDevice", &Session::prepareDevice, pyb::call_guard<pyb::gil_scoped_release>())
       .def(
@@ -293,6 +304,7 @@ void bindSession(pyb::module_& m) {
       .def("stagesText", &Session::stagesText)
       .def("timelineJson", &Session::timelineJson)
       .def("replicaOptimizerStateBytes", &Session::replicaOptimizerStateBytes)
+      .def("gradientBuckets", &Session::gradientBuckets)
       .def(
           "readWeights",
           [](const Session& s, PyWeightsIO& io) {

@@ -47,6 +47,7 @@ void copyGraph(const Graph& g, Graph& out) {
     c->virtualGraph = n->virtualGraph;
     c->pipelineStage = n->pipelineStage;
     c->recompute = n->recompute;
+    c->eager = n->eager;
     copies[n] = c;
   }
   for (Node* n : g.nodes())

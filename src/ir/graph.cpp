@@ -288,9 +288,10 @@ std::vector<Node*> Graph::nodes() const {
 
 std::vector<Node*> Graph::schedule() const {
   // Kahn's algorithm with a priority on insertion order (node id), so that the schedule is
-  // deterministic and stays close to the model's own order.
+  // deterministic and stays close to the model's own order; eager nodes go first whenever they
+  // are ready (they would otherwise wait for every ready node added before them).
   std::unordered_map<const Node*, int> pending;
-  auto cmp = [](Node* a, Node* b) { return a->id() > b->id(); };
+  auto cmp = [](Node* a, Node* b) { return a->eager != b->eager ? b->eager : a->id() > b->id(); };
   std::priority_queue<Node*, std::vector<Node*>, decltype(cmp)> ready(cmp);
   for (const auto& up : nodes_) {
     Node* n = up.get();

@@ -132,6 +132,10 @@ class Node {
   std::optional<int64_t> pipelineStage;
   /// Recompute this op's outputs in the backward pass instead of keeping them (training).
   bool recompute = false;
+  /// schedule() runs this node as soon as it is ready, before every other ready node that is not
+  /// eager (a gradient's Accumulate in training: its gradient is complete, and can be all-reduced
+  /// across replicas, the moment it is computed, and its buffer is free after it).
+  bool eager = false;
 
  private:
   friend class Graph;
@@ -205,8 +209,9 @@ class Graph {
   /// Nodes in insertion order.
   std::vector<Node*> nodes() const;
   size_t numNodes() const { return nodes_.size(); }
-  /// Nodes in a topological order that follows insertion order where it can; throws graft::Error
-  /// naming a node of the cycle when there is one.
+  /// Nodes in a topological order: among the ready nodes the eager ones (Node::eager) first, then
+  /// the one added first (insertion order where it can); throws graft::Error naming a node of the
+  /// cycle when there is one.
   std::vector<Node*> schedule() const;
 
  private:

@@ -9,10 +9,12 @@
 // Attributes as PopART's builder writes them: __collectiveOperator (CollectiveOperator: Add,
 // Mean, Mul, Min, Max, LogicalAnd, LogicalOr, SquareAdd, Local; default Add) and
 // __collectiveCommGroup ([CommGroupType, replicaGroupSize]; default All). The session sets
-// __replicationFactor (the global replica count) before it infers shapes; without it the graph
-// is one replica's, and so is a thread without a ReplicaContext (ops/replica_context.hpp): then
-// every group is that replica alone, AllReduce and AllGather are the identity (flattened for
-// AllGather) and ReduceScatter flattens.
+// __replicationFactor (the global replica count) before it infers shapes, and the check that a
+// Consecutive or Orthogonal group divides the replicas happens then. Without it (the Builder's
+// view) shapes are inferred for one replica: All is that replica alone, a Consecutive or
+// Orthogonal group has the size it names. A thread without a ReplicaContext
+// (ops/replica_context.hpp) runs as the one replica of a graph built for one: AllReduce and
+// AllGather are the identity (flattened for AllGather) and ReduceScatter flattens.
 //
 // Gradients, for the loss that data parallelism trains (the sum of every replica's loss):
 // AllReduce(Add) -> AllReduce(Add) of dy, AllReduce(Mean) -> AllReduce(Mean) of dy, Local -> dy;
@@ -49,9 +51,12 @@ std::vector<int> groupMembers(const CommGroup& g, int replicas, int replica, con
     case CommGroupType::Consecutive:
     case CommGroupType::Orthogonal: {
       const int64_t k = g.size;
-      GRAFT_CHECK(k >= 1 && replicas % k == 0,
-                  "{}: a {} CommGroup of replicaGroupSize {} does not divide the {} replicas (globalReplicationFactor)",
-                  what, g.type == CommGroupType::Consecutive ? "Consecutive" : "Orthogonal", k, replicas);
+      const char* kind = g.type == CommGroupType::Consecutive ? "Consecutive" : "Orthogonal";
+      GRAFT_CHECK(k >= 1, "{}: the {} CommGroup needs replicaGroupSize >= 1, got {}", what, kind, k);
+      GRAFT_CHECK(replicas % k == 0,
+                  "{}: the {} CommGroup of replicaGroupSize {} does not divide the session's {} replicas "
+                  "(replicatedGraphCount, or globalReplicationFactor across processes)",
+                  what, kind, k, replicas);
       const int groups = static_cast<int>(replicas / k);
       if (g.type == CommGroupType::Consecutive) {
         int first = replica / static_cast<int>(k) * static_cast<int>(k);
@@ -103,9 +108,18 @@ int replicasOf(const ir::Node& n) {
   return static_cast<int>(r);
 }
 
-// The group's size for replica 0 (every group has the same size).
+// The group's size (every group has the same size). Before a session gives the node the replica
+// count (__replicationFactor; the Builder infers shapes for one replica), a Consecutive or
+// Orthogonal group has the size it names and All is the one replica; the session checks that the
+// group divides its replicas when it sets the count (Session::Impl::bindCollectives).
 int64_t groupSize(const ir::Node& n) {
-  return static_cast<int64_t>(groupMembers(commGroup(n), replicasOf(n), 0, n.describe()).size());
+  CommGroup g = commGroup(n);
+  if (!n.attrs().has(kReplicasAttr) && (g.type == CommGroupType::Consecutive || g.type == CommGroupType::Orthogonal)) {
+    GRAFT_CHECK(g.size >= 1, "{}: the {} CommGroup needs replicaGroupSize >= 1, got {}", n.describe(),
+                g.type == CommGroupType::Consecutive ? "Consecutive" : "Orthogonal", g.size);
+    return g.size;
+  }
+  return static_cast<int64_t>(groupMembers(g, replicasOf(n), 0, n.describe()).size());
 }
 
 template <class T>
@@ -158,6 +172,24 @@ NDArray reduceOver(CollectiveOp op, const std::vector<NDArray>& all, const std::
   return out;
 }
 
+// What a collective kernel knows from compile time: the node's attributes, read once.
+struct Call {
+  std::string what, key;
+  CollectiveOp op = CollectiveOp::Add;
+  CommGroup group;
+  int replicas = 1;
+};
+
+Call callOf(const ir::Node& n) {
+  Call c;
+  c.what = n.describe();
+  c.key = n.type() + "/" + (n.name().empty() ? (n.numOutputs() && n.output(0) ? n.output(0)->id() : "") : n.name());
+  c.op = collectiveOp(n);
+  c.group = commGroup(n);
+  c.replicas = replicasOf(n);
+  return c;
+}
+
 // Every replica's x (by global index) and this replica's group: the one-replica view without a
 // context.
 struct Exchanged {
@@ -166,55 +198,43 @@ struct Exchanged {
   int position = 0;  ///< this replica's place in members
 };
 
-Exchanged exchange(const ir::Node& n, const std::string& key, const NDArray& x, const std::string& what) {
+Exchanged exchange(const Call& c, const NDArray& x) {
   Exchanged e;
   ReplicaContext* ctx = currentReplica();
-  const int replicas = replicasOf(n);
   if (!ctx) {
-    GRAFT_CHECK(replicas == 1,
-                "{}: the graph was built for {} replicas, but it runs outside a replicated session's replica", what,
-                replicas);
+    GRAFT_CHECK(c.replicas == 1,
+                "{}: the graph was built for {} replicas, but it runs outside a replicated session's replica", c.what,
+                c.replicas);
     e.all = {x};
     e.members = {0};
     return e;
   }
-  GRAFT_CHECK(ctx->replicas() == replicas, "{}: the graph was built for {} replicas, the session has {}", what,
-              replicas, ctx->replicas());
-  e.members = groupMembers(commGroup(n), replicas, ctx->replica(), what);
+  GRAFT_CHECK(ctx->replicas() == c.replicas, "{}: the graph was built for {} replicas, the session has {}", c.what,
+              c.replicas, ctx->replicas());
+  e.members = groupMembers(c.group, c.replicas, ctx->replica(), c.what);
   e.position = static_cast<int>(std::find(e.members.begin(), e.members.end(), ctx->replica()) - e.members.begin());
-  e.all = ctx->exchange(key, x);
+  e.all = ctx->exchange(c.key, x);
   return e;
 }
 
-std::string callKey(const ir::Node& n) {
-  return n.type() + "/" + (n.name().empty() ? (n.numOutputs() && n.output(0) ? n.output(0)->id() : "") : n.name());
-}
-
-KernelFn allReduceKernel(CompileContext& c) {
-  const ir::Node& n = c.node();
-  std::string what = n.describe(), key = callKey(n);
-  CollectiveOp op = collectiveOp(n);
-  const ir::Node* node = &n;
-  return [=](KernelContext& k) {
+KernelFn allReduceKernel(CompileContext& cc) {
+  return [c = callOf(cc.node())](KernelContext& k) {
     const NDArray& x = k.input(0);
-    if (op == CollectiveOp::Local) {
+    if (c.op == CollectiveOp::Local) {
       k.setOutput(0, x);
       return;
     }
-    Exchanged e = exchange(*node, key, x, what);
-    k.setOutput(0, reduceOver(op, e.all, e.members, what));
+    Exchanged e = exchange(c, x);
+    k.setOutput(0, reduceOver(c.op, e.all, e.members, c.what));
   };
 }
 
-KernelFn reduceScatterKernel(CompileContext& c) {
-  const ir::Node& n = c.node();
-  std::string what = n.describe(), key = callKey(n);
-  CollectiveOp op = collectiveOp(n);
-  const ir::Node* node = &n;
-  return [=](KernelContext& k) {
+KernelFn reduceScatterKernel(CompileContext& cc) {
+  return [c = callOf(cc.node())](KernelContext& k) {
     const NDArray& x = k.input(0);
-    Exchanged e = exchange(*node, key, x, what);
-    NDArray full = op == CollectiveOp::Local ? e.all.at(e.members[e.position]) : reduceOver(op, e.all, e.members, what);
+    Exchanged e = exchange(c, x);
+    NDArray full =
+        c.op == CollectiveOp::Local ? e.all.at(e.members[e.position]) : reduceOver(c.op, e.all, e.members, c.what);
     const int64_t size = static_cast<int64_t>(e.members.size());
     const int64_t shard = (x.numel() + size - 1) / size;
     NDArray& y = k.allocOutputUninit(0, x.dtype(), {shard});
@@ -227,18 +247,15 @@ KernelFn reduceScatterKernel(CompileContext& c) {
   };
 }
 
-KernelFn allGatherKernel(CompileContext& c) {
-  const ir::Node& n = c.node();
-  std::string what = n.describe(), key = callKey(n);
-  const ir::Node* node = &n;
-  return [=](KernelContext& k) {
+KernelFn allGatherKernel(CompileContext& cc) {
+  return [c = callOf(cc.node())](KernelContext& k) {
     const NDArray& x = k.input(0);
-    Exchanged e = exchange(*node, key, x, what);
+    Exchanged e = exchange(c, x);
     NDArray& y = k.allocOutputUninit(0, x.dtype(), {static_cast<int64_t>(e.members.size()) * x.numel()});
     auto* dst = static_cast<char*>(y.rawData());
     for (int m : e.members) {
       const NDArray& part = e.all.at(m);
-      GRAFT_CHECK(part.shape() == x.shape(), "{}: replica {} gave shape {}, this replica {}", what, m,
+      GRAFT_CHECK(part.shape() == x.shape(), "{}: replica {} gave shape {}, this replica {}", c.what, m,
                   shapeToString(part.shape()), shapeToString(x.shape()));
       if (part.nbytes()) std::memcpy(dst, part.rawData(), part.nbytes());
       dst += part.nbytes();
@@ -261,7 +278,8 @@ ir::Attributes collectiveAttrs(const ir::Node& n, CollectiveOp op) {
   a.set(kOperatorAttr, static_cast<int64_t>(op));
   CommGroup g = commGroup(n);
   a.set(kGroupAttr, std::vector<int64_t>{static_cast<int64_t>(g.type), g.size});
-  a.set(kReplicasAttr, static_cast<int64_t>(replicasOf(n)));
+  // The gradient spans the forward's group; without a replica count yet, neither has one.
+  if (n.attrs().has(kReplicasAttr)) a.set(kReplicasAttr, static_cast<int64_t>(replicasOf(n)));
   return a;
 }
 

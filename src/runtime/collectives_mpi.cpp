@@ -71,6 +71,13 @@ class MpiWorld : public Communicator {
                             a.dtype() == DataType::Float ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
     failIf(rc, "all-reduce of '" + what + "'");
     pending_.push_back({req, std::move(a), what});
+    // OpenMPI moves a non-blocking collective on only inside MPI calls (it has no progress thread
+    // by default): testing the earlier buckets here advances them while the backward pass goes on.
+    // A completed request becomes MPI_REQUEST_NULL, which waitAll's MPI_Testall counts as done.
+    for (auto& p : pending_) {
+      int done = 0;
+      failIf(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE), "all-reduce of '" + p.what + "'");
+    }
   }
 
   void waitAll() override {

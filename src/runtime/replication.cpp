@@ -72,6 +72,11 @@ struct Session::Impl::Plan::Reduction {
     /// Over MPI, a bucket of several tensors: their sums side by side, all-reduced at once.
     NDArray packed;
     std::string name;
+    /// Where the reduction starts in the first replica's schedule: after step `step` of program
+    /// `program`, the Accumulate `node` of the last member (-1: before the optimizer step).
+    int program = 0;
+    int64_t step = -1;
+    std::string node;
   };
   std::vector<Bucket> buckets;
   std::vector<size_t> bucketOf;                  ///< per accumulator
@@ -268,21 +273,31 @@ void Session::Impl::formBuckets(Plan& p) {
   // The order the backward pass completes the accumulators: the first replica's schedule (the
   // order its compiled graph runs in; its programs in order with virtual graphs), where each
   // one's Accumulate runs.
-  std::vector<const ir::Node*> order;
+  std::vector<const ir::Graph*> programs;
   const Plan::Replica& first = *p.replicas[0];
-  if (first.exe)
-    for (const ir::Node* n : first.graph->schedule()) order.push_back(n);
+  if (first.exe) programs.push_back(first.graph);
   if (first.staged)
-    for (auto& pg : first.staged->graphs)
-      for (const ir::Node* n : pg.graph->schedule()) order.push_back(n);
+    for (auto& pg : first.staged->graphs) programs.push_back(pg.graph.get());
   std::vector<size_t> ks;
   std::vector<bool> seen(count, false);
-  for (const ir::Node* n : order) {
-    if (n->type() != "Accumulate" || n->numInputs() < 1 || !n->input(0)) continue;
-    auto it = red.index.find(n->input(0)->id());
-    if (it == red.index.end() || seen[it->second]) continue;
-    seen[it->second] = true;
-    ks.push_back(it->second);
+  struct Where {
+    int program = 0;
+    int64_t step = -1;
+    std::string node;
+  };
+  std::vector<Where> where(count);
+  for (size_t prog = 0; prog < programs.size(); ++prog) {
+    // The order the compiled program runs in (plan::compile schedules the same way).
+    std::vector<ir::Node*> order = programs[prog]->schedule();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const ir::Node* n = order[i];
+      if (n->type() != "Accumulate" || n->numInputs() < 1 || !n->input(0)) continue;
+      auto it = red.index.find(n->input(0)->id());
+      if (it == red.index.end() || seen[it->second]) continue;
+      seen[it->second] = true;
+      ks.push_back(it->second);
+      where[it->second] = {static_cast<int>(prog), static_cast<int64_t>(i), n->describe()};
+    }
   }
   for (size_t k = 0; k < count; ++k)
     if (!seen[k]) ks.push_back(k);  // (none expected) reduced before the optimizer step
@@ -312,6 +327,10 @@ void Session::Impl::formBuckets(Plan& p) {
       names.push_back(p.accumulatorIds[k]);
     }
     bucket.name = fmt::format("bucket {} ({})", b, fmt::join(names, ", "));
+    const Where& w = where[bucket.members.back()];
+    bucket.program = w.program;
+    bucket.step = w.step;
+    bucket.node = w.node;
     if (comm && bucket.members.size() > 1) bucket.packed = NDArray(acc[bucket.members[0]].dtype(), {elems});
   }
   red.pending.reset(new std::atomic<int>[red.buckets.size()]);
@@ -385,6 +404,23 @@ void Session::Impl::reduceGradients(Plan& p) {
     }
   }
   red.reset();
+}
+
+std::vector<GradientBucket> Session::gradientBuckets() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
+  std::vector<GradientBucket> out;
+  const Impl::Plan* p = impl_->lastPlan;
+  if (!p || !p->reduction || p->replicas.empty()) return out;
+  for (const auto& b : p->reduction->buckets) {
+    GradientBucket g;
+    for (size_t k : b.members) g.accumulators.push_back(p->accumulatorIds[k]);
+    g.bytes = b.bytes;
+    g.program = b.program;
+    g.step = b.step;
+    g.node = b.node;
+    out.push_back(std::move(g));
+  }
+  return out;
 }
 
 void Session::Impl::writeReplicaCopies(const TensorId& id, const NDArray& value) {

@@ -149,45 +149,20 @@ struct TrainingImpl : Session::Impl {
     for (const auto& [w, gr] : pairs) {
       ir::Node* acc = g.addNode("Accumulate", ops::kGraftDomain, {&g.tensor(optim::stateId("Accum", w->id())), gr}, {},
                                 {}, "accumulate_" + w->id());
-      scheduleEarly(g, acc, gr->producer());
+      // Added after the whole backward pass, it would run only once nothing else is ready, after
+      // all of it; eager, it runs right after its gradient's producer, so the gradient is complete
+      // (and its bucket's all-reduce can start, replication.cpp) while the backward pass goes on.
+      // So does the Identity that names the gradient (autodiff's Gradient___<weight>), also added
+      // after the backward pass.
+      acc->eager = true;
+      for (ir::Node* n = gr->producer(); n && n->type() == "Identity" && n->numInputs() == 1 && n->input(0);
+           n = n->input(0)->producer())
+        n->eager = true;
       trained.push_back(w->id());
       p.accumulatorIds.push_back(optim::stateId("Accum", w->id()));
     }
     // Sharded: each replica's optimizer step is built once the replicas exist (buildShardGraph).
     if (!shardsOptimizerState()) p.applyGraph = buildApplyGraph(trained);
-  }
-
-  // The schedule runs the ready node added first: an Accumulate, added after the whole backward
-  // pass, would run only once nothing else is ready, after all of it. It runs right after its
-  // gradient's producer instead, so that the gradient is complete as soon as it is computed and
-  // its all-reduce (replication) overlaps the rest of the backward pass: the node added next
-  // after the producer that the Accumulate does not depend on runs after it.
-  static void scheduleEarly(ir::Graph& g, ir::Node* acc, const ir::Node* producer) {
-    if (!producer) return;
-    std::set<const ir::Node*> ancestors;
-    std::vector<const ir::Node*> stack{acc};
-    while (!stack.empty()) {
-      const ir::Node* n = stack.back();
-      stack.pop_back();
-      if (!ancestors.insert(n).second) continue;
-      for (const ir::Tensor* t : n->inputs())
-        if (t && t->producer()) stack.push_back(t->producer());
-      for (const ir::Tensor* t : n->implicitInputs())
-        if (t && t->producer()) stack.push_back(t->producer());
-      for (const ir::Node* a : n->runsAfter()) stack.push_back(a);
-    }
-    bool past = false;
-    for (ir::Node* n : g.nodes()) {
-      if (n == producer) {
-        past = true;
-        continue;
-      }
-      if (!past || n == acc || ancestors.count(n) || n->type() == "Accumulate") continue;
-      // With virtual graphs: a node of the producer's own program (no edge between programs).
-      if (n->virtualGraph != producer->virtualGraph || n->pipelineStage != producer->pipelineStage) continue;
-      n->addRunsAfter(acc);
-      return;
-    }
   }
 
   // The gradient of an accumulator, divided for a Mean reduction (the accumulators hold sums).

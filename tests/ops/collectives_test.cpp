@@ -89,6 +89,25 @@ TEST(Graphcore_ReplicatedAllReduce, FourReplicasInGroups) {
   EXPECT_THROW(runReference(gc("ReplicatedAllReduce", {x}, group(1, 3))), Error);  // 3 does not divide 4
 }
 
+// Without __replicationFactor (the Builder's view, before a session sets it) a Consecutive or
+// Orthogonal group has the size it names and nothing checks it against replicas yet.
+TEST(CommGroup, GroupsOfTheirNamedSizeBeforeTheReplicaCountIsKnown) {
+  auto x = arr<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto named = [](int64_t type, int64_t size) {
+    return attrs({{"__collectiveCommGroup", std::vector<int64_t>{type, size}}});
+  };
+  EXPECT_EQ(inferTypes(gc("ReplicatedAllGather", {x}, named(1, 2)))[0].info.shape(), (Shape{12}));
+  EXPECT_EQ(inferTypes(gc("ReplicatedAllGather", {x}, named(2, 3)))[0].info.shape(), (Shape{18}));
+  EXPECT_EQ(inferTypes(gc("ReplicatedReduceScatter", {x}, named(2, 4)))[0].info.shape(), (Shape{2}));
+  EXPECT_EQ(inferTypes(gc("ReplicatedAllReduce", {x}, named(1, 2)))[0].info.shape(), (Shape{2, 3}));
+  EXPECT_EQ(inferTypes(gc("ReplicatedAllGather", {x}, named(0, 0)))[0].info.shape(), (Shape{6}));  // All: one
+  EXPECT_THROW(inferTypes(gc("ReplicatedAllGather", {x}, named(1, 0))), Error);
+  // Once the count is set, the group must divide it.
+  auto counted = named(1, 2);
+  counted.set("__replicationFactor", int64_t{3});
+  EXPECT_THROW(inferTypes(gc("ReplicatedAllGather", {x}, counted)), Error);
+}
+
 TEST(Graphcore_ReplicatedAllReduce, GradientOverFourReplicasIsTheAllReduceOfDy) {
   FourReplicas ctx(0);
   // dy + (dy + 10) + (dy + 20) + (dy + 30): the other replicas' output gradients, summed.
@@ -97,6 +116,16 @@ TEST(Graphcore_ReplicatedAllReduce, GradientOverFourReplicasIsTheAllReduceOfDy) 
   EXPECT_THROW(
       vjpOf(gc("ReplicatedAllReduce", {arr<float>({2}, {5, 6})}, group(0, 0, 4)), {0}, {arr<float>({2}, {1, 2})}),
       Error);  // Max has no gradient
+}
+
+TEST(Graphcore_ReplicatedAllReduce, GradientOverAGroupIsTheAllReduceOfDyOverIt) {
+  FourReplicas ctx(1);  // the others' dy: dy - 10, dy + 10, dy + 20
+  auto x = arr<float>({2}, {5, 6});
+  auto dy = arr<float>({2}, {1, 2});
+  // Consecutive 2: {0, 1}; Orthogonal 2: {1, 3}; Mean divides by the group's 2.
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedAllReduce", {x}, group(1, 2)), {0}, {dy})[0], arr<float>({2}, {-8, -6})));
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedAllReduce", {x}, group(2, 2)), {0}, {dy})[0], arr<float>({2}, {22, 24})));
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedAllReduce", {x}, group(2, 2, 1)), {0}, {dy})[0], arr<float>({2}, {11, 12})));
 }
 
 TEST(Graphcore_ReplicatedReduceScatter, OneReplicaFlattensAndGradient) {
@@ -132,6 +161,20 @@ TEST(Graphcore_ReplicatedReduceScatter, GradientOverFourReplicasIsTheAllGatherOf
   EXPECT_TRUE(allClose(g[0], arr<float>({3}, {0.5f, 10.5f, 20.5f})));
 }
 
+TEST(Graphcore_ReplicatedReduceScatter, GradientOverAGroupIsTheAllGatherOfDyOverIt) {
+  FourReplicas ctx(2);  // the others' dy: dy - 20, dy - 10, dy + 10
+  auto x = arr<float>({3}, {1, 2, 3});
+  auto dy = arr<float>({2}, {1, 2});  // shards of ceil(3 / 2)
+  // Orthogonal 2 from replica 2: {0, 2}: [dy_0, dy_2] trimmed to 3; Consecutive 2: {2, 3}.
+  EXPECT_TRUE(
+      allClose(vjpOf(gc("ReplicatedReduceScatter", {x}, group(2, 2)), {0}, {dy})[0], arr<float>({3}, {-19, -18, 1})));
+  EXPECT_TRUE(
+      allClose(vjpOf(gc("ReplicatedReduceScatter", {x}, group(1, 2)), {0}, {dy})[0], arr<float>({3}, {1, 2, 11})));
+  // Mean: divided by the group's 2.
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedReduceScatter", {x}, group(1, 2, 1)), {0}, {dy})[0],
+                       arr<float>({3}, {0.5f, 1, 5.5f})));
+}
+
 TEST(Graphcore_ReplicatedAllGather, OneReplicaFlattensAndGradient) {
   auto x = arr<float>({2, 2}, {1, 2, 3, 4});
   EXPECT_TRUE(allClose(runReference(gc("ReplicatedAllGather", {x}))[0], arr<float>({4}, {1, 2, 3, 4})));
@@ -153,6 +196,16 @@ TEST(Graphcore_ReplicatedAllGather, GradientOverFourReplicasIsTheReduceScatterOf
   // Every replica's dy [4] is this one's + 10 (r - 1): summed, shard 1 (element 1).
   auto g = vjpOf(gc("ReplicatedAllGather", {arr<float>({1}, {7})}, group(0, 0)), {0}, {arr<float>({4}, {1, 2, 3, 4})});
   EXPECT_TRUE(allClose(g[0], arr<float>({1}, {4 * 2 + 20})));
+}
+
+TEST(Graphcore_ReplicatedAllGather, GradientOverAGroupIsTheReduceScatterOfDyOverIt) {
+  FourReplicas ctx(3);  // the others' dy: dy - 30, dy - 20, dy - 10
+  auto x = arr<float>({2}, {7, 8});
+  auto dy = arr<float>({4}, {1, 2, 3, 4});  // [k * n] = [2 * 2]
+  // Consecutive 2 from replica 3: {2, 3}, position 1: (dy_2 + dy_3)[2:4] = 2 dy - 10.
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedAllGather", {x}, group(1, 2)), {0}, {dy})[0], arr<float>({2}, {-4, -2})));
+  // Orthogonal 2: {1, 3}, position 1: (dy_1 + dy_3)[2:4] = 2 dy - 20.
+  EXPECT_TRUE(allClose(vjpOf(gc("ReplicatedAllGather", {x}, group(2, 2)), {0}, {dy})[0], arr<float>({2}, {-14, -12})));
 }
 
 }  // namespace

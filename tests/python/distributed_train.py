@@ -7,9 +7,10 @@ of a batch that every instance generates alike.
 MODE: train (write the final weights to OUT.npz on rank 0, and a checkpoint OUT.onnx),
 hang (rank 1 stops answering before step 2), kill (rank 1 is killed before step 2),
 mismatch (rank 1 builds another model), popdist (configured with graft.distributed only),
-collectives (the collective ops over every replica of every instance: OUT.rank<r>.npz holds
-their anchors and the weights after one step; see test_distributed.py). OPTIONS: comma-separated
-bucket=<gradientBucketBytes>, shard (shardOptimizerState).
+collectives (the collective ops over every replica of every instance, in CommGroups:
+OUT.rank<r>.npz holds their anchors and the weights w, v, u after one step through them; see
+test_distributed.py). OPTIONS: comma-separated bucket=<gradientBucketBytes>, shard
+(shardOptimizerState).
 """
 import os
 import signal
@@ -18,10 +19,13 @@ import time
 
 import numpy as np
 
-import graft
-import graft.distributed as popdist
+# This checkout's graft (as conftest.py does), not one a venv's .pth names for another checkout.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(_HERE, "..", "..", "python")))
+sys.path.insert(0, _HERE)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graft  # noqa: E402
+import graft.distributed as popdist  # noqa: E402
 from test_replication import IN, OUT, mlp, optimizer  # noqa: E402
 
 B = 3
@@ -91,19 +95,15 @@ def main():
     print(f"rank {rank}: done", flush=True)
 
 
-COLLECTIVE_LR = 0.1
-
-
-def collective_data(total, B=2, N=3, seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal((IN, N)).astype(np.float32), rng.standard_normal((IN, N)).astype(np.float32),
-            rng.standard_normal((total, B, IN)).astype(np.float32), rng.standard_normal((total, B, N)).astype(np.float32),
-            rng.standard_normal((total, total * B * N)).astype(np.float32))
+# The groups of the training step through the collectives (collective_reference.training_model).
+COLLECTIVE_GROUPS = (("Consecutive", 2), ("Orthogonal", 2), ("Orthogonal", 2), "Mean")
 
 
 def collectives(out, opts, rank):
     """Forward: each collective over the 4 replicas of 2 instances, in groups; training: one SGD
-    step through an all-reduce and an all-gather."""
+    step through an all-reduce, an all-gather and a reduce-scatter, each over a group of 2."""
+    import collective_reference as ref
+
     local, offset, total = popdist.getNumLocalReplicas(), popdist.getReplicaIndexOffset(), popdist.getNumTotalReplicas()
     mine = slice(offset, offset + local)
     b = graft.Builder()
@@ -114,40 +114,38 @@ def collectives(out, opts, rank):
         "consecutive": b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Add, G(T.Consecutive, 2)),
         "orthogonal": b.aiGraphcore.replicatedallreduce([x], graft.CollectiveOperator.Add, G(T.Orthogonal, 2)),
         "scatter": b.aiGraphcore.replicatedreducescatter([x]),
+        "scatter_consecutive": b.aiGraphcore.replicatedreducescatter([x], graft.CollectiveOperator.Add,
+                                                                     G(T.Consecutive, 2)),
         "gather": b.aiGraphcore.replicatedallgather([x], G(T.Orthogonal, 2)),
+        "gather_consecutive": b.aiGraphcore.replicatedallgather([x], G(T.Consecutive, 2)),
     }
     s = graft.InferenceSession(fnModel=b.getModelProto(),
                                dataFlow=graft.DataFlow(1, {t: graft.AnchorReturnType("All") for t in outs.values()}),
                                deviceInfo=popdist.getDevice(), userOptions=opts)
     s.prepareDevice()
-    xs = np.array([[g + 1, 10 * (g + 1), 100 * (g + 1)] for g in range(total)], np.float32)
+    xs = collective_inputs(total)
     anchors = s.initAnchorArrays()
     s.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine])}, anchors))
     result = {k: anchors[t].copy() for k, t in outs.items()}
     # Training through the collectives (as test_replication_ops.py does in one process).
-    w0, v0, xs, cs, ds = collective_data(total)
-    b = graft.Builder()
-    x = b.addInputTensor(graft.TensorInfo("FLOAT", list(xs.shape[1:])), "x")
-    c = b.addInputTensor(graft.TensorInfo("FLOAT", list(cs.shape[1:])), "c")
-    w = b.addInitializedInputTensor(w0, "w")
-    v = b.addInitializedInputTensor(v0, "v")
-    y = b.aiGraphcore.replicatedallreduce([b.aiOnnx.matmul([x, w])])
-    z = b.aiGraphcore.replicatedallgather([b.aiOnnx.matmul([x, v])])
-    l = b.aiOnnx.add([b.aiOnnx.reducesum([b.aiOnnx.mul([y, c])], keepdims=0),
-                      b.aiOnnx.reducesum([b.aiOnnx.mul([z, z])], keepdims=0)])
-    loss = b.aiGraphcore.identityloss([l], reduction=graft.ReductionType.Sum)
-    t = graft.TrainingSession(fnModel=b.getModelProto(), loss=loss,
+    model, inputs, weights, loss, _ = ref.training_model(total, *COLLECTIVE_GROUPS)
+    t = graft.TrainingSession(fnModel=model, loss=loss,
                               dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
-                              optimizer=graft.ConstSGD(COLLECTIVE_LR), deviceInfo=popdist.getDevice(), userOptions=opts)
+                              optimizer=graft.ConstSGD(ref.LR), deviceInfo=popdist.getDevice(), userOptions=opts)
     t.prepareDevice()
     t.weightsFromHost()
-    t.run(graft.PyStepIO({x: np.ascontiguousarray(xs[mine]), c: np.ascontiguousarray(cs[mine])},
-                         t.initAnchorArrays()))
-    got = {k: np.zeros(t.getInfo(k).shape(), np.float32) for k in (w, v)}
+    data = ref.training_data(total, COLLECTIVE_GROUPS[2])
+    t.run(graft.PyStepIO({i: np.ascontiguousarray(a[mine]) for i, a in zip(inputs, data)}, t.initAnchorArrays()))
+    got = {k: np.zeros(t.getInfo(k).shape(), np.float32) for k in weights}
     t.weightsToHost()
     t.readWeights(graft.PyWeightsIO(got))
-    np.savez(f"{out}.rank{rank}.npz", **result, **got)
+    np.savez(f"{out}.rank{rank}.npz", **result, **{name: got[k] for name, k in zip("wvu", weights)})
     print(f"rank {rank}: done", flush=True)
+
+
+def collective_inputs(total):
+    """Replica g's x of the forward collectives: [g + 1, 10 (g + 1), 100 (g + 1)]."""
+    return np.array([[g + 1, 10 * (g + 1), 100 * (g + 1)] for g in range(total)], np.float32)
 
 
 if __name__ == "__main__":

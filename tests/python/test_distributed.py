@@ -96,34 +96,33 @@ def test_two_processes_with_buckets_and_sharded_state_train_as_one_process(tmp_p
         np.testing.assert_allclose(ranks[0][w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
 
 
-@pytest.mark.xfail(strict=True, reason="measured: the Builder infers the ops' shapes for one replica, and the group "
-                   "check (ops/collectives.cpp groupSize) then refuses a Consecutive/Orthogonal group of 2 at build "
-                   "time; it should only check once the session sets __replicationFactor")
 def test_collective_ops_across_two_processes_of_two_replicas(tmp_path):
-    from distributed_train import COLLECTIVE_LR, collective_data
+    # 4 replicas (2 per process) in Consecutive and Orthogonal groups of 2, against numpy.
+    import collective_reference as ref
+    from distributed_train import COLLECTIVE_GROUPS, collective_inputs
 
     out = str(tmp_path / "run")
     p, _ = mpirun(2, ["collectives", out], timeout=240, replicas=4)
     assert p.returncode == 0, p.stdout + p.stderr
     ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
-    got = {k: np.concatenate([ranks[0][k], ranks[1][k]]) for k in ("all", "consecutive", "orthogonal", "scatter",
-                                                                   "gather")}
-    xs = np.array([[g + 1, 10 * (g + 1), 100 * (g + 1)] for g in range(4)], np.float32)
-    for g in range(4):
-        np.testing.assert_array_equal(got["all"][g], xs.sum(0))
-        first = g // 2 * 2  # Consecutive 2: {0, 1}, {2, 3}; Orthogonal 2: {0, 2}, {1, 3}
-        np.testing.assert_array_equal(got["consecutive"][g], xs[first] + xs[first + 1])
-        np.testing.assert_array_equal(got["orthogonal"][g], xs[g % 2] + xs[g % 2 + 2])
-        np.testing.assert_array_equal(got["gather"][g], np.concatenate([xs[g % 2], xs[g % 2 + 2]]))
-    # Shards of ceil(3 / 4) = 1 of the sum over all 4; the last replica's is padding.
-    np.testing.assert_array_equal(got["scatter"].reshape(-1), list(xs.sum(0)) + [0])
-    w0, v0, xs, cs, _ = collective_data(4)
-    # loss_r = sum(allreduce(x_r w) c_r) + sum(z * z), z = allgather(x_r v) (distributed_train.py).
-    gw = sum(xs[s].T @ cs.sum(0) for s in range(4))
-    gv = sum(xs[s].T @ (4 * 2 * (xs[s] @ v0)) for s in range(4))
+    got = {k: np.concatenate([ranks[0][k], ranks[1][k]]) for k in ranks[0].files if k not in ("w", "v", "u")}
+    xs = collective_inputs(4)
+    want = {"all": ref.allreduce(xs, ("All", 0)), "consecutive": ref.allreduce(xs, ("Consecutive", 2)),
+            "orthogonal": ref.allreduce(xs, ("Orthogonal", 2)), "scatter": ref.reducescatter(xs, ("All", 0)),
+            "scatter_consecutive": ref.reducescatter(xs, ("Consecutive", 2)),
+            "gather": ref.allgather(xs, ("Orthogonal", 2)), "gather_consecutive": ref.allgather(xs, ("Consecutive", 2))}
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    # By hand for two of them: Consecutive 2 is {0, 1}, {2, 3}; Orthogonal 2 is {0, 2}, {1, 3}.
+    np.testing.assert_array_equal(got["consecutive"][3], xs[2] + xs[3])
+    np.testing.assert_array_equal(got["orthogonal"][3], xs[1] + xs[3])
+    # The training step through the three collectives' gradients, over groups of 2.
+    _, _, _, _, init = ref.training_model(4, *COLLECTIVE_GROUPS)
+    want = ref.trained_weights(init, *ref.training_data(4, COLLECTIVE_GROUPS[2]), *COLLECTIVE_GROUPS)
     for r in range(2):
-        np.testing.assert_allclose(ranks[r]["w"], w0 - COLLECTIVE_LR * gw, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(ranks[r]["v"], v0 - COLLECTIVE_LR * gv, rtol=1e-5, atol=1e-5)
+        for name, expected in zip("wvu", want):
+            np.testing.assert_allclose(ranks[r][name], expected, rtol=1e-5, atol=1e-5, err_msg=f"rank {r}, {name}")
 
 
 def _initializer(model_bytes, name):

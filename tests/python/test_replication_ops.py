@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import graft
+import collective_reference
+from collective_reference import comm_group, operator
 from test_replication import IN, OUT, lead, optimizer, read
 
 
@@ -60,28 +62,59 @@ def _events(session):
     return sorted((e for e in trace if e.get("cat") == "busy"), key=lambda e: e["args"]["seq"])
 
 
-@pytest.mark.xfail(strict=True, reason="measured: graft's schedule (ready node with the lowest id first) still runs every "
-                   "Accumulate after the whole backward pass, despite the control edge of scheduleEarly "
-                   "(training_session.cpp), so no bucket starts before the backward pass ends; see docs/replication.md")
+def _schedule(session):
+    """The first replica's compiled schedule (serializedIr lists the ops in the order they run)."""
+    return json.loads(session._serializeIr())["maingraph"]
+
+
+def _producer_step(ops, tensor):
+    return next(i for i, op in enumerate(ops) if any(o["name"] == tensor for o in op["outputs"]))
+
+
 def test_the_first_bucket_starts_before_the_backward_pass_ends():
-    # Buckets of one tensor each: w3's gradient (the last layer's) completes first and its bucket
-    # starts while the replicas still compute the gradients of w2, w1 and w0.
+    # Buckets of one tensor each: w3's gradient (the last layer's) is complete first and its
+    # bucket's all-reduce is issued while the replicas still compute the gradients of w2, w1, w0.
     s, _, _ = train(deep_mlp, 1, steps=1)
+    ops = _schedule(s)
+    accumulates = [i for i, op in enumerate(ops) if op["type"] == "Accumulate"]
+    assert [ops[i]["name"] for i in accumulates] == [f"accumulate_w{i}" for i in (3, 2, 1, 0)]
+    for i in accumulates:  # each runs right after the op that computes its gradient
+        assert _producer_step(ops, ops[i]["inputs"][1]["name"]) == i - 1, ops[i - 1]
+    buckets = s.gradientBuckets()
+    assert [b.accumulators for b in buckets] == [[f"Accum___w{i}"] for i in (3, 2, 1, 0)]
+    assert [b.step for b in buckets] == accumulates
+    assert buckets[0].node == "Accumulate node 'accumulate_w3'" and buckets[0].bytes == 8 * OUT * 4
+    # The compiled plan: bucket 0 is issued before the gradient of the first layer is computed,
+    # i.e. before the last backward op.
+    last_backward = max(i for i, op in enumerate(ops) if op["type"] != "Accumulate")
+    assert buckets[0].step < _producer_step(ops, ops[accumulates[-1]]["inputs"][1]["name"]) <= last_backward
+    # What the step did (the timeline's event record, in the order the events happened): the same.
     events = [e["name"] for e in _events(s)]
     started = [n for n in events if n.startswith("all-reduce started")]
     complete = [n for n in events if n.startswith("gradient complete")]
     assert started[0] == "all-reduce started: bucket 0 (Accum___w3)", events
     assert complete == [f"gradient complete: Accum___w{i}" for i in (3, 2, 1, 0)], events
-    # The event record: bucket 0 started before the first layer's gradient was complete, i.e.
-    # before the backward pass ended.
     assert events.index(started[0]) < events.index("gradient complete: Accum___w0"), events
     assert len(started) == 4
     # One bucket for everything starts only once the last gradient is complete.
     s, _, _ = train(deep_mlp, 1 << 30, steps=1)
+    ops = _schedule(s)
+    (one,) = s.gradientBuckets()
+    assert one.accumulators == [f"Accum___w{i}" for i in (3, 2, 1, 0)]
+    assert one.step == max(i for i, op in enumerate(ops) if op["type"] == "Accumulate")
+    assert ops[one.step]["name"] == "accumulate_w0"
     events = [e["name"] for e in _events(s)]
-    one = [n for n in events if n.startswith("all-reduce started")]
-    assert one == ["all-reduce started: bucket 0 (Accum___w3, Accum___w2, Accum___w1, Accum___w0)"], events
-    assert events.index(one[0]) > events.index("gradient complete: Accum___w0")
+    started = [n for n in events if n.startswith("all-reduce started")]
+    assert started == ["all-reduce started: bucket 0 (Accum___w3, Accum___w2, Accum___w1, Accum___w0)"], events
+    assert events.index(started[0]) > events.index("gradient complete: Accum___w0")
+
+
+def test_no_buckets_without_replication():
+    model, x, label, loss, _ = deep_mlp(3)
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=optimizer("sgd"), deviceInfo=graft.DeviceManager().createCpuDevice())
+    s.prepareDevice()
+    assert s.gradientBuckets() == []
 
 
 # ---- per-replica random seeds -------------------------------------------------------------------
@@ -201,6 +234,79 @@ def test_gradients_through_collective_ops_train_the_sum_of_the_replicas_losses()
     gv = sum(xs[s_].T @ (R * 2 * (xs[s_] @ v0)) for s_ in range(R))
     np.testing.assert_allclose(got[w], w0 - lr * gw, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[v], v0 - lr * gv, rtol=1e-5, atol=1e-5)
+
+
+GROUPS = [("Consecutive", 1), ("Consecutive", 2), ("Orthogonal", 1), ("Orthogonal", 2), ("All", 0), ("Ungrouped", 0)]
+
+
+def test_collective_ops_in_comm_groups_across_two_replicas():
+    # Built without a replica count (groups of 2 included: the session checks them), run on 2.
+    xs = np.array([[1, 2, 3, 4, 5], [10, 20, 30, 40, 50]], np.float32)
+    kinds = [("allreduce", "Add"), ("allreduce", "Mean"), ("allgather", None), ("reducescatter", "Add"),
+             ("reducescatter", "Mean")]
+
+    def build(b):
+        x = b.addInputTensor(graft.TensorInfo("FLOAT", [5]), "x")
+        outs = []
+        for group in GROUPS:
+            for kind, op in kinds:
+                f = getattr(b.aiGraphcore, "replicated" + kind)
+                args = [operator(op), comm_group(*group)] if op else [comm_group(*group)]
+                outs.append(f([x], *args))
+        return outs, x
+
+    got = iter(_inference(build, lambda x: {x: xs}))
+    for group in GROUPS:
+        for kind, op in kinds:
+            want = {"allreduce": lambda: collective_reference.allreduce(xs, group, op),
+                    "allgather": lambda: collective_reference.allgather(xs, group),
+                    "reducescatter": lambda: collective_reference.reducescatter(xs, group, op)}[kind]()
+            np.testing.assert_allclose(next(got), want, rtol=1e-6, err_msg=f"{kind} {op} over {group}")
+
+
+@pytest.mark.parametrize("groups", [(("Consecutive", 1), ("Orthogonal", 2), ("Consecutive", 2), "Mean"),
+                                    (("Orthogonal", 2), ("Consecutive", 1), ("Orthogonal", 1), "Add"),
+                                    (("Ungrouped", 0), ("Consecutive", 2), ("Orthogonal", 2), "Add")])
+def test_gradients_through_collective_ops_in_comm_groups(groups):
+    # The VJPs of the three collectives over their groups: one SGD step against numpy's gradient
+    # of the sum of the replicas' losses (collective_reference.trained_weights).
+    R = 2
+    model, (x, c, d), weights, loss, init = collective_reference.training_model(R, *groups)
+    s = graft.TrainingSession(fnModel=model, loss=loss, dataFlow=graft.DataFlow(1, {loss: graft.AnchorReturnType("All")}),
+                              optimizer=graft.ConstSGD(collective_reference.LR),
+                              deviceInfo=graft.DeviceManager().createCpuDevice(R, 1),
+                              userOptions=graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=R))
+    s.prepareDevice()
+    s.weightsFromHost()
+    xs, cs, ds = collective_reference.training_data(R, groups[2])
+    s.run(graft.PyStepIO({x: xs, c: cs, d: ds}, s.initAnchorArrays()))
+    got = read(s, weights)
+    want = collective_reference.trained_weights(init, xs, cs, ds, *groups)
+    for w, expected in zip(weights, want):
+        np.testing.assert_allclose(got[w], expected, rtol=1e-5, atol=1e-5, err_msg=w)
+    assert not np.allclose(got[weights[2]], init[2])  # the reduce-scatter's weight moved
+
+
+def test_a_comm_group_that_does_not_divide_the_replicas_is_refused_by_the_session():
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
+    y = b.aiGraphcore.replicatedallgather([x], comm_group("Consecutive", 3), debugContext="gather3")
+    assert b.getTensorShape(y) == [9]  # the Builder types the group of 3 it names
+    flow = graft.DataFlow(1, {y: graft.AnchorReturnType("All")})
+    o = graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=2)
+    with pytest.raises(graft.Error, match=r"ReplicatedAllGather node 'gather3.*': the Consecutive CommGroup of "
+                                          r"replicaGroupSize 3 does not divide the session's 2 replicas"):
+        graft.InferenceSession(fnModel=b.getModelProto(), dataFlow=flow,
+                               deviceInfo=graft.DeviceManager().createCpuDevice(2, 1), userOptions=o)
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]), "x")
+    y = b.aiGraphcore.replicatedallreduce([x], operator("Add"), comm_group("Orthogonal", 2))
+    with pytest.raises(graft.Error, match=r"the Orthogonal CommGroup of replicaGroupSize 2 does not divide the "
+                                          r"session's 1 replicas"):
+        graft.InferenceSession(fnModel=b.getModelProto(), dataFlow=graft.DataFlow(1, {y: graft.AnchorReturnType("All")}),
+                               deviceInfo=graft.DeviceManager().createCpuDevice())
+    with pytest.raises(graft.Error, match="the Consecutive CommGroup needs replicaGroupSize >= 1, got 0"):
+        b.aiGraphcore.replicatedallgather([x], comm_group("Consecutive", 0))
 
 
 def test_a_collective_op_outside_replication_runs_as_one_replica():

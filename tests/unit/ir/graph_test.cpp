@@ -147,6 +147,25 @@ TEST(Graph, ScheduleIsTopologicalAndFollowsInsertionOrder) {
   EXPECT_LT(pos(na), pos(nd));
 }
 
+TEST(Graph, ScheduleRunsAnEagerNodeAsSoonAsItIsReady) {
+  // x -> a -> b -> c, and s reads a. Without the flag s (added last) runs last; eager, it runs
+  // right after a, its only producer, although b was added before it. Cloning keeps the flag.
+  Graph g("g");
+  Tensor* x = g.addTensor("x", f32({1}), TensorKind::Input);
+  g.addInput(x);
+  Node* na = g.addNode("Relu", "", {x}, {"a"});
+  Node* nb = g.addNode("Neg", "", {&g.tensor("a")}, {"b"});
+  Node* nc = g.addNode("Abs", "", {&g.tensor("b")}, {"c"});
+  Node* ns = g.addNode("Sigmoid", "", {&g.tensor("a")}, {"s"});
+  EXPECT_EQ(g.schedule(), (std::vector<Node*>{na, nb, nc, ns}));
+  ns->eager = true;
+  EXPECT_EQ(g.schedule(), (std::vector<Node*>{na, ns, nb, nc}));
+  auto copy = cloneGraph(g);
+  std::vector<std::string> types;
+  for (const Node* n : copy->schedule()) types.push_back(n->type());
+  EXPECT_EQ(types, (std::vector<std::string>{"Relu", "Sigmoid", "Neg", "Abs"}));
+}
+
 TEST(Graph, ScheduleReportsACycle) {
   Graph g("cyclic");
   g.addTensor("t2", f32({1}), TensorKind::Activation);
