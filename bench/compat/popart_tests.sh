@@ -37,12 +37,16 @@ else
   exit 2
 fi
 
-export PYTHONPATH="$here/popart_shim${PYTHONPATH:+:$PYTHONPATH}"
+# The graft of this checkout when it has a development build (the extension next to the package
+# sources), rather than whichever one the venv's path names.
+pkg=
+compgen -G "$root/python/graft/_graft*.so" >/dev/null && pkg=":$root/python"
+export PYTHONPATH="$here/popart_shim$pkg${PYTHONPATH:+:$PYTHONPATH}"
 export TEST_TARGET=Cpu
 export GRAFT_JUDGE_TIMEOUT=${GRAFT_JUDGE_TIMEOUT:-120}
 
 # The shim must be graft and nothing else.
-"$python" -c 'import popart, graft; assert popart.Builder is graft.Builder' || exit 1
+"$python" -c 'import popart, graft; assert popart.Builder is graft.Builder; print("graft from", graft.__file__)' || exit 1
 
 cd "$tests/operators_test"
 # Test files or node ids (relative to operators_test, e.g. `logsoftmax_test.py::test_x`) narrow

@@ -160,6 +160,7 @@ class Builder:
 
         sub = Builder(builderCore=SubgraphCore(self._impl))
         sub._chosenOnnxVersion = self._chosenOnnxVersion or defaultAiOnnxOpset
+        sub._parentBuilder = self  # constants of the enclosing builders (loop trip counts)
         return sub
 
     def addUntypedInputTensor(self, debugContext=""):

@@ -49,11 +49,28 @@ def scale(self, args, scale, debugContext="", debugPrefix=None):
 
 
 def scaledadd(self, args, scale0=1.0, scale1=1.0, debugContext="", debugPrefix=None):
-    """``scale0 * args[0] + scale1 * args[1]`` (numpy broadcasting)."""
-    if len(args) != 2:
-        raise _graft.Error(f"scaledadd takes 2 inputs (graft has no tensor scales), got {len(args)}")
-    return _add(self, "ScaledAdd", args, {"scale0": float(scale0), "scale1": float(scale1)}, 1, debugContext,
-                debugPrefix)
+    """``scale0 * args[0] + scale1 * args[1]`` (numpy broadcasting). As in PopART, ``args[2]`` and
+    ``args[3]``, when given, are tensors that replace ``scale0`` and ``scale1``: the op is then
+    built from ai.onnx Mul and Add, so it trains through the scales too."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) not in (2, 3, 4):
+        raise _graft.Error(f"scaledadd takes 2 inputs, and optionally the scale0 and scale1 tensors, got {len(inputs)}")
+    if len(inputs) == 2:
+        return _add(self, "ScaledAdd", inputs, {"scale0": float(scale0), "scale1": float(scale1)}, 1, debugContext,
+                    debugPrefix)
+    onnx = _onnx(self)
+    impl = self._builder._impl
+    dtype = impl.getTensorDtypeString(inputs[0])
+
+    def scaled(x, s, value):
+        if s:
+            s = onnx.cast([s], dtype) if impl.getTensorDtypeString(s) != dtype else s
+            return onnx.mul([x, s])
+        return x if value == 1.0 else self.scale([x], value)
+
+    return onnx.add([scaled(inputs[0], inputs[2], float(scale0)),
+                     scaled(inputs[1], inputs[3] if len(inputs) > 3 else "", float(scale1))],
+                    debug_name(debugContext, debugPrefix))
 
 
 def call(self, args, num_outputs, callee, debugContext="", debugPrefix=None):
@@ -269,14 +286,15 @@ def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPre
 def _dynamic(op_type):
     def method(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
         inputs = [args] if isinstance(args, str) else list(args)
-        if len(inputs) != 3:
+        if len(inputs) != 3 and not (op_type == "DynamicZero" and len(inputs) == 2):
             raise _graft.Error(f"{op_type.lower()} takes 3 inputs (tensor, offsets, slice), got {len(inputs)}")
         attrs = {"axes": _ints(axes, f"{op_type}: axes"), "sizes": _ints(sizes, f"{op_type}: sizes")}
         return _add(self, op_type, inputs, attrs, 1, debugContext, debugPrefix)
 
     method.__doc__ = {"DynamicUpdate": "args[0] with the region at run-time offsets args[1] replaced by args[2].",
                       "DynamicAdd": "args[0] with args[2] added to the region at run-time offsets args[1].",
-                      "DynamicZero": "args[0] with the region (args[2]'s shape) at offsets args[1] set to zero."}[op_type]
+                      "DynamicZero": "args[0] with the region at offsets args[1] set to zero: args[2]'s shape, or without "
+                                   "args[2] ``sizes`` along ``axes``."}[op_type]
     return method
 
 
