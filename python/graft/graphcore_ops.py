@@ -230,11 +230,27 @@ def depthtospace(self, args, blocksize, mode, debugContext="", debugPrefix=None)
     onnx = _onnx(self)
     name = debug_name(debugContext, debugPrefix)
     if onnx.version < 11:
+        if mode == "CRD":
+            return _depthtospace_crd(self, args, int(blocksize), name)
         if mode != "DCR":
-            raise _graft.Error(f"depthtospace: mode '{mode}' needs ai.onnx opset 11 or later, the model uses "
-                               f"{onnx.version}")
+            raise _graft.Error(f"depthtospace: mode must be DCR or CRD, got '{mode}'")
         return onnx.depthtospace(args, blocksize, debugContext=name)
     return onnx.depthtospace(args, blocksize, mode=mode, debugContext=name)
+
+
+def _depthtospace_crd(self, args, b, name):
+    """CRD DepthToSpace before ai.onnx opset 11 (whose DepthToSpace is DCR only), from Reshape and
+    Transpose: [N, C, H, W] -> [N, C/b^2, b, b, H, W] -> [N, C/b^2, H, b, W, b] -> [N, C/b^2, Hb, Wb]."""
+    x = ([args] if isinstance(args, str) else list(args))[0]
+    shape = self._builder._impl.getTensorShape(x)
+    if len(shape) != 4 or shape[1] % (b * b):
+        raise _graft.Error(f"depthtospace: the input must be [N, C, H, W] with C divisible by blocksize^2 = {b * b}, "
+                           f"got {shape}")
+    n, c, h, w = shape
+    onnx = _onnx(self)
+    split = onnx.reshape([x, _const64(self, [n, c // (b * b), b, b, h, w])])
+    moved = onnx.transpose([split], perm=[0, 1, 4, 2, 5, 3])
+    return onnx.reshape([moved, _const64(self, [n, c // (b * b), h * b, w * b])], debugContext=name)
 
 
 def incrementmod(self, args, increment, modulus, debugContext="", debugPrefix=None):
@@ -280,7 +296,32 @@ def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPre
         start = onnx.gather([offsets, _const64(self, [i])], axis=0)
         index = onnx.add([start, _const64(self, np.arange(size))])
         out = onnx.gather([out, index], axis=axis, debugContext=name if i == len(axes) - 1 else "")
+    if len(inputs) == 3:
+        # The slice buffer gives the output's shape: PopART lets it leave out the size-1 axes.
+        want, have = _shape_or_none(self, inputs[2]), _shape_or_none(self, out)
+        if want is not None and have is not None and want != have and int(np.prod(want)) == int(np.prod(have)):
+            out = onnx.reshape([out, _const64(self, want)], debugContext=name)
     return out
+
+
+def _shape_or_none(self, t):
+    """t's static shape, or None (not known yet, or a subgraph's tensor)."""
+    try:
+        shape = self._builder._impl.getTensorShape(t)
+    except _graft.Error:
+        return None
+    return list(shape) if all(isinstance(d, int) and d >= 0 for d in shape) else None
+
+
+def _region_shape(self, t, axes, sizes):
+    shape = _shape_or_none(self, t)
+    if shape is None:
+        return None
+    for axis, size in zip(axes, sizes):
+        if not -len(shape) <= axis < len(shape):
+            return None
+        shape[axis] = size
+    return shape
 
 
 def _dynamic(op_type):
@@ -289,6 +330,14 @@ def _dynamic(op_type):
         if len(inputs) != 3 and not (op_type == "DynamicZero" and len(inputs) == 2):
             raise _graft.Error(f"{op_type.lower()} takes 3 inputs (tensor, offsets, slice), got {len(inputs)}")
         attrs = {"axes": _ints(axes, f"{op_type}: axes"), "sizes": _ints(sizes, f"{op_type}: sizes")}
+        if len(inputs) == 3 and op_type != "DynamicZero":
+            # PopART takes an update without the region's leading size-1 axes ([4, 7] into a
+            # [1, 4, 7] region): it is reshaped to the region.
+            region = _region_shape(self, inputs[0], attrs["axes"], attrs["sizes"])
+            update = _shape_or_none(self, inputs[2])
+            if region is not None and update is not None and len(update) < len(region) and \
+                    int(np.prod(update)) == int(np.prod(region)):
+                inputs[2] = _onnx(self).reshape([inputs[2], _const64(self, region)])
         return _add(self, op_type, inputs, attrs, 1, debugContext, debugPrefix)
 
     method.__doc__ = {"DynamicUpdate": "args[0] with the region at run-time offsets args[1] replaced by args[2].",

@@ -219,6 +219,9 @@ def _popart_operands(opset, op_type, inputs, attributes):
     (cast to INT64), a negative Flatten axis before opset 11 (counted from the rank), and RNN /
     GRU / LSTM without hidden_size (taken from R's shape, which ONNX requires to match it)."""
     impl = opset._builder._impl
+    if op_type == "Squeeze" and isinstance(attributes.get("axes"), list):
+        # A set of axes: in order, since ONNX's Squeeze-1 shape inference misreads unsorted ones.
+        attributes["axes"] = sorted(attributes["axes"])
     if op_type == "Mul" and len(inputs) == 2 and all(t and impl.hasTensor(t) for t in inputs):
         inputs = _mixed_precision_mul(opset, impl, inputs)
     if op_type == "Expand" and len(inputs) == 2 and impl.hasTensor(inputs[1]):

@@ -366,6 +366,9 @@ GRAFT_REGISTER_OPS(math_vjp) {
       g.setDx(1, g.unbroadcast(g.mul(g.dy(), d), b));
     }
   });
+  // Mod (both fmod = 0 and 1): a - k b with k piecewise constant in a, so d/da = 1 (PopART's and
+  // PyTorch's gradient); the divisor gets none, as in PopART.
+  r.add("Mod").noGradient({1}).setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
   r.add("Sum").setVjp([](GradBuilder& g) {
     for (size_t i = 0; i < g.node().numInputs(); ++i)
       if (g.wants(i)) g.setDx(i, g.unbroadcast(g.dy(), g.in(i)));

@@ -75,6 +75,14 @@ struct TrainingImpl : Session::Impl {
     ir::Tensor* l = g.findTensor(loss);
     GRAFT_CHECK(l, "the loss '{}' is not a tensor of the model", loss);
     // As PopART does, when the session is made (transform checks again once shapes are final).
+    // The loss ops of ai.graphcore are typed only once training is set up: infer the loss's own
+    // node now when its inputs are typed.
+    if (!l->type().known() && l->producer()) {
+      ir::Node* p = l->producer();
+      bool typed = true;
+      for (const ir::Tensor* t : p->inputs()) typed &= !t || t->type().known();
+      if (typed) ops::inferNode(*p, false);
+    }
     checkScalarLoss(l->info());
     std::set<const ir::Tensor*> seen;
     std::vector<const ir::Tensor*> stack{l};

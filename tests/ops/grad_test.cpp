@@ -31,6 +31,12 @@ TEST(Sub, Gradient) { binary("Sub", {2, 3}, {2, 1}); }
 TEST(Mul, Gradient) { binary("Mul", {4, 3}, {3}); }
 TEST(Div, Gradient) { binary("Div", {2, 3}, {2, 3}, 0.5, 2.0); }
 TEST(Pow, Gradient) { binary("Pow", {2, 3}, {3}, 0.5, 2.0); }
+TEST(Mod, GradientToTheDividend) {
+  // Away from the jumps (a in [0.5, 2], b = 2.5, well inside one period) d/da = 1, for both modes.
+  for (int64_t fmod : {0, 1})
+    EXPECT_TRUE(gradCheck({"Mod", {rnd({2, 3}, 4, 0.5, 2.0), arr<double>({1}, {2.5})}, attrs({{"fmod", fmod}})}, {0}))
+        << "fmod=" << fmod;
+}
 TEST(Pow, GradientWhereTheFormulaIsUndefined) {
   // a^0 is the constant 1: d/da is 0 even at a = 0 and a = NaN (the formula gives 0 * inf, NaN).
   // 0^b for b >= 0 is flat on b's side: d/db is 0 (the formula gives 0 * -inf).

@@ -467,3 +467,28 @@ def test_detached_batchnorm_in_a_training_graph_normalizes_with_its_running_stat
     per = (slice(None), None, None)
     want = (x - mean[per]) / np.sqrt(var[per] + 1e-5) * scale[per] + bias[per]
     np.testing.assert_allclose(out[d], want, rtol=1e-5, atol=1e-6)
+
+
+def test_input_types_of_the_ops_newest_version_are_accepted_at_older_opsets():
+    # graft runs every model at opset 28, so PopART programs may give Equal FLOAT inputs at opset 10
+    # (Equal-7 takes only integers and BOOL) and TopK INT32 (TopK-10 takes only floats).
+    b = graft.Builder(opsets={"ai.onnx": 10, "ai.graphcore": 1})
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]))
+    i = b.addInputTensor(graft.TensorInfo("INT32", [3]))
+    eq = b.aiOnnx.equal([x, b.aiOnnx.constant(np.array([1, 2, 3], np.float32))])
+    top = b.aiOnnx.topk([i, b.aiOnnx.constant(np.array([1], np.int64))], axis=0)[0]
+    out = _run(b, [eq, top], {x: np.array([1, 0, 3], np.float32), i: np.array([4, 9, -1], np.int32)})
+    np.testing.assert_array_equal(out[eq], [True, False, True])
+    np.testing.assert_array_equal(out[top], [9])
+    with pytest.raises(graft.Error, match="Relu"):
+        b.aiOnnx.relu([b.addInputTensor(graft.TensorInfo("BOOL", [2]))])
+
+
+def test_scalar_constants_and_weights_stay_scalars():
+    b = graft.Builder()
+    c = b.aiOnnx.constant(np.asarray(2, np.int32))
+    w = b.addInitializedInputTensor(np.asarray(1.5, np.float32))
+    assert b.getTensorShape(c) == [] and b.getTensorShape(w) == []
+    y = b.aiOnnx.mul([w, b.aiOnnx.cast([c], "FLOAT")])
+    out = _run(b, [y], {})
+    assert out[y].shape == () and out[y] == 3.0
