@@ -492,3 +492,25 @@ def test_scalar_constants_and_weights_stay_scalars():
     y = b.aiOnnx.mul([w, b.aiOnnx.cast([c], "FLOAT")])
     out = _run(b, [y], {})
     assert out[y].shape == () and out[y] == 3.0
+
+
+def test_opset9_batchnorm_with_five_outputs_uses_batch_statistics():
+    # Before opset 14 a BatchNormalization with its training outputs is in training mode: Y uses
+    # the batch's statistics and the running ones move by ONNX's rule (biased variance).
+    rng = np.random.default_rng(7)
+    x = rng.random((2, 3, 2, 2)).astype(np.float32)
+    scale, bias = rng.random(3).astype(np.float32), rng.random(3).astype(np.float32)
+    mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    b = graft.Builder(opsets={"ai.onnx": 9, "ai.graphcore": 1})
+    ins = [b.addInputTensor(graft.TensorInfo(v)) for v in (x, scale, bias, mean, var)]
+    y, run_mean, run_var, _, _ = b.aiOnnx.batchnormalization(ins, 5, 1e-5, 0.9)
+    assert b.getTensorShape(run_mean) == [3] and b.getTensorShape(run_var) == [3]
+    for t in (y, run_mean, run_var):
+        b.addOutputTensor(t)
+    out = _run(b, [y, run_mean, run_var], dict(zip(ins, (x, scale, bias, mean, var))))
+    m, v = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    per = (slice(None), None, None)
+    np.testing.assert_allclose(out[y], (x - m[per]) / np.sqrt(v[per] + 1e-5) * scale[per] + bias[per], rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(out[run_mean], 0.9 * mean + 0.1 * m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[run_var], 0.9 * var + 0.1 * v, rtol=1e-5, atol=1e-6)
