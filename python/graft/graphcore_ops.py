@@ -398,6 +398,45 @@ def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix
     return onnx.concat(parts, 0, debug_name(debugContext, debugPrefix))
 
 
+def batchnormalization(self, args, num_outputs, epsilon=1e-5, momentum=0.9, debugContext="", debugPrefix=None):
+    """PopART's ai.graphcore BatchNormalization: ai.onnx's opset-9 BatchNormalization ``[y, mean, var,
+    saved_mean, saved_var]`` (with more than one output: batch statistics, training mode), except
+    that the running variance moves with the unbiased batch variance, as PyTorch's does. Built from
+    ai.onnx ops (so the builder's ai.onnx opset must be before 14, whose BatchNormalization has no
+    saved outputs): var * momentum + (running var - var * momentum) * M / (M - 1), M values per
+    channel."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) != 5:
+        raise _graft.Error(f"batchnormalization takes 5 inputs (X, scale, B, mean, var), got {len(inputs)}")
+    onnx = _onnx(self)
+    name = debug_name(debugContext, debugPrefix)
+    n = int(num_outputs)
+    if n == 1:
+        return onnx.batchnormalization(inputs, 1, epsilon, momentum, debugContext=name)
+    if onnx.version >= 14:
+        raise _graft.Error(f"aiGraphcore.batchnormalization with {n} outputs needs an ai.onnx opset before 14 (its "
+                           f"BatchNormalization has the saved outputs), the builder uses {onnx.version}")
+    outs = onnx.batchnormalization(inputs, n, epsilon, momentum, debugContext=name)
+    if n < 3:
+        return outs
+    x_shape = _shape_or_none(self, inputs[0])
+    if x_shape is None or len(x_shape) < 2:
+        raise _graft.Error("aiGraphcore.batchnormalization: the unbiased running variance needs X's static shape "
+                           "[N, C, ...]")
+    count = int(np.prod(x_shape)) // x_shape[1]
+    if count < 2:
+        raise _graft.Error(f"aiGraphcore.batchnormalization: the unbiased variance needs more than one value per "
+                           f"channel, X is {x_shape}")
+    dtype = np.dtype(self._builder._impl.getTensorDtypeString(inputs[4]))
+    var = inputs[4]
+    kept = onnx.mul([var, onnx.constant(np.array(momentum, dtype))])
+    moved = onnx.sub([outs[2], kept])
+    unbiased = onnx.mul([moved, onnx.constant(np.array(count / (count - 1), dtype))])
+    outs = list(outs)
+    outs[2] = onnx.add([kept, unbiased])
+    return outs
+
+
 def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", debugPrefix=None):
     """Group normalization of ``args[0]`` [N, C, ...] with ``args[1]`` scale and ``args[2]`` bias [C]:
     returns [y, mean, inverse standard deviation], the statistics of shape [N * num_groups] (the
@@ -654,6 +693,7 @@ def methods():
         "dynamicadd": _dynamic("DynamicAdd"),
         "dynamiczero": _dynamic("DynamicZero"),
         "groupnormalization": groupnormalization,
+        "batchnormalization": batchnormalization,
         "incrementmod": incrementmod,
         "reducemedian": reducemedian,
         "scale": scale,

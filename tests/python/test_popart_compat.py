@@ -514,3 +514,21 @@ def test_opset9_batchnorm_with_five_outputs_uses_batch_statistics():
                                atol=1e-5)
     np.testing.assert_allclose(out[run_mean], 0.9 * mean + 0.1 * m, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[run_var], 0.9 * var + 0.1 * v, rtol=1e-5, atol=1e-6)
+
+
+def test_graphcore_batchnorm_tracks_the_unbiased_running_variance():
+    # aiGraphcore.batchnormalization: training mode with PyTorch's running variance (N - 1).
+    rng = np.random.default_rng(8)
+    x = (rng.random((2, 3, 4)) * 10).astype(np.float32)
+    scale, bias = rng.random(3).astype(np.float32), rng.random(3).astype(np.float32)
+    mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    b = graft.Builder()
+    ins = [b.addInputTensor(graft.TensorInfo(v)) for v in (x, scale, bias, mean, var)]
+    y, run_mean, run_var, _, _ = b.aiGraphcore.batchnormalization(ins, 5, 1e-5, 0.25)
+    out = _run(b, [y, run_mean, run_var], dict(zip(ins, (x, scale, bias, mean, var))))
+    bn = torch.nn.BatchNorm1d(3, eps=1e-5, momentum=0.75)  # PyTorch's momentum is 1 - ONNX's
+    bn.weight, bn.bias = torch.nn.Parameter(torch.tensor(scale)), torch.nn.Parameter(torch.tensor(bias))
+    want = bn(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(out[y], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out[run_mean], bn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[run_var], bn.running_var.numpy(), rtol=1e-5, atol=1e-5)
