@@ -219,6 +219,11 @@ def _popart_operands(opset, op_type, inputs, attributes):
     (cast to INT64), a negative Flatten axis before opset 11 (counted from the rank), and RNN /
     GRU / LSTM without hidden_size (taken from R's shape, which ONNX requires to match it)."""
     impl = opset._builder._impl
+    if op_type == "Reshape" and len(inputs) == 2:
+        target = opset._builder.__dict__.get("_constants", {}).get(inputs[1])
+        if target is not None and int(np.sum(np.asarray(target) == -1)) > 1:
+            raise _graft.Error(f"Reshape: the shape {np.asarray(target).tolist()} has more than one -1, but the shape "
+                               "input to ReshapeOp can only use -1 to specify one unknown dimension")
     if op_type == "Squeeze" and isinstance(attributes.get("axes"), list):
         # A set of axes: in order, since ONNX's Squeeze-1 shape inference misreads unsorted ones.
         attributes["axes"] = sorted(attributes["axes"])

@@ -532,3 +532,11 @@ def test_graphcore_batchnorm_tracks_the_unbiased_running_variance():
     np.testing.assert_allclose(out[y], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(out[run_mean], bn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[run_var], bn.running_var.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_with_two_unknown_dimensions_is_refused_with_popart_words():
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4, 3]))
+    shape = b.aiOnnx.constant(np.array([-1, -1, 0], np.int64))
+    with pytest.raises(graft.Error, match="can only use -1 to specify one unknown dimension"):
+        b.aiOnnx.reshape([x, shape])
