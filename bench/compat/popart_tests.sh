@@ -2,7 +2,10 @@
 # Runs PopART's own operator tests (graphcore/popart tests/integration/operators_test) against
 # graft, with `import popart` answered by a module that only re-exports graft (no stand-ins).
 #
-#   bench/compat/popart_tests.sh POPART_CHECKOUT [pytest arguments...]
+#   bench/compat/popart_tests.sh POPART_CHECKOUT [pytest arguments...] [test files...]
+#
+# Test files and node ids are relative to tests/integration/operators_test; when none is given
+# the whole folder runs.
 #
 # POPART_CHECKOUT is a checkout of graphcore/popart, or a git directory of it (then
 # tests/integration is extracted from HEAD into a temporary folder). Prints passed / failed /
@@ -34,17 +37,29 @@ else
   exit 2
 fi
 
-export PYTHONPATH="$here/popart_shim${PYTHONPATH:+:$PYTHONPATH}"
+# The graft of this checkout when it has a development build (the extension next to the package
+# sources), rather than whichever one the venv's path names.
+pkg=
+compgen -G "$root/python/graft/_graft*.so" >/dev/null && pkg=":$root/python"
+export PYTHONPATH="$here/popart_shim$pkg${PYTHONPATH:+:$PYTHONPATH}"
 export TEST_TARGET=Cpu
 export GRAFT_JUDGE_TIMEOUT=${GRAFT_JUDGE_TIMEOUT:-120}
 
 # The shim must be graft and nothing else.
-"$python" -c 'import popart, graft; assert popart.Builder is graft.Builder' || exit 1
+"$python" -c 'import popart, graft; assert popart.Builder is graft.Builder; print("graft from", graft.__file__)' || exit 1
 
 cd "$tests/operators_test"
+# Test files or node ids (relative to operators_test, e.g. `logsoftmax_test.py::test_x`) narrow
+# the run; without any, the whole folder runs.
+selected=0
+for arg in "$@"; do
+  [[ $arg != -* && -e ${arg%%::*} ]] && selected=1
+done
+targets=()
+[[ $selected == 0 ]] && targets=(.)
 set +e
 "$python" -m pytest -p no:cacheprovider -p graft_judge_plugin -q -rN --tb=line --continue-on-collection-errors \
-  --junitxml="$out/junit.xml" --rootdir="$tests/operators_test" "$@" . >"$out/pytest.log" 2>&1
+  --junitxml="$out/junit.xml" --rootdir="$tests/operators_test" "$@" "${targets[@]}" >"$out/pytest.log" 2>&1
 set -e
 echo "pytest log and junit xml: $out"
 "$python" "$here/popart_tests_report.py" "$out/junit.xml"

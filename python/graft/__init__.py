@@ -58,6 +58,7 @@ from ._graft import (  # noqa: F401  (re-exported)
     findOpSignature,
 )
 from .builder import AI_ONNX_OPSETS, Builder, defaultAiGraphcoreOpset, defaultAiOnnxOpset  # noqa: F401
+from .op_catalog import OpDefinition, OperatorIdentifier, getSupportedOperations, getSupportedOperationsDefinition  # noqa: F401
 from .options import POPART_IGNORED_OPTIONS, SessionOptions  # noqa: F401
 from .patterns import Patterns  # noqa: F401
 from .popart_names import *  # noqa: F401,F403  (PopART's enums and settings classes)

@@ -139,7 +139,8 @@ class Builder:
             raise TypeError(f"addInitializedInputTensor got unexpected keyword arguments {sorted(kwargs)}")
         args = [a for a in args if isinstance(a, str) or hasattr(a, "name")]
         name = debug_name(args[0] if args else debugContext, debugPrefix)
-        return self._impl.addInitializedInputTensor(np.ascontiguousarray(initVal), name)
+        # asarray(order="C") keeps a 0-d value a scalar (ascontiguousarray would make it 1-d).
+        return self._impl.addInitializedInputTensor(np.asarray(initVal, order="C"), name)
 
     def reshape_const(self, aiOnnx, args, shape, debugContext=""):
         """Reshape ``args[0]`` to a constant ``shape``."""
@@ -160,6 +161,7 @@ class Builder:
 
         sub = Builder(builderCore=SubgraphCore(self._impl))
         sub._chosenOnnxVersion = self._chosenOnnxVersion or defaultAiOnnxOpset
+        sub._parentBuilder = self  # constants of the enclosing builders (loop trip counts)
         return sub
 
     def addUntypedInputTensor(self, debugContext=""):

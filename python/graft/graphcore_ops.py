@@ -49,11 +49,28 @@ def scale(self, args, scale, debugContext="", debugPrefix=None):
 
 
 def scaledadd(self, args, scale0=1.0, scale1=1.0, debugContext="", debugPrefix=None):
-    """``scale0 * args[0] + scale1 * args[1]`` (numpy broadcasting)."""
-    if len(args) != 2:
-        raise _graft.Error(f"scaledadd takes 2 inputs (graft has no tensor scales), got {len(args)}")
-    return _add(self, "ScaledAdd", args, {"scale0": float(scale0), "scale1": float(scale1)}, 1, debugContext,
-                debugPrefix)
+    """``scale0 * args[0] + scale1 * args[1]`` (numpy broadcasting). As in PopART, ``args[2]`` and
+    ``args[3]``, when given, are tensors that replace ``scale0`` and ``scale1``: the op is then
+    built from ai.onnx Mul and Add, so it trains through the scales too."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) not in (2, 3, 4):
+        raise _graft.Error(f"scaledadd takes 2 inputs, and optionally the scale0 and scale1 tensors, got {len(inputs)}")
+    if len(inputs) == 2:
+        return _add(self, "ScaledAdd", inputs, {"scale0": float(scale0), "scale1": float(scale1)}, 1, debugContext,
+                    debugPrefix)
+    onnx = _onnx(self)
+    impl = self._builder._impl
+    dtype = impl.getTensorDtypeString(inputs[0])
+
+    def scaled(x, s, value):
+        if s:
+            s = onnx.cast([s], dtype) if impl.getTensorDtypeString(s) != dtype else s
+            return onnx.mul([x, s])
+        return x if value == 1.0 else self.scale([x], value)
+
+    return onnx.add([scaled(inputs[0], inputs[2], float(scale0)),
+                     scaled(inputs[1], inputs[3] if len(inputs) > 3 else "", float(scale1))],
+                    debug_name(debugContext, debugPrefix))
 
 
 def call(self, args, num_outputs, callee, debugContext="", debugPrefix=None):
@@ -213,11 +230,27 @@ def depthtospace(self, args, blocksize, mode, debugContext="", debugPrefix=None)
     onnx = _onnx(self)
     name = debug_name(debugContext, debugPrefix)
     if onnx.version < 11:
+        if mode == "CRD":
+            return _depthtospace_crd(self, args, int(blocksize), name)
         if mode != "DCR":
-            raise _graft.Error(f"depthtospace: mode '{mode}' needs ai.onnx opset 11 or later, the model uses "
-                               f"{onnx.version}")
+            raise _graft.Error(f"depthtospace: mode must be DCR or CRD, got '{mode}'")
         return onnx.depthtospace(args, blocksize, debugContext=name)
     return onnx.depthtospace(args, blocksize, mode=mode, debugContext=name)
+
+
+def _depthtospace_crd(self, args, b, name):
+    """CRD DepthToSpace before ai.onnx opset 11 (whose DepthToSpace is DCR only), from Reshape and
+    Transpose: [N, C, H, W] -> [N, C/b^2, b, b, H, W] -> [N, C/b^2, H, b, W, b] -> [N, C/b^2, Hb, Wb]."""
+    x = ([args] if isinstance(args, str) else list(args))[0]
+    shape = self._builder._impl.getTensorShape(x)
+    if len(shape) != 4 or shape[1] % (b * b):
+        raise _graft.Error(f"depthtospace: the input must be [N, C, H, W] with C divisible by blocksize^2 = {b * b}, "
+                           f"got {shape}")
+    n, c, h, w = shape
+    onnx = _onnx(self)
+    split = onnx.reshape([x, _const64(self, [n, c // (b * b), b, b, h, w])])
+    moved = onnx.transpose([split], perm=[0, 1, 4, 2, 5, 3])
+    return onnx.reshape([moved, _const64(self, [n, c // (b * b), h * b, w * b])], debugContext=name)
 
 
 def incrementmod(self, args, increment, modulus, debugContext="", debugPrefix=None):
@@ -263,20 +296,54 @@ def dynamicslice(self, args, axes, sizes, noOverlap=0, debugContext="", debugPre
         start = onnx.gather([offsets, _const64(self, [i])], axis=0)
         index = onnx.add([start, _const64(self, np.arange(size))])
         out = onnx.gather([out, index], axis=axis, debugContext=name if i == len(axes) - 1 else "")
+    if len(inputs) == 3:
+        # The slice buffer gives the output's shape: PopART lets it leave out the size-1 axes.
+        want, have = _shape_or_none(self, inputs[2]), _shape_or_none(self, out)
+        if want is not None and have is not None and want != have and int(np.prod(want)) == int(np.prod(have)):
+            out = onnx.reshape([out, _const64(self, want)], debugContext=name)
     return out
+
+
+def _shape_or_none(self, t):
+    """t's static shape, or None (not known yet, or a subgraph's tensor)."""
+    try:
+        shape = self._builder._impl.getTensorShape(t)
+    except _graft.Error:
+        return None
+    return list(shape) if all(isinstance(d, int) and d >= 0 for d in shape) else None
+
+
+def _region_shape(self, t, axes, sizes):
+    shape = _shape_or_none(self, t)
+    if shape is None:
+        return None
+    for axis, size in zip(axes, sizes):
+        if not -len(shape) <= axis < len(shape):
+            return None
+        shape[axis] = size
+    return shape
 
 
 def _dynamic(op_type):
     def method(self, args, axes, sizes, noOverlap=0, debugContext="", debugPrefix=None):
         inputs = [args] if isinstance(args, str) else list(args)
-        if len(inputs) != 3:
+        if len(inputs) != 3 and not (op_type == "DynamicZero" and len(inputs) == 2):
             raise _graft.Error(f"{op_type.lower()} takes 3 inputs (tensor, offsets, slice), got {len(inputs)}")
         attrs = {"axes": _ints(axes, f"{op_type}: axes"), "sizes": _ints(sizes, f"{op_type}: sizes")}
+        if len(inputs) == 3 and op_type != "DynamicZero":
+            # PopART takes an update without the region's leading size-1 axes ([4, 7] into a
+            # [1, 4, 7] region): it is reshaped to the region.
+            region = _region_shape(self, inputs[0], attrs["axes"], attrs["sizes"])
+            update = _shape_or_none(self, inputs[2])
+            if region is not None and update is not None and len(update) < len(region) and \
+                    int(np.prod(update)) == int(np.prod(region)):
+                inputs[2] = _onnx(self).reshape([inputs[2], _const64(self, region)])
         return _add(self, op_type, inputs, attrs, 1, debugContext, debugPrefix)
 
     method.__doc__ = {"DynamicUpdate": "args[0] with the region at run-time offsets args[1] replaced by args[2].",
                       "DynamicAdd": "args[0] with args[2] added to the region at run-time offsets args[1].",
-                      "DynamicZero": "args[0] with the region (args[2]'s shape) at offsets args[1] set to zero."}[op_type]
+                      "DynamicZero": "args[0] with the region at offsets args[1] set to zero: args[2]'s shape, or without "
+                                   "args[2] ``sizes`` along ``axes``."}[op_type]
     return method
 
 
@@ -329,6 +396,45 @@ def groupedgather(self, args, axis=0, group_size=1, debugContext="", debugPrefix
         gathered = onnx.gather([group(data, g), group(indices, g)], axis=axis - 1)
         parts.append(_unsqueeze(impl, onnx.version, gathered, 0))
     return onnx.concat(parts, 0, debug_name(debugContext, debugPrefix))
+
+
+def batchnormalization(self, args, num_outputs, epsilon=1e-5, momentum=0.9, debugContext="", debugPrefix=None):
+    """PopART's ai.graphcore BatchNormalization: ai.onnx's opset-9 BatchNormalization ``[y, mean, var,
+    saved_mean, saved_var]`` (with more than one output: batch statistics, training mode), except
+    that the running variance moves with the unbiased batch variance, as PyTorch's does. Built from
+    ai.onnx ops (so the builder's ai.onnx opset must be before 14, whose BatchNormalization has no
+    saved outputs): var * momentum + (running var - var * momentum) * M / (M - 1), M values per
+    channel."""
+    inputs = [args] if isinstance(args, str) else list(args)
+    if len(inputs) != 5:
+        raise _graft.Error(f"batchnormalization takes 5 inputs (X, scale, B, mean, var), got {len(inputs)}")
+    onnx = _onnx(self)
+    name = debug_name(debugContext, debugPrefix)
+    n = int(num_outputs)
+    if n == 1:
+        return onnx.batchnormalization(inputs, 1, epsilon, momentum, debugContext=name)
+    if onnx.version >= 14:
+        raise _graft.Error(f"aiGraphcore.batchnormalization with {n} outputs needs an ai.onnx opset before 14 (its "
+                           f"BatchNormalization has the saved outputs), the builder uses {onnx.version}")
+    outs = onnx.batchnormalization(inputs, n, epsilon, momentum, debugContext=name)
+    if n < 3:
+        return outs
+    x_shape = _shape_or_none(self, inputs[0])
+    if x_shape is None or len(x_shape) < 2:
+        raise _graft.Error("aiGraphcore.batchnormalization: the unbiased running variance needs X's static shape "
+                           "[N, C, ...]")
+    count = int(np.prod(x_shape)) // x_shape[1]
+    if count < 2:
+        raise _graft.Error(f"aiGraphcore.batchnormalization: the unbiased variance needs more than one value per "
+                           f"channel, X is {x_shape}")
+    dtype = np.dtype(self._builder._impl.getTensorDtypeString(inputs[4]))
+    var = inputs[4]
+    kept = onnx.mul([var, onnx.constant(np.array(momentum, dtype))])
+    moved = onnx.sub([outs[2], kept])
+    unbiased = onnx.mul([moved, onnx.constant(np.array(count / (count - 1), dtype))])
+    outs = list(outs)
+    outs[2] = onnx.add([kept, unbiased])
+    return outs
 
 
 def groupnormalization(self, args, num_groups, epsilon=1e-5, debugContext="", debugPrefix=None):
@@ -587,6 +693,7 @@ def methods():
         "dynamicadd": _dynamic("DynamicAdd"),
         "dynamiczero": _dynamic("DynamicZero"),
         "groupnormalization": groupnormalization,
+        "batchnormalization": batchnormalization,
         "incrementmod": incrementmod,
         "reducemedian": reducemedian,
         "scale": scale,

@@ -219,6 +219,16 @@ def _popart_operands(opset, op_type, inputs, attributes):
     (cast to INT64), a negative Flatten axis before opset 11 (counted from the rank), and RNN /
     GRU / LSTM without hidden_size (taken from R's shape, which ONNX requires to match it)."""
     impl = opset._builder._impl
+    if op_type == "Reshape" and len(inputs) == 2:
+        target = opset._builder.__dict__.get("_constants", {}).get(inputs[1])
+        if target is not None and int(np.sum(np.asarray(target) == -1)) > 1:
+            raise _graft.Error(f"Reshape: the shape {np.asarray(target).tolist()} has more than one -1, but the shape "
+                               "input to ReshapeOp can only use -1 to specify one unknown dimension")
+    if op_type == "Squeeze" and isinstance(attributes.get("axes"), list):
+        # A set of axes: in order, since ONNX's Squeeze-1 shape inference misreads unsorted ones.
+        attributes["axes"] = sorted(attributes["axes"])
+    if op_type == "Mul" and len(inputs) == 2 and all(t and impl.hasTensor(t) for t in inputs):
+        inputs = _mixed_precision_mul(opset, impl, inputs)
     if op_type == "Expand" and len(inputs) == 2 and impl.hasTensor(inputs[1]):
         if impl.getTensorInfo(inputs[1]).data_type() == "INT32":
             cast = impl.addOp("Cast", "", opset.version, [inputs[1]], {"to": int(_graft._dtypeCode("INT64"))}, 1, "")
@@ -233,6 +243,41 @@ def _popart_operands(opset, op_type, inputs, attributes):
             if info.hasShape() and len(info.dims()) == 3 and isinstance(info.dims()[2], int) and info.dims()[2] > 0:
                 attributes["hidden_size"] = int(info.dims()[2])
     return inputs
+
+
+def _info_or_none(impl, t):
+    try:
+        return impl.getTensorInfo(t)
+    except _graft.Error:
+        return None
+
+
+def _mixed_precision_mul(opset, impl, inputs):
+    """PopART's Mul of a FLOAT16 tensor and a one-element FLOAT tensor is FLOAT16 (its mixed-precision
+    multiply): the FLOAT operand is cast to FLOAT16. Other operands of two types raise PopART's error."""
+    infos = [_info_or_none(impl, t) for t in inputs]
+    if any(i is None for i in infos):
+        return inputs  # a subgraph's tensors are typed only where it is called
+    types = [i.data_type() for i in infos]
+    if types[0] == types[1] or "UNDEFINED" in types:
+        return inputs
+
+    def one_element(info):
+        return info.hasShape() and all(isinstance(d, int) for d in info.dims()) and int(np.prod(info.dims())) == 1
+
+    if sorted(types) == ["FLOAT", "FLOAT16"]:
+        k = types.index("FLOAT")
+        if one_element(infos[k]):
+            cast = impl.addOp("Cast", "", opset.version, [inputs[k]], {"to": int(_graft._dtypeCode("FLOAT16"))}, 1, "")
+            inputs = list(inputs)
+            inputs[k] = cast[0]
+            return inputs
+
+    def shape(info):
+        return "[" + " ".join(str(d) for d in info.dims()) + "]" if info.hasShape() else "[?]"
+
+    raise _graft.Error(f"Mul: np broadcasting failed, incompatible types {types[0]} and {types[1]} (shapes "
+                       f"{shape(infos[0])} and {shape(infos[1])})")
 
 
 def check_axes(impl, tensor, axes):

@@ -25,6 +25,7 @@ class SubgraphCore:
         self._prefix = f"subgraph{next(_ids)}"
         self._count = itertools.count()
         self.inputs = []    # the formal inputs, in order
+        self.fromParent = set()  # the inputs that are the parent's tensors (addInputTensorFromParentGraph)
         self.outputs = []   # the formal outputs, in order
         self.ops = []       # (type, domain, version, inputs, attrs, numOutputs, name, outputIds)
         self._known = set()
@@ -41,7 +42,10 @@ class SubgraphCore:
         return tid
 
     def addInputFromParent(self, tid):
+        if not self._parent.hasTensor(tid):
+            raise _graft.Error(f"addInputTensorFromParentGraph: the parent graph has no tensor '{tid}'")
         self.inputs.append(tid)
+        self.fromParent.add(tid)
         self._known.add(tid)
 
     def addInitializedInputTensor(self, value, name=""):
@@ -69,6 +73,14 @@ class SubgraphCore:
 
     def hasTensor(self, tid):
         return tid in self._known or self._parent.hasTensor(tid)
+
+    def getTensorInfo(self, tid):
+        """The type of a parent graph's tensor; the subgraph's own tensors are typed only where it is
+        called, so they raise."""
+        if tid not in self._known and self._parent.hasTensor(tid):
+            return self._parent.getTensorInfo(tid)
+        raise _graft.Error(f"Builder.getTensorInfo('{tid}'): the tensors of a subgraph builder are typed only where "
+                           "the subgraph is called")
 
     def onnxOpsetVersion(self):
         return self._parent.onnxOpsetVersion()
@@ -165,20 +177,23 @@ def logical_if(opset, args, num_outputs, else_branch, then_branch, debugContext=
     then_core = _core_of(then_branch, "logical_if")
     else_core = _core_of(else_branch, "logical_if")
     for core, which in ((then_core, "then_branch"), (else_core, "else_branch")):
-        if core.inputs:
-            raise _graft.Error(f"logical_if: {which} has {len(core.inputs)} inputs; If branches take none (they read "
-                               "the tensors of the enclosing graph)")
+        own = [t for t in core.inputs if t not in core.fromParent]
+        if own:
+            raise _graft.Error(f"logical_if: {which} has inputs {own} of its own; If branches take none (they read "
+                               "the tensors of the enclosing graph, or name them with addInputTensorFromParentGraph)")
         if len(core.outputs) < num_outputs:
             raise _graft.Error(f"logical_if: {which} has {len(core.outputs)} outputs, num_outputs is {num_outputs}")
     args = [args] if isinstance(args, str) else list(args)
     if len(args) != 1:
         raise _graft.Error(f"logical_if takes one input (the condition), got {len(args)}")
     target = opset._builder._impl
-    then_outs = _replay(target, then_core, [])
-    else_outs = _replay(target, else_core, [])
+    then_outs = _replay(target, then_core, list(then_core.inputs))
+    else_outs = _replay(target, else_core, list(else_core.inputs))
     outs = []
     for t, e in zip(then_outs[:num_outputs], else_outs[:num_outputs]):
-        if target.hasTensor(t) and target.hasTensor(e):
+        # Inside a subgraph builder the types are known only where it is called; the check then
+        # happens when Where's type is inferred there.
+        if not isinstance(target, SubgraphCore) and target.hasTensor(t) and target.hasTensor(e):
             ti, ei = target.getTensorInfo(t), target.getTensorInfo(e)
             if ti.hasShape() and ei.hasShape() and ti.dims() != ei.dims():
                 raise _graft.Error(f"logical_if: the branches' outputs '{t}' {ti.dims()} and '{e}' {ei.dims()} differ "
@@ -242,32 +257,64 @@ def scan(opset, args, num_outputs, body, num_scan_inputs, scan_input_axes=(), sc
     return results[:int(num_outputs)]
 
 
+def _constant_of(builder, tid):
+    """The value of ``tid`` when it is an aiOnnx.constant of ``builder`` or of a builder it is a
+    subgraph of; None otherwise."""
+    while builder is not None:
+        constants = builder.__dict__.get("_constants", {})
+        if tid in constants:
+            return np.asarray(constants[tid])
+        builder = builder.__dict__.get("_parentBuilder")
+    return None
+
+
 def loop(opset, args, num_outputs, body, debugContext="", debugPrefix=None):
     """ONNX Loop built from a subgraph builder, unrolled: the trip count ``args[0]`` must be a
-    constant of the builder, and the body must pass its condition through unchanged (a for loop),
-    since an unrolled loop cannot stop early. Each iteration's body is added to the graph."""
+    constant (aiOnnx.constant of this builder or of one it is a subgraph of). Each iteration's body
+    is added to the graph. When the body computes its condition (a loop that may stop early), the
+    iterations after the condition turned false keep the loop-carried values unchanged (Where), so
+    the results are Loop's; scan outputs then have a length that depends on the data, which an
+    unrolled loop cannot give, and are refused."""
     core = _core_of(body, "loop")
     target = opset._builder._impl
     v = opset.version
     args = [args] if isinstance(args, str) else list(args)
     if len(args) < 2:
         raise _graft.Error(f"loop takes the trip count, the condition and the loop-carried values, got {len(args)} inputs")
-    constants = opset._builder.__dict__.get("_constants", {})
-    if args[0] not in constants:
+    trips = _constant_of(opset._builder, args[0]) if args[0] else None
+    if trips is None:
         raise _graft.Error("loop: graft unrolls Loop, so the trip count must be a constant of the builder "
                            "(aiOnnx.constant); a computed trip count is not supported")
-    trips = int(np.asarray(constants[args[0]]).reshape(-1)[0])
-    if args[1] and (args[1] not in constants or not bool(np.asarray(constants[args[1]]).reshape(-1)[0])):
-        raise _graft.Error("loop: graft unrolls Loop, so the initial condition must be a constant True")
-    if len(core.inputs) != len(args) or not core.outputs or core.outputs[0] != core.inputs[1]:
-        raise _graft.Error("loop: graft unrolls Loop, so the body must take (iteration, condition, values...) and give "
-                           "back its condition input unchanged as its first output")
+    trips = int(trips.reshape(-1)[0])
+    if len(core.inputs) != len(args):
+        raise _graft.Error(f"loop: the body takes {len(core.inputs)} inputs (iteration, condition, values...), the "
+                           f"loop has {len(args)}")
+    if len(core.outputs) < len(args) - 1:
+        raise _graft.Error(f"loop: the body gives {len(core.outputs)} outputs; it must give its condition and the "
+                           f"{len(args) - 2} loop-carried values")
     n = len(args) - 2
     states = args[2:]
-    scans = [[] for _ in range(len(core.outputs) - 1 - n)]
+    num_scans = len(core.outputs) - 1 - n
+    cond_value = _constant_of(opset._builder, args[1]) if args[1] else np.array(True)
+    # running: the tensor saying whether the loop still runs (None while it surely does).
+    running = None if cond_value is not None and bool(cond_value.reshape(-1)[0]) else args[1]
+    if cond_value is not None and not bool(cond_value.reshape(-1)[0]):
+        trips = 0  # the condition is false before the first iteration
+    computes_condition = core.outputs[0] != core.inputs[1]
+    if (computes_condition or running is not None) and num_scans:
+        raise _graft.Error("loop: a loop that may stop early has scan outputs whose length depends on the data; "
+                           "graft unrolls Loop and cannot give them")
+    scans = [[] for _ in range(num_scans)]
     for i in range(trips):
-        outs = _replay(target, core, [_const(target, v, np.array(i, np.int64)), args[1]] + states)
-        states = outs[1:1 + n]
+        cond_in = running if running is not None else (args[1] or _const(target, v, np.array(True)))
+        outs = _replay(target, core, [_const(target, v, np.array(i, np.int64)), cond_in] + states)
+        new_states = outs[1:1 + n]
+        if running is not None:
+            new_states = [target.addOp("Where", "", v, [running, new, old], {}, 1, "")[0]
+                          for new, old in zip(new_states, states)]
+        states = new_states
+        if computes_condition:
+            running = outs[0] if running is None else target.addOp("And", "", v, [running, outs[0]], {}, 1, "")[0]
         for j, t in enumerate(outs[1 + n:]):
             scans[j].append(t)
     results = list(states)

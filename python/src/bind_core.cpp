@@ -1,11 +1,12 @@
 // Bindings of the value types: TensorInfo, DataFlow, AnchorReturnType, InputShapeInfo, devices,
 // session options, patterns and logging.
-#include <graft/graft.hpp>
 #include <pybind11/stl.h>
+#include <graft/graft.hpp>
 
 #include "bindings.hpp"
 #include "numpy_util.hpp"
 #include "ops/random_seed.hpp"
+#include "ops/registry.hpp"
 #include "support/check.hpp"
 #include "support/logging.hpp"
 
@@ -32,8 +33,10 @@ namespace {
 std::vector<Dim> dimsFrom(pyb::handle shape) {
   std::vector<Dim> dims;
   for (pyb::handle d : shape) {
-    if (d.is_none()) dims.emplace_back();
-    else if (pyb::isinstance<pyb::str>(d)) dims.emplace_back(d.cast<std::string>());
+    if (d.is_none())
+      dims.emplace_back();
+    else if (pyb::isinstance<pyb::str>(d))
+      dims.emplace_back(d.cast<std::string>());
     else {
       int64_t v = pyb::int_(pyb::reinterpret_borrow<pyb::object>(d)).cast<int64_t>();
       GRAFT_CHECK(v >= 0, "TensorInfo: dimension {} is negative; use None or a name for an unknown dimension", v);
@@ -46,9 +49,12 @@ std::vector<Dim> dimsFrom(pyb::handle shape) {
 pyb::list dimsTo(const TensorInfo& info) {
   pyb::list out;
   for (const Dim& d : info.dims()) {
-    if (d.known()) out.append(d.value);
-    else if (!d.param.empty()) out.append(d.param);
-    else out.append(pyb::none());
+    if (d.known())
+      out.append(d.value);
+    else if (!d.param.empty())
+      out.append(d.param);
+    else
+      out.append(pyb::none());
   }
   return out;
 }
@@ -85,21 +91,23 @@ void bindTensorInfo(pyb::module_& m) {
       .def("data_type", [](const TensorInfo& t) { return std::string(dtypeName(t.dataType())); })
       .def("data_type_lcase", [](const TensorInfo& t) { return std::string(dtypeNumpyName(t.dataType())); })
       .def("dataType", &TensorInfo::dataType)
-      .def("shape", [](const TensorInfo& t) -> pyb::object {
-        if (t.isStatic()) return pyb::cast(t.shape());
-        GRAFT_CHECK(t.hasShape(), "TensorInfo {}: the rank is not known", t.str());
-        return dimsTo(t);
-      })
+      .def("shape",
+           [](const TensorInfo& t) -> pyb::object {
+             if (t.isStatic()) return pyb::cast(t.shape());
+             GRAFT_CHECK(t.hasShape(), "TensorInfo {}: the rank is not known", t.str());
+             return dimsTo(t);
+           })
       .def("dims", &dimsTo)
       .def("hasShape", &TensorInfo::hasShape)
       .def("isStatic", &TensorInfo::isStatic)
       .def("rank", &TensorInfo::rank)
-      .def("dim", [](const TensorInfo& t, int64_t i) {
-        GRAFT_CHECK(i >= -t.rank() && i < t.rank(), "TensorInfo {}: dimension {} is out of range", t.str(), i);
-        const Dim& d = t.dims()[static_cast<size_t>(i < 0 ? i + t.rank() : i)];
-        GRAFT_CHECK(d.known(), "TensorInfo {}: dimension {} is not known", t.str(), i);
-        return d.value;
-      })
+      .def("dim",
+           [](const TensorInfo& t, int64_t i) {
+             GRAFT_CHECK(i >= -t.rank() && i < t.rank(), "TensorInfo {}: dimension {} is out of range", t.str(), i);
+             const Dim& d = t.dims()[static_cast<size_t>(i < 0 ? i + t.rank() : i)];
+             GRAFT_CHECK(d.known(), "TensorInfo {}: dimension {} is not known", t.str(), i);
+             return d.value;
+           })
       .def("nelms", &TensorInfo::nelms)
       .def("nbytes", &TensorInfo::nbytes)
       .def("numpyDtype", [](const TensorInfo& t) { return numpyDtype(t.dataType()); })
@@ -110,10 +118,11 @@ void bindTensorInfo(pyb::module_& m) {
   pyb::class_<InputShapeInfo>(m, "InputShapeInfo")
       .def(pyb::init<>())
       .def("add", &InputShapeInfo::add, pyb::arg("tensorId"), pyb::arg("info"))
-      .def("get", [](const InputShapeInfo& s, const TensorId& id) {
-        GRAFT_CHECK(s.has(id), "InputShapeInfo has no entry for '{}'", id);
-        return s.get(id);
-      })
+      .def("get",
+           [](const InputShapeInfo& s, const TensorId& id) {
+             GRAFT_CHECK(s.has(id), "InputShapeInfo has no entry for '{}'", id);
+             return s.get(id);
+           })
       .def("has", &InputShapeInfo::has)
       .def("getAllTensorInfo", &InputShapeInfo::getAllTensorInfo);
 }
@@ -142,7 +151,7 @@ void bindDataFlow(pyb::module_& m) {
       .def("str", &AnchorReturnType::str)
       .def("__repr__", [](const AnchorReturnType& a) {
         return a.id() == AnchorReturnTypeId::EveryN ? fmt::format("AnchorReturnType(\"EveryN\", {})", a.rp())
-                                                     : fmt::format("AnchorReturnType(\"{}\")", a.str());
+                                                    : fmt::format("AnchorReturnType(\"{}\")", a.str());
       });
 
   pyb::class_<DataFlow>(m, "DataFlow")
@@ -161,7 +170,8 @@ void bindDataFlow(pyb::module_& m) {
       .def("anchors", &DataFlow::anchors)
       .def("art", &DataFlow::art)
       .def("__repr__", [](const DataFlow& d) {
-        return fmt::format("DataFlow(batchesPerStep={}, anchors=[{}])", d.batchesPerStep(), fmt::join(d.anchors(), ", "));
+        return fmt::format("DataFlow(batchesPerStep={}, anchors=[{}])", d.batchesPerStep(),
+                           fmt::join(d.anchors(), ", "));
       });
 }
 
@@ -216,12 +226,14 @@ void bindDevices(pyb::module_& m) {
           [dictOpts](DeviceManager& dm, pyb::object opts) { return dm.createOfflineIpuDevice(dictOpts(opts)); },
           pyb::arg("opts") = pyb::none())
       // PopART's tilesPerIpu, pattern, connectionType and selectionCriterion do not apply.
-      .def("acquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1)
-      .def("tryAcquireAvailableDevice",
-           [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
-           pyb::arg("numIpus") = 1)
+      .def(
+          "acquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1)
+      .def(
+          "tryAcquireAvailableDevice",
+          [](DeviceManager& dm, int numIpus, pyb::args, pyb::kwargs) { return dm.acquireAvailableDevice(numIpus); },
+          pyb::arg("numIpus") = 1)
       // graft drives no IPU hardware: PopART's list of attached IPUs is empty here.
       .def(
           "enumerateDevices", [](DeviceManager&, pyb::args, pyb::kwargs) { return pyb::list(); },
@@ -312,17 +324,27 @@ void bindOptions(pyb::module_& m) {
 }
 
 void bindLogging(pyb::module_& m) {
-  m.def("_dtypeCode", [](pyb::object dt) { return static_cast<int>(dtypeFromObject(dt, "data type")); },
-        "The ONNX TensorProto.DataType number of a type name, numpy dtype or numpy type.");
-  m.def("_setRandomSeed", [](uint64_t seed) { ops::setRandomSeed(seed); }, pyb::arg("seed"),
-        "Seeds every random op without a seed attribute (process-wide; see ops/random_seed.hpp).");
+  m.def(
+      "_dtypeCode", [](pyb::object dt) { return static_cast<int>(dtypeFromObject(dt, "data type")); },
+      "The ONNX TensorProto.DataType number of a type name, numpy dtype or numpy type.");
+  m.def(
+      "_setRandomSeed", [](uint64_t seed) { ops::setRandomSeed(seed); }, pyb::arg("seed"),
+      "Seeds every random op without a seed attribute (process-wide; see ops/random_seed.hpp).");
   m.def("_randomSeed", [] { return ops::randomSeed(); });
+  m.def(
+      "_registeredOps",
+      [] {
+        std::vector<std::pair<std::string, std::string>> ops;
+        for (const ops::OpDef* def : ops::Registry::instance().all()) ops.emplace_back(def->domain, def->type);
+        return ops;
+      },
+      "(domain, type) of every op in graft's registry, gradient and internal ops included.");
   m.def("_setLogLevel", [](const std::string& level) {
     using L = support::LogLevel;
     std::string l;
     for (char c : level) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    static const std::map<std::string, L> levels = {{"trace", L::Trace}, {"debug", L::Debug}, {"info", L::Info},
-                                                    {"warn", L::Warn},   {"warning", L::Warn}, {"err", L::Error},
+    static const std::map<std::string, L> levels = {{"trace", L::Trace}, {"debug", L::Debug},    {"info", L::Info},
+                                                    {"warn", L::Warn},   {"warning", L::Warn},   {"err", L::Error},
                                                     {"error", L::Error}, {"critical", L::Error}, {"off", L::Off}};
     auto it = levels.find(l);
     GRAFT_CHECK(it != levels.end(), "unknown log level '{}' (expected TRACE, DEBUG, INFO, WARN, ERR, CRITICAL or OFF)",

@@ -169,7 +169,8 @@ NDArray stringsOf(pyb::handle obj, const std::string& what) {
 NDArray copyOf(pyb::handle obj, const std::string& what) {
   pyb::module_ np = pyb::module_::import("numpy");
   if (isStringArray(obj)) return stringsOf(obj, what);
-  pyb::array a = np.attr("ascontiguousarray")(obj);
+  // asarray(order="C"), not ascontiguousarray: that one makes a 0-d array (a scalar) 1-d.
+  pyb::array a = np.attr("asarray")(obj, pyb::arg("order") = "C");
   DataType dt = dtypeFromNumpy(a.dtype(), what);
   if (dt == DataType::String) return stringsOf(a, what);
   if (!a.dtype().attr("isnative").cast<bool>()) a = a.attr("astype")(a.dtype().attr("newbyteorder")("="));

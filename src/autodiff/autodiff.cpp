@@ -11,8 +11,12 @@
 namespace graft::autodiff {
 namespace {
 
-bool differentiable(const ir::Tensor* t) {
-  return t && t->type().isTensor() && isFloatingPoint(t->info().dataType());
+// Floating-point tensors carry gradients; with an integer loss integer tensors do too, as in
+// PopART (a loss of integers, such as a sum of medians, has integer gradients).
+bool differentiable(const ir::Tensor* t, bool integers) {
+  if (!t || !t->type().isTensor()) return false;
+  DataType dt = t->info().dataType();
+  return isFloatingPoint(dt) || (integers && isInteger(dt));
 }
 
 std::string opName(const ir::Node& n) { return n.domain().empty() ? n.type() : n.domain() + "::" + n.type(); }
@@ -21,7 +25,9 @@ std::string opName(const ir::Node& n) { return n.domain().empty() ? n.type() : n
 
 std::map<ir::Tensor*, ir::Tensor*> differentiate(ir::Graph& g, ir::Tensor* loss, const std::vector<ir::Tensor*>& wrt,
                                                  ir::Tensor* seed) {
-  GRAFT_CHECK(differentiable(loss), "the loss '{}' must be a floating-point tensor, it is {}", loss->id(), loss->type().str());
+  bool integers = loss && loss->type().isTensor() && isInteger(loss->info().dataType());
+  GRAFT_CHECK(differentiable(loss, integers), "the loss '{}' must be a floating-point or integer tensor, it is {}",
+              loss->id(), loss->type().str());
   std::vector<ir::Node*> order = g.schedule();
 
   // Tensors that depend on a `wrt` tensor through differentiable values.
@@ -32,7 +38,7 @@ std::map<ir::Tensor*, ir::Tensor*> differentiate(ir::Graph& g, ir::Tensor* loss,
       if (t && reach.count(t)) any = true;
     if (!any) continue;
     for (ir::Tensor* t : n->outputs())
-      if (differentiable(t)) reach.insert(t);
+      if (differentiable(t, integers)) reach.insert(t);
   }
   std::map<ir::Tensor*, ir::Tensor*> result;
   for (ir::Tensor* t : wrt) result[t] = nullptr;

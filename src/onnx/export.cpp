@@ -12,6 +12,9 @@ namespace {
 
 void valueInfo(const ir::Tensor* t, ::onnx::ValueInfoProto* vi) {
   vi->set_name(t->id());
+  // A tensor of unknown type (a graph output whose type inference left open) gets no type: an
+  // empty TypeProto is invalid ONNX.
+  if (t->type().isTensor() && !t->type().known()) return;
   typeToProto(t->type(), vi->mutable_type());
 }
 
@@ -48,9 +51,8 @@ void exportGraphProto(const ir::Graph& g, ::onnx::GraphProto* out) {
 int64_t irVersionForOpset(int64_t opset) {
   // (first opset, IR version) of each ONNX release that raised the IR version, from ONNX's
   // onnx.helper.VERSION_TABLE.
-  static constexpr std::pair<int64_t, int64_t> kTable[] = {{9, 4},   {10, 5},  {11, 6},  {12, 7},  {15, 8},
-                                                           {19, 9},  {21, 10}, {23, 11}, {24, 12}, {25, 13},
-                                                           {28, 14}};
+  static constexpr std::pair<int64_t, int64_t> kTable[] = {{9, 4},   {10, 5},  {11, 6},  {12, 7},  {15, 8}, {19, 9},
+                                                           {21, 10}, {23, 11}, {24, 12}, {25, 13}, {28, 14}};
   int64_t ir = 3;
   for (const auto& [first, v] : kTable)
     if (opset >= first) ir = v;

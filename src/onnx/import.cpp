@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "onnx/model_io.hpp"
 #include "onnx/proto_convert.hpp"
@@ -70,7 +71,8 @@ void loadExternal(::onnx::TensorProto* t, const std::string& baseDir, const std:
     const std::string& s = kv.value();
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     GRAFT_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= 0,
-                "{} has a malformed external data entry '{}': '{}' (expected a non-negative integer)", what, kv.key(), s);
+                "{} has a malformed external data entry '{}': '{}' (expected a non-negative integer)", what, kv.key(),
+                s);
     return v;
   };
   for (const auto& kv : t->external_data()) {
@@ -79,8 +81,10 @@ void loadExternal(::onnx::TensorProto* t, const std::string& baseDir, const std:
     if (kv.key() == "length") length = number(kv);
   }
   GRAFT_CHECK(!location.empty(), "{} stores its data externally but names no location", what);
-  GRAFT_CHECK(!baseDir.empty(), "{} stores its data in '{}', but the model was loaded from bytes without a folder; load it "
-              "from its file instead", what, location);
+  GRAFT_CHECK(!baseDir.empty(),
+              "{} stores its data in '{}', but the model was loaded from bytes without a folder; load it "
+              "from its file instead",
+              what, location);
   fs::path rel(location);
   GRAFT_CHECK(!rel.is_absolute() && !rel.has_root_name() && !rel.has_root_directory(),
               "{}: external data path '{}' is absolute; it must be relative to the model's folder", what, location);
@@ -282,8 +286,8 @@ void restoreOtherDomains(::onnx::GraphProto* g, SetAside aside) {
     *g->add_node() = std::move(nodes[i]);
   }
   // A cycle leaves nodes behind; the checker already rejected cyclic models, so this is a bug.
-  GRAFT_ASSERT(static_cast<size_t>(g->node_size()) == nodes.size(), "re-sorting nodes after opset conversion lost {} nodes",
-               nodes.size() - g->node_size());
+  GRAFT_ASSERT(static_cast<size_t>(g->node_size()) == nodes.size(),
+               "re-sorting nodes after opset conversion lost {} nodes", nodes.size() - g->node_size());
 }
 
 // A graph output that nothing defines: ONNX 1.12's checker let it through and its version converter
@@ -297,8 +301,10 @@ void checkOutputsDefined(const ::onnx::GraphProto& g, std::set<std::string> defi
   for (const auto& n : g.node())
     for (const auto& o : n.output()) defined.insert(o);
   for (const auto& vo : g.output())
-    GRAFT_CHECK(defined.count(vo.name()), "{}: graph output '{}' is not produced by any node, input or initializer of "
-                "graph '{}'", source, vo.name(), g.name());
+    GRAFT_CHECK(defined.count(vo.name()),
+                "{}: graph output '{}' is not produced by any node, input or initializer of "
+                "graph '{}'",
+                source, vo.name(), g.name());
   for (const auto& n : g.node())
     for (const auto& a : n.attribute()) {
       if (a.has_g()) checkOutputsDefined(a.g(), defined, source);
@@ -384,11 +390,48 @@ void checkVersions(const ::onnx::ModelProto& m, const std::string& source) {
   }
 }
 
+// Before opset 14 a BatchNormalization with more than one output is in training mode (Y, mean,
+// var, saved_mean, saved_var); from 14 the mode is the training_mode attribute and there are at
+// most three outputs. Unused saved_mean / saved_var outputs are dropped before converting (the
+// converter refuses them), and the training nodes, found again by their output Y, get
+// training_mode = 1 after it.
+std::vector<std::string> dropSavedBatchNormOutputs(::onnx::GraphProto* g) {
+  std::unordered_set<std::string> used;
+  for (const auto& n : g->node())
+    for (const auto& i : n.input()) used.insert(i);
+  for (const auto& o : g->output()) used.insert(o.name());
+  std::vector<std::string> training;
+  for (auto& n : *g->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || !(n.domain().empty() || n.domain() == "ai.onnx")) continue;
+    if (n.output_size() <= 1) continue;
+    training.push_back(n.output(0));
+    while (n.output_size() > 3 && (n.output(n.output_size() - 1).empty() || !used.count(n.output(n.output_size() - 1))))
+      n.mutable_output()->RemoveLast();
+  }
+  return training;
+}
+
+void markTrainingBatchNorms(::onnx::GraphProto* g, const std::vector<std::string>& training) {
+  std::unordered_set<std::string> ys(training.begin(), training.end());
+  for (auto& n : *g->mutable_node()) {
+    if (n.op_type() != "BatchNormalization" || n.output_size() == 0 || !ys.count(n.output(0))) continue;
+    bool has = false;
+    for (const auto& a : n.attribute()) has |= a.name() == "training_mode";
+    if (has) continue;
+    auto* a = n.add_attribute();
+    a->set_name("training_mode");
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(1);
+  }
+}
+
 void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   int64_t v = onnxOpset(*m);
   if (v == 0 || v == kCanonicalOpset) return;
   GRAFT_CHECK(v < kCanonicalOpset, "{} uses ai.onnx opset {}, newer than graft supports (newest: ai.onnx opset {})",
               source, v, kCanonicalOpset);
+  std::vector<std::string> trainingBatchNorms;
+  if (v < 14) trainingBatchNorms = dropSavedBatchNormOutputs(m->mutable_graph());
   std::unordered_map<std::string, ::onnx::TypeProto> types;
   collectTypes(m->graph(), &types);
   SetAside aside = setAsideOtherDomains(m->mutable_graph(), types);
@@ -400,6 +443,7 @@ void convertOpset(::onnx::ModelProto* m, const std::string& source) {
   }
   restoreTypes(converted.mutable_graph(), types);
   restoreOtherDomains(converted.mutable_graph(), std::move(aside));
+  markTrainingBatchNorms(converted.mutable_graph(), trainingBatchNorms);
   // ONNX 1.23's converter leaves the model-local functions out of its result; they are expanded
   // later, each with its own opset imports.
   if (converted.functions_size() == 0) *converted.mutable_functions() = m->functions();
@@ -425,11 +469,13 @@ void fixLegacyPreluSlopes(::onnx::GraphProto* g, const std::unordered_map<std::s
     if (xs.dim_size() < 3) continue;
     for (auto& init : *g->mutable_initializer()) {
       if (init.name() != n.input(1) || init.dims_size() != 1 || init.dims(0) == 1) continue;
-      if (xs.dim(1).has_dim_value() && xs.dim(1).dim_value() != init.dims(0)) continue;  // not per channel: left to fail
+      if (xs.dim(1).has_dim_value() && xs.dim(1).dim_value() != init.dims(0))
+        continue;  // not per channel: left to fail
       for (int i = 2; i < xs.dim_size(); ++i) init.add_dims(1);
       for (auto& vi : *g->mutable_input())
         if (vi.name() == init.name() && vi.type().tensor_type().has_shape())
-          for (int i = 2; i < xs.dim_size(); ++i) vi.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+          for (int i = 2; i < xs.dim_size(); ++i)
+            vi.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
       done.insert(init.name());
     }
   }
@@ -512,8 +558,10 @@ void checkLocalFunctions(const ::onnx::ModelProto& m, const std::string& source)
   std::function<int64_t(const google::protobuf::RepeatedPtrField<::onnx::NodeProto>&)> cost;
   std::function<int64_t(const Key&)> sizeOf = [&](const Key& k) -> int64_t {
     if (state[k] == 2) return sizes[k];
-    GRAFT_CHECK(state[k] != 1, "{}: function {}{} calls itself (directly or through other functions); ONNX functions "
-                "cannot be recursive", source, k.first.empty() ? "" : k.first + "::", k.second);
+    GRAFT_CHECK(state[k] != 1,
+                "{}: function {}{} calls itself (directly or through other functions); ONNX functions "
+                "cannot be recursive",
+                source, k.first.empty() ? "" : k.first + "::", k.second);
     state[k] = 1;
     int64_t s = cost(functions.at(k)->node());
     state[k] = 2;
@@ -544,7 +592,7 @@ void checkLocalFunctions(const ::onnx::ModelProto& m, const std::string& source)
 // the original Scan over the sequence axis.
 
 struct LegacyScan {
-  std::vector<std::string> inputs;                              // as written: sequence_lens, states, scan inputs
+  std::vector<std::string> inputs;                           // as written: sequence_lens, states, scan inputs
   std::unordered_map<std::string, ::onnx::TypeProto> types;  // declared types of its inputs and outputs
 };
 using LegacyScans = std::unordered_map<std::string, LegacyScan>;  // keyed by first output
@@ -578,8 +626,10 @@ void rewriteLegacyScans(::onnx::GraphProto* g, const LegacyScans& scans, const s
     if (it == scans.end()) continue;
     const LegacyScan& old = it->second;
     std::string what = fmt::format("{}: Scan node '{}' (opset 8)", source, n.name().empty() ? n.output(0) : n.name());
-    GRAFT_CHECK(old.inputs.empty() || old.inputs[0].empty(), "{} has a sequence_lens input; graft supports opset-8 Scan "
-                "only over full-length sequences", what);
+    GRAFT_CHECK(old.inputs.empty() || old.inputs[0].empty(),
+                "{} has a sequence_lens input; graft supports opset-8 Scan "
+                "only over full-length sequences",
+                what);
     std::vector<std::string> ins(old.inputs.begin() + (old.inputs.empty() ? 0 : 1), old.inputs.end());
     std::string prefix = fmt::format("__graft_scan8_{}_", (*counter)++);
     ::onnx::NodeProto inner;
@@ -650,7 +700,8 @@ struct FunctionExpander {
 
   // Fills `body` (and `schema` for ONNX functions) and returns true when `n` should be replaced by
   // a function body.
-  bool bodyFor(const ::onnx::NodeProto& n, int64_t opset, ::onnx::FunctionProto* body, const ::onnx::OpSchema** schema) {
+  bool bodyFor(const ::onnx::NodeProto& n, int64_t opset, ::onnx::FunctionProto* body,
+               const ::onnx::OpSchema** schema) {
     *schema = nullptr;
     if (const auto* f = localFunction(n)) {
       *body = *f;
@@ -794,16 +845,18 @@ class GraphImporter {
       if (initNames.count(vi.name())) continue;  // an initializer listed as input: a weight with a default
       GRAFT_CHECK(!vi.name().empty(), "{}: graph '{}' has an input without a name", source_, gname);
       GRAFT_CHECK(!g->hasTensor(vi.name()), "{}: graph input '{}' is defined twice", source_, vi.name());
-      ir::Tensor* t = g->addTensor(vi.name(), typeFromProto(vi.type(), fmt::format("{}: input '{}'", source_, vi.name())),
-                                   ir::TensorKind::Input);
+      ir::Tensor* t =
+          g->addTensor(vi.name(), typeFromProto(vi.type(), fmt::format("{}: input '{}'", source_, vi.name())),
+                       ir::TensorKind::Input);
       g->addInput(t);
     }
     // Pass 1: every node output exists before any node links to it.
     for (const auto& np : gp.node())
       for (const auto& o : np.output()) {
         if (o.empty()) continue;
-        GRAFT_CHECK(!g->hasTensor(o), "{}: value '{}' is produced twice (node '{}' of type {}); ONNX values are assigned once",
-                    source_, o, np.name(), np.op_type());
+        GRAFT_CHECK(!g->hasTensor(o),
+                    "{}: value '{}' is produced twice (node '{}' of type {}); ONNX values are assigned once", source_,
+                    o, np.name(), np.op_type());
         g->addTensor(o, typeOf(o), ir::TensorKind::Activation);
       }
     // Pass 2: nodes.
@@ -853,14 +906,19 @@ class GraphImporter {
       auto it = ann_.find(np.output(0));
       if (it != ann_.end())
         for (const auto& a : it->second) {
-          if (a.name() == "__ipu_number") vgraph = a.i();
-          else if (a.name() == "__pipeline_stage") stage = a.i();
-          else if (a.name() == "__recompute_output_in_backward_pass") recompute = a.i() != 0;
-          else attrs.set(a.name(), attributeFromProto(a, what, importSub));
+          if (a.name() == "__ipu_number")
+            vgraph = a.i();
+          else if (a.name() == "__pipeline_stage")
+            stage = a.i();
+          else if (a.name() == "__recompute_output_in_backward_pass")
+            recompute = a.i() != 0;
+          else
+            attrs.set(a.name(), attributeFromProto(a, what, importSub));
         }
     }
     std::vector<std::string> outs(np.output().begin(), np.output().end());
-    ir::Node* n = g->addNode(np.op_type(), np.domain() == "ai.onnx" ? "" : np.domain(), inputs, outs, std::move(attrs), np.name());
+    ir::Node* n = g->addNode(np.op_type(), np.domain() == "ai.onnx" ? "" : np.domain(), inputs, outs, std::move(attrs),
+                             np.name());
     n->virtualGraph = vgraph;
     n->pipelineStage = stage;
     n->recompute = recompute;

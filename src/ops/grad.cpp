@@ -1,5 +1,5 @@
 #include "ops/grad.hpp"
-
+#include "ops/dtype_dispatch.hpp"
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -55,11 +55,26 @@ ir::Tensor* GradBuilder::scalarLike(double value, const ir::Tensor* like) {
   DataType dt = like->info().dataType();
   NDArray a(dt, {});
   switch (dt) {
-    case DataType::Float: *a.data<float>() = static_cast<float>(value); break;
-    case DataType::Double: *a.data<double>() = value; break;
-    case DataType::Float16: *a.data<Half>() = Half(static_cast<float>(value)); break;
-    case DataType::BFloat16: *a.data<BFloat16>() = BFloat16(static_cast<float>(value)); break;
-    default: GRAFT_THROW("{}: gradients need floating-point tensors, '{}' is {}", fwd_.describe(), like->id(), dtypeName(dt));
+    case DataType::Float:
+      *a.data<float>() = static_cast<float>(value);
+      break;
+    case DataType::Double:
+      *a.data<double>() = value;
+      break;
+    case DataType::Float16:
+      *a.data<Half>() = Half(static_cast<float>(value));
+      break;
+    case DataType::BFloat16:
+      *a.data<BFloat16>() = BFloat16(static_cast<float>(value));
+      break;
+    default:
+      // Integer gradients (an integer loss, as PopART trains): the value in the integer type.
+      GRAFT_CHECK(isInteger(dt), "{}: gradients need floating-point or integer tensors, '{}' is {}", fwd_.describe(),
+                  like->id(), dtypeName(dt));
+      dispatch<kInts>(dt, fwd_.describe(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        *a.data<T>() = static_cast<T>(value);
+      });
   }
   return constant(std::move(a));
 }

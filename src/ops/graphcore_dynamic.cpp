@@ -2,7 +2,8 @@
 //   DynamicUpdate(x, offsets, update): x with the region starting at `offsets` (one per axis in
 //     `axes`, extents `sizes`, update's shape) replaced by update.
 //   DynamicAdd(x, offsets, update): x with update added to that region.
-//   DynamicZero(x, offsets, like): x with the region (like's shape) set to zero.
+//   DynamicZero(x, offsets[, like]): x with the region (like's shape, or without like x's shape with
+//     `sizes` along `axes`) set to zero.
 //   SequenceSlice(source, dest, N, sourceOffset, destOffset): dest with, for each i, the N[i] rows
 //     (axis 0) of source from sourceOffset[i] copied to destOffset[i]; with zeroUnused the rows
 //     of dest written by no i are zero.
@@ -35,8 +36,12 @@ DynamicAttrs dynamicAttrs(const ir::Node& n) {
 
 std::vector<ir::ValueType> inferDynamic(const ir::Node& n, const std::vector<ir::ValueType>& in,
                                         const std::vector<const NDArray*>&) {
-  GRAFT_CHECK(in.size() == 3 && in[0].known() && in[1].known() && in[2].known(),
-              "{}: takes 3 inputs (tensor, offsets, update)", n.describe());
+  // DynamicZero may leave out its third input: the region's extents are then `sizes`.
+  bool zero = n.type() == "DynamicZero";
+  GRAFT_CHECK((in.size() == 3 || (zero && in.size() == 2)) && in[0].known() && in[1].known() &&
+                  (in.size() == 2 || in[2].known()),
+              "{}: takes 3 inputs (tensor, offsets, {}), got {}", n.describe(), zero ? "like (optional)" : "update",
+              in.size());
   GRAFT_CHECK(isInteger(in[1].info.dataType()), "{}: offsets must be integers, got {}", n.describe(),
               dtypeName(in[1].info.dataType()));
   dynamicAttrs(n);
@@ -49,21 +54,29 @@ KernelFn dynamicKernel(CompileContext& c) {
   return [a](KernelContext& k) {
     const NDArray& x = k.input(0);
     std::vector<int64_t> off = anyIntToInt64Vector(k.input(1));
-    const NDArray& upd = k.input(2);
+    const NDArray* upd = k.hasInput(2) ? &k.input(2) : nullptr;
     GRAFT_CHECK(off.size() == a.axes.size(), "{}: {} offsets for {} axes", a.what, off.size(), a.axes.size());
-    // The region: upd's shape, placed at the (clamped) offsets along `axes`, 0 elsewhere.
+    // The region: upd's shape (without upd: x's shape with `sizes` along `axes`), placed at the
+    // (clamped) offsets along `axes`, 0 elsewhere.
     const Shape& xs = x.shape();
-    GRAFT_CHECK(upd.rank() == x.rank(), "{}: update has rank {}, the tensor {}", a.what, upd.rank(), x.rank());
+    Shape region = xs;
+    if (upd) {
+      GRAFT_CHECK(upd->rank() == x.rank(), "{}: update has rank {}, the tensor {}", a.what, upd->rank(), x.rank());
+      region = upd->shape();
+    } else {
+      for (size_t i = 0; i < a.axes.size(); ++i) region[normalizeAxis(a.axes[i], x.rank(), a.what)] = a.sizes[i];
+    }
     std::vector<int64_t> start(xs.size(), 0);
     for (size_t i = 0; i < a.axes.size(); ++i) {
       int64_t ax = normalizeAxis(a.axes[i], x.rank(), a.what);
-      GRAFT_CHECK(upd.shape()[ax] <= xs[ax], "{}: the region of size {} does not fit axis {} of size {}", a.what,
-                  upd.shape()[ax], ax, xs[ax]);
-      start[ax] = std::clamp<int64_t>(off[i], 0, xs[ax] - upd.shape()[ax]);
+      GRAFT_CHECK(region[ax] <= xs[ax], "{}: the region of size {} does not fit axis {} of size {}", a.what, region[ax],
+                  ax, xs[ax]);
+      start[ax] = std::clamp<int64_t>(off[i], 0, xs[ax] - region[ax]);
     }
     for (size_t d = 0; d < xs.size(); ++d)
-      GRAFT_CHECK(start[d] + upd.shape()[d] <= xs[d], "{}: update shape {} does not fit {}", a.what,
-                  shapeToString(upd.shape()), shapeToString(xs));
+      GRAFT_CHECK(start[d] + region[d] <= xs[d], "{}: update shape {} does not fit {}", a.what, shapeToString(region),
+                  shapeToString(xs));
+    int64_t regionNumel = shapeNumel(region);
     dispatch<kNumeric>(x.dtype(), a.what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = ComputeType<T>;
@@ -71,18 +84,18 @@ KernelFn dynamicKernel(CompileContext& c) {
       std::copy(x.data<T>(), x.data<T>() + x.numel(), y.data<T>());
       auto xst = stridesOf(xs);
       std::vector<int64_t> idx(xs.size(), 0);
-      for (int64_t e = 0; e < upd.numel(); ++e) {
+      for (int64_t e = 0; e < regionNumel; ++e) {
         int64_t o = 0;
         for (size_t d = 0; d < xs.size(); ++d) o += (start[d] + idx[d]) * xst[d];
         T* p = y.data<T>() + o;
         if constexpr (M == Mode::Update)
-          *p = upd.data<T>()[e];
+          *p = upd->data<T>()[e];
         else if constexpr (M == Mode::Add)
-          *p = static_cast<T>(static_cast<C>(*p) + static_cast<C>(upd.data<T>()[e]));
+          *p = static_cast<T>(static_cast<C>(*p) + static_cast<C>(upd->data<T>()[e]));
         else
           *p = static_cast<T>(C(0));
         for (int64_t d = static_cast<int64_t>(xs.size()) - 1; d >= 0; --d) {
-          if (++idx[d] < upd.shape()[d]) break;
+          if (++idx[d] < region[d]) break;
           idx[d] = 0;
         }
       }
@@ -172,7 +185,9 @@ GRAFT_REGISTER_OPS(graphcore_dynamic) {
       .setInfer(inferDynamic)
       .noGradient({1, 2})
       .setVjp([](GradBuilder& g) {
-        g.setDx(0, g.op("DynamicZero", {g.dy(), g.in(1), g.in(2)}, g.node().attrs(), kGraphcoreDomain));
+        std::vector<ir::Tensor*> ins{g.dy(), g.in(1)};
+        if (g.node().numInputs() > 2 && g.node().input(2)) ins.push_back(g.in(2));
+        g.setDx(0, g.op("DynamicZero", ins, g.node().attrs(), kGraphcoreDomain));
       });
   r.add("SequenceSlice", d)
       .setReference(sequenceSliceKernel)

@@ -166,9 +166,13 @@ GRAFT_REGISTER_OPS(graphcore_elementwise) {
       .setVjp([](GradBuilder& g) {
         ir::Tensor* a = g.in(0);
         ir::Tensor* b = g.in(1);
+        // At the origin atan2 has no derivative; both partials are taken as 0 there (PyTorch's
+        // convention) rather than 0/0.
         ir::Tensor* den = g.add(g.mul(a, a), g.mul(b, b));
-        if (g.wants(0)) g.setDx(0, g.unbroadcast(g.mul(g.dy(), g.div(b, den)), a));
-        if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.mul(g.dy(), g.div(a, den))), b));
+        ir::Tensor* origin = g.op("Equal", {den, g.scalarLike(0, den)});
+        ir::Tensor* safe = g.where(origin, g.scalarLike(1, den), den);
+        if (g.wants(0)) g.setDx(0, g.unbroadcast(g.mul(g.dy(), g.div(b, safe)), a));
+        if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.mul(g.dy(), g.div(a, safe))), b));
       });
   r.add("Fmod", d)
       .setReference(binaryKernel<kNumeric>([](auto a, auto b) { return fmodOf(a, b); }))

@@ -131,7 +131,7 @@ KernelFn medianGradKernel(CompileContext& c) {
     MedianPlan p = planMedian(a, x.shape());
     GRAFT_CHECK(static_cast<size_t>(dy.numel()) == p.groupStart.size(), "{}: gradient has {} elements, expected {}",
                 what, dy.numel(), p.groupStart.size());
-    dispatch<kFloats>(dy.dtype(), what, [&](auto tag) {
+    dispatch<kNumeric>(dy.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       NDArray& dx = k.allocOutput(0, dy.dtype(), x.shape());
       for (size_t o = 0; o < p.groupStart.size(); ++o) {

@@ -2,6 +2,7 @@
 // last axis, with ignoreIndex and inputIsLogProbability) and IdentityLoss; and graft's MseLoss
 // (domain ai.graft). Reduction is the attribute "reduction": "Sum", "Mean" or "None" (PopART
 // also wrote the ints 0, 1, 2). NllGrad (ai.graft) is Nll's gradient kernel.
+#include <cctype>
 #include <cmath>
 
 #include "ops/dtype_dispatch.hpp"
@@ -40,7 +41,8 @@ double reduceValues(const std::vector<double>& v, Reduction r, double count) {
 
 // Writes per-element values, reduced or not, into output 0.
 template <class T>
-void writeLoss(KernelContext& k, DataType dt, const Shape& shape, const std::vector<double>& v, Reduction r, double count) {
+void writeLoss(KernelContext& k, DataType dt, const Shape& shape, const std::vector<double>& v, Reduction r,
+               double count) {
   using C = ComputeType<T>;
   if (r == Reduction::None) {
     NDArray& y = k.allocOutputUninit(0, dt, shape);
@@ -96,8 +98,10 @@ NllAttrs nllAttrs(const ir::Node& n) {
 std::pair<int64_t, int64_t> nllShapes(const NDArray& probs, const NDArray& labels, const std::string& what) {
   GRAFT_CHECK(probs.rank() >= 1, "{}: probabilities must have a class axis", what);
   Shape lead(probs.shape().begin(), probs.shape().end() - 1);
-  GRAFT_CHECK(labels.shape() == lead, "{}: labels have shape {}, expected {} (the probabilities' shape {} without the "
-              "class axis)", what, shapeToString(labels.shape()), shapeToString(lead), shapeToString(probs.shape()));
+  GRAFT_CHECK(labels.shape() == lead,
+              "{}: labels have shape {}, expected {} (the probabilities' shape {} without the "
+              "class axis)",
+              what, shapeToString(labels.shape()), shapeToString(lead), shapeToString(probs.shape()));
   GRAFT_CHECK(isInteger(labels.dtype()), "{}: labels must be integers, got {}", what, dtypeName(labels.dtype()));
   return {shapeNumel(lead), probs.dim(-1)};
 }
@@ -170,7 +174,8 @@ KernelFn identityLossKernel(CompileContext& c) {
   std::string what = c.node().describe();
   return [=](KernelContext& k) {
     const NDArray& x = k.input(0);
-    dispatch<kFloats>(x.dtype(), what, [&](auto tag) {
+    // Integer losses too (PopART trains those; a Mean rounds toward zero).
+    dispatch<kNumeric>(x.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       writeLoss<T>(k, x.dtype(), x.shape(), asDoubles<T>(x), r, static_cast<double>(x.numel()));
     });
@@ -216,6 +221,41 @@ InferFn lossInfer(int shapeFrom) {
   };
 }
 
+// PopART's way of printing a shape and a tensor's type: "[2 5]", "INT32   [2 5]".
+std::string popartShape(const Shape& shape) {
+  std::string dims;
+  for (int64_t d : shape) dims += (dims.empty() ? "" : " ") + std::to_string(d);
+  return "[" + dims + "]";
+}
+std::string popartInfo(const TensorInfo& t) {
+  std::string type(dtypeName(t.dataType()));
+  for (char& ch : type) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  type.resize(std::max<size_t>(type.size(), 8), ' ');
+  return type + popartShape(t.shape());
+}
+
+// Nll's labels are checked when the op is added, as PopART does: integers, shaped as the
+// probabilities without their class axis.
+std::vector<ir::ValueType> nllInfer(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                    const std::vector<const NDArray*>& consts) {
+  GRAFT_CHECK(in.size() == 2 && in[0].known() && in[1].known(), "{}: takes 2 inputs (probabilities, labels)",
+              n.describe());
+  const TensorInfo& p = in[0].info;
+  const TensorInfo& l = in[1].info;
+  GRAFT_CHECK(isInteger(l.dataType()), "{}: the label tensor must hold integers, got {}", n.describe(),
+              dtypeName(l.dataType()));
+  if (p.hasShape() && l.hasShape() && p.isStatic() && l.isStatic()) {
+    GRAFT_CHECK(p.rank() >= 1, "{}: the probabilities must have a class axis, got a scalar", n.describe());
+    Shape ps = p.shape();
+    Shape lead(ps.begin(), ps.end() - 1);
+    GRAFT_CHECK(l.shape() == lead,
+                "The label tensor ({}) must have shape {} to match all but the final dimension of the probabilities "
+                "tensor ({}) (op {})",
+                popartInfo(l), popartShape(lead), popartInfo(p), n.describe());
+  }
+  return lossInfer(1)(n, in, consts);
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(loss) {
@@ -224,16 +264,18 @@ GRAFT_REGISTER_OPS(loss) {
     ir::Tensor* x = g.in(0);
     g.setDx(0, g.mul(spreadDy(g, x, reductionOf(g.node())), g.scale(g.op("Sign", {x}), lambda)));
   });
-  r.add("Nll", kGraphcoreDomain).setReference(nllKernel).setInfer(lossInfer(1)).noGradient({1}).setVjp([](GradBuilder& g) {
+  r.add("Nll", kGraphcoreDomain).setReference(nllKernel).setInfer(nllInfer).noGradient({1}).setVjp([](GradBuilder& g) {
     g.setDx(0, g.op("NllGrad", {g.in(0), g.in(1), g.dy()}, g.node().attrs(), kGraftDomain));
   });
-  r.add("NllGrad", kGraftDomain).setReference(nllGradKernel).setInfer(
-      [](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+  r.add("NllGrad", kGraftDomain)
+      .setReference(nllGradKernel)
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         return std::vector<ir::ValueType>{in.at(0)};
       });
-  r.add("IdentityLoss", kGraphcoreDomain).setReference(identityLossKernel).setInfer(lossInfer(0)).setVjp([](GradBuilder& g) {
-    g.setDx(0, spreadDy(g, g.in(0), reductionOf(g.node())));
-  });
+  r.add("IdentityLoss", kGraphcoreDomain)
+      .setReference(identityLossKernel)
+      .setInfer(lossInfer(0))
+      .setVjp([](GradBuilder& g) { g.setDx(0, spreadDy(g, g.in(0), reductionOf(g.node()))); });
   r.add("MseLoss", kGraftDomain).setReference(mseKernel).setInfer(lossInfer(0)).setVjp([](GradBuilder& g) {
     ir::Tensor* diff = g.sub(g.in(0), g.in(1));
     ir::Tensor* d = g.mul(spreadDy(g, g.in(0), reductionOf(g.node())), g.scale(diff, 2.0));

@@ -47,20 +47,24 @@ KernelFactory powKernel() {
       NDArray bd(DataType::Double, b.shape());
       dispatch<kNumeric>(b.dtype(), what, [&](auto tb) {
         using TB = typename decltype(tb)::type;
-        for (int64_t i = 0; i < b.numel(); ++i) bd.data<double>()[i] = static_cast<double>(static_cast<ComputeType<TB>>(b.data<TB>()[i]));
+        for (int64_t i = 0; i < b.numel(); ++i)
+          bd.data<double>()[i] = static_cast<double>(static_cast<ComputeType<TB>>(b.data<TB>()[i]));
       });
       dispatch<kNumeric>(a.dtype(), what, [&](auto ta) {
         using T = typename decltype(ta)::type;
         using C = ComputeType<T>;
         NDArray ad(DataType::Double, a.shape());
-        for (int64_t i = 0; i < a.numel(); ++i) ad.data<double>()[i] = static_cast<double>(static_cast<C>(a.data<T>()[i]));
+        for (int64_t i = 0; i < a.numel(); ++i)
+          ad.data<double>()[i] = static_cast<double>(static_cast<C>(a.data<T>()[i]));
         NDArray tmp(DataType::Double, os);
         broadcastBinary<double, double>(ad, bd, tmp, [](double x, double y) { return std::pow(x, y); });
         NDArray& y = k.allocOutputUninit(0, a.dtype(), os);
         for (int64_t i = 0; i < tmp.numel(); ++i) {
           double v = tmp.data<double>()[i];
-          if constexpr (std::is_integral_v<C>) y.data<T>()[i] = static_cast<T>(static_cast<int64_t>(v));
-          else y.data<T>()[i] = static_cast<T>(static_cast<C>(v));
+          if constexpr (std::is_integral_v<C>)
+            y.data<T>()[i] = static_cast<T>(static_cast<int64_t>(v));
+          else
+            y.data<T>()[i] = static_cast<T>(static_cast<C>(v));
         }
       });
     };
@@ -154,7 +158,8 @@ KernelFactory isNanKernel() {
       NDArray& y = k.allocOutputUninit(0, DataType::Bool, x.shape());
       dispatch<kFloats>(x.dtype(), what, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        for (int64_t i = 0; i < x.numel(); ++i) y.data<bool>()[i] = std::isnan(static_cast<double>(static_cast<ComputeType<T>>(x.data<T>()[i])));
+        for (int64_t i = 0; i < x.numel(); ++i)
+          y.data<bool>()[i] = std::isnan(static_cast<double>(static_cast<ComputeType<T>>(x.data<T>()[i])));
       });
     };
   };
@@ -201,52 +206,65 @@ GRAFT_REGISTER_OPS(math) {
   r.add("Add").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a + b; })).elementwise().inplace(0);
   r.add("Sub").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a - b; })).elementwise().inplace(0);
   r.add("Mul").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return a * b; })).elementwise().inplace(0);
-  r.add("Div").setReference(binaryKernel<kNumeric>([](auto a, auto b) { return safeDiv(a, b); })).elementwise().inplace(0);
+  r.add("Div")
+      .setReference(binaryKernel<kNumeric>([](auto a, auto b) { return safeDiv(a, b); }))
+      .elementwise()
+      .inplace(0);
   r.add("Pow").setReference(powKernel()).elementwise();
-  r.add("Mod").setReference([](CompileContext& c) -> KernelFn {
-    bool fmodSem = c.node().attrInt("fmod", 0) != 0;
-    std::string what = c.node().describe();
-    // Opset 28: fmod=0 is defined for floats too, as a - floor(a / b) * b (the sign of b; a zero
-    // result takes b's sign; x = +-inf or y = +-0 give NaN, as std::fmod does).
-    return binaryKernel<kNumeric>([fmodSem](auto a, auto b) {
-      using C = decltype(a);
-      if constexpr (std::is_integral_v<C>) {
-        return intMod(a, b, fmodSem);
-      } else {
-        C r = static_cast<C>(std::fmod(a, b));
-        if (fmodSem || std::isnan(r)) return r;
-        if (r == 0) return static_cast<C>(std::copysign(0.0, static_cast<double>(b)));
-        if ((r < 0) != (b < 0)) r = static_cast<C>(r + b);
-        return r;
-      }
-    })(c);
-  }).elementwise();
-  r.add("BitShift").setReference([](CompileContext& c) -> KernelFn {
-    bool left = c.node().attrString("direction") == "LEFT";
-    // Opset 28: signed integers too. A shift count < 0 or >= the bit width gives 0 (left) or the
-    // sign fill (right); a signed right shift is arithmetic, a signed left shift wraps as the
-    // unsigned type of the same width would.
-    return binaryKernel<kInts>([left](auto a, auto b) {
-      using C = decltype(a);
-      using U = std::make_unsigned_t<C>;
-      constexpr int kBits = static_cast<int>(sizeof(C) * 8);
-      bool outOfRange = static_cast<U>(b) >= static_cast<U>(kBits);  // a negative count wraps above too
-      if (outOfRange) {
-        if constexpr (std::is_signed_v<C>)
-          if (!left && a < C(0)) return static_cast<C>(-1);
-        return C(0);
-      }
-      int sh = static_cast<int>(b);
-      if (left) return static_cast<C>(static_cast<U>(static_cast<U>(a) << sh));
-      return static_cast<C>(a >> sh);
-    })(c);
-  }).elementwise();
+  r.add("Mod")
+      .setReference([](CompileContext& c) -> KernelFn {
+        bool fmodSem = c.node().attrInt("fmod", 0) != 0;
+        std::string what = c.node().describe();
+        // Opset 28: fmod=0 is defined for floats too, as a - floor(a / b) * b (the sign of b; a zero
+        // result takes b's sign; x = +-inf or y = +-0 give NaN, as std::fmod does).
+        return binaryKernel<kNumeric>([fmodSem](auto a, auto b) {
+          using C = decltype(a);
+          if constexpr (std::is_integral_v<C>) {
+            return intMod(a, b, fmodSem);
+          } else {
+            C r = static_cast<C>(std::fmod(a, b));
+            if (fmodSem || std::isnan(r)) return r;
+            if (r == 0) return static_cast<C>(std::copysign(0.0, static_cast<double>(b)));
+            if ((r < 0) != (b < 0)) r = static_cast<C>(r + b);
+            return r;
+          }
+        })(c);
+      })
+      .elementwise();
+  r.add("BitShift")
+      .setReference([](CompileContext& c) -> KernelFn {
+        bool left = c.node().attrString("direction") == "LEFT";
+        // Opset 28: signed integers too. A shift count < 0 or >= the bit width gives 0 (left) or the
+        // sign fill (right); a signed right shift is arithmetic, a signed left shift wraps as the
+        // unsigned type of the same width would.
+        return binaryKernel<kInts>([left](auto a, auto b) {
+          using C = decltype(a);
+          using U = std::make_unsigned_t<C>;
+          constexpr int kBits = static_cast<int>(sizeof(C) * 8);
+          bool outOfRange = static_cast<U>(b) >= static_cast<U>(kBits);  // a negative count wraps above too
+          if (outOfRange) {
+            if constexpr (std::is_signed_v<C>)
+              if (!left && a < C(0)) return static_cast<C>(-1);
+            return C(0);
+          }
+          int sh = static_cast<int>(b);
+          if (left) return static_cast<C>(static_cast<U>(static_cast<U>(a) << sh));
+          return static_cast<C>(a >> sh);
+        })(c);
+      })
+      .elementwise();
 
   r.add("Equal").setReference(compareKernel<kAll>([](const auto& a, const auto& b) { return a == b; })).elementwise();
   r.add("Less").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a < b; })).elementwise();
-  r.add("LessOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a <= b; })).elementwise().setInfer(inferCompare);
+  r.add("LessOrEqual")
+      .setReference(compareKernel<kNumeric>([](auto a, auto b) { return a <= b; }))
+      .elementwise()
+      .setInfer(inferCompare);
   r.add("Greater").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a > b; })).elementwise();
-  r.add("GreaterOrEqual").setReference(compareKernel<kNumeric>([](auto a, auto b) { return a >= b; })).elementwise().setInfer(inferCompare);
+  r.add("GreaterOrEqual")
+      .setReference(compareKernel<kNumeric>([](auto a, auto b) { return a >= b; }))
+      .elementwise()
+      .setInfer(inferCompare);
   r.add("And").setReference(compareKernel<kBool>([](bool a, bool b) { return a && b; })).elementwise();
   r.add("Or").setReference(compareKernel<kBool>([](bool a, bool b) { return a || b; })).elementwise();
   r.add("Xor").setReference(compareKernel<kBool>([](bool a, bool b) { return a != b; })).elementwise();
@@ -255,18 +273,30 @@ GRAFT_REGISTER_OPS(math) {
   r.add("BitwiseAnd").setReference(binaryKernel<kInts>([](auto a, auto b) { return a & b; })).elementwise();
   r.add("BitwiseOr").setReference(binaryKernel<kInts>([](auto a, auto b) { return a | b; })).elementwise();
   r.add("BitwiseXor").setReference(binaryKernel<kInts>([](auto a, auto b) { return a ^ b; })).elementwise();
-  r.add("BitwiseNot").setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); })).elementwise();
+  r.add("BitwiseNot")
+      .setReference(unaryKernel<kInts>([](auto a) { return static_cast<decltype(a)>(~a); }))
+      .elementwise();
 
   r.add("Sum").setReference(variadicKernel([](auto a, auto b) { return a + b; }, false)).elementwise();
   r.add("Mean").setReference(variadicKernel([](auto a, auto b) { return a + b; }, true)).elementwise();
-  r.add("Max").setReference(variadicKernel([](auto a, auto b) {
-    if constexpr (std::is_floating_point_v<decltype(a)>) if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
-    return a > b ? a : b;
-  }, false)).elementwise();
-  r.add("Min").setReference(variadicKernel([](auto a, auto b) {
-    if constexpr (std::is_floating_point_v<decltype(a)>) if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
-    return a < b ? a : b;
-  }, false)).elementwise();
+  r.add("Max")
+      .setReference(variadicKernel(
+          [](auto a, auto b) {
+            if constexpr (std::is_floating_point_v<decltype(a)>)
+              if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
+            return a > b ? a : b;
+          },
+          false))
+      .elementwise();
+  r.add("Min")
+      .setReference(variadicKernel(
+          [](auto a, auto b) {
+            if constexpr (std::is_floating_point_v<decltype(a)>)
+              if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
+            return a < b ? a : b;
+          },
+          false))
+      .elementwise();
   r.add("Where").setReference(whereKernel()).elementwise().inplace(1).noGradient({0});
 
   // Unary math: Abs, Neg, Sign, Exp, Log, Sqrt, Reciprocal, Floor, Ceil, Not, Erf and the
@@ -316,16 +346,29 @@ GRAFT_REGISTER_OPS(math_vjp) {
     if (g.wants(1)) g.setDx(1, g.unbroadcast(g.neg(g.div(g.mul(g.dy(), g.out(0)), g.in(1))), g.in(1)));
   });
   r.add("Pow").setVjp([](GradBuilder& g) {
-    // d/da a^b = b a^(b-1); d/db a^b = a^b log a.
+    // d/da a^b = b a^(b-1); d/db a^b = a^b log a. Where b = 0, a^b is the constant 1, so d/da is
+    // 0 (also at a = 0 or NaN, where the formula gives 0 * inf or NaN); where a = 0 and b >= 0,
+    // a^b is 0 or 1 on b's side of the limit, so d/db is 0 (not 0 * -inf). PyTorch's pow does so.
     ir::Tensor* a = g.in(0);
     ir::Tensor* b = g.in(1);
     if (g.wants(0)) {
       ir::Tensor* bf = g.op("CastLike", {b, a});
       ir::Tensor* d = g.mul(bf, g.op("Pow", {a, g.sub(bf, g.scalarLike(1, a))}));
+      d = g.where(g.op("Equal", {bf, g.scalarLike(0, a)}), g.scalarLike(0, a), d);
       g.setDx(0, g.unbroadcast(g.mul(g.dy(), d), a));
     }
-    if (g.wants(1)) g.setDx(1, g.unbroadcast(g.mul(g.dy(), g.mul(g.out(0), g.op("Log", {a}))), b));
+    if (g.wants(1)) {
+      ir::Tensor* d = g.mul(g.out(0), g.op("Log", {a}));
+      ir::Tensor* bf = g.op("CastLike", {b, a});
+      ir::Tensor* flat =
+          g.op("And", {g.op("Equal", {a, g.scalarLike(0, a)}), g.op("GreaterOrEqual", {bf, g.scalarLike(0, a)})});
+      d = g.where(flat, g.scalarLike(0, a), d);
+      g.setDx(1, g.unbroadcast(g.mul(g.dy(), d), b));
+    }
   });
+  // Mod (both fmod = 0 and 1): a - k b with k piecewise constant in a, so d/da = 1 (PopART's and
+  // PyTorch's gradient); the divisor gets none, as in PopART.
+  r.add("Mod").noGradient({1}).setVjp([](GradBuilder& g) { g.setDx(0, g.unbroadcast(g.dy(), g.in(0))); });
   r.add("Sum").setVjp([](GradBuilder& g) {
     for (size_t i = 0; i < g.node().numInputs(); ++i)
       if (g.wants(i)) g.setDx(i, g.unbroadcast(g.dy(), g.in(i)));
@@ -358,7 +401,8 @@ GRAFT_REGISTER_OPS(math_vjp) {
   r.add("Reciprocal").setVjp(unaryVjp([](GradBuilder& g) { return g.neg(g.mul(g.out(0), g.out(0))); }));
   r.add("Sin").setVjp(unaryVjp([](GradBuilder& g) { return g.op("Cos", {g.in(0)}); }));
   r.add("Cos").setVjp(unaryVjp([](GradBuilder& g) { return g.neg(g.op("Sin", {g.in(0)})); }));
-  r.add("Tan").setVjp(unaryVjp([](GradBuilder& g) { return g.add(g.scalarLike(1, g.out(0)), g.mul(g.out(0), g.out(0))); }));
+  r.add("Tan").setVjp(
+      unaryVjp([](GradBuilder& g) { return g.add(g.scalarLike(1, g.out(0)), g.mul(g.out(0), g.out(0))); }));
   r.add("Asin").setVjp(unaryVjp([](GradBuilder& g) {
     ir::Tensor* x = g.in(0);
     return g.op("Reciprocal", {g.op("Sqrt", {g.sub(g.scalarLike(1, x), g.mul(x, x))})});

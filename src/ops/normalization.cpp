@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 
+#include "onnx/schema_infer.hpp"
 #include "ops/cost.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/fallback_infer.hpp"
@@ -14,12 +15,10 @@
 namespace graft::ops {
 namespace {
 
-
-
 // A per-channel parameter: a [C] tensor (any float type) read as doubles.
 std::vector<double> channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
-  GRAFT_CHECK(p.rank() == 1 && p.dim(0) == C, "{}: {} must have shape [{}] (one value per channel), got {}", what, name, C,
-              shapeToString(p.shape()));
+  GRAFT_CHECK(p.rank() == 1 && p.dim(0) == C, "{}: {} must have shape [{}] (one value per channel), got {}", what, name,
+              C, shapeToString(p.shape()));
   return readAsDoubles(p, what);
 }
 
@@ -260,7 +259,8 @@ KernelFn lpNormKernel(CompileContext& c) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.rank() >= 1, "{}: input must have rank >= 1, got a scalar", what);
     int64_t axis = normalizeAxis(axisAttr, x.rank(), what);
-    int64_t outer = shapeProduct(x.shape(), 0, axis), len = x.dim(axis), inner = shapeProduct(x.shape(), axis + 1, x.rank());
+    int64_t outer = shapeProduct(x.shape(), 0, axis), len = x.dim(axis),
+            inner = shapeProduct(x.shape(), axis + 1, x.rank());
     auto xs = readAsDoubles(x, what);
     std::vector<double> ys(xs.size());
     for (int64_t o = 0; o < outer; ++o)
@@ -451,10 +451,23 @@ KernelFn lrnGradKernel(CompileContext& c) {
   };
 }
 
+// ONNX's inference of opset-9 BatchNormalization types only Y; the training outputs (running
+// mean and variance, saved mean and variance) have the types of the mean and var inputs.
+std::vector<ir::ValueType> inferBatchNorm(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                          const std::vector<const NDArray*>& consts) {
+  std::vector<ir::ValueType> out = onnxio::inferWithOnnxSchema(n, in, consts);
+  out.resize(n.numOutputs());
+  for (size_t i = 1; i < out.size(); ++i) {
+    size_t from = i % 2 == 1 ? 3 : 4;  // 1, 3: mean; 2, 4: var
+    if (!out[i].known() && from < in.size() && in[from].known()) out[i] = in[from];
+  }
+  return out;
+}
+
 }  // namespace
 
 GRAFT_REGISTER_OPS(normalization) {
-  r.add("BatchNormalization").setReference(batchNormKernel).noGradient({3, 4});
+  r.add("BatchNormalization").setReference(batchNormKernel).setInfer(inferBatchNorm).noGradient({3, 4});
   r.add("InstanceNormalization").setReference(instanceNormKernel);
   r.add("LayerNormalization").setReference(layerNormKernel);
   r.add("LRN").setReference(lrnKernel);
@@ -710,7 +723,8 @@ void lpNormVjp(GradBuilder& g) {
   int64_t rank = rankOf(g, x);
   int64_t axis = normalizeAxis(n.attrInt("axis", -1), rank, n.describe());
   bool l1 = n.attrInt("p", 2) == 1;
-  ir::Tensor* r = l1 ? sumOver(g, g.op("Abs", {x}), {axis}, true) : g.op("Sqrt", {sumOver(g, g.mul(x, x), {axis}, true)});
+  ir::Tensor* r =
+      l1 ? sumOver(g, g.op("Abs", {x}), {axis}, true) : g.op("Sqrt", {sumOver(g, g.mul(x, x), {axis}, true)});
   ir::Tensor* zero = g.scalarLike(0, x);
   ir::Tensor* isZero = g.op("Equal", {r, zero});
   ir::Tensor* safeR = g.where(isZero, g.scalarLike(1, x), r);

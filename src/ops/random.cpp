@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -91,12 +91,21 @@ uint32_t mixSeed(uint64_t seed, uint64_t key) {
   return static_cast<uint32_t>(z ^ (z >> 31));
 }
 
+/// The op type a node's random stream is keyed by: RandomNormalLike and RandomNormal alike (and the
+/// Uniform pair), so that folding a *Like node into its generator (fold-constants) keeps its values.
+std::string streamType(const ir::Node& n) {
+  const std::string& t = n.type();
+  if (t == "RandomNormalLike" || t == "RandomUniformLike") return t.substr(0, t.size() - 4);
+  return t;
+}
+
 /// Where a node's random numbers come from: its seed attribute, the global seed, or a private
 /// random stream.
 class RandomSource {
  public:
   explicit RandomSource(const ir::Node& n)
-      : key_(std::hash<std::string>{}(n.type() + "/" + (n.numOutputs() && n.output(0) ? n.output(0)->id() : n.name()))) {
+      : key_(std::hash<std::string>{}(streamType(n) + "/" +
+                                      (n.numOutputs() && n.output(0) ? n.output(0)->id() : n.name()))) {
     // Replication's global replica index (on each replica's copy of the node): replicas draw
     // different values from the one global seed. A node with a seed attribute ignores it.
     if (int64_t r = n.attrInt("replica", 0)) key_ = mixSeed(key_, static_cast<uint64_t>(r)) ^ (key_ << 1);

@@ -1,6 +1,8 @@
 // fold-constants: nodes whose inputs are all constant are evaluated now, with the reference
 // kernels, and replaced by Constant tensors. Shape and Size of statically shaped tensors fold
-// too, which turns shape computations (Shape -> Gather -> Concat -> Reshape) into constants.
+// too, which turns shape computations (Shape -> Gather -> Concat -> Reshape) into constants, and
+// RandomUniformLike / RandomNormalLike of statically shaped tensors become RandomUniform /
+// RandomNormal (their values are random, so they are not evaluated).
 #include "ops/evaluate.hpp"
 #include "ops/registry.hpp"
 #include "passes/pass.hpp"
@@ -43,12 +45,41 @@ void replaceWithConstant(ir::Graph& g, ir::Node* n, std::vector<ops::Value> valu
   }
 }
 
+// RandomUniformLike / RandomNormalLike read only their input's type: on a statically shaped input
+// they become RandomUniform / RandomNormal with that shape and dtype (and draw the same numbers:
+// ops/random.cpp keys a node's stream the same for both forms).
+bool foldRandomLike(ir::Graph& g, ir::Node* n) {
+  if (!n->domain().empty() || (n->type() != "RandomUniformLike" && n->type() != "RandomNormalLike")) return false;
+  const ir::Tensor* x = n->input(0);
+  ir::Tensor* y = n->output(0);
+  if (!x || !y || !x->type().isTensor() || !x->info().isStatic()) return false;
+  ir::Attributes a = n->attrs();
+  // Without a dtype the output takes the input's type, which must then be a floating-point one:
+  // otherwise the node stays, to report that itself.
+  if (!a.has("dtype") && !isFloatingPoint(x->info().dataType())) return false;
+  if (!a.has("dtype")) a.set("dtype", static_cast<int64_t>(x->info().dataType()));
+  a.set("shape", x->info().shape());
+  std::string type = n->type().substr(0, n->type().size() - 4), name = n->name();
+  auto vg = n->virtualGraph;
+  auto stage = n->pipelineStage;
+  g.removeNode(n);
+  ir::Node* r = g.addNode(type, "", {}, {""}, std::move(a), name);
+  g.setOutput(r, 0, y);
+  r->virtualGraph = vg;
+  r->pipelineStage = stage;
+  return true;
+}
+
 class FoldConstants : public Pass {
  public:
   std::string_view name() const override { return "fold-constants"; }
   bool run(ir::Graph& g, PassContext& ctx) override {
     bool changed = false;
     for (ir::Node* n : g.schedule()) {
+      if (foldRandomLike(g, n)) {
+        changed = true;
+        continue;
+      }
       const ops::OpDef* def = ops::Registry::instance().find(*n);
       if (!def || !def->reference || def->traits.nondeterministic || def->traits.sideEffects || !n->subgraphs().empty())
         continue;
@@ -90,8 +121,10 @@ class FoldConstants : public Pass {
       size_t bytes = 0;
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!n->output(i)) continue;
-        if (!outs[i].isTensor()) ok = false;
-        else bytes += outs[i].tensor.nbytes();
+        if (!outs[i].isTensor())
+          ok = false;
+        else
+          bytes += outs[i].tensor.nbytes();
       }
       if (!ok || bytes > ctx.foldLimitBytes) continue;
       replaceWithConstant(g, n, std::move(outs));

@@ -31,7 +31,7 @@ constexpr size_t kMaxInputs = 16;
 
 // How a node becomes instructions: one or two codes over its inputs.
 struct Mapping {
-  std::vector<Code> codes;  // applied in order; the second (if any) takes the first's result
+  std::vector<Code> codes;    // applied in order; the second (if any) takes the first's result
   std::vector<int> operands;  // node input indices for the first code
   std::vector<int> extra;     // node input indices appended after the previous result (Clip's max)
   float imm = 0;
@@ -52,11 +52,16 @@ std::optional<double> scalarValue(const ir::Tensor* t) {
   const NDArray* a = scalarConstant(t);
   if (!a) return std::nullopt;
   switch (a->dtype()) {
-    case DataType::Float: return a->data<float>()[0];
-    case DataType::Double: return a->data<double>()[0];
-    case DataType::Float16: return static_cast<float>(a->data<Half>()[0]);
-    case DataType::BFloat16: return static_cast<float>(a->data<BFloat16>()[0]);
-    default: return std::nullopt;
+    case DataType::Float:
+      return a->data<float>()[0];
+    case DataType::Double:
+      return a->data<double>()[0];
+    case DataType::Float16:
+      return static_cast<float>(a->data<Half>()[0]);
+    case DataType::BFloat16:
+      return static_cast<float>(a->data<BFloat16>()[0]);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -91,10 +96,14 @@ std::optional<Mapping> mapNode(const ir::Node& n) {
   if (t == "Clip" && n.input(0)) {
     // min(max(x, lo), hi): the same values as Clip, NaN included.
     bool lo = n.hasInput(1), hi = n.hasInput(2);
-    if (lo && hi) m.codes = {Code::Max, Code::Min}, m.operands = {0, 1}, m.extra = {2};
-    else if (lo) m.codes = {Code::Max}, m.operands = {0, 1};
-    else if (hi) m.codes = {Code::Min}, m.operands = {0, 2};
-    else return std::nullopt;
+    if (lo && hi)
+      m.codes = {Code::Max, Code::Min}, m.operands = {0, 1}, m.extra = {2};
+    else if (lo)
+      m.codes = {Code::Max}, m.operands = {0, 1};
+    else if (hi)
+      m.codes = {Code::Min}, m.operands = {0, 2};
+    else
+      return std::nullopt;
     return m;
   }
   return std::nullopt;
@@ -265,6 +274,9 @@ class FuseElementwise : public Pass {
   }
 
   bool fuse(ir::Graph& g, Group& grp) {
+    // A predicate can be pulled in after a member that already reads it (its last reader joins
+    // later): the program follows the schedule, in which every value comes before its readers.
+    std::sort(grp.members.begin(), grp.members.end(), [&](ir::Node* a, ir::Node* b) { return pos_[a] < pos_[b]; });
     std::unordered_set<ir::Node*> members(grp.members.begin(), grp.members.end());
     auto usedOutside = [&](const ir::Tensor* t) {
       if (t->isGraphOutput()) return true;
@@ -359,8 +371,8 @@ class FuseElementwise : public Pass {
     ir::Attributes attrs;
     prog.toAttributes(attrs);
     if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
-    ir::Node* f = g.addNode("FusedElementwise", ops::kGraftDomain, inputs, outIds, std::move(attrs),
-                            "fused_" + outIds.back());
+    ir::Node* f =
+        g.addNode("FusedElementwise", ops::kGraftDomain, inputs, outIds, std::move(attrs), "fused_" + outIds.back());
     g.reuseNodeId(f, firstId);  // run where the chain began
     for (ir::Node* a : after) f->addRunsAfter(a);
     for (ir::Node* b : before) b->addRunsAfter(f);

@@ -29,9 +29,19 @@ bool isOnnx(const ir::Node& n, const char* type) { return n.domain().empty() && 
 
 bool used(const ir::Tensor* t) { return t && (!t->uses().empty() || t->isGraphOutput()); }
 
-// A BatchNormalization node the session trains: the model does not use its running outputs.
+// Whether every reader of t is an ai.graphcore Detach (and t is not a graph output).
+bool onlyDetached(const ir::Tensor* t) {
+  if (!t || t->uses().empty() || t->isGraphOutput()) return false;
+  for (const ir::Use& u : t->uses())
+    if (u.node->domain() != ops::kGraphcoreDomain || u.node->type() != "Detach") return false;
+  return true;
+}
+
+// A BatchNormalization node the session trains: the model does not use its running outputs, and
+// does not detach its output (PopART's way of asking for a normalization in inference mode
+// inside a training graph).
 bool sessionTrainsBatchNorm(const ir::Node& n) {
-  return isOnnx(n, "BatchNormalization") && !used(n.output(1)) && !used(n.output(2));
+  return isOnnx(n, "BatchNormalization") && !used(n.output(1)) && !used(n.output(2)) && !onlyDetached(n.output(0));
 }
 
 // Whether t is a Variable that only node n reads (and it only once).

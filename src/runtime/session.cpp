@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "ops/cast_util.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "runtime/session_impl.hpp"
@@ -63,8 +64,8 @@ onnxio::Model loadModelArgument(const std::string& model) {
     return ops::Registry::instance().find(domain, type) == nullptr;
   };
   bool printable = model.size() < 4096 && std::all_of(model.begin(), model.end(), [](char c) {
-    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
-  });
+                     return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+                   });
   // Serialized ModelProtos are binary; a short printable string was meant as a path. Anything but
   // a regular file (a directory, a FIFO, a device) is refused by name before it is opened.
   if (printable && !model.empty()) {
@@ -114,8 +115,10 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
                 dtypeName(m.dataType()));
     inputInfos[id] = info;
   }
-  GRAFT_CHECK(!dataFlow.anchors().empty(), "the DataFlow has no anchors: name at least one tensor to return (outputs of the "
-              "model: {})", [&] {
+  GRAFT_CHECK(!dataFlow.anchors().empty(),
+              "the DataFlow has no anchors: name at least one tensor to return (outputs of the "
+              "model: {})",
+              [&] {
                 std::vector<TensorId> outs;
                 for (const ir::Tensor* t : g.outputs()) outs.push_back(t->id());
                 return listIds(outs);
@@ -174,7 +177,8 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   ir::Graph& g = *p->graph;
   for (size_t i = 0; i < inputIds.size(); ++i) {
     ir::Tensor& t = g.tensor(inputIds[i]);
-    if (t.type().isTensor()) t.setType(ir::ValueType::tensor(TensorInfo(inputInfos.at(inputIds[i]).dataType(), shapes[i])));
+    if (t.type().isTensor())
+      t.setType(ir::ValueType::tensor(TensorInfo(inputInfos.at(inputIds[i]).dataType(), shapes[i])));
   }
   if (options.virtualGraphMode == VirtualGraphMode::Auto) {
     // Auto mode balances the forward graph; autodiff then places each gradient with its op.
@@ -210,11 +214,13 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   }
   lastCompileSeconds = secondsSince(t0);
   GRAFT_LOG_INFO("compiled '{}' for input shapes {} in {:.3f} s ({} kernels)", g.name(),
-                 fmt::join([&] {
-                   std::vector<std::string> s;
-                   for (const auto& sh : shapes) s.push_back(shapeToString(sh));
-                   return s;
-                 }(), " "),
+                 fmt::join(
+                     [&] {
+                       std::vector<std::string> s;
+                       for (const auto& sh : shapes) s.push_back(shapeToString(sh));
+                       return s;
+                     }(),
+                     " "),
                  lastCompileSeconds, p->exe ? p->exe->numSteps() : g.numNodes());
   Plan& ref = *p;
   plans.emplace(shapes, std::move(p));
@@ -230,7 +236,8 @@ Session::Impl::Plan& Session::Impl::anyPlan() const {
       self->prepared = true;
     }
   }
-  GRAFT_CHECK(lastPlan, "the session has not been compiled yet: call prepareDevice() (and, for inputs with symbolic "
+  GRAFT_CHECK(lastPlan,
+              "the session has not been compiled yet: call prepareDevice() (and, for inputs with symbolic "
               "dimensions, run once or give InputShapeInfo)");
   return *lastPlan;
 }
@@ -238,13 +245,17 @@ Session::Impl::Plan& Session::Impl::anyPlan() const {
 void Session::Impl::beginStep(IStepIO& io) {
   if (auto* s = dynamic_cast<StepIO*>(&io)) {
     for (const auto& [id, a] : s->inputs())
-      GRAFT_CHECK(inputInfos.count(id), "the StepIO has an input array for '{}', which is not an input of the model "
-                  "(inputs: {})", id, listIds(inputIds));
+      GRAFT_CHECK(inputInfos.count(id),
+                  "the StepIO has an input array for '{}', which is not an input of the model "
+                  "(inputs: {})",
+                  id, listIds(inputIds));
     for (const auto& [id, a] : s->outputs())
-      GRAFT_CHECK(dataFlow.isAnchored(id), "the StepIO has an anchor array for '{}', which is not an anchor of the "
-                  "DataFlow (anchors: {})", id, listIds(dataFlow.anchors()));
+      GRAFT_CHECK(dataFlow.isAnchored(id),
+                  "the StepIO has an anchor array for '{}', which is not an anchor of the "
+                  "DataFlow (anchors: {})",
+                  id, listIds(dataFlow.anchors()));
     s->beginStep(leadingDims(), localReplicas() > 1 ? "batchesPerStep, accumulationFactor, replicatedGraphCount"
-                                                      : "batchesPerStep, accumulationFactor");
+                                                    : "batchesPerStep, accumulationFactor");
     // Each anchor array must hold exactly the results one step returns (anchorArrayShape).
     int runs = dataFlow.batchesPerStep() * accumulationFactor();
     for (const auto& id : dataFlow.anchors()) {
@@ -319,22 +330,36 @@ std::vector<ops::Value> Session::Impl::readInputs(IStepIO& io) {
     }
     NDArray a = io.in(id, info, false);
     GRAFT_CHECK(a.valid(), "input '{}': the StepIO returned no array", id);
+    // As PopART does: INT64 host data for an INT32 input is converted (numpy's default integer
+    // type is int64), with one warning per input.
+    if (a.dtype() == DataType::Int64 && info.dataType() == DataType::Int32) {
+      if (int64InputsWarned_.insert(id).second)
+        GRAFT_LOG_WARN(
+            "input '{}' is INT32, but the StepIO gives INT64 data: it is converted (values outside INT32's "
+            "range wrap)",
+            id);
+      a = ops::castArray(a, DataType::Int32);
+    }
     GRAFT_CHECK(a.dtype() == info.dataType(), "input '{}' is {} ({}), but the model expects {}", id,
                 dtypeName(a.dtype()), dtypeNumpyName(a.dtype()), info.str());
     if (info.hasShape()) {
       bool ok = a.rank() == info.rank();
       for (int64_t d = 0; ok && d < a.rank(); ++d) {
         const Dim& dim = info.dims()[d];
-        if (dim.known()) ok = dim.value == a.dim(d);
+        if (dim.known())
+          ok = dim.value == a.dim(d);
         else if (!dim.param.empty()) {
           auto [it, fresh] = symbols.emplace(dim.param, a.dim(d));
-          GRAFT_CHECK(fresh || it->second == a.dim(d), "input '{}' has {} = {} in dimension {}, but another input set "
-                      "'{}' to {}", id, dim.param, a.dim(d), d, dim.param, it->second);
+          GRAFT_CHECK(fresh || it->second == a.dim(d),
+                      "input '{}' has {} = {} in dimension {}, but another input set "
+                      "'{}' to {}",
+                      id, dim.param, a.dim(d), d, dim.param, it->second);
         }
       }
       GRAFT_CHECK(ok, "input '{}' has shape {}, but the model expects {}{}", id, shapeToString(a.shape()), info.str(),
-                  leading.empty() ? "" : fmt::format(" (per model run; StepIO arrays carry the leading dimensions {})",
-                                                     shapeToString(leading)));
+                  leading.empty() ? ""
+                                  : fmt::format(" (per model run; StepIO arrays carry the leading dimensions {})",
+                                                shapeToString(leading)));
     }
     values.push_back(ops::Value::fromTensor(std::move(a)));
   }
@@ -364,13 +389,21 @@ void Session::Impl::deliverAnchors(IStepIO& io, const std::vector<ops::Value>& o
     bool deliver = false;
     const NDArray* value = &v.tensor;
     switch (art.id()) {
-      case AnchorReturnTypeId::All: deliver = true; break;
-      case AnchorReturnTypeId::EveryN: deliver = (b + 1) % art.rp() == 0; break;
-      case AnchorReturnTypeId::Final: deliver = r == runs - 1; break;
+      case AnchorReturnTypeId::All:
+        deliver = true;
+        break;
+      case AnchorReturnTypeId::EveryN:
+        deliver = (b + 1) % art.rp() == 0;
+        break;
+      case AnchorReturnTypeId::Final:
+        deliver = r == runs - 1;
+        break;
       case AnchorReturnTypeId::Sum: {
         auto it = sums.find(id);
-        if (it == sums.end()) it = sums.emplace(id, v.tensor.clone()).first;
-        else addInto(it->second, v.tensor);
+        if (it == sums.end())
+          it = sums.emplace(id, v.tensor.clone()).first;
+        else
+          addInto(it->second, v.tensor);
         deliver = r == runs - 1;
         value = &it->second;
         break;
@@ -465,7 +498,8 @@ std::vector<TensorId> Session::inputIds() const { return impl_->inputIds; }
 
 TensorInfo Session::inputInfo(const TensorId& id) const {
   auto it = impl_->inputInfos.find(id);
-  GRAFT_CHECK(it != impl_->inputInfos.end(), "'{}' is not an input of the model (inputs: {})", id, listIds(impl_->inputIds));
+  GRAFT_CHECK(it != impl_->inputInfos.end(), "'{}' is not an input of the model (inputs: {})", id,
+              listIds(impl_->inputIds));
   return it->second;
 }
 
@@ -614,10 +648,18 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
     s.unsharedBytes += static_cast<int64_t>(m.unsharedBytes);
     for (const plan::MemoryEntry& e : m.entries) {
       switch (e.placement) {
-        case plan::Placement::Arena: ++s.arenaValues; break;
-        case plan::Placement::View: ++s.viewValues; break;
-        case plan::Placement::InPlace: ++s.inplaceValues; break;
-        case plan::Placement::Heap: ++s.heapValues; break;
+        case plan::Placement::Arena:
+          ++s.arenaValues;
+          break;
+        case plan::Placement::View:
+          ++s.viewValues;
+          break;
+        case plan::Placement::InPlace:
+          ++s.inplaceValues;
+          break;
+        case plan::Placement::Heap:
+          ++s.heapValues;
+          break;
       }
     }
     for (const ir::Tensor* t : g.initializers())
@@ -626,8 +668,10 @@ MemoryPlanSummary Session::memoryPlan(bool perValue) const {
     s.text += fmt::format("{} ({} steps)\n{}", title, exe.numSteps(), m.summary(perValue));
   };
   // Sessions split over virtual devices compile one executable per program (not summarised here).
-  if (p.exe) add(*p.exe, *p.graph, p.applyExe ? "step (forward, backward, accumulation)" : "step");
-  else s.text += "step split over virtual devices: one plan per program (not summarised)\n";
+  if (p.exe)
+    add(*p.exe, *p.graph, p.applyExe ? "step (forward, backward, accumulation)" : "step");
+  else
+    s.text += "step split over virtual devices: one plan per program (not summarised)\n";
   if (p.applyExe) add(*p.applyExe, *p.applyGraph, "optimizer step (every accumulationFactor micro-batches)");
   s.text += fmt::format("persistent  {} bytes of weights, optimizer state and constants\n", s.persistentBytes);
   return s;
@@ -647,10 +691,9 @@ void Session::modelToHost(const std::string& path) {
   onnxio::saveModelFile(*impl_->model.graph, path, impl_->model.info);
 }
 
-std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
-                                                                        std::shared_ptr<DeviceInfo> deviceInfo,
-                                                                        const InputShapeInfo& inputShapeInfo,
-                                                                        const SessionOptions& userOptions, const Patterns&) {
+std::unique_ptr<InferenceSession> InferenceSession::createFromOnnxModel(
+    const std::string& model, const DataFlow& dataFlow, std::shared_ptr<DeviceInfo> deviceInfo,
+    const InputShapeInfo& inputShapeInfo, const SessionOptions& userOptions, const Patterns&) {
   auto impl = std::make_unique<Session::Impl>();
   impl->init(model, dataFlow, std::move(deviceInfo), inputShapeInfo, userOptions);
   return std::unique_ptr<InferenceSession>(new InferenceSession(std::move(impl)));
@@ -674,14 +717,16 @@ ir::Tensor& persistentTensor(Session::Impl& impl, const TensorId& id) {
   auto ids = impl.persistentIds();
   GRAFT_CHECK(t && t->data() && std::find(ids.begin(), ids.end(), id) != ids.end(),
               "'{}' is not a weight or optimizer state of the session (weights: {})", id,
-              ids.size() > 20 ? fmt::format("{}, ... ({} in all)", fmt::join(ids.begin(), ids.begin() + 20, ", "), ids.size())
-                              : fmt::format("{}", fmt::join(ids, ", ")));
+              ids.size() > 20
+                  ? fmt::format("{}, ... ({} in all)", fmt::join(ids.begin(), ids.begin() + 20, ", "), ids.size())
+                  : fmt::format("{}", fmt::join(ids, ", ")));
   return *t;
 }
 
 void checkSameType(const NDArray& a, const NDArray& b, const TensorId& id) {
-  GRAFT_CHECK(a.dtype() == b.dtype() && a.shape() == b.shape(), "WeightsIO array for '{}' is {} {}, the weight is {} {}", id,
-              dtypeName(a.dtype()), shapeToString(a.shape()), dtypeName(b.dtype()), shapeToString(b.shape()));
+  GRAFT_CHECK(a.dtype() == b.dtype() && a.shape() == b.shape(),
+              "WeightsIO array for '{}' is {} {}, the weight is {} {}", id, dtypeName(a.dtype()),
+              shapeToString(a.shape()), dtypeName(b.dtype()), shapeToString(b.shape()));
 }
 }  // namespace
 
@@ -728,8 +773,10 @@ void Session::resetHostWeights(const std::string& model, bool ignoreExtra) {
   for (const ir::Tensor* t : other.graph->initializers()) {
     if (t->kind() != ir::TensorKind::Variable) continue;
     if (std::find(ids.begin(), ids.end(), t->id()) == ids.end()) {
-      GRAFT_CHECK(ignoreExtra, "resetHostWeights: the model has a weight '{}' that the session does not (pass "
-                  "ignoreWeightsInModelWithoutCorrespondingHostWeight=true to skip it)", t->id());
+      GRAFT_CHECK(ignoreExtra,
+                  "resetHostWeights: the model has a weight '{}' that the session does not (pass "
+                  "ignoreWeightsInModelWithoutCorrespondingHostWeight=true to skip it)",
+                  t->id());
       continue;
     }
     io.insert(t->id(), *t->data());

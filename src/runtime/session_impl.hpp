@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "backends/backend.hpp"
 #include "ir/graph.hpp"
@@ -126,8 +127,8 @@ struct Session::Impl {
   int64_t steps = 0;
 
   /// Loads the model, checks anchors, inputs and op support.
-  void init(const std::string& modelArg, const DataFlow& df, std::shared_ptr<DeviceInfo> dev, const InputShapeInfo& shapes,
-            const SessionOptions& opts);
+  void init(const std::string& modelArg, const DataFlow& df, std::shared_ptr<DeviceInfo> dev,
+            const InputShapeInfo& shapes, const SessionOptions& opts);
   /// The graph to compile (inference: the model's graph; training adds the backward pass).
   virtual const ir::Graph& sourceGraph() const { return *model.graph; }
   /// The passes run before compiling: the backend's own.
@@ -229,6 +230,8 @@ struct Session::Impl {
   // Shared by run() and runStaged().
   /// Checks a StepIO's arrays and starts its step.
   void beginStep(IStepIO& io);
+  /// Inputs whose INT64 data readInputs converted to INT32 (warned about once each).
+  std::set<TensorId> int64InputsWarned_;
   /// The inputs of the next micro-batch from `io`, checked against the model's input types.
   std::vector<ops::Value> readInputs(IStepIO& io);
   /// Running sums of Sum anchors within a step.

@@ -38,7 +38,8 @@ struct TrainingImpl : Session::Impl {
   void checkAnchor(const TensorId& id) const override {
     GRAFT_CHECK(id != loss || model.graph->findTensor(id),
                 "the loss '{}' is not a tensor of the model: name the output of a loss op (for example what "
-                "builder.aiGraphcore.nllloss returned)", loss);
+                "builder.aiGraphcore.nllloss returned)",
+                loss);
     std::string prefix = autodiff::kGradientPrefix;
     if (id.rfind(prefix, 0) == 0) {
       std::string w = id.substr(prefix.size());
@@ -46,13 +47,15 @@ struct TrainingImpl : Session::Impl {
       const ir::Tensor* t = model.graph->findTensor(w);
       GRAFT_CHECK(t, "anchor '{}' is the gradient of '{}', which is not a tensor of the model", id, w);
       // PopART's words first (its Ir has no such tensor), then why.
-      GRAFT_CHECK(t->type().isTensor() && isFloatingPoint(t->info().dataType()),
+      GRAFT_CHECK(t->type().isTensor() &&
+                      (isFloatingPoint(t->info().dataType()) || (integerLoss() && isInteger(t->info().dataType()))),
                   "Anchor tensor `{}' not in Ir Tensors: it is the gradient of '{}', which is {}, and only "
-                  "floating-point tensors have gradients",
+                  "floating-point tensors have gradients (integer ones too when the loss is an integer tensor)",
                   id, w, t->type().str());
       GRAFT_CHECK(lossDependsOn_.count(t),
-                  "anchor '{}' is the gradient of '{}', but the loss '{}' does not depend on '{}' through "
-                  "differentiable values", id, w, loss, w);
+                  "Anchor tensor `{}' not in Ir Tensors: it is the gradient of '{}', but the loss '{}' does not "
+                  "depend on '{}' through differentiable values",
+                  id, w, loss, w);
       return;
     }
     Session::Impl::checkAnchor(id);
@@ -71,6 +74,16 @@ struct TrainingImpl : Session::Impl {
     const ir::Graph& g = *model.graph;
     ir::Tensor* l = g.findTensor(loss);
     GRAFT_CHECK(l, "the loss '{}' is not a tensor of the model", loss);
+    // As PopART does, when the session is made (transform checks again once shapes are final).
+    // The loss ops of ai.graphcore are typed only once training is set up: infer the loss's own
+    // node now when its inputs are typed.
+    if (!l->type().known() && l->producer()) {
+      ir::Node* p = l->producer();
+      bool typed = true;
+      for (const ir::Tensor* t : p->inputs()) typed &= !t || t->type().known();
+      if (typed) ops::inferNode(*p, false);
+    }
+    checkScalarLoss(l->info());
     std::set<const ir::Tensor*> seen;
     std::vector<const ir::Tensor*> stack{l};
     while (!stack.empty()) {
@@ -96,6 +109,23 @@ struct TrainingImpl : Session::Impl {
     // anchored gradients of inputs and intermediates.
   }
 
+  /// An integer loss (PopART trains those: its gradients are integers too). The loss ops of
+  /// ai.graphcore are typed only once training is set up; their output has input 0's type, so an
+  /// untyped loss takes the type of the first typed tensor along the inputs 0 it comes from.
+  bool integerLoss() const {
+    const ir::Tensor* t = model.graph->findTensor(loss);
+    for (int hops = 0; t && t->info().dataType() == DataType::Undefined && hops < 16; ++hops)
+      t = t->producer() && t->producer()->numInputs() > 0 ? t->producer()->input(0) : nullptr;
+    return t && t->type().isTensor() && isInteger(t->info().dataType());
+  }
+
+  void checkScalarLoss(const TensorInfo& li) const {
+    GRAFT_CHECK(!li.hasShape() || !li.isStatic() || li.nelms() == 1,
+                "the loss '{}' is {}: reduce it to one element (for example with reduction \"Sum\" or \"Mean\"), "
+                "since the loss must be a scalar tensor",
+                loss, li.str());
+  }
+
   /// Tensors the loss depends on through differentiable inputs (filled by findWeights).
   std::set<const ir::Tensor*> lossDependsOn_;
 
@@ -106,9 +136,8 @@ struct TrainingImpl : Session::Impl {
     passes::runPipeline(g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
-    GRAFT_CHECK(li.hasShape() && (!li.isStatic() || li.nelms() == 1),
-                "the loss '{}' must be a scalar (one element), it is {}; reduce it (for example with reduction \"Sum\" "
-                "or \"Mean\")", loss, li.str());
+    GRAFT_CHECK(li.hasShape(), "the loss '{}' has no known shape: it must be a scalar tensor", loss);
+    checkScalarLoss(li);
     // The backward pass starts from the loss-scaling factor, in the loss's type and shape.
     ir::Tensor* seed = &g.tensor(optim::kLossScalingId);
     if (li.dataType() != DataType::Float || li.rank() != 0) {
@@ -125,15 +154,17 @@ struct TrainingImpl : Session::Impl {
     for (const auto& t : gradientAnchors) wrt.push_back(&g.tensor(t));
     auto grads = autodiff::differentiate(g, l, wrt, seed);
     for (const auto& t : gradientAnchors)
-      GRAFT_CHECK(grads.at(&g.tensor(t)), "anchor '{}{}': the loss '{}' gives '{}' no gradient", autodiff::kGradientPrefix,
-                  t, loss, t);
+      GRAFT_CHECK(grads.at(&g.tensor(t)), "anchor '{}{}': the loss '{}' gives '{}' no gradient",
+                  autodiff::kGradientPrefix, t, loss, t);
     wrt.resize(weights.size());
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
     for (ir::Tensor* w : wrt) {
       ir::Tensor* gr = grads.at(w);
       if (!gr) {
-        GRAFT_LOG_WARN("weight '{}' gets no gradient from the loss '{}' (it only reaches it through non-differentiable "
-                       "values); it is not trained", w->id(), loss);
+        GRAFT_LOG_WARN(
+            "weight '{}' gets no gradient from the loss '{}' (it only reaches it through non-differentiable "
+            "values); it is not trained",
+            w->id(), loss);
         continue;
       }
       pairs.emplace_back(w, gr);
@@ -251,8 +282,8 @@ struct TrainingImpl : Session::Impl {
     g->setOpsetVersion(model.graph->opsetVersion());
     g->otherOpsets[ops::kGraftDomain] = 1;
     for (const ir::Tensor* t : model.graph->initializers()) {
-      bool ours = optim::isOptimizerTensor(t->id()) ||
-                  std::find(trained.begin(), trained.end(), t->id()) != trained.end();
+      bool ours =
+          optim::isOptimizerTensor(t->id()) || std::find(trained.begin(), trained.end(), t->id()) != trained.end();
       if (ours) g->addInitializer(t->id(), *t->data(), t->kind());  // shares the buffer
     }
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
@@ -263,7 +294,8 @@ struct TrainingImpl : Session::Impl {
     optim::addUpdates(*optimizer, *g, pairs);
     std::vector<ir::Node*> updates = g->nodes();
     for (const auto& w : trained) {
-      ir::Node* z = g->addNode("ZeroFill", ops::kGraftDomain, {&g->tensor(optim::stateId("Accum", w))}, {}, {}, "zero_" + w);
+      ir::Node* z =
+          g->addNode("ZeroFill", ops::kGraftDomain, {&g->tensor(optim::stateId("Accum", w))}, {}, {}, "zero_" + w);
       for (ir::Node* u : updates) z->addRunsAfter(u);
     }
     return g;
@@ -282,11 +314,10 @@ void checkSpecifics(const Optimizer& opt, const std::vector<TensorId>& weights) 
 
 }  // namespace
 
-std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(const std::string& model, const DataFlow& dataFlow,
-                                                                      const TensorId& loss, const Optimizer& optimizer,
-                                                                      std::shared_ptr<DeviceInfo> deviceInfo,
-                                                                      const InputShapeInfo& inputShapeInfo,
-                                                                      const SessionOptions& userOptions, const Patterns&) {
+std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(
+    const std::string& model, const DataFlow& dataFlow, const TensorId& loss, const Optimizer& optimizer,
+    std::shared_ptr<DeviceInfo> deviceInfo, const InputShapeInfo& inputShapeInfo, const SessionOptions& userOptions,
+    const Patterns&) {
   GRAFT_CHECK(!userOptions.enableGradientAccumulation || userOptions.accumulationFactor >= 1,
               "SessionOptions.accumulationFactor must be at least 1, got {}", userOptions.accumulationFactor);
   GRAFT_CHECK(userOptions.accumulationFactor == 1 || userOptions.enableGradientAccumulation,

@@ -143,6 +143,14 @@ TEST(Graphcore_Atan2, ValuesBroadcastAndGradient) {
       gc("Atan2", {randomArray(DataType::Double, {2, 3}, 8), randomArray(DataType::Double, {3}, 9, 0.5, 2)}), {0, 1}));
 }
 
+TEST(Graphcore_Atan2, GradientAtTheOriginIsZero) {
+  // atan2 has no derivative at (0, 0); both partials are taken as 0 there (PyTorch's convention),
+  // and elsewhere they are x / r^2 and -y / r^2.
+  auto g = vjpOf(gc("Atan2", {arr<float>({2}, {0, 1}), arr<float>({2}, {0, 1})}), {0, 1}, {arr<float>({2}, {1, 1})});
+  EXPECT_TRUE(allClose(g[0], arr<float>({2}, {0, 0.5f})));
+  EXPECT_TRUE(allClose(g[1], arr<float>({2}, {0, -0.5f})));
+}
+
 TEST(Graphcore_Fmod, SignOfDividendAndGradient) {
   EXPECT_TRUE(allClose(runReference(gc("Fmod", {arr<float>({3}, {5.5f, -5.5f, 5.5f}), arr<float>({3}, {2, 2, -2})}))[0],
                        arr<float>({3}, {1.5f, -1.5f, 1.5f})));
@@ -238,6 +246,34 @@ TEST(Graphcore_DynamicZero, ZeroesTheRegionAndGradient) {
   EXPECT_TRUE(gradCheck(dyn("DynamicZero", randomArray(DataType::Double, {2, 4}, 17), arr<int32_t>({1}, {2}),
                             NDArray(DataType::Double, {2, 2})),
                         {0}));
+}
+
+TEST(Graphcore_DynamicZero, WithoutALikeInputTheRegionIsSizes) {
+  // PopART's two-input form: the region has `sizes` along `axes` and x's extent elsewhere.
+  auto x = arr<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  OpCase c = gc("DynamicZero", {x, arr<uint32_t>({1}, {1})},
+                attrs({{"axes", std::vector<int64_t>{1}}, {"sizes", std::vector<int64_t>{2}}}));
+  EXPECT_TRUE(allClose(runReference(c)[0], arr<float>({2, 4}, {0, 0, 0, 3, 4, 0, 0, 7})));
+  EXPECT_TRUE(gradCheck(gc("DynamicZero", {randomArray(DataType::Double, {2, 4}, 18), arr<int32_t>({1}, {3})},
+                           attrs({{"axes", std::vector<int64_t>{1}}, {"sizes", std::vector<int64_t>{2}}})),
+                        {0}));
+}
+
+TEST(Graphcore_IntegerLoss, IdentityLossAndMedianGradientsInIntegers) {
+  // PopART trains integer losses: the loss ops and the median's gradient run in the integer type.
+  auto x = arr<int32_t>({2, 3}, {3, 1, 2, 9, 7, 8});
+  EXPECT_TRUE(allClose(runReference(gc("IdentityLoss", {x}, attrs({{"reduction", std::string("Sum")}})))[0],
+                       arr<int32_t>({}, {30})));
+  EXPECT_TRUE(allClose(runReference(gc("IdentityLoss", {x}, attrs({{"reduction", std::string("Mean")}})))[0],
+                       arr<int32_t>({}, {5})));
+  // ReduceMedianGrad(dy, indices, x): dy at each median's position (test_popart_compat.py trains
+  // a whole integer loss through it).
+  OpCase grad{"ReduceMedianGrad",
+              {arr<int32_t>({2}, {5, 7}), arr<int32_t>({2}, {2, 2}), x},
+              attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}),
+              1,
+              "ai.graft"};
+  EXPECT_TRUE(allClose(runReference(grad)[0], arr<int32_t>({2, 3}, {0, 0, 5, 0, 0, 7})));
 }
 
 TEST(Graphcore_SequenceSlice, CopiesRowsAndGradient) {

@@ -183,6 +183,14 @@ TEST(Dropout, RandomOpsAreNondeterministicAndNeverFolded) {
   passes::PassContext ctx;
   passes::runPipeline(*g, {"infer-shapes", "fold-constants"}, ctx);
   EXPECT_EQ(g->numNodes(), 1u);
+  // Not evaluated, but a *Like of a statically shaped input becomes its generator (PopART's IR
+  // shows RandomUniform there too): the input's shape and type become attributes.
+  const ir::Node* n = g->nodes().front();
+  EXPECT_EQ(n->type(), "RandomUniform");
+  EXPECT_EQ(n->attrInts("shape"), (std::vector<int64_t>{2}));
+  EXPECT_EQ(n->attrInt("dtype"), static_cast<int64_t>(DataType::Float));
+  EXPECT_EQ(n->attrFloat("seed"), 1.0f);
+  EXPECT_EQ(n->numInputs(), 0u);
 }
 
 }  // namespace

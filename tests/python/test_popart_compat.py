@@ -333,3 +333,210 @@ def test_training_session_refuses_gradients_of_integer_tensors():
     loss = b.aiGraphcore.identityloss([b.aiOnnx.add([b.aiOnnx.mul([t, w]), b.aiOnnx.cast([i], "FLOAT")])])
     with pytest.raises(graft.Error, match="^Anchor tensor `Gradient___.*' not in Ir Tensors: .* INT32"):
         session(loss, [graft.reservedGradientPrefix() + i])
+
+
+def test_scaledadd_with_scale_tensors_and_dynamiczero_with_sizes_only():
+    rng = np.random.default_rng(5)
+    a, c = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    s0, s1 = np.array([0.5], np.float32), np.array([-2.0], np.float32)
+    b = graft.Builder()
+    ta, tc, t0, t1 = (b.addInputTensor(graft.TensorInfo(v)) for v in (a, c, s0, s1))
+    y = b.aiGraphcore.scaledadd([ta, tc, t0, t1])
+    # Without a third input, DynamicZero's region is `sizes` along `axes`: rows 1..1, columns 1..2.
+    offsets = b.addInputTensor(graft.TensorInfo("UINT32", [2]))
+    z = b.aiGraphcore.dynamiczero([ta, offsets], axes=[0, 1], sizes=[1, 2])
+    assert b.getTensorShape(z) == [2, 3]
+    out = _run(b, [y, z], {ta: a, tc: c, t0: s0, t1: s1, offsets: np.array([1, 1], np.uint32)})
+    np.testing.assert_allclose(out[y], 0.5 * a - 2.0 * c, rtol=1e-6)
+    want = a.copy()
+    want[1, 1:3] = 0
+    np.testing.assert_array_equal(out[z], want)
+    with pytest.raises(graft.Error, match="scaledadd takes 2 inputs"):
+        b.aiGraphcore.scaledadd([ta])
+
+
+def test_loop_that_stops_early_inside_a_called_subgraph():
+    # a *= 4 while a < 128, at most 10 times, in a Loop that a Call runs; the trip count is a
+    # constant of the main builder.
+    b = graft.Builder()
+    a = b.addInputTensor(graft.TensorInfo("FLOAT", [1]))
+    four = b.aiOnnx.constant(np.array([4], np.float32))
+    trips = b.aiOnnx.constant(np.array(10, np.int64))
+    cond = b.aiOnnx.constant(np.array(True))
+    call = b.createSubgraphBuilder()
+    body = call.createSubgraphBuilder()
+    body.addInputTensor(graft.TensorInfo("INT64", []))
+    body.addUntypedInputTensor(cond)
+    a_in = body.addUntypedInputTensor(a)
+    a_out = body.aiOnnx.mul([a_in, four])
+    body.addOutputTensor(body.aiOnnx.less([a_out, body.aiOnnx.constant(np.array([128], np.float32))]))
+    body.addOutputTensor(a_out)
+    call.addOutputTensor(call.aiOnnx.loop([trips, cond, a], 1, body)[0])
+    y = b.aiGraphcore.call([], 1, call)[0]
+    for start, want in ((1.0, 256.0), (3.0, 192.0), (200.0, 800.0)):
+        out = _run(b, [y], {a: np.array([start], np.float32)})
+        np.testing.assert_array_equal(out[y], [want])
+
+
+def test_logical_if_branches_may_name_parent_tensors_as_inputs():
+    d1, d2 = np.array([0, 20, 5], np.int32), np.array([7, 2, -1], np.int32)
+    for taken in (True, False):
+        b = graft.Builder()
+        i1, i2 = b.addInputTensor(graft.TensorInfo(d1)), b.addInputTensor(graft.TensorInfo(d2))
+        cond = b.addInputTensor(graft.TensorInfo("BOOL", []))
+        then_b, else_b = b.createSubgraphBuilder(), b.createSubgraphBuilder()
+        for sub, op in ((then_b, "add"), (else_b, "sub")):
+            sub.addInputTensorFromParentGraph(i1)
+            sub.addInputTensorFromParentGraph(i2)
+            sub.addOutputTensor(getattr(sub.aiOnnx, op)([i1, i2]))
+        y = b.aiOnnx.logical_if([cond], 1, else_b, then_b)[0]
+        out = _run(b, [y], {i1: d1, i2: d2, cond: np.array(taken)})
+        np.testing.assert_array_equal(out[y], d1 + d2 if taken else d1 - d2)
+        with pytest.raises(graft.Error, match="the parent graph has no tensor 'nope'"):
+            then_b.addInputTensorFromParentGraph("nope")
+
+
+def test_supported_operations_lists_public_and_private_ops():
+    public = graft.getSupportedOperations(False)
+    everything = graft.getSupportedOperations(True)
+    keys = {(o.domain, o.type, o.version) for o in public}
+    assert ("ai.onnx", "Add", 7) in keys and ("ai.onnx", "Add", 14) in keys
+    assert ("ai.graphcore", "Nll", 1) in keys
+    assert set(public) < set(everything) and all(o.domain == "ai.graft" for o in set(everything) - set(public))
+    definitions = graft.getSupportedOperationsDefinition(False)
+    add = definitions[graft.OperatorIdentifier("ai.onnx", "Add", 7)]
+    assert [i.name for i in add.inputs] == ["A", "B"] and "tensor(float)" in add.inputs[0].supportedTensors
+    assert len(graft.getSupportedOperationsDefinition(True)) == len(everything)
+
+
+def test_nll_labels_are_checked_when_the_loss_is_added():
+    b = graft.Builder()
+    probs = b.addInitializedInputTensor(np.full((2, 4, 3), 1 / 3, np.float32))
+    labels = b.addInputTensor(graft.TensorInfo("INT32", [2, 5]))
+    with pytest.raises(graft.Error, match=r"^The label tensor \(INT32   \[2 5\]\) must have shape \[2 4\] to match all "
+                                          r"but the final dimension of the probabilities tensor \(FLOAT   \[2 4 3\]\)"):
+        b.aiGraphcore.nllloss([probs, labels], graft.ReductionType.Sum)
+    with pytest.raises(graft.Error, match="the label tensor must hold integers, got FLOAT"):
+        b.aiGraphcore.nllloss([probs, probs])
+    b2 = graft.Builder()
+    probs2 = b2.addInitializedInputTensor(np.full((2, 3), 1 / 3, np.float32))
+    labels2 = b2.addInputTensor(graft.TensorInfo("INT32", [2]))
+    loss2 = b2.aiGraphcore.nllloss([probs2, labels2], graft.ReductionType.NoReduction)
+    with pytest.raises(graft.Error, match="must be a scalar tensor$"):
+        graft.TrainingSession(fnModel=b2.getModelProto(), dataFlow=graft.DataFlow(1, [loss2]), loss=loss2,
+                              optimizer=graft.ConstSGD(0.1), deviceInfo=graft.DeviceManager().createCpuDevice())
+
+
+def test_integer_loss_trains_with_integer_gradients():
+    # PopART trains a loss of integers: the sum of row medians; its gradient is 1 (an INT32) at
+    # each median, 0 elsewhere.
+    x = np.array([[24, 55, 88, 60, 27], [77, 73, 3, 49, 44]], np.int32)
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo(x))
+    values, _ = b.aiGraphcore.reducemedian([t], axes=[1], keepdims=0)
+    total = b.aiOnnx.reducesum([values], keepdims=False)
+    loss = b.aiGraphcore.identityloss([total])
+    gx = graft.reservedGradientPrefix() + t
+    out = _run(b, [total, gx], {t: x}, train_loss=loss)
+    assert out[total] == 55 + 49 and out[gx].dtype == np.int32
+    np.testing.assert_array_equal(out[gx], [[0, 1, 0, 0, 0], [0, 0, 0, 1, 0]])
+
+
+def test_int64_data_for_an_int32_input_is_converted():
+    b = graft.Builder()
+    t = b.addInputTensor(graft.TensorInfo("INT32", [3]))
+    y = b.aiOnnx.add([t, t])
+    out = _run(b, [y], {t: np.array([1, -2, 3], np.int64)})
+    assert out[y].dtype == np.int32
+    np.testing.assert_array_equal(out[y], [2, -4, 6])
+
+
+def test_detached_batchnorm_in_a_training_graph_normalizes_with_its_running_statistics():
+    # PopART: a one-output BatchNormalization whose output is detached runs in inference mode.
+    rng = np.random.default_rng(6)
+    x = rng.random((2, 2, 2, 2)).astype(np.float32)
+    scale, bias = rng.random(2).astype(np.float32), rng.random(2).astype(np.float32)
+    mean, var = np.array([0.5, -0.5], np.float32), np.array([2.0, 0.5], np.float32)
+    b = graft.Builder()
+    ins = [b.addInputTensor(graft.TensorInfo(v)) for v in (x, scale, bias, mean, var)]
+    w = b.addInitializedInputTensor(np.ones((1,), np.float32))
+    (y,) = b.aiOnnx.batchnormalization(ins, 1, 1e-5, 0.1)
+    d = b.aiGraphcore.detach([y])
+    loss = b.aiGraphcore.identityloss([b.aiOnnx.mul([d, w])])
+    out = _run(b, [d], dict(zip(ins, (x, scale, bias, mean, var))), train_loss=loss)
+    per = (slice(None), None, None)
+    want = (x - mean[per]) / np.sqrt(var[per] + 1e-5) * scale[per] + bias[per]
+    np.testing.assert_allclose(out[d], want, rtol=1e-5, atol=1e-6)
+
+
+def test_input_types_of_the_ops_newest_version_are_accepted_at_older_opsets():
+    # graft runs every model at opset 28, so PopART programs may give Equal FLOAT inputs at opset 10
+    # (Equal-7 takes only integers and BOOL) and TopK INT32 (TopK-10 takes only floats).
+    b = graft.Builder(opsets={"ai.onnx": 10, "ai.graphcore": 1})
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [3]))
+    i = b.addInputTensor(graft.TensorInfo("INT32", [3]))
+    eq = b.aiOnnx.equal([x, b.aiOnnx.constant(np.array([1, 2, 3], np.float32))])
+    top = b.aiOnnx.topk([i, b.aiOnnx.constant(np.array([1], np.int64))], axis=0)[0]
+    out = _run(b, [eq, top], {x: np.array([1, 0, 3], np.float32), i: np.array([4, 9, -1], np.int32)})
+    np.testing.assert_array_equal(out[eq], [True, False, True])
+    np.testing.assert_array_equal(out[top], [9])
+    with pytest.raises(graft.Error, match="Relu"):
+        b.aiOnnx.relu([b.addInputTensor(graft.TensorInfo("BOOL", [2]))])
+
+
+def test_scalar_constants_and_weights_stay_scalars():
+    b = graft.Builder()
+    c = b.aiOnnx.constant(np.asarray(2, np.int32))
+    w = b.addInitializedInputTensor(np.asarray(1.5, np.float32))
+    assert b.getTensorShape(c) == [] and b.getTensorShape(w) == []
+    y = b.aiOnnx.mul([w, b.aiOnnx.cast([c], "FLOAT")])
+    out = _run(b, [y], {})
+    assert out[y].shape == () and out[y] == 3.0
+
+
+def test_opset9_batchnorm_with_five_outputs_uses_batch_statistics():
+    # Before opset 14 a BatchNormalization with its training outputs is in training mode: Y uses
+    # the batch's statistics and the running ones move by ONNX's rule (biased variance).
+    rng = np.random.default_rng(7)
+    x = rng.random((2, 3, 2, 2)).astype(np.float32)
+    scale, bias = rng.random(3).astype(np.float32), rng.random(3).astype(np.float32)
+    mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    b = graft.Builder(opsets={"ai.onnx": 9, "ai.graphcore": 1})
+    ins = [b.addInputTensor(graft.TensorInfo(v)) for v in (x, scale, bias, mean, var)]
+    y, run_mean, run_var, _, _ = b.aiOnnx.batchnormalization(ins, 5, 1e-5, 0.9)
+    assert b.getTensorShape(run_mean) == [3] and b.getTensorShape(run_var) == [3]
+    for t in (y, run_mean, run_var):
+        b.addOutputTensor(t)
+    out = _run(b, [y, run_mean, run_var], dict(zip(ins, (x, scale, bias, mean, var))))
+    m, v = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    per = (slice(None), None, None)
+    np.testing.assert_allclose(out[y], (x - m[per]) / np.sqrt(v[per] + 1e-5) * scale[per] + bias[per], rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(out[run_mean], 0.9 * mean + 0.1 * m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[run_var], 0.9 * var + 0.1 * v, rtol=1e-5, atol=1e-6)
+
+
+def test_graphcore_batchnorm_tracks_the_unbiased_running_variance():
+    # aiGraphcore.batchnormalization: training mode with PyTorch's running variance (N - 1).
+    rng = np.random.default_rng(8)
+    x = (rng.random((2, 3, 4)) * 10).astype(np.float32)
+    scale, bias = rng.random(3).astype(np.float32), rng.random(3).astype(np.float32)
+    mean, var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    b = graft.Builder()
+    ins = [b.addInputTensor(graft.TensorInfo(v)) for v in (x, scale, bias, mean, var)]
+    y, run_mean, run_var, _, _ = b.aiGraphcore.batchnormalization(ins, 5, 1e-5, 0.25)
+    out = _run(b, [y, run_mean, run_var], dict(zip(ins, (x, scale, bias, mean, var))))
+    bn = torch.nn.BatchNorm1d(3, eps=1e-5, momentum=0.75)  # PyTorch's momentum is 1 - ONNX's
+    bn.weight, bn.bias = torch.nn.Parameter(torch.tensor(scale)), torch.nn.Parameter(torch.tensor(bias))
+    want = bn(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(out[y], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out[run_mean], bn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[run_var], bn.running_var.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_with_two_unknown_dimensions_is_refused_with_popart_words():
+    b = graft.Builder()
+    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4, 3]))
+    shape = b.aiOnnx.constant(np.array([-1, -1, 0], np.int64))
+    with pytest.raises(graft.Error, match="can only use -1 to specify one unknown dimension"):
+        b.aiOnnx.reshape([x, shape])

@@ -44,12 +44,14 @@ GRAFT_VEC_CLONES double rowSquaredDeviation(const float* p, int64_t n, double me
   return acc[0];
 }
 
-GRAFT_VEC_CLONES void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean, float inv) {
+GRAFT_VEC_CLONES void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean,
+                                   float inv) {
   for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * inv * g[j] + b[j];
 }
 
 // A parameter broadcast to the normalized shape, as a dense float row.
-std::vector<float> expandParam(const NDArray& p, const Shape& norm, float fill, const std::string& what, const char* name) {
+std::vector<float> expandParam(const NDArray& p, const Shape& norm, float fill, const std::string& what,
+                               const char* name) {
   int64_t cols = shapeNumel(norm);
   std::vector<float> out(static_cast<size_t>(cols), fill);
   if (!p.valid()) return out;
@@ -135,8 +137,10 @@ GRAFT_VEC_CLONES void scaleRow(float* y, int64_t n, float s) {
   for (int64_t j = 0; j < n; ++j) y[j] *= s;
 }
 
-GRAFT_VEC_CLONES void logSoftmaxRow(const float* x, float* y, int64_t n, float shift) {
-  for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
+// (x - m) - log(s): subtracting m + log(s) in one step would round that sum at the magnitude of
+// m (rows of large values, [10000, 10003], would lose their fraction).
+GRAFT_VEC_CLONES void logSoftmaxRow(const float* x, float* y, int64_t n, float m, float logS) {
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - m) - logS;
 }
 
 ops::KernelFactory softmaxKernel(bool log) {
@@ -170,8 +174,10 @@ ops::KernelFactory softmaxKernel(bool log) {
           float m = rowMax(row, len);
           if (std::isinf(m)) m = 0;  // an infinite maximum propagates, as in the reference
           double s = expShiftSum(row, dst, len, m);
-          if (log) logSoftmaxRow(row, dst, len, static_cast<float>(static_cast<double>(m) + std::log(s)));
-          else scaleRow(dst, len, static_cast<float>(1.0 / s));
+          if (log)
+            logSoftmaxRow(row, dst, len, m, static_cast<float>(std::log(s)));
+          else
+            scaleRow(dst, len, static_cast<float>(1.0 / s));
           if (inner > 1)
             for (int64_t j = 0; j < len; ++j) yp[base + j * inner] = out[j];
         }

@@ -69,9 +69,9 @@ TEST(FuseElementwise, OtherShapesAndTypesStayOut) {
   ir::Tensor* x = b.input({4, 16});
   ir::Tensor* v = b.input({16});
   ir::Tensor* i = b.input({4, 16}, DataType::Int32);
-  ir::Tensor* v2 = b.op("Mul", {b.op("Exp", {v}), b.scalar(2)});   // [16]: a group of its own
-  ir::Tensor* y = b.op("Relu", {b.op("Add", {x, v2})});             // [4, 16]
-  ir::Tensor* k = b.op("Add", {i, i});                              // integers: not fused
+  ir::Tensor* v2 = b.op("Mul", {b.op("Exp", {v}), b.scalar(2)});  // [16]: a group of its own
+  ir::Tensor* y = b.op("Relu", {b.op("Add", {x, v2})});           // [4, 16]
+  ir::Tensor* k = b.op("Add", {i, i});                            // integers: not fused
   b.outputs({y, k});
   fuse(*b.g);
   auto f = fusedNodes(*b.g);
@@ -180,6 +180,34 @@ TEST(FuseElementwise, PredicateReadTwiceStaysOut) {
   EXPECT_EQ(opCounts(*b.g)["Greater"], 1);
   EXPECT_EQ(fusedNodes(*b.g).size(), 2u);
   EXPECT_TRUE(close(runGraph(*b.g, in)[0], before[0]));
+}
+
+TEST(FuseElementwise, PredicatePulledAfterAReaderIsComputedFirst) {
+  // A loop that stops early, unrolled: x_{i+1} = Where(run_i, 4 x_i, x_i), run_{i+1} =
+  // And(run_i, 4 x_i < 128). Each run_i is read by a Where and by the next And, so it can join
+  // the group after one of its readers; the program must still compute it before them. (Through
+  // the whole cpu pipeline, test_popart_compat.py's early-stopping loop met exactly that.)
+  for (float start : {1.0f, 3.0f, 200.0f}) {
+    GraphBuilder b;
+    ir::Tensor* x = b.input({1});
+    ir::Tensor* limit = b.scalar(128);
+    ir::Tensor* next = b.op("Mul", {x, b.scalar(4)});
+    ir::Tensor* run = b.op("Less", {next, limit});
+    ir::Tensor* state = next;
+    for (int i = 0; i < 4; ++i) {
+      next = b.op("Mul", {state, b.scalar(4)});
+      ir::Tensor* keep = b.op("Less", {next, limit});
+      state = b.op("Where", {run, next, state});
+      run = b.op("And", {run, keep});
+    }
+    b.outputs({state});
+    NDArray in(DataType::Float, {1});
+    in.data<float>()[0] = start;
+    auto before = runGraph(*b.g, {in});
+    fuse(*b.g);
+    EXPECT_FALSE(fusedNodes(*b.g).empty());
+    EXPECT_TRUE(close(runGraph(*b.g, {in})[0], before[0])) << start;
+  }
 }
 
 TEST(FuseElementwise, EscapingPredicateLeavesTheGroup) {
