@@ -91,3 +91,74 @@ def test_ops_pass_through():
     branch = poptorch.cond(torch.tensor(True), lambda a: a + 1, [x], lambda a: a - 1, [x])
     np.testing.assert_allclose(branch[0].numpy(), (x + 1).numpy())
     assert poptorch.recomputationCheckpoint(x) is x
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+SHAPE_CASES = {
+    # torch.roll without dims rolls the flattened tensor; shifts larger than the dimension wrap.
+    "roll_flat": (lambda x: torch.roll(x, 1), (2, 3, 4)),
+    "roll_wraps": (lambda x: torch.roll(x, 10, 1), (2, 4, 5)),
+    "roll_negative_two_dims": (lambda x: torch.roll(x, (-7, 2), (0, -1)), (3, 3, 4)),
+    # chunk: 13 into 6 gives five pieces (3, 3, 3, 3, 1)
+    "chunk_fewer_pieces": (lambda x: torch.chunk(x, 6), (13,)),
+    "chunk_even": (lambda x: torch.chunk(x, 3, dim=1), (2, 12)),
+    "take_along_dim_flat": (lambda x: torch.take_along_dim(x, torch.argmax(x)), (2, 3)),
+    "take_along_dim_broadcast": (lambda x: torch.take_along_dim(x, torch.tensor([[2, 0, 1, 0]]), dim=1), (2, 3)),
+    # in-place ops on the module's inputs
+    "inplace_on_inputs": (lambda x: (x.add_(1.0), x.clone().mul_(2.0)), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CASES))
+def test_shape_conversions_match_torch(name):
+    fn, shape = SHAPE_CASES[name]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    want = fn(x.clone())
+    got = poptorch.inferenceModel(_Call(fn))(x.clone())
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32])
+def test_copy_into_input_keeps_its_dtype(dtype):
+    fn = _Call(lambda x, y: y.copy_(x))
+    x = torch.randn(2, 3) * 4
+    y = torch.zeros(2, 3, dtype=dtype)
+    got = poptorch.inferenceModel(fn)(x, y.clone())
+    want = fn(x, y.clone())
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want)
+
+
+def test_scalar_input_keeps_rank_zero():
+    fn = _Call(lambda a: torch.arange(5) + a)
+    a = torch.tensor(0.25)
+    torch.testing.assert_close(poptorch.inferenceModel(fn)(a), fn(a))
+
+
+def test_module_error_is_raised_unchanged():
+    """An exception the module's own forward raises (here torch refusing an argument) comes out
+    as torch raises it, not wrapped in a capture error."""
+    def bad(x):
+        raise ValueError("forward refuses this input")
+
+    with pytest.raises(ValueError, match="^forward refuses this input$"):
+        poptorch.inferenceModel(_Call(bad))(torch.zeros(2))
+    with pytest.raises(TypeError) as native:
+        torch.zeros(3).scatter(0, torch.zeros(3, dtype=torch.long), torch.ones(3), "add")
+    with pytest.raises(TypeError) as ours:
+        poptorch.inferenceModel(_Call(lambda x, i, s: x.scatter(0, i, s, "add")))(
+            torch.zeros(3), torch.zeros(3, dtype=torch.long), torch.ones(3))
+    assert str(ours.value) == str(native.value)

@@ -71,9 +71,17 @@ class _Flat(torch.nn.Module):
 
     def forward(self, *tensors):
         it = iter(tensors)
-        leaves = [next(it) if c is _TENSOR else c for c in self._in_consts]
+        # Each input is cloned first: the exporter mishandles in-place ops on graph inputs (x += y,
+        # y.copy_(x)), which it converts correctly on any other tensor.
+        leaves = [next(it).clone() if c is _TENSOR else c for c in self._in_consts]
         args, kwargs = pytree.tree_unflatten(leaves, self._in_spec)
-        out = self.model(*args, **kwargs)
+        try:
+            out = self.model(*args, **kwargs)
+        except Exception as e:
+            # The module's own error (torch refusing an argument, an assertion in forward): the
+            # capture re-raises it unchanged, as running the module in torch would.
+            self._record["forward_error"] = e
+            raise
         flat, spec = pytree.tree_flatten(out)
         self._record["out_spec"] = spec
         self._record["out_leaves"] = [_TENSOR if isinstance(v, torch.Tensor) else v for v in flat]
@@ -169,9 +177,12 @@ def capture(model, example, in_spec, in_consts, training):
             warnings.simplefilter("ignore")
             torch.onnx.export(flat, tuple(example), f, input_names=names, do_constant_folding=False,
                               training=mode, export_params=True, keep_initializers_as_inputs=False, **EXPORTER)
-    except _graft.Error:
-        raise
     except Exception as exc:  # noqa: BLE001  (the exporter raises many kinds)
+        err = record.get("forward_error")
+        if err is not None:
+            raise err  # noqa: B904  (the module's own exception, as torch raises it)
+        if isinstance(exc, _graft.Error):
+            raise
         raise _export_error(model, exc) from exc
     finally:
         _state.ctx = None

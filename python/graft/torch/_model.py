@@ -28,6 +28,11 @@ def _np(t):
     return np.array(t.cpu().numpy(), copy=True, order="C")
 
 
+def _contig(a):
+    """``a`` C-contiguous, keeping its rank (np.ascontiguousarray turns a 0-d array into [1])."""
+    return a if a.flags.c_contiguous else np.copy(a, order="C")
+
+
 # ---- lazy weights: reading a parameter on the host brings the trained values back first ---------
 
 _LAZY_CLASSES = {}
@@ -460,12 +465,12 @@ class PoplarExecutor:
                 # The exporter sometimes types an input with another shape of the same size (a
                 # [1] value of index_fill as a scalar): feed it as the graph declares it.
                 a = a.reshape(list(a.shape[:len(lead)]) + declared)
-            feeds[name] = np.ascontiguousarray(a)
+            feeds[name] = _contig(a)
         state = _capture._named_state(self._model)  # noqa: SLF001
         for name, key in compiled.cap.fed.items():
             a = _np(state[key])
             if lead:
-                a = np.ascontiguousarray(np.broadcast_to(a, lead + list(a.shape)))
+                a = _contig(np.broadcast_to(a, lead + list(a.shape)))
             feeds[name] = a
         return feeds
 
@@ -628,7 +633,7 @@ class PoplarExecutor:
                 if tuple(v.shape) != tuple(p.shape):
                     raise _graft.Error(f"poptorch: optimizer state '{key}' of parameter {tuple(p.shape)} has shape "
                                        f"{tuple(v.shape)}")
-                arrays[f"{prefix}___{wid}"] = np.ascontiguousarray((_np(v.to(p.dtype)) / scale).astype(_NP[p.dtype]))
+                arrays[f"{prefix}___{wid}"] = _contig((_np(v.to(p.dtype)) / scale).astype(_NP[p.dtype]))
         for name, a in arrays.items():
             try:
                 compiled.session.writeWeights(graft.PyWeightsIO({name: a}))

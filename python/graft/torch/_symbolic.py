@@ -181,7 +181,95 @@ def _expm1(g, x):
     return g.op("Sub", g.op("Exp", x), _c(g, 1.0, x))
 
 
-_TABLE = {"aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+def _slice(g, x, axis, start, end):
+    def c(v):
+        return g.op("Constant", value_t=torch.tensor([v], dtype=torch.int64))
+
+    return g.op("Slice", x, c(start), c(end), c(axis))
+
+
+def _roll(g, input, shifts, dims):  # noqa: A002
+    """torch.roll with shifts of any size (taken modulo the dimension) and without dims (the
+    flattened tensor rolls, as in torch); the exporter's own conversion handles neither."""
+    shifts = _dims(shifts) or []
+    dims = _dims(dims) or []
+    sizes = sh._get_tensor_sizes(input)  # noqa: SLF001
+    if sizes is None or any(d is None for d in sizes):
+        raise RuntimeError("aten::roll: graft.torch converts roll for static shapes only")
+    x = input
+    if not dims:
+        if len(shifts) != 1:
+            raise RuntimeError(f"aten::roll: {len(shifts)} shifts without dims")
+        n = 1
+        for d in sizes:
+            n *= d
+        x = g.op("Reshape", x, g.op("Constant", value_t=torch.tensor([n], dtype=torch.int64)))
+        dims, flat_sizes = [0], [n]
+    else:
+        flat_sizes = sizes
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"aten::roll: {len(shifts)} shifts for {len(dims)} dims")
+    for shift, dim in zip(shifts, dims):
+        dim = dim % len(flat_sizes)
+        n = flat_sizes[dim]
+        k = shift % n if n else 0
+        if k == 0:
+            continue
+        x = g.op("Concat", _slice(g, x, dim, n - k, n), _slice(g, x, dim, 0, n - k), axis_i=dim)
+    if len(flat_sizes) != len(sizes):
+        x = g.op("Reshape", x, g.op("Constant", value_t=torch.tensor(sizes, dtype=torch.int64)))
+    return x
+
+
+def _copy(g, self, src, non_blocking):  # noqa: ARG001
+    """aten::copy (what y.copy_(x) becomes): x cast to y's type and broadcast to y's shape."""
+    return g.op("Expand", g.op("CastLike", src, self), g.op("Shape", self))
+
+
+def _i64(values):
+    return torch.tensor(list(values), dtype=torch.int64)
+
+
+def _take_along_dim(g, input, indices, dim):  # noqa: A002
+    """torch.take_along_dim: GatherElements after broadcasting input and indices in every
+    dimension but ``dim`` (flattened both when dim is None), for static shapes."""
+    si, sx = sh._get_tensor_sizes(input), sh._get_tensor_sizes(indices)  # noqa: SLF001
+    if si is None or sx is None or None in si or None in sx:
+        raise RuntimeError("aten::take_along_dim: graft.torch converts it for static shapes only")
+    if _none(dim):
+        flat = g.op("Reshape", input, g.op("Constant", value_t=_i64([-1])))
+        idx = g.op("Reshape", indices, g.op("Constant", value_t=_i64([-1])))
+        return g.op("GatherElements", flat, idx, axis_i=0)
+    d = _const(dim, "i")
+    if len(si) != len(sx):
+        raise RuntimeError("aten::take_along_dim: input and indices must have the same number of dimensions")
+    d = d % len(si)
+    common = [max(a, b) for a, b in zip(si, sx)]
+    want_in = [si[k] if k == d else common[k] for k in range(len(si))]
+    want_ix = [sx[k] if k == d else common[k] for k in range(len(sx))]
+    if want_in != list(si):
+        input = g.op("Expand", input, g.op("Constant", value_t=_i64(want_in)))  # noqa: A001
+    if want_ix != list(sx):
+        indices = g.op("Expand", indices, g.op("Constant", value_t=_i64(want_ix)))
+    return g.op("GatherElements", input, indices, axis_i=d)
+
+
+def _chunk(g, input, chunks, dim):  # noqa: A002
+    """torch.chunk: pieces of ceil(n / chunks), the last one smaller, and fewer than ``chunks``
+    pieces when they run out (13 into 6 gives 3, 3, 3, 3, 1). The exporter's conversion assumes
+    exactly ``chunks`` pieces and asks for a negative last length."""
+    d = _const(dim, "i")
+    c = _const(chunks, "i")
+    sizes = sh._get_tensor_sizes(input)  # noqa: SLF001
+    if sizes is None or sizes[d] is None or not isinstance(c, int):
+        raise RuntimeError("aten::chunk: graft.torch converts chunk for a static dimension only")
+    n = sizes[d]
+    step = -(-n // c) if n else 0
+    lengths = [step] * (n // step) + ([n % step] if n % step else []) if step else [0]
+    return g.op("SplitToSequence", input, g.op("Constant", value_t=_i64(lengths)), axis_i=d)
+
+
+_TABLE = {"aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
           "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
