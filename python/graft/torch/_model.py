@@ -388,6 +388,7 @@ class PoplarExecutor:
             raise _graft.Error(f"poptorch.trainingModel: optimizer must be a torch.optim.Optimizer, got "
                                f"{type(optimizer).__name__}")
         _optim._kind(optimizer)  # noqa: SLF001
+        _optim.warn_if_subclassed(optimizer)
         own = {id(p) for p in self._model.parameters()}
         names = {id(p): n for n, p in self._model.named_parameters()}
         for gi, g in enumerate(optimizer.param_groups):

@@ -269,7 +269,39 @@ def _chunk(g, input, chunks, dim):  # noqa: A002
     return g.op("SplitToSequence", input, g.op("Constant", value_t=_i64(lengths)), axis_i=d)
 
 
-_TABLE = {"aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+def _addcdiv(g, input, t1, t2, value):  # noqa: A002
+    """input + value * t1 / t2."""
+    return g.op("Add", input, _scaled(g, g.op("Div", t1, t2), value))
+
+
+def _median(g, input, dim=None, keepdim=None):  # noqa: A002
+    """torch.median: the lower of the two middle values for an even count (torch's choice), from
+    TopK of the smallest half; with dim also the index of that value."""
+    sizes = sh._get_tensor_sizes(input)  # noqa: SLF001
+    if sizes is None or None in sizes:
+        raise RuntimeError("aten::median: graft.torch converts median for static shapes only")
+    whole = dim is None or _none(dim)
+    if whole:
+        n = 1
+        for d in sizes:
+            n *= d
+        x, d = g.op("Reshape", input, g.op("Constant", value_t=_i64([n]))), 0
+    else:
+        d = _const(dim, "i") % len(sizes)
+        n, x = sizes[d], input
+    k = (n - 1) // 2 + 1
+    values, indices = g.op("TopK", x, g.op("Constant", value_t=_i64([k])), axis_i=d, largest_i=0, sorted_i=1,
+                           outputs=2)
+    values, indices = _slice(g, values, d, k - 1, k), _slice(g, indices, d, k - 1, k)
+    if whole:
+        return g.op("Reshape", values, g.op("Constant", value_t=_i64([])))
+    if not _const(keepdim, "i"):
+        axes = g.op("Constant", value_t=_i64([d]))
+        values, indices = g.op("Squeeze", values, axes), g.op("Squeeze", indices, axes)
+    return values, indices
+
+
+_TABLE = {"aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
           "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,

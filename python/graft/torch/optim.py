@@ -194,6 +194,24 @@ def _warn_unexpected(opt):
             logger.warning("Ignoring unexpected optimizer attribute '%s': graft.torch does not read it", k)
 
 
+def _known_classes():
+    return (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, SGD, Adam, AdamW, RMSprop,
+            LAMB)
+
+
+def warn_if_subclassed(opt):
+    """A user's subclass of an optimizer: its Python methods (an overridden ``step``) never run,
+    because graft.torch trains with graft's optimizer of the base class; said once per object."""
+    cls = getattr(type(opt), "_graft_lazy_base", type(opt))
+    if cls in _known_classes() or opt.__dict__.get("_graft_subclass_warned"):
+        return
+    opt.__dict__["_graft_subclass_warned"] = True
+    base = next((b for b in cls.__mro__ if b in _known_classes()), torch.optim.Optimizer)
+    logger.warning("%s is a subclass of %s.%s: Poptorch does not run Python optimizer code directly; graft.torch "
+                   "trains with graft's %s on the optimizer's hyper-parameters, and the subclass's methods are not "
+                   "called", cls.__name__, base.__module__, base.__name__, _NAMES.get(_kind(opt), base.__name__))
+
+
 def _fmt(values):
     out = []
     for k, (v, const) in values.items():
