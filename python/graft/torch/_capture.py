@@ -76,7 +76,8 @@ class _Flat(torch.nn.Module):
         leaves = [next(it).clone() if c is _TENSOR else c for c in self._in_consts]
         args, kwargs = pytree.tree_unflatten(leaves, self._in_spec)
         try:
-            out = self.model(*args, **kwargs)
+            with _SetItemMode():
+                out = self.model(*args, **kwargs)
         except Exception as e:
             # The module's own error (torch refusing an argument, an assertion in forward): the
             # capture re-raises it unchanged, as running the module in torch would.
@@ -91,6 +92,58 @@ class _Flat(torch.nn.Module):
 
 
 _TENSOR = object()
+
+
+class _SetItemMode(torch.overrides.TorchFunctionMode):
+    """While a module is traced, ``t[key] = v`` with tensor indices becomes ops the exporter
+    converts for any index layout: the exporter takes only consecutive 1-d index tensors, and
+    mishandles assignments through a slice (``t[:, idx] = v``).
+
+    - Integer tensor indices (with slices and ints in any order): the flat positions the key
+      selects are ``arange(t.numel()).reshape(t.shape)[key]``, so torch itself works out the
+      indexing; ``v`` broadcast to that shape is scattered there (ScatterND) and copied into t.
+    - One boolean mask over t's leading dimensions, with ``v`` broadcastable to the remaining
+      ones: ``where(mask, v, t)``. (A ``v`` with one row per selected element has a data-dependent
+      shape and is left to the exporter.)"""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__setitem__ and len(args) == 3 and not kwargs:
+            t, key, v = args
+            if isinstance(t, torch.Tensor) and _assign(t, key, v):
+                return None
+        return func(*args, **kwargs)
+
+
+def _assign(t, key, v):
+    """Performs ``t[key] = v`` as described in _SetItemMode; False where it does not apply."""
+    items = key if isinstance(key, tuple) else (key,)
+    tensors = [k for k in items if isinstance(k, torch.Tensor) and k.dim() > 0]
+    if not tensors or any(k is None or k is Ellipsis for k in items):
+        return False
+    value = torch.as_tensor(v, dtype=t.dtype)
+    if any(k.dtype == torch.bool for k in tensors):
+        if len(items) != 1 or items[0].dim() > t.dim():
+            return False
+        mask = items[0]
+        rest = list(t.shape[mask.dim():])
+        try:
+            torch.broadcast_shapes(tuple(value.shape), tuple(rest))
+        except RuntimeError:
+            return False
+        if value.numel() == 1:
+            value = value.reshape(())
+        elif value.dim() > len(rest):
+            return False
+        m = mask.reshape(list(mask.shape) + [1] * (t.dim() - mask.dim()))
+        t.copy_(torch.where(m, value, t))
+        return True
+    if any(k.is_floating_point() or k.is_complex() for k in tensors):
+        return False  # torch's own error
+    positions = torch.arange(t.numel()).reshape(t.shape)[key]
+    updates = value.expand(positions.shape).reshape(-1)
+    t.copy_(t.reshape(-1).index_put((positions.reshape(-1),), updates).reshape(t.shape))
+    return True
 
 
 def flatten_inputs(args, kwargs):
