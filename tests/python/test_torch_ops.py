@@ -215,3 +215,21 @@ def test_boolean_mask_assignment_matches_torch(mask_dims):
     mask = torch.rand([2, 3, 4, 5][:mask_dims], generator=torch.Generator().manual_seed(1)) > 0.5
     v = torch.randn([2, 3, 4, 5][mask_dims:]) if mask_dims < 4 else torch.tensor([7.0])
     torch.testing.assert_close(poptorch.inferenceModel(fn)(t.clone(), mask, v), fn(t.clone(), mask, v))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("lengths_as_tensors", [True, False])
+def test_ctc_loss_matches_torch(reduction, lengths_as_tensors):
+    """F.ctc_loss through graft's CtcLoss (targets [N, S] padded, none of them the blank)."""
+    g = torch.Generator().manual_seed(5)
+    T, N, C, S, blank = 8, 3, 5, 4, 2
+    log_probs = torch.randn(T, N, C, generator=g).log_softmax(-1)
+    targets = torch.randint(0, C - 1, (N, S), generator=g)
+    targets[targets >= blank] += 1  # never the blank
+    in_len, tgt_len = [T, T - 1, T - 2], [4, 2, 3]
+    if lengths_as_tensors:
+        in_len, tgt_len = torch.tensor(in_len), torch.tensor(tgt_len)
+
+    fn = _Call(lambda lp, t: F.ctc_loss(lp, t, in_len, tgt_len, blank=blank, reduction=reduction))
+    torch.testing.assert_close(poptorch.inferenceModel(fn)(log_probs, targets), fn(log_probs, targets),
+                               rtol=1e-5, atol=1e-5)

@@ -301,7 +301,31 @@ def _median(g, input, dim=None, keepdim=None):  # noqa: A002
     return values, indices
 
 
-_TABLE = {"aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+def _lengths(g, v):
+    """A lengths argument of ctc_loss: an int list (a constant) or a tensor, as INT64 [N]."""
+    if sh._is_value(v) and sh._is_tensor(v) and not sh._is_packed_list(v):  # noqa: SLF001
+        try:
+            const = sh._maybe_get_const(v, "is")  # noqa: SLF001
+        except Exception:  # noqa: BLE001  (a computed tensor)
+            const = v
+        if not sh._is_value(const):  # noqa: SLF001
+            return g.op("Constant", value_t=_i64(const))
+        return g.op("Cast", v, to_i=7)
+    return g.op("Constant", value_t=_i64(_dims(v)))
+
+
+def _ctc_loss(g, log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity):
+    """torch's ctc_loss onto graft's ai.graphcore CtcLoss (targets [N, S] padded, as graft takes
+    them; torch's reductions: mean divides by the target lengths, then averages)."""
+    if len(sh._get_tensor_sizes(targets) or []) != 2:  # noqa: SLF001
+        raise RuntimeError("aten::ctc_loss: graft's CtcLoss takes padded targets [N, S], not concatenated ones")
+    red = {0: "None", 1: "Mean", 2: "Sum"}[_const(reduction, "i")]
+    return g.op("ai.graphcore::CtcLoss", log_probs, g.op("Cast", targets, to_i=7), _lengths(g, input_lengths),
+                _lengths(g, target_lengths), reduction_s=red, blank_i=_const(blank, "i"),
+                zeroInfinity_i=int(bool(_const(zero_infinity, "i"))))
+
+
+_TABLE = {"aten::ctc_loss": _ctc_loss, "aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
           "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
