@@ -222,8 +222,10 @@ def capture(model, example, in_spec, in_consts, training):
     names = [f"input_{i}" for i in range(len(example))]
     ctx = _CaptureContext()
     f = io.BytesIO()
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    was_training = model.training
+    # A trainingModel keeps each submodule's own mode (PRESERVE): train() modules export their
+    # training behaviour (BatchNorm batch statistics, Dropout), eval() ones their inference one.
+    mode = torch.onnx.TrainingMode.PRESERVE if training else torch.onnx.TrainingMode.EVAL
+    modes = [(m, m.training) for m in model.modules()]  # the exporter may switch them
     _state.ctx = ctx
     try:
         with _markers(state) as markers, warnings.catch_warnings():
@@ -239,7 +241,8 @@ def capture(model, example, in_spec, in_consts, training):
         raise _export_error(model, exc) from exc
     finally:
         _state.ctx = None
-        model.train(was_training)
+        for m, was in modes:
+            m.training = was
     proto = onnx.load_from_string(f.getvalue())
     cap = Capture()
     n_tensor_out = sum(1 for v in record["out_leaves"] if v is _TENSOR)
@@ -262,12 +265,58 @@ def capture(model, example, in_spec, in_consts, training):
     cap.input_ids = [n if n in graph_inputs else None for n in names]
     cap.loss_id = loss_ids[-1] if loss_ids else None
     cap.recompute = ctx.recompute
+    if training:
+        _inference_batchnorms(proto)
     cap.weights, cap.fed = _map_weights(proto, state, markers, training)
     if ctx.blocks:
         cap.blocks = list(ctx.blocks)
         cap.block_of_node = _annotate_blocks(proto, ctx.blocks)
     cap.onnx = proto
     return cap
+
+
+def _inference_batchnorms(proto):
+    """A BatchNorm in eval() inside a trainingModel normalizes with its running statistics. The
+    exporter writes it as a BatchNormalization without training outputs, which graft's training
+    sessions train with batch statistics (PopART's rule): it is written out as the arithmetic
+    (x - mean) / sqrt(var + eps) * scale + bias instead, the statistics reshaped to [C, 1, ...]."""
+    from onnx import helper, shape_inference  # noqa: PLC0415
+
+    targets = [n for n in proto.graph.node if n.op_type == "BatchNormalization" and len(n.output) == 1]
+    if not targets:
+        return
+    inferred = shape_inference.infer_shapes(proto)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(inferred.graph.value_info) +
+             list(inferred.graph.input) + list(inferred.graph.output) if v.type.tensor_type.HasField("shape")}
+    nodes = []
+    for node in proto.graph.node:
+        if node not in targets:
+            nodes.append(node)
+            continue
+        x, scale, bias, mean, var = node.input
+        rank = ranks.get(x)
+        if rank is None:
+            raise _graft.Error(f"graft.torch: {node.name}: the rank of the input of an eval() BatchNorm in a "
+                               "trainingModel is unknown")
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        base = node.name or node.output[0]
+
+        def make(op, inputs, suffix, **attrs):
+            out = f"{base}/graft_{suffix}"
+            nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+            return out
+
+        shape = make("Constant", [], "shape", value=helper.make_tensor(
+            "shape", 7, [rank - 1], [-1] + [1] * (rank - 2)))
+        per = [make("Reshape", [t, shape], f"reshape{i}") for i, t in enumerate((scale, bias, mean, var))]
+        eps_t = make("CastLike", [make("Constant", [], "eps", value=helper.make_tensor("eps", 1, [], [eps])), x],
+                     "eps_cast")
+        std = make("Sqrt", [make("Add", [per[3], eps_t], "var_eps")], "std")
+        normed = make("Div", [make("Sub", [x, per[2]], "centered"), std], "normed")
+        scaled = make("Mul", [normed, per[0]], "scaled")
+        nodes.append(helper.make_node("Add", [scaled, per[1]], [node.output[0]], name=f"{base}/graft_out"))
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
 
 
 def _map_weights(proto, state, markers, training):
@@ -281,7 +330,8 @@ def _map_weights(proto, state, markers, training):
     trainable = {k for k, t in state.items() if isinstance(t, torch.nn.Parameter) and t.requires_grad}
     running = set()
     for node in proto.graph.node:
-        if node.op_type == "BatchNormalization" and training:
+        # A BatchNormalization in training mode (it outputs the updated running statistics).
+        if node.op_type == "BatchNormalization" and training and len(node.output) > 1:
             running.update(node.input[3:5])
     weights, fed, consts = {}, {}, []
     keep = []

@@ -232,7 +232,8 @@ class PoplarExecutor:
             self._check_optimizer(optimizer)
             self._optimizer = optimizer
             _attach_lazy_optimizer(optimizer, self)
-            model.train()
+            # The module's modes are left as they are (PopTorch does not call train() either): a
+            # submodule in eval() inside a trainingModel, a frozen BatchNorm say, stays in eval.
         _attach_lazy(model, self)
 
     # -- PopTorch's API -------------------------------------------------------------------------
@@ -422,7 +423,8 @@ class PoplarExecutor:
 
     def _prepare(self, args, kwargs):
         flat, spec, consts, micro, n = self._split(args, kwargs)
-        train_mode = self._model.training if self._training else False
+        # Every submodule's train/eval mode is part of the signature (a frozen BatchNorm in eval()).
+        train_mode = tuple(m.training for m in self._model.modules()) if self._training else False
         key = (train_mode, repr(spec), tuple(repr(c) for c in consts if c is not _capture._TENSOR),  # noqa: SLF001
                tuple((tuple(t.shape), t.dtype) for t in micro))
         compiled = self._compiled.get(key)
@@ -676,11 +678,10 @@ class PoplarExecutor:
         self._opt_sig = sig
 
     def _count_batches(self, n):
-        # torch counts BatchNorm's batches; the exported graph does not.
-        if not self._model.training:
-            return
+        # torch counts BatchNorm's batches; the exported graph does not. Only BatchNorms in train().
         for m in self._model.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.num_batches_tracked is not None:  # noqa: SLF001
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and \
+                    m.num_batches_tracked is not None:  # noqa: SLF001
                 with torch.no_grad():
                     m.num_batches_tracked.add_(n // self._options.replication_factor)
 

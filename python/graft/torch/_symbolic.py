@@ -29,8 +29,58 @@ def _scaled(g, x, scale):
     return g.op("Mul", x, g.op("CastLike", scale, x))
 
 
-def _addmv(g, input, mat, vec, beta, alpha):  # noqa: A002
-    return g.op("Add", _scaled(g, input, beta), _scaled(g, g.op("MatMul", mat, vec), alpha))
+def _addmv(g, input, mat, vec, beta, alpha, out=None):  # noqa: A002,ARG001  (out=: the result is the value)
+    """beta * input + alpha * (mat @ vec); a term whose factor is the constant 0 is left out, as in
+    torch (a NaN or inf there does not reach the result)."""
+    mv = g.op("MatMul", mat, vec)
+    use_input, use_mv = _const(beta) != 0, _const(alpha) != 0
+    if use_input and use_mv:
+        return g.op("Add", _scaled(g, input, beta), _scaled(g, mv, alpha))
+    # One term (or none): broadcast to the shape both would give, without touching the other's values.
+    term = _scaled(g, input, beta) if use_input else _scaled(g, mv, alpha) if use_mv else \
+        g.op("Mul", _c(g, 0.0, input), g.op("CastLike", g.op("Constant", value_t=torch.tensor(1.0)), input))
+    return g.op("Expand", g.op("Expand", term, g.op("Shape", input)), g.op("Shape", mv))
+
+
+def _matmul(g, self, other, out=None):  # noqa: ARG001  (matmul / bmm, also their out= forms)
+    return g.op("MatMul", self, other)
+
+
+def _onnx_type(scalar_type):
+    from torch.onnx._internal.torchscript_exporter import _type_utils  # noqa: PLC0415
+
+    return _type_utils.JitScalarType(scalar_type).onnx_type()
+
+
+def _cumsum(g, input, dim, dtype=None, out=None):  # noqa: A002
+    """torch.cumsum, also with dtype= and out= (the sum is taken in the out tensor's type)."""
+    x = input
+    if out is not None and not _none(out):
+        x = g.op("CastLike", input, out)
+    elif dtype is not None and not _none(dtype):
+        x = g.op("Cast", input, to_i=_onnx_type(_const(dtype, "i")))
+    return g.op("CumSum", x, g.op("Constant", value_t=torch.tensor(_const(dim, "i"), dtype=torch.int64)))
+
+
+def _cumprod(g, input, dim, dtype=None, out=None):  # noqa: A002
+    """torch.cumprod along a static dimension: running products of its slices (ONNX has no
+    CumProd); every step is a Mul, so gradients flow as torch's do, zeros and negatives included."""
+    sizes = sh._get_tensor_sizes(input)  # noqa: SLF001
+    d = _const(dim, "i")
+    if sizes is None or sizes[d] is None:
+        raise RuntimeError("aten::cumprod: graft.torch converts cumprod along a static dimension only")
+    x = input
+    if out is not None and not _none(out):
+        x = g.op("CastLike", input, out)
+    elif dtype is not None and not _none(dtype):
+        x = g.op("Cast", input, to_i=_onnx_type(_const(dtype, "i")))
+    d = d % len(sizes)
+    pieces, run = [], None
+    for k in range(sizes[d]):
+        piece = _slice(g, x, d, k, k + 1)
+        run = piece if run is None else g.op("Mul", run, piece)
+        pieces.append(run)
+    return pieces[0] if len(pieces) == 1 else g.op("Concat", *pieces, axis_i=d)
 
 
 def _c(g, value, like):
@@ -325,7 +375,8 @@ def _ctc_loss(g, log_probs, targets, input_lengths, target_lengths, blank, reduc
                 zeroInfinity_i=int(bool(_const(zero_infinity, "i"))))
 
 
-_TABLE = {"aten::ctc_loss": _ctc_loss, "aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
+_TABLE = {"aten::matmul": _matmul, "aten::bmm": _matmul, "aten::cumsum": _cumsum, "aten::cumprod": _cumprod,
+          "aten::ctc_loss": _ctc_loss, "aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
           "aten::nansum": _nansum, "aten::count_nonzero": _count_nonzero, "aten::l1_loss": _l1_loss, "aten::addmv": _addmv, "aten::binary_cross_entropy": _bce,
