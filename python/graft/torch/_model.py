@@ -207,7 +207,7 @@ class PoplarExecutor:
         if not training and options.Training.gradient_accumulation != 1:
             hint = ""
             if options.execution_strategy is None or options.execution_strategy.pipelined:
-                hint = (" Use poptorch.Options().deviceIterations() to process a sufficient number of batches each run "
+                hint = (" Use poptorch.Options().deviceIterations to process a sufficient number of batches each run "
                         "for pipelined execution instead.")
             raise _graft.Error("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its "
                                "default value (1) when running a poptorch.inferenceModel()." + hint)
@@ -494,6 +494,8 @@ class PoplarExecutor:
             if n_ipus > 1 or pipelined:
                 opts.virtualGraphMode = graft.VirtualGraphMode.Manual
                 opts.enablePipelining = bool(pipelined) and len({b for b in cap.block_of_node}) > 1
+            if opts.enablePipelining:
+                self._check_pipeline_depth(cap)
         if cap.recompute and opts.enablePipelining:
             opts.autoRecomputation = graft.RecomputationType.Standard
         mode = self._mode()
@@ -545,6 +547,23 @@ class PoplarExecutor:
             except _graft.Error:
                 pass  # no random ops in this model
         return compiled
+
+    def _check_pipeline_depth(self, cap):
+        """PopTorch's rule for PipelinedExecution: N stages train as 2N - 1 (each but the last gets
+        a backward stage), and one call must fill them: gradientAccumulation >= 2N - 1 in training,
+        deviceIterations >= N in inference."""
+        stages = {a.i for node in cap.onnx.graph.node for a in node.attribute if a.name == "__pipeline_stage"}
+        n = len(stages)
+        if self._training:
+            total = 2 * n - 1
+            if self._options.Training.gradient_accumulation < total:
+                raise _graft.Error(
+                    "poptorch.Options().Training.gradientAccumulation must be greater than or equal to the number of "
+                    f"pipeline stages ({total}) when using poptorch.PipelinedExecution. Please note that a model "
+                    f"with {n} pipeline stages in PopTorch will have an additional {n - 1} stages when training.")
+        elif self._options.device_iterations < n:
+            raise _graft.Error(f"poptorch.Options().deviceIterations must be greater than or equal to the number of "
+                               f"pipeline stages ({n}) when using PopTorch.PipelinedExecution.")
 
     def _loss_id(self, cap):
         if cap.loss_id is not None:
