@@ -112,6 +112,13 @@ SHAPE_CASES = {
     "chunk_even": (lambda x: torch.chunk(x, 3, dim=1), (2, 12)),
     "take_along_dim_flat": (lambda x: torch.take_along_dim(x, torch.argmax(x)), (2, 3)),
     "take_along_dim_broadcast": (lambda x: torch.take_along_dim(x, torch.tensor([[2, 0, 1, 0]]), dim=1), (2, 3)),
+    "threshold": (lambda x: torch.nn.functional.threshold(x, 0.3, -2.0), (4,)),
+    "cumprod": (lambda x: torch.cumprod(x, dim=1), (2, 5)),
+    "cumsum_out": (lambda x: torch.cumsum(x, dim=0, out=torch.empty(x.shape, dtype=torch.int32)), (3, 2)),
+    "addmv_zero_beta": (lambda x: torch.addmv(torch.full((3,), float("nan")), x, x[0], beta=0.0), (3, 3)),
+    "median_dim": (lambda x: torch.median(x, dim=1), (3, 6)),
+    "median_all": (lambda x: torch.median(x), (3, 6)),
+    "addcdiv": (lambda x: torch.addcdiv(x, x, x + 3.0, value=-0.5), (2, 3)),
     # in-place ops on the module's inputs
     "inplace_on_inputs": (lambda x: (x.add_(1.0), x.clone().mul_(2.0)), (2, 3)),
 }

@@ -265,6 +265,7 @@ def capture(model, example, in_spec, in_consts, training):
     cap.input_ids = [n if n in graph_inputs else None for n in names]
     cap.loss_id = loss_ids[-1] if loss_ids else None
     cap.recompute = ctx.recompute
+    _bool_arithmetic(proto)
     if training:
         _inference_batchnorms(proto)
     cap.weights, cap.fed = _map_weights(proto, state, markers, training)
@@ -273,6 +274,31 @@ def capture(model, example, in_spec, in_consts, training):
         cap.block_of_node = _annotate_blocks(proto, ctx.blocks)
     cap.onnx = proto
     return cap
+
+
+def _bool_arithmetic(proto):
+    """torch adds and multiplies bool tensors (logical or / and); the exporter writes ONNX Add and
+    Mul, which ONNX defines for numbers only: those become Or and And."""
+    from onnx import TensorProto, shape_inference  # noqa: PLC0415
+
+    candidates = [n for n in proto.graph.node if n.op_type in ("Add", "Mul") and not n.domain]
+    if not candidates:
+        return
+    try:
+        inferred = shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001  (leave the graph to graft's own checks)
+        return
+    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) +
+             list(inferred.graph.input) + list(inferred.graph.output)}
+    for n in proto.graph.node:
+        for a in n.attribute:
+            if n.op_type == "Constant" and a.name == "value":
+                types[n.output[0]] = a.t.data_type
+    for init in proto.graph.initializer:
+        types[init.name] = init.data_type
+    for node in candidates:
+        if all(types.get(i) == TensorProto.BOOL for i in node.input):
+            node.op_type = "Or" if node.op_type == "Add" else "And"
 
 
 def _inference_batchnorms(proto):

@@ -375,7 +375,12 @@ def _ctc_loss(g, log_probs, targets, input_lengths, target_lengths, blank, reduc
                 zeroInfinity_i=int(bool(_const(zero_infinity, "i"))))
 
 
-_TABLE = {"aten::matmul": _matmul, "aten::bmm": _matmul, "aten::cumsum": _cumsum, "aten::cumprod": _cumprod,
+def _threshold(g, input, threshold, value):  # noqa: A002
+    """torch.nn.Threshold: x where x > threshold, else value (the exporter takes threshold 0 only)."""
+    return g.op("Where", g.op("Greater", input, _c(g, _const(threshold), input)), input, _c(g, _const(value), input))
+
+
+_TABLE = {"aten::threshold": _threshold, "aten::matmul": _matmul, "aten::bmm": _matmul, "aten::cumsum": _cumsum, "aten::cumprod": _cumprod,
           "aten::ctc_loss": _ctc_loss, "aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
