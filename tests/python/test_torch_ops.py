@@ -240,3 +240,13 @@ def test_ctc_loss_matches_torch(reduction, lengths_as_tensors):
     fn = _Call(lambda lp, t: F.ctc_loss(lp, t, in_len, tgt_len, blank=blank, reduction=reduction))
     torch.testing.assert_close(poptorch.inferenceModel(fn)(log_probs, targets), fn(log_probs, targets),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_bitwise_not_and_bool_logic_match_torch():
+    x = torch.randint(-50, 50, (6,), dtype=torch.int32, generator=torch.Generator().manual_seed(2))
+    fn = _Call(lambda a: (~a, torch.bitwise_not(a), torch.bitwise_and(a > 0, a < 20), (a > 0) ^ (a < 20)))
+    for got, want in zip(poptorch.inferenceModel(fn)(x), fn(x)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want)
+    with pytest.raises(poptorch.Error, match="opset 18"):
+        poptorch.inferenceModel(_Call(lambda a: torch.bitwise_or(a, a)))(x)

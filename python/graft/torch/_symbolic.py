@@ -380,7 +380,32 @@ def _threshold(g, input, threshold, value):  # noqa: A002
     return g.op("Where", g.op("Greater", input, _c(g, _const(threshold), input)), input, _c(g, _const(value), input))
 
 
-_TABLE = {"aten::threshold": _threshold, "aten::matmul": _matmul, "aten::bmm": _matmul, "aten::cumsum": _cumsum, "aten::cumprod": _cumprod,
+def _bitwise(logical, name):
+    """torch's &, |, ^ (and bitwise_and, ...) on bools: ONNX's logical op. On integers ONNX has
+    them from opset 18 only (BitwiseAnd, ...), which a capture at opset 17 cannot use."""
+
+    def fn(g, self, other):
+        other_bool = sh._is_value(other) and sh._is_tensor(other) and sh._is_bool(other)  # noqa: SLF001
+        if sh._is_bool(self) and other_bool:  # noqa: SLF001
+            return g.op(logical, self, other)
+        raise RuntimeError(f"aten::bitwise_{name} of integer tensors: ONNX has it from opset 18 (Bitwise"
+                           f"{name.capitalize()}); graft.torch captures at opset 17, where only bool tensors have it")
+
+    return fn
+
+
+def _bitwise_not(g, self):
+    """~x: Not on bools, graft's ai.graphcore BitwiseNot on integers."""
+    if sh._is_bool(self):  # noqa: SLF001
+        return g.op("Not", self)
+    return g.op("ai.graphcore::BitwiseNot", self)
+
+
+_TABLE = {"aten::threshold": _threshold,
+          "aten::bitwise_and": _bitwise("And", "and"), "aten::__and__": _bitwise("And", "and"),
+          "aten::bitwise_or": _bitwise("Or", "or"), "aten::__or__": _bitwise("Or", "or"),
+          "aten::bitwise_xor": _bitwise("Xor", "xor"), "aten::__xor__": _bitwise("Xor", "xor"),
+          "aten::bitwise_not": _bitwise_not, "aten::matmul": _matmul, "aten::bmm": _matmul, "aten::cumsum": _cumsum, "aten::cumprod": _cumprod,
           "aten::ctc_loss": _ctc_loss, "aten::addcdiv": _addcdiv, "aten::median": _median, "aten::chunk": _chunk, "aten::roll": _roll, "aten::copy": _copy, "aten::take_along_dim": _take_along_dim, "aten::acosh": _unary("Acosh"), "aten::asinh": _unary("Asinh"), "aten::atanh": _unary("Atanh"),
           "aten::cosh": _unary("Cosh"), "aten::sinh": _unary("Sinh"), "aten::trunc": _trunc, "aten::frac": _frac,
           "aten::erfc": _erfc, "aten::expm1": _expm1,
