@@ -52,3 +52,33 @@ def test_subclassed_optimizer_is_warned_about(capfd):
     poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))(torch.ones(2, 3))
     out, err = capfd.readouterr()
     assert "subclass" not in err
+
+
+def test_attributes_added_after_compiling_are_warned_about_once(capfd):
+    """PopTorch's rule: what the optimizer has when first compiled is taken as it is; an attribute
+    or group entry added later cannot be honoured by setOptimizer and is named, once."""
+    model = _WithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.note = "present before compiling"
+    training = poptorch.trainingModel(model, optimizer=opt)
+    training(torch.ones(2, 3))
+    assert "unexpected" not in capfd.readouterr().err
+    opt.later = 1
+    opt.param_groups[0]["later_key"] = 2
+    opt.param_groups[0]["lr"] = 0.05  # an update, so the optimizer is mapped again
+    training(torch.ones(2, 3))
+    err = capfd.readouterr().err
+    assert "Ignoring unexpected optimizer attribute 'later'" in err
+    assert "Ignoring unexpected group 0 attribute 'later_key'" in err
+    opt.param_groups[0]["lr"] = 0.02
+    training(torch.ones(2, 3))
+    assert "unexpected" not in capfd.readouterr().err
+
+    model = _WithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    training = poptorch.trainingModel(model, poptorch.Options().relaxOptimizerAttributesChecks(), opt)
+    training(torch.ones(2, 3))
+    opt.later = 1
+    opt.param_groups[0]["lr"] = 0.05
+    training(torch.ones(2, 3))
+    assert "unexpected" not in capfd.readouterr().err

@@ -527,7 +527,7 @@ class PoplarExecutor:
             loss = self._loss_id(cap)
             anchors.setdefault(loss, art)
             weight_of_param = self._weight_of_param(cap)
-            gopt = _optim.to_graft(self._optimizer, weight_of_param)
+            gopt = _optim.to_graft(self._optimizer, weight_of_param, relaxed=self._options.relax_optimizer_checks)
             session = graft.TrainingSession(fnModel=model_bytes, dataFlow=graft.DataFlow(bps, anchors), loss=loss,
                                             optimizer=gopt, deviceInfo=device, userOptions=opts)
             self._opt_sig = _optim.signature(self._optimizer)
@@ -689,7 +689,8 @@ class PoplarExecutor:
         sig = _optim.signature(self._optimizer)
         if sig == self._opt_sig:
             return
-        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap), updating=True)
+        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap), updating=True,
+                               relaxed=self._options.relax_optimizer_checks)
         try:
             compiled.session.updateOptimizerFromHost(gopt)
         except _graft.Error as e:
