@@ -82,3 +82,9 @@ def test_attributes_added_after_compiling_are_warned_about_once(capfd):
     opt.param_groups[0]["lr"] = 0.05
     training(torch.ones(2, 3))
     assert "unexpected" not in capfd.readouterr().err
+
+
+def test_input_requiring_grad_is_said_to_be_detached(capfd):
+    model = poptorch.inferenceModel(torch.nn.Linear(1, 1))
+    model(torch.tensor([0.0], requires_grad=True))
+    assert "Input tensor has requires_grad=True set. This tensor will be detached" in capfd.readouterr().err

@@ -250,3 +250,21 @@ def test_bitwise_not_and_bool_logic_match_torch():
         assert torch.equal(got, want)
     with pytest.raises(poptorch.Error, match="opset 18"):
         poptorch.inferenceModel(_Call(lambda a: torch.bitwise_or(a, a)))(x)
+
+
+@pytest.mark.parametrize("reduce", [None, "add", "multiply"])
+@pytest.mark.parametrize("scalar", [True, False])
+def test_scatter_with_reduce_matches_torch(reduce, scalar):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 6, generator=g)
+    idx = torch.randint(6, (2, 6), generator=g)
+    src = 1.5 if scalar else torch.randn(3, 7, generator=g)  # a larger src: only idx's shape of it is read
+    kw = {} if reduce is None else {"reduce": reduce}
+    fn = _Call(lambda a, i: torch.scatter(a, 1, i, src, **kw))
+    torch.testing.assert_close(poptorch.inferenceModel(fn)(x, idx), fn(x, idx))
+
+
+def test_index_fill_with_a_tensor_value_of_another_dtype():
+    fn = _Call(lambda t, i: t.index_fill(1, i, torch.tensor(-1)))
+    t, i = torch.randn(2, 4), torch.tensor([0, 2])
+    torch.testing.assert_close(poptorch.inferenceModel(fn)(t, i), fn(t, i))

@@ -433,6 +433,10 @@ class PoplarExecutor:
                 raise _graft.Error("poptorch: new input shapes after compilation")
             for ex in list(self._model.__dict__.get("_graft_executors", ())):
                 ex._sync_host_if_stale()  # noqa: SLF001
+            if any(t.requires_grad for t in flat):
+                # (as PopTorch says it): graft computes no gradient for the inputs.
+                _log.logger.warning("Input tensor has requires_grad=True set. This tensor will be detached because "
+                                    "backward pass via inputs is not supported.")
             compiled = self._compile(micro, spec, consts, train_mode)
             self._compiled[key] = compiled
             self._example = pytree.tree_map(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v,

@@ -401,7 +401,45 @@ def _bitwise_not(g, self):
     return g.op("ai.graphcore::BitwiseNot", self)
 
 
-_TABLE = {"aten::threshold": _threshold,
+def _index_fill(g, self, dim, index, value):
+    """index_fill with a tensor value of another dtype (index_fill_(d, i, torch.tensor(-1)) on a
+    float tensor): the value is cast to self's type first, which the exporter leaves out."""
+    from torch.onnx._internal.torchscript_exporter import symbolic_opset11  # noqa: PLC0415
+
+    if sh._is_value(value) and sh._is_tensor(value):  # noqa: SLF001
+        value = g.op("CastLike", value, self)
+    return symbolic_opset11.index_fill(g, self, dim, index, value)
+
+
+def _scatter(g, self, dim, index, src, reduce=None):
+    """scatter / scatter_ with a tensor or scalar source and reduce="add" / "multiply" (the
+    exporter takes reduce only with a tensor source): ScatterElements with the reduction."""
+    if reduce is None or _none(reduce):
+        return g.op("ScatterElements", self, index, _source(g, self, index, src), axis_i=_const(dim, "i"))
+    r = sh._maybe_get_const(reduce, "s")  # noqa: SLF001
+    red = {"add": "add", "multiply": "mul"}.get(r)
+    if red is None:
+        raise RuntimeError(f"aten::scatter: reduce={r!r} is not one of 'add', 'multiply'")
+    return g.op("ScatterElements", self, index, _source(g, self, index, src), axis_i=_const(dim, "i"),
+                reduction_s=red)
+
+
+def _source(g, self, index, src):
+    """src as a tensor of self's type shaped like index (a scalar is expanded; a larger tensor is
+    cut to index's shape, as torch reads only that part of it)."""
+    if not sh._is_value(src) or not sh._is_tensor(src) or sh._get_tensor_rank(src) == 0:  # noqa: SLF001
+        v = src if sh._is_value(src) else g.op("Constant", value_t=torch.tensor(src))  # noqa: SLF001
+        return g.op("Expand", g.op("CastLike", v, self), g.op("Shape", index))
+    si, ss = sh._get_tensor_sizes(index), sh._get_tensor_sizes(src)  # noqa: SLF001
+    src = g.op("CastLike", src, self)
+    if si and ss and None not in si and None not in ss and si != ss:
+        for axis, n in enumerate(si):
+            if ss[axis] != n:
+                src = _slice(g, src, axis, 0, n)
+    return src
+
+
+_TABLE = {"aten::index_fill": _index_fill, "aten::scatter": _scatter, "aten::threshold": _threshold,
           "aten::bitwise_and": _bitwise("And", "and"), "aten::__and__": _bitwise("And", "and"),
           "aten::bitwise_or": _bitwise("Or", "or"), "aten::__or__": _bitwise("Or", "or"),
           "aten::bitwise_xor": _bitwise("Xor", "xor"), "aten::__xor__": _bitwise("Xor", "xor"),
