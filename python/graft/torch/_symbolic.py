@@ -439,7 +439,38 @@ def _source(g, self, index, src):
     return src
 
 
-_TABLE = {"aten::index_fill": _index_fill, "aten::scatter": _scatter, "aten::threshold": _threshold,
+def _col2im(g, input, output_size, kernel_size, dilation, padding, stride):  # noqa: A002
+    """torch.nn.Fold (col2im) for static shapes: each column entry is added at its place in the
+    output, written as a MatMul with a constant 0/1 matrix [C*kh*kw... per channel: kh*kw*L, H*W]."""
+    import numpy as np  # noqa: PLC0415
+
+    sizes = sh._get_tensor_sizes(input)  # noqa: SLF001
+    if sizes is None or None in sizes:
+        raise RuntimeError("aten::col2im: graft.torch converts Fold for static shapes only")
+    (h, w), (kh, kw) = _dims(output_size), _dims(kernel_size)
+    (dh, dw), (ph, pw), (sh_, sw) = _dims(dilation), _dims(padding), _dims(stride)
+    batched = len(sizes) == 3
+    ckk, cols = sizes[-2], sizes[-1]
+    c = ckk // (kh * kw)
+    nh = (h + 2 * ph - dh * (kh - 1) - 1) // sh_ + 1
+    nw = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if nh * nw != cols:
+        raise RuntimeError(f"aten::col2im: {cols} columns, but the sizes give {nh} x {nw}")
+    m = np.zeros((kh * kw * cols, h * w), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            for bh in range(nh):
+                for bw in range(nw):
+                    y, x = bh * sh_ - ph + i * dh, bw * sw - pw + j * dw
+                    if 0 <= y < h and 0 <= x < w:
+                        m[(i * kw + j) * cols + bh * nw + bw, y * w + x] = 1.0
+    lead = [sizes[0]] if batched else []
+    x = g.op("Reshape", input, g.op("Constant", value_t=_i64(lead + [c, kh * kw * cols])))
+    out = g.op("MatMul", x, g.op("CastLike", g.op("Constant", value_t=torch.from_numpy(m)), input))
+    return g.op("Reshape", out, g.op("Constant", value_t=_i64(lead + [c, h, w])))
+
+
+_TABLE = {"aten::col2im": _col2im, "aten::index_fill": _index_fill, "aten::scatter": _scatter, "aten::threshold": _threshold,
           "aten::bitwise_and": _bitwise("And", "and"), "aten::__and__": _bitwise("And", "and"),
           "aten::bitwise_or": _bitwise("Or", "or"), "aten::__or__": _bitwise("Or", "or"),
           "aten::bitwise_xor": _bitwise("Xor", "xor"), "aten::__xor__": _bitwise("Xor", "xor"),
