@@ -121,6 +121,9 @@ SHAPE_CASES = {
     "addcdiv": (lambda x: torch.addcdiv(x, x, x + 3.0, value=-0.5), (2, 3)),
     "fold": (torch.nn.Fold(output_size=(4, 5), kernel_size=(2, 3), padding=1, stride=(2, 1)), (2, 18, 15)),
     "fold_unbatched_dilated": (torch.nn.Fold(output_size=(5, 5), kernel_size=2, dilation=2, stride=2), (8, 4)),
+    "nansum_half": (lambda x: torch.nansum(torch.where(x > 0, x, torch.full_like(x, float("nan"))), dtype=torch.float16),
+                    (3, 4)),
+    "all_of_numbers": (lambda x: (torch.all((x > 0).to(torch.int64)), torch.all((x > 0).long(), dim=1)), (3, 4)),
     # in-place ops on the module's inputs
     "inplace_on_inputs": (lambda x: (x.add_(1.0), x.clone().mul_(2.0)), (2, 3)),
 }

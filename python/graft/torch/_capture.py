@@ -278,10 +278,11 @@ def capture(model, example, in_spec, in_consts, training):
 
 def _bool_arithmetic(proto):
     """torch adds and multiplies bool tensors (logical or / and); the exporter writes ONNX Add and
-    Mul, which ONNX defines for numbers only: those become Or and And."""
-    from onnx import TensorProto, shape_inference  # noqa: PLC0415
+    Mul, which ONNX defines for numbers only: those become Or and And. A Not of numbers (how the
+    exporter writes torch.all of them) gets a Cast to bool first."""
+    from onnx import TensorProto, helper, shape_inference  # noqa: PLC0415
 
-    candidates = [n for n in proto.graph.node if n.op_type in ("Add", "Mul") and not n.domain]
+    candidates = [n for n in proto.graph.node if n.op_type in ("Add", "Mul", "Not") and not n.domain]
     if not candidates:
         return
     try:
@@ -296,9 +297,26 @@ def _bool_arithmetic(proto):
                 types[n.output[0]] = a.t.data_type
     for init in proto.graph.initializer:
         types[init.name] = init.data_type
+    casts = {}
     for node in candidates:
-        if all(types.get(i) == TensorProto.BOOL for i in node.input):
+        if node.op_type == "Not":
+            # torch.all of a number tensor: the exporter negates the numbers themselves.
+            t = types.get(node.input[0])
+            if t is not None and t != TensorProto.BOOL:
+                cast = helper.make_node("Cast", [node.input[0]], [node.output[0] + "/graft_bool"], to=TensorProto.BOOL,
+                                        name=(node.name or node.output[0]) + "/graft_bool")
+                casts[id(node)] = cast
+                node.input[0] = cast.output[0]
+        elif all(types.get(i) == TensorProto.BOOL for i in node.input):
             node.op_type = "Or" if node.op_type == "Add" else "And"
+    if casts:
+        nodes = []
+        for node in proto.graph.node:
+            if id(node) in casts:
+                nodes.append(casts[id(node)])
+            nodes.append(node)
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
 
 
 def _inference_batchnorms(proto):

@@ -198,6 +198,8 @@ def _reduce_sum(g, x, dims, keepdim):
 
 
 def _nansum(g, input, dim, keepdim, dtype):  # noqa: A002
+    if not _none(dtype):  # the sum is taken in dtype, as torch does
+        input = g.op("Cast", input, to_i=_onnx_type(_const(dtype, "i")))  # noqa: A001
     clean = g.op("Where", g.op("IsNaN", input), _c(g, 0.0, input), input)
     return _reduce_sum(g, clean, _dims(dim), bool(_const(keepdim, "i")))
 
