@@ -235,11 +235,13 @@ def test_two_stage_pipeline_matches_plain_run():
 
     results = []
     for net in (plain, piped):
-        opts = poptorch.Options().Training.gradientAccumulation(2)
+        # Two stages train as three (two forward, one backward): PopTorch asks for an accumulation
+        # of at least 3.
+        opts = poptorch.Options().Training.gradientAccumulation(3)
         opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))
         model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9))
-        losses = [float(model(torch.cat([data[i][0], data[i + 1][0]]), torch.cat([data[i][1], data[i + 1][1]]))[1])
-                  for i in range(0, 6, 2)]
+        losses = [float(model(torch.cat([d[0] for d in data[i:i + 3]]), torch.cat([d[1] for d in data[i:i + 3]]))[1])
+                  for i in range(0, 6, 3)]
         results.append(losses)
         if net is piped:
             compiled = model._current  # noqa: SLF001
@@ -247,6 +249,27 @@ def test_two_stage_pipeline_matches_plain_run():
             assert compiled.session.stagesText()  # the session was split into programs
     np.testing.assert_allclose(results[1], results[0], atol=ATOL, rtol=RTOL)
     assert_state_close(piped, plain, "pipelined")
+
+
+def test_pipeline_needs_popTorchs_accumulation_and_iterations():
+    """PopTorch's rule for PipelinedExecution: training with N stages runs 2N - 1 (the backward
+    stages added), and needs gradientAccumulation >= 2N - 1; inference needs deviceIterations >= N."""
+    net = WithLoss(mlp())
+    net.net[2] = poptorch.BeginBlock(net.net[2], "second", ipu_id=1)
+    x, y = batches((6, 10), 1, seed=2)[0]
+    opts = poptorch.Options().Training.gradientAccumulation(2)
+    model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.05))
+    with pytest.raises(poptorch.Error, match=r"gradientAccumulation must be greater than or equal to the number of "
+                       r"pipeline stages \(3\).*a model with 2 pipeline stages in PopTorch will have an additional 1"):
+        model(torch.cat([x, x]), torch.cat([y, y]))
+    model.destroy()
+    inference = poptorch.inferenceModel(net.net, poptorch.Options().deviceIterations(1))
+    with pytest.raises(poptorch.Error, match=r"deviceIterations must be greater than or equal to the number of "
+                       r"pipeline stages \(2\)"):
+        inference(x)
+    sharded = poptorch.Options().deviceIterations(1)
+    sharded.setExecutionStrategy(poptorch.ShardedExecution())
+    torch.testing.assert_close(poptorch.inferenceModel(net.net, sharded)(x), net.net(x))
 
 
 def test_dropout_drops():

@@ -120,11 +120,13 @@ def serializedMatMul(lhs, rhs, mode, factor=0, keep_precision=False):  # noqa: N
 
 
 def setLogLevel(level):  # noqa: N802
-    """Sets graft's log level (TRACE, DEBUG, INFO, WARN, ERR, OFF; PopTorch's integers 0..6 too)."""
+    """Sets the level of graft.torch's own log, the wrapper's (TRACE, DEBUG, INFO, WARN, ERR, OFF;
+    PopTorch's integers 0..6 too). As in PopTorch, where this is PopTorch's level and PopART has
+    its own, graft's engine log keeps its level: ``graft.getLogger().setLevel(...)`` (or
+    GRAFT_LOG_LEVEL) sets that one."""
     names = ["TRACE", "DEBUG", "INFO", "WARN", "ERR", "CRITICAL", "OFF"]
     if isinstance(level, int):
         level = names[max(0, min(level, 6))]
-    _graft._setLogLevel(str(level).upper())  # noqa: SLF001
     _log.set_level(level)
 
 

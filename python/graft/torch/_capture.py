@@ -71,9 +71,18 @@ class _Flat(torch.nn.Module):
 
     def forward(self, *tensors):
         it = iter(tensors)
-        leaves = [next(it) if c is _TENSOR else c for c in self._in_consts]
+        # Each input is cloned first: the exporter mishandles in-place ops on graph inputs (x += y,
+        # y.copy_(x)), which it converts correctly on any other tensor.
+        leaves = [next(it).clone() if c is _TENSOR else c for c in self._in_consts]
         args, kwargs = pytree.tree_unflatten(leaves, self._in_spec)
-        out = self.model(*args, **kwargs)
+        try:
+            with _SetItemMode():
+                out = self.model(*args, **kwargs)
+        except Exception as e:
+            # The module's own error (torch refusing an argument, an assertion in forward): the
+            # capture re-raises it unchanged, as running the module in torch would.
+            self._record["forward_error"] = e
+            raise
         flat, spec = pytree.tree_flatten(out)
         self._record["out_spec"] = spec
         self._record["out_leaves"] = [_TENSOR if isinstance(v, torch.Tensor) else v for v in flat]
@@ -83,6 +92,58 @@ class _Flat(torch.nn.Module):
 
 
 _TENSOR = object()
+
+
+class _SetItemMode(torch.overrides.TorchFunctionMode):
+    """While a module is traced, ``t[key] = v`` with tensor indices becomes ops the exporter
+    converts for any index layout: the exporter takes only consecutive 1-d index tensors, and
+    mishandles assignments through a slice (``t[:, idx] = v``).
+
+    - Integer tensor indices (with slices and ints in any order): the flat positions the key
+      selects are ``arange(t.numel()).reshape(t.shape)[key]``, so torch itself works out the
+      indexing; ``v`` broadcast to that shape is scattered there (ScatterND) and copied into t.
+    - One boolean mask over t's leading dimensions, with ``v`` broadcastable to the remaining
+      ones: ``where(mask, v, t)``. (A ``v`` with one row per selected element has a data-dependent
+      shape and is left to the exporter.)"""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__setitem__ and len(args) == 3 and not kwargs:
+            t, key, v = args
+            if isinstance(t, torch.Tensor) and _assign(t, key, v):
+                return None
+        return func(*args, **kwargs)
+
+
+def _assign(t, key, v):
+    """Performs ``t[key] = v`` as described in _SetItemMode; False where it does not apply."""
+    items = key if isinstance(key, tuple) else (key,)
+    tensors = [k for k in items if isinstance(k, torch.Tensor) and k.dim() > 0]
+    if not tensors or any(k is None or k is Ellipsis for k in items):
+        return False
+    value = torch.as_tensor(v, dtype=t.dtype)
+    if any(k.dtype == torch.bool for k in tensors):
+        if len(items) != 1 or items[0].dim() > t.dim():
+            return False
+        mask = items[0]
+        rest = list(t.shape[mask.dim():])
+        try:
+            torch.broadcast_shapes(tuple(value.shape), tuple(rest))
+        except RuntimeError:
+            return False
+        if value.numel() == 1:
+            value = value.reshape(())
+        elif value.dim() > len(rest):
+            return False
+        m = mask.reshape(list(mask.shape) + [1] * (t.dim() - mask.dim()))
+        t.copy_(torch.where(m, value, t))
+        return True
+    if any(k.is_floating_point() or k.is_complex() for k in tensors):
+        return False  # torch's own error
+    positions = torch.arange(t.numel()).reshape(t.shape)[key]
+    updates = value.expand(positions.shape).reshape(-1)
+    t.copy_(t.reshape(-1).index_put((positions.reshape(-1),), updates).reshape(t.shape))
+    return True
 
 
 def flatten_inputs(args, kwargs):
@@ -161,21 +222,27 @@ def capture(model, example, in_spec, in_consts, training):
     names = [f"input_{i}" for i in range(len(example))]
     ctx = _CaptureContext()
     f = io.BytesIO()
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    was_training = model.training
+    # A trainingModel keeps each submodule's own mode (PRESERVE): train() modules export their
+    # training behaviour (BatchNorm batch statistics, Dropout), eval() ones their inference one.
+    mode = torch.onnx.TrainingMode.PRESERVE if training else torch.onnx.TrainingMode.EVAL
+    modes = [(m, m.training) for m in model.modules()]  # the exporter may switch them
     _state.ctx = ctx
     try:
         with _markers(state) as markers, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(flat, tuple(example), f, input_names=names, do_constant_folding=False,
                               training=mode, export_params=True, keep_initializers_as_inputs=False, **EXPORTER)
-    except _graft.Error:
-        raise
     except Exception as exc:  # noqa: BLE001  (the exporter raises many kinds)
+        err = record.get("forward_error")
+        if err is not None:
+            raise err  # noqa: B904  (the module's own exception, as torch raises it)
+        if isinstance(exc, _graft.Error):
+            raise
         raise _export_error(model, exc) from exc
     finally:
         _state.ctx = None
-        model.train(was_training)
+        for m, was in modes:
+            m.training = was
     proto = onnx.load_from_string(f.getvalue())
     cap = Capture()
     n_tensor_out = sum(1 for v in record["out_leaves"] if v is _TENSOR)
@@ -198,12 +265,102 @@ def capture(model, example, in_spec, in_consts, training):
     cap.input_ids = [n if n in graph_inputs else None for n in names]
     cap.loss_id = loss_ids[-1] if loss_ids else None
     cap.recompute = ctx.recompute
+    _bool_arithmetic(proto)
+    if training:
+        _inference_batchnorms(proto)
     cap.weights, cap.fed = _map_weights(proto, state, markers, training)
     if ctx.blocks:
         cap.blocks = list(ctx.blocks)
         cap.block_of_node = _annotate_blocks(proto, ctx.blocks)
     cap.onnx = proto
     return cap
+
+
+def _bool_arithmetic(proto):
+    """torch adds and multiplies bool tensors (logical or / and); the exporter writes ONNX Add and
+    Mul, which ONNX defines for numbers only: those become Or and And. A Not of numbers (how the
+    exporter writes torch.all of them) gets a Cast to bool first."""
+    from onnx import TensorProto, helper, shape_inference  # noqa: PLC0415
+
+    candidates = [n for n in proto.graph.node if n.op_type in ("Add", "Mul", "Not") and not n.domain]
+    if not candidates:
+        return
+    try:
+        inferred = shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001  (leave the graph to graft's own checks)
+        return
+    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) +
+             list(inferred.graph.input) + list(inferred.graph.output)}
+    for n in proto.graph.node:
+        for a in n.attribute:
+            if n.op_type == "Constant" and a.name == "value":
+                types[n.output[0]] = a.t.data_type
+    for init in proto.graph.initializer:
+        types[init.name] = init.data_type
+    casts = {}
+    for node in candidates:
+        if node.op_type == "Not":
+            # torch.all of a number tensor: the exporter negates the numbers themselves.
+            t = types.get(node.input[0])
+            if t is not None and t != TensorProto.BOOL:
+                cast = helper.make_node("Cast", [node.input[0]], [node.output[0] + "/graft_bool"], to=TensorProto.BOOL,
+                                        name=(node.name or node.output[0]) + "/graft_bool")
+                casts[id(node)] = cast
+                node.input[0] = cast.output[0]
+        elif all(types.get(i) == TensorProto.BOOL for i in node.input):
+            node.op_type = "Or" if node.op_type == "Add" else "And"
+    if casts:
+        nodes = []
+        for node in proto.graph.node:
+            if id(node) in casts:
+                nodes.append(casts[id(node)])
+            nodes.append(node)
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
+
+
+def _inference_batchnorms(proto):
+    """A BatchNorm in eval() inside a trainingModel normalizes with its running statistics. The
+    exporter writes it as a BatchNormalization without training outputs, which graft's training
+    sessions train with batch statistics (PopART's rule): it is written out as the arithmetic
+    (x - mean) / sqrt(var + eps) * scale + bias instead, the statistics reshaped to [C, 1, ...]."""
+    from onnx import helper, shape_inference  # noqa: PLC0415
+
+    targets = [n for n in proto.graph.node if n.op_type == "BatchNormalization" and len(n.output) == 1]
+    if not targets:
+        return
+    inferred = shape_inference.infer_shapes(proto)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(inferred.graph.value_info) +
+             list(inferred.graph.input) + list(inferred.graph.output) if v.type.tensor_type.HasField("shape")}
+    nodes = []
+    for node in proto.graph.node:
+        if node not in targets:
+            nodes.append(node)
+            continue
+        x, scale, bias, mean, var = node.input
+        rank = ranks.get(x)
+        if rank is None:
+            raise _graft.Error(f"graft.torch: {node.name}: the rank of the input of an eval() BatchNorm in a "
+                               "trainingModel is unknown")
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        base = node.name or node.output[0]
+
+        def make(op, inputs, suffix, **attrs):
+            out = f"{base}/graft_{suffix}"
+            nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+            return out
+
+        shape = make("Constant", [], "shape", value=helper.make_tensor(
+            "shape", 7, [rank - 1], [-1] + [1] * (rank - 2)))
+        per = [make("Reshape", [t, shape], f"reshape{i}") for i, t in enumerate((scale, bias, mean, var))]
+        eps_t = make("CastLike", [make("Constant", [], "eps", value=helper.make_tensor("eps", 1, [], [eps])), x],
+                     "eps_cast")
+        std = make("Sqrt", [make("Add", [per[3], eps_t], "var_eps")], "std")
+        normed = make("Div", [make("Sub", [x, per[2]], "centered"), std], "normed")
+        scaled = make("Mul", [normed, per[0]], "scaled")
+        nodes.append(helper.make_node("Add", [scaled, per[1]], [node.output[0]], name=f"{base}/graft_out"))
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
 
 
 def _map_weights(proto, state, markers, training):
@@ -217,7 +374,8 @@ def _map_weights(proto, state, markers, training):
     trainable = {k for k, t in state.items() if isinstance(t, torch.nn.Parameter) and t.requires_grad}
     running = set()
     for node in proto.graph.node:
-        if node.op_type == "BatchNormalization" and training:
+        # A BatchNormalization in training mode (it outputs the updated running statistics).
+        if node.op_type == "BatchNormalization" and training and len(node.output) > 1:
             running.update(node.input[3:5])
     weights, fed, consts = {}, {}, []
     keep = []

@@ -53,8 +53,36 @@ class DataLoader(torch.utils.data.DataLoader):
                                               self._combined_batch_size or 1, bool(shuffle),
                                               options.random_seed or 0, drop_last)
             shuffle = False
+        if kwargs.get("batch_sampler") is not None:
+            # The user's batches: one call takes `factor` of them, concatenated (the last call of an
+            # epoch fewer, unless drop_last).
+            if kwargs.get("sampler") is not None or shuffle:
+                raise _graft.Error("poptorch.DataLoader: batch_sampler is mutually exclusive with shuffle and sampler")
+            kwargs["batch_sampler"] = _CombinedBatchSampler(kwargs["batch_sampler"], factor, drop_last)
+            self._combined_batch_size = None if batch_size in (None, 1) else self._combined_batch_size
+            super().__init__(dataset, num_workers=num_workers, persistent_workers=persistent_workers, **kwargs)
+            return
+        self._rebatch = None
+        if self.mode == DataLoaderMode.AsyncRebatched and self._combined_batch_size is not None:
+            # Workers load batches of rebatched_worker_size (default: the combined batch) and the
+            # accessor joins and re-cuts them into combined batches, so that with several workers
+            # only the epoch's last partial batch is left over (not one per worker).
+            worker = int(rebatched_worker_size or self._combined_batch_size)
+            if worker < 1:
+                raise _graft.Error(f"poptorch.DataLoader: rebatched_worker_size must be >= 1, got {worker}")
+            self._rebatch = (self._combined_batch_size, drop_last)
+            super().__init__(dataset, batch_size=worker, shuffle=bool(shuffle), num_workers=num_workers,
+                             drop_last=False, persistent_workers=persistent_workers, **kwargs)
+            return
         super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle),
                          num_workers=num_workers, drop_last=drop_last, persistent_workers=persistent_workers, **kwargs)
+
+    def __len__(self):
+        if self.__dict__.get("_rebatch") is None:
+            return super().__len__()
+        combined, drop_last = self._rebatch
+        n = len(self.dataset)
+        return n // combined if drop_last else -(-n // combined)
 
     @property
     def combinedBatchSize(self):  # noqa: N802
@@ -63,10 +91,63 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         if self.mode == DataLoaderMode.Sync:
             return super().__iter__()
-        return iter(AsynchronousDataAccessor(_Sync(self)))
+        source = _Sync(self) if self._rebatch is None else _Rebatched(_Sync(self), *self._rebatch)
+        return iter(AsynchronousDataAccessor(source))
 
     def terminate(self):
         pass
+
+
+class _Rebatched:
+    """Joins the batches of ``source`` (tensors, or tuples / lists / dicts of them) along the first
+    dimension and cuts them into batches of ``combined`` rows; the rows left at the end make a
+    last, smaller batch unless ``drop_last``."""
+
+    def __init__(self, source, combined, drop_last):
+        self.source, self.combined, self.drop_last = source, combined, drop_last
+
+    def __len__(self):
+        return len(self.source)
+
+    def __iter__(self):
+        from torch.utils import _pytree as pytree  # noqa: PLC0415
+
+        pending, spec, rows = [], None, 0
+        for batch in self.source:
+            leaves, spec = pytree.tree_flatten(batch)
+            pending.append(leaves)
+            rows += int(leaves[0].shape[0])
+            while rows >= self.combined:
+                joined = [torch.cat(parts) for parts in zip(*pending)]
+                yield pytree.tree_unflatten([t[:self.combined] for t in joined], spec)
+                rest = [t[self.combined:] for t in joined]
+                rows -= self.combined
+                pending = [rest] if rows else []
+        if rows and not self.drop_last:
+            yield pytree.tree_unflatten([torch.cat(parts) for parts in zip(*pending)], spec)
+
+
+class _CombinedBatchSampler(torch.utils.data.Sampler):
+    """Joins ``factor`` consecutive batches of a batch sampler into one (the batches one call of
+    the model consumes); with ``drop_last`` a last group of fewer batches is dropped."""
+
+    def __init__(self, batch_sampler, factor, drop_last):
+        self.batch_sampler, self.factor, self.drop_last = batch_sampler, factor, drop_last
+
+    def __iter__(self):
+        group, count = [], 0
+        for batch in self.batch_sampler:
+            group.extend(batch)
+            count += 1
+            if count == self.factor:
+                yield group
+                group, count = [], 0
+        if count and not self.drop_last:
+            yield group
+
+    def __len__(self):
+        n = len(self.batch_sampler)
+        return n // self.factor + (1 if n % self.factor and not self.drop_last else 0)
 
 
 class _ProcessShard(torch.utils.data.Sampler):

@@ -28,6 +28,11 @@ def _np(t):
     return np.array(t.cpu().numpy(), copy=True, order="C")
 
 
+def _contig(a):
+    """``a`` C-contiguous, keeping its rank (np.ascontiguousarray turns a 0-d array into [1])."""
+    return a if a.flags.c_contiguous else np.copy(a, order="C")
+
+
 # ---- lazy weights: reading a parameter on the host brings the trained values back first ---------
 
 _LAZY_CLASSES = {}
@@ -202,7 +207,7 @@ class PoplarExecutor:
         if not training and options.Training.gradient_accumulation != 1:
             hint = ""
             if options.execution_strategy is None or options.execution_strategy.pipelined:
-                hint = (" Use poptorch.Options().deviceIterations() to process a sufficient number of batches each run "
+                hint = (" Use poptorch.Options().deviceIterations to process a sufficient number of batches each run "
                         "for pipelined execution instead.")
             raise _graft.Error("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its "
                                "default value (1) when running a poptorch.inferenceModel()." + hint)
@@ -227,7 +232,8 @@ class PoplarExecutor:
             self._check_optimizer(optimizer)
             self._optimizer = optimizer
             _attach_lazy_optimizer(optimizer, self)
-            model.train()
+            # The module's modes are left as they are (PopTorch does not call train() either): a
+            # submodule in eval() inside a trainingModel, a frozen BatchNorm say, stays in eval.
         _attach_lazy(model, self)
 
     # -- PopTorch's API -------------------------------------------------------------------------
@@ -383,6 +389,7 @@ class PoplarExecutor:
             raise _graft.Error(f"poptorch.trainingModel: optimizer must be a torch.optim.Optimizer, got "
                                f"{type(optimizer).__name__}")
         _optim._kind(optimizer)  # noqa: SLF001
+        _optim.warn_if_subclassed(optimizer)
         own = {id(p) for p in self._model.parameters()}
         names = {id(p): n for n, p in self._model.named_parameters()}
         for gi, g in enumerate(optimizer.param_groups):
@@ -416,7 +423,8 @@ class PoplarExecutor:
 
     def _prepare(self, args, kwargs):
         flat, spec, consts, micro, n = self._split(args, kwargs)
-        train_mode = self._model.training if self._training else False
+        # Every submodule's train/eval mode is part of the signature (a frozen BatchNorm in eval()).
+        train_mode = tuple(m.training for m in self._model.modules()) if self._training else False
         key = (train_mode, repr(spec), tuple(repr(c) for c in consts if c is not _capture._TENSOR),  # noqa: SLF001
                tuple((tuple(t.shape), t.dtype) for t in micro))
         compiled = self._compiled.get(key)
@@ -425,6 +433,10 @@ class PoplarExecutor:
                 raise _graft.Error("poptorch: new input shapes after compilation")
             for ex in list(self._model.__dict__.get("_graft_executors", ())):
                 ex._sync_host_if_stale()  # noqa: SLF001
+            if any(t.requires_grad for t in flat):
+                # (as PopTorch says it): graft computes no gradient for the inputs.
+                _log.logger.warning("Input tensor has requires_grad=True set. This tensor will be detached because "
+                                    "backward pass via inputs is not supported.")
             compiled = self._compile(micro, spec, consts, train_mode)
             self._compiled[key] = compiled
             self._example = pytree.tree_map(lambda v: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v,
@@ -460,12 +472,12 @@ class PoplarExecutor:
                 # The exporter sometimes types an input with another shape of the same size (a
                 # [1] value of index_fill as a scalar): feed it as the graph declares it.
                 a = a.reshape(list(a.shape[:len(lead)]) + declared)
-            feeds[name] = np.ascontiguousarray(a)
+            feeds[name] = _contig(a)
         state = _capture._named_state(self._model)  # noqa: SLF001
         for name, key in compiled.cap.fed.items():
             a = _np(state[key])
             if lead:
-                a = np.ascontiguousarray(np.broadcast_to(a, lead + list(a.shape)))
+                a = _contig(np.broadcast_to(a, lead + list(a.shape)))
             feeds[name] = a
         return feeds
 
@@ -486,6 +498,8 @@ class PoplarExecutor:
             if n_ipus > 1 or pipelined:
                 opts.virtualGraphMode = graft.VirtualGraphMode.Manual
                 opts.enablePipelining = bool(pipelined) and len({b for b in cap.block_of_node}) > 1
+            if opts.enablePipelining:
+                self._check_pipeline_depth(cap)
         if cap.recompute and opts.enablePipelining:
             opts.autoRecomputation = graft.RecomputationType.Standard
         mode = self._mode()
@@ -517,7 +531,7 @@ class PoplarExecutor:
             loss = self._loss_id(cap)
             anchors.setdefault(loss, art)
             weight_of_param = self._weight_of_param(cap)
-            gopt = _optim.to_graft(self._optimizer, weight_of_param)
+            gopt = _optim.to_graft(self._optimizer, weight_of_param, relaxed=self._options.relax_optimizer_checks)
             session = graft.TrainingSession(fnModel=model_bytes, dataFlow=graft.DataFlow(bps, anchors), loss=loss,
                                             optimizer=gopt, deviceInfo=device, userOptions=opts)
             self._opt_sig = _optim.signature(self._optimizer)
@@ -537,6 +551,23 @@ class PoplarExecutor:
             except _graft.Error:
                 pass  # no random ops in this model
         return compiled
+
+    def _check_pipeline_depth(self, cap):
+        """PopTorch's rule for PipelinedExecution: N stages train as 2N - 1 (each but the last gets
+        a backward stage), and one call must fill them: gradientAccumulation >= 2N - 1 in training,
+        deviceIterations >= N in inference."""
+        stages = {a.i for node in cap.onnx.graph.node for a in node.attribute if a.name == "__pipeline_stage"}
+        n = len(stages)
+        if self._training:
+            total = 2 * n - 1
+            if self._options.Training.gradient_accumulation < total:
+                raise _graft.Error(
+                    "poptorch.Options().Training.gradientAccumulation must be greater than or equal to the number of "
+                    f"pipeline stages ({total}) when using poptorch.PipelinedExecution. Please note that a model "
+                    f"with {n} pipeline stages in PopTorch will have an additional {n - 1} stages when training.")
+        elif self._options.device_iterations < n:
+            raise _graft.Error(f"poptorch.Options().deviceIterations must be greater than or equal to the number of "
+                               f"pipeline stages ({n}) when using PopTorch.PipelinedExecution.")
 
     def _loss_id(self, cap):
         if cap.loss_id is not None:
@@ -628,7 +659,7 @@ class PoplarExecutor:
                 if tuple(v.shape) != tuple(p.shape):
                     raise _graft.Error(f"poptorch: optimizer state '{key}' of parameter {tuple(p.shape)} has shape "
                                        f"{tuple(v.shape)}")
-                arrays[f"{prefix}___{wid}"] = np.ascontiguousarray((_np(v.to(p.dtype)) / scale).astype(_NP[p.dtype]))
+                arrays[f"{prefix}___{wid}"] = _contig((_np(v.to(p.dtype)) / scale).astype(_NP[p.dtype]))
         for name, a in arrays.items():
             try:
                 compiled.session.writeWeights(graft.PyWeightsIO({name: a}))
@@ -662,7 +693,8 @@ class PoplarExecutor:
         sig = _optim.signature(self._optimizer)
         if sig == self._opt_sig:
             return
-        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap), updating=True)
+        gopt = _optim.to_graft(self._optimizer, self._weight_of_param(compiled.cap), updating=True,
+                               relaxed=self._options.relax_optimizer_checks)
         try:
             compiled.session.updateOptimizerFromHost(gopt)
         except _graft.Error as e:
@@ -670,11 +702,10 @@ class PoplarExecutor:
         self._opt_sig = sig
 
     def _count_batches(self, n):
-        # torch counts BatchNorm's batches; the exported graph does not.
-        if not self._model.training:
-            return
+        # torch counts BatchNorm's batches; the exported graph does not. Only BatchNorms in train().
         for m in self._model.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.num_batches_tracked is not None:  # noqa: SLF001
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and \
+                    m.num_batches_tracked is not None:  # noqa: SLF001
                 with torch.no_grad():
                     m.num_batches_tracked.add_(n // self._options.replication_factor)
 

@@ -178,6 +178,7 @@ class Options:
         self.cache_path = None
         self.log_dir = None
         self.execution_strategy = None
+        self.relax_optimizer_checks = False
         self.Training = _Training(self)
         self.Precision = _Precision(self)
         self._Popart = _Popart(self)
@@ -238,6 +239,11 @@ class Options:
             raise _graft.Error("Options.setExecutionStrategy: expected PipelinedExecution or ShardedExecution, "
                                f"got {type(strategy).__name__}")
         self.execution_strategy = strategy
+        return self
+
+    def relaxOptimizerAttributesChecks(self, relax=True):  # noqa: N802
+        """No warning about attributes added to the optimizer after the model was compiled."""
+        self.relax_optimizer_checks = bool(relax)
         return self
 
     def useIpuModel(self, use):

@@ -54,6 +54,9 @@ def _torch_kwargs(names, values):
     return {k: v for k, v in zip(names, values) if v is not None}
 
 
+Optimizer = _Extras  # PopTorch's base of its optimizers (isinstance(o, poptorch.optim.Optimizer))
+
+
 class SGD(_Extras, torch.optim.SGD):
     """torch.optim.SGD plus PopTorch's loss_scaling, velocity_scaling, use_combined_accum,
     accum_type, velocity_accum_type and max_grad_norm."""
@@ -175,23 +178,56 @@ def _group_values(kind, g, loss_scaling):
 
 
 _NAMES = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "lamb": "LAMB"}
-# Group entries graft.torch reads besides the optimizer's defaults (lr schedulers add initial_lr).
-_GROUP_EXTRAS = {"params", "initial_lr", "velocity_scaling", "bias_correction", "max_weight_norm", "name"}
+# Group entries graft.torch reads besides the optimizer's defaults.
+_GROUP_EXTRAS = {"params", "velocity_scaling", "bias_correction", "max_weight_norm", "name"}
 _OPT_ATTRS = {"defaults", "state", "param_groups", "loss_scaling", "max_grad_norm", "graft_extra"}
 
 
-def _warn_unexpected(opt):
-    """Attributes graft.torch does not read are named (PopTorch warns about them too): a group
-    entry that is not one of the optimizer's hyper-parameters, or a public attribute set on the
-    optimizer object."""
+def _unknown_attributes(opt):
+    """(public optimizer attributes, per group the entries) graft.torch does not read."""
     known = set(opt.defaults) | _GROUP_EXTRAS
-    for i, g in enumerate(opt.param_groups):
-        for k in g:
-            if k not in known:
-                logger.warning("Ignoring unexpected group %d attribute '%s': graft.torch does not read it", i, k)
-    for k in vars(opt):
-        if not k.startswith("_") and k not in _OPT_ATTRS:
+    groups = {(i, k) for i, g in enumerate(opt.param_groups) for k in g if k not in known}
+    attrs = {k for k in vars(opt) if not k.startswith("_") and k not in _OPT_ATTRS}
+    return attrs, groups
+
+
+def _warn_unexpected(opt, relaxed=False):
+    """PopTorch's rule for attributes it cannot apply: the ones an optimizer has when it is first
+    compiled are taken as they are; one added later (a public attribute set on the optimizer, or
+    a group entry that is not a hyper-parameter of it) is warned about by name, once, since
+    setOptimizer cannot honour it. Options.relaxOptimizerAttributesChecks() silences this."""
+    attrs, groups = _unknown_attributes(opt)
+    seen = opt.__dict__.get("_graft_seen_attributes")
+    if seen is None:
+        opt.__dict__["_graft_seen_attributes"] = (set(attrs), set(groups))
+        return
+    seen_attrs, seen_groups = seen
+    for i, k in sorted(groups - seen_groups):
+        if not relaxed:
+            logger.warning("Ignoring unexpected group %d attribute '%s': graft.torch does not read it", i, k)
+        seen_groups.add((i, k))
+    for k in sorted(attrs - seen_attrs):
+        if not relaxed:
             logger.warning("Ignoring unexpected optimizer attribute '%s': graft.torch does not read it", k)
+        seen_attrs.add(k)
+
+
+def _known_classes():
+    return (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, SGD, Adam, AdamW, RMSprop,
+            LAMB)
+
+
+def warn_if_subclassed(opt):
+    """A user's subclass of an optimizer: its Python methods (an overridden ``step``) never run,
+    because graft.torch trains with graft's optimizer of the base class; said once per object."""
+    cls = getattr(type(opt), "_graft_lazy_base", type(opt))
+    if cls in _known_classes() or opt.__dict__.get("_graft_subclass_warned"):
+        return
+    opt.__dict__["_graft_subclass_warned"] = True
+    base = next((b for b in cls.__mro__ if b in _known_classes()), torch.optim.Optimizer)
+    logger.warning("%s is a subclass of %s.%s: Poptorch does not run Python optimizer code directly; graft.torch "
+                   "trains with graft's %s on the optimizer's hyper-parameters, and the subclass's methods are not "
+                   "called", cls.__name__, base.__module__, base.__name__, _NAMES.get(_kind(opt), base.__name__))
 
 
 def _fmt(values):
@@ -232,11 +268,11 @@ def _warn_accum_types(opt, args):
                           f"optimizer state in the weight's type ({dtype})", UserWarning, stacklevel=3)
 
 
-def to_graft(opt, weight_of_param, updating=False):
+def to_graft(opt, weight_of_param, updating=False, relaxed=False):
     """graft's optimizer equal to ``opt``: every weight gets its group's hyper-parameters.
     ``weight_of_param``: id(parameter) -> graft weight id (the parameters the graph trains)."""
     kind = _kind(opt)
-    _warn_unexpected(opt)
+    _warn_unexpected(opt, relaxed)
     loss_scaling = getattr(opt, "loss_scaling", 1.0)
     groups = opt.param_groups
     default = {("default" + k[0].upper() + k[1:]): v for k, v in _group_values(kind, groups[0], loss_scaling).items()}
