@@ -112,6 +112,7 @@ def export_zoo(names, batches, zoo_dir):
             if not os.path.exists(os.path.join(zoo_dir, f"{n}_b{b}_train.onnx"))]
     if not todo:
         return
+    os.makedirs(zoo_dir, exist_ok=True)
     code = ("import sys, json, os; sys.path.insert(0, %r); import export as E; meta = {}\n"
             "for n, b in %r: E.export_one(n, b, %r, meta); print('exported', n, b, flush=True)") % (_HERE, todo, zoo_dir)
     subprocess.run([py, "-c", code], check=True)
@@ -129,7 +130,8 @@ def measure_zoo(name, global_batch, zoo_dir, steps, replicas, threads, distribut
                               deviceInfo=graft.DeviceManager().createCpuDevice(local, threads),
                               userOptions=session_options(replicas, distributed))
     x, y = np.load(stem + "_x.npy"), np.load(stem + "_y.npy")
-    if y.dtype == np.int64 and s.inputInfo("y").dataType() != "INT64":
+    # Labels as the model declares them (inputInfo's dataType is a graft.DataType).
+    if y.dtype == np.int64 and s.inputInfo("y").dataType().name != "INT64":
         y = y.astype(np.int32)
     if local > 1:
         x, y = np.stack([x] * local), np.stack([y] * local)
