@@ -1,9 +1,9 @@
 // Bindings of sessions and step IO. The session classes are bound as _SessionCore (what every
 // session kind shares) and _InferenceSessionCore; graft/session.py adds PopART's Python methods.
 // A training session binds the same way, deriving from _SessionCore.
-#include <graft/graft.hpp>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
+#include <graft/graft.hpp>
 
 #include "bindings.hpp"
 #include "numpy_util.hpp"
@@ -31,12 +31,12 @@ class PyStepIO : private KeepAlive, public StepIO {
   PyStepIO(const pyb::dict& inputs, const pyb::dict& outputs)
       : KeepAlive(), StepIO(inputArrays(inputs, keep_), anchorArrays(outputs, keep_)), outputs_(outputs) {
     for (auto [k, v] : inputs) {
-      std::string id = k.cast<std::string>();
+      std::string id = dictKeyOf(k, "PyStepIO: input names (tensor ids)");
       if (pyb::isinstance<pyb::list>(v) || pyb::isinstance<pyb::tuple>(v) || v.is_none())
         values_[id] = stepValues(v, fmt::format("PyStepIO: input '{}'", id));
     }
     for (auto [k, v] : outputs) {
-      std::string id = k.cast<std::string>();
+      std::string id = dictKeyOf(k, "PyStepIO: anchor names (tensor ids)");
       if (v.is_none() || isStringArray(v)) collected_[id];
     }
   }
@@ -94,9 +94,7 @@ class PyStepIO : private KeepAlive, public StepIO {
   static std::map<TensorId, NDArray> inputArrays(const pyb::dict& d, std::vector<pyb::object>& keep) {
     std::map<TensorId, NDArray> out;
     for (auto [k, v] : d) {
-      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyStepIO: input names must be tensor ids (str), got {}",
-                  pyb::repr(k).cast<std::string>());
-      std::string id = k.cast<std::string>();
+      std::string id = dictKeyOf(k, "PyStepIO: input names (tensor ids)");
       std::string what = fmt::format("PyStepIO: input '{}'", id);
       if (pyb::isinstance<pyb::list>(v) || pyb::isinstance<pyb::tuple>(v) || v.is_none()) continue;  // inValue
       out[id] = isStringArray(v) ? stringsOf(v, what) : viewOf(v, what, false);
@@ -107,9 +105,7 @@ class PyStepIO : private KeepAlive, public StepIO {
   static std::map<TensorId, NDArray> anchorArrays(const pyb::dict& d, std::vector<pyb::object>& keep) {
     std::map<TensorId, NDArray> out;
     for (auto [k, v] : d) {
-      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyStepIO: anchor names must be tensor ids (str), got {}",
-                  pyb::repr(k).cast<std::string>());
-      std::string id = k.cast<std::string>();
+      std::string id = dictKeyOf(k, "PyStepIO: anchor names (tensor ids)");
       if (v.is_none() || isStringArray(v)) continue;  // returned whole (outValue)
       out[id] = viewOf(v, fmt::format("PyStepIO: anchor '{}'", id), true);
       keep.push_back(pyb::reinterpret_borrow<pyb::object>(v));
@@ -178,9 +174,7 @@ class PyWeightsIO : public WeightsIO {
  public:
   explicit PyWeightsIO(const pyb::dict& weights) {
     for (auto [k, v] : weights) {
-      GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "PyWeightsIO: weight names must be tensor ids (str), got {}",
-                  pyb::repr(k).cast<std::string>());
-      std::string id = k.cast<std::string>();
+      std::string id = dictKeyOf(k, "PyWeightsIO: weight names (tensor ids)");
       NDArray a = viewOf(v, fmt::format("PyWeightsIO: weight '{}'", id), false);
       if (!pyb::reinterpret_borrow<pyb::array>(v).writeable()) readOnly_.push_back(id);
       insert(id, std::move(a));
@@ -240,7 +234,8 @@ void bindSession(pyb::module_& m) {
   pyb::class_<PyStepIO, IStepIO>(m, "PyStepIO")
       .def(pyb::init<const pyb::dict&, const pyb::dict&>(), pyb::arg("inputs"), pyb::arg("outputs"))
       // PopART checks array sizes at run time when asked; graft always does.
-      .def("enableRuntimeAsserts", [](PyStepIO&, bool) {}, pyb::arg("b"));
+      .def(
+          "enableRuntimeAsserts", [](PyStepIO&, bool) {}, pyb::arg("b"));
   pyb::class_<StepIOCallback, IStepIO>(m, "PyStepIOCallback")
       .def(pyb::init(&makeCallbackIO), pyb::arg("input_callback"), pyb::arg("input_complete_callback"),
            pyb::arg("output_callback"), pyb::arg("output_complete_callback"));
@@ -323,7 +318,8 @@ void bindSession(pyb::module_& m) {
       .def(pyb::init([](const std::string& model, const DataFlow& dataFlow, std::shared_ptr<DeviceInfo> device,
                         const InputShapeInfo& shapes, const SessionOptions& options, const Patterns& patterns) {
              pyb::gil_scoped_release release;
-             return InferenceSession::createFromOnnxModel(model, dataFlow, std::move(device), shapes, options, patterns);
+             return InferenceSession::createFromOnnxModel(model, dataFlow, std::move(device), shapes, options,
+                                                          patterns);
            }),
            pyb::arg("model"), pyb::arg("dataFlow"), pyb::arg("deviceInfo"), pyb::arg("inputShapeInfo"),
            pyb::arg("userOptions"), pyb::arg("patterns"));

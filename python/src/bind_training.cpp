@@ -1,10 +1,11 @@
 // Bindings of training: optimizers (PopART's SGD, ConstSGD, Adam, Adaptive with their Python
 // constructor signatures), OptimizerValue, ClipNormSettings and the training session core
 // (_TrainingSessionCore, which graft/session.py extends into TrainingSession).
-#include <graft/graft.hpp>
 #include <pybind11/stl.h>
+#include <graft/graft.hpp>
 
 #include "bindings.hpp"
+#include "numpy_util.hpp"
 #include "support/check.hpp"
 
 namespace graft::py {
@@ -24,21 +25,19 @@ std::pair<float, bool> paramValue(const std::string& key, pyb::handle v, const s
               what, key, pyb::repr(v).cast<std::string>());
   auto seq = pyb::reinterpret_borrow<pyb::sequence>(v);
   pyb::object value = seq[0], isConst = seq[1];
-  GRAFT_CHECK(pyb::isinstance<pyb::float_>(value) || pyb::isinstance<pyb::int_>(value) ||
-                  pyb::hasattr(value, "__float__"),
-              "{}: the value of '{}' must be a number, got {}", what, key, pyb::repr(value).cast<std::string>());
-  GRAFT_CHECK(pyb::isinstance<pyb::bool_>(isConst) || pyb::isinstance<pyb::int_>(isConst) ||
-                  pyb::hasattr(isConst, "__bool__"),
-              "{}: isConst of '{}' must be a bool, got {}", what, key, pyb::repr(isConst).cast<std::string>());
+  GRAFT_CHECK(
+      pyb::isinstance<pyb::float_>(value) || pyb::isinstance<pyb::int_>(value) || pyb::hasattr(value, "__float__"),
+      "{}: the value of '{}' must be a number, got {}", what, key, pyb::repr(value).cast<std::string>());
+  GRAFT_CHECK(
+      pyb::isinstance<pyb::bool_>(isConst) || pyb::isinstance<pyb::int_>(isConst) || pyb::hasattr(isConst, "__bool__"),
+      "{}: isConst of '{}' must be a bool, got {}", what, key, pyb::repr(isConst).cast<std::string>());
   return {pyb::float_(value).cast<float>(), pyb::bool_(isConst).cast<bool>()};
 }
 
 ParamMap paramMap(const pyb::dict& d, const std::string& what) {
   ParamMap out;
   for (auto [k, v] : d) {
-    GRAFT_CHECK(pyb::isinstance<pyb::str>(k), "{}: hyper-parameter names must be str, got {}", what,
-                pyb::repr(k).cast<std::string>());
-    std::string key = k.cast<std::string>();
+    std::string key = dictKeyOf(k, what + ": hyper-parameter names");
     out[key] = paramValue(key, v, what);
   }
   return out;
@@ -104,8 +103,9 @@ void bindTraining(pyb::module_& m) {
   pyb::class_<OptimizerValueMap>(m, "OptimizerValueMap")
       .def("getDefault", [](const OptimizerValueMap& v) { return v.defaultValue; })
       .def("get", &OptimizerValueMap::get, pyb::arg("id"))
-      .def("hasSpecific", [](const OptimizerValueMap& v, const TensorId& id) { return v.specific.count(id) != 0; },
-           pyb::arg("id"))
+      .def(
+          "hasSpecific", [](const OptimizerValueMap& v, const TensorId& id) { return v.specific.count(id) != 0; },
+          pyb::arg("id"))
       .def("__repr__", [](const OptimizerValueMap& v) {
         return fmt::format("OptimizerValueMap(default={}, {} specific)", ovRepr(v.defaultValue), v.specific.size());
       });
@@ -146,11 +146,12 @@ void bindTraining(pyb::module_& m) {
   pyb::class_<Optimizer>(m, "Optimizer")
       .def("getLossScalingVal", [](const Optimizer& o) { return o.lossScaling().val(); })
       .def("lossScaling", [](const Optimizer& o) { return o.lossScaling(); })
-      .def("insertSpecific",
-           [](Optimizer& o, const TensorId& id, const pyb::dict& d) {
-             o.insertSpecific(id, paramMap(d, fmt::format("{}.insertSpecific('{}')", o.str(), id)));
-           },
-           pyb::arg("id"), pyb::arg("values"))
+      .def(
+          "insertSpecific",
+          [](Optimizer& o, const TensorId& id, const pyb::dict& d) {
+            o.insertSpecific(id, paramMap(d, fmt::format("{}.insertSpecific('{}')", o.str(), id)));
+          },
+          pyb::arg("id"), pyb::arg("values"))
       .def("hasSpecific", &Optimizer::hasSpecific, pyb::arg("id"))
       .def("hyperParameterNames", &Optimizer::hyperParameterNames)
       .def("get", &Optimizer::get, pyb::arg("name"), pyb::arg("weightId") = "")
@@ -166,8 +167,8 @@ void bindTraining(pyb::module_& m) {
             return SGD(paramMap(values, "SGD"), std::move(clip));
           }),
           pyb::arg("pyd"), pyb::arg("clip_norm_settings") = std::vector<ClipNormSettings>{},
-          pyb::arg("accumulatorAndMomentum") = SGDAccumulatorAndMomentum::Combined,
-          pyb::arg("accumType") = pyb::none(), pyb::arg("accl1Type") = pyb::none(), pyb::arg("debugContext") = "sgd");
+          pyb::arg("accumulatorAndMomentum") = SGDAccumulatorAndMomentum::Combined, pyb::arg("accumType") = pyb::none(),
+          pyb::arg("accl1Type") = pyb::none(), pyb::arg("debugContext") = "sgd");
   sgd.def("nesterov", [](const SGD& s) { return OptimizerValueMap{{s.nesterov() ? 1.0f : 0.0f, true}, {}}; });
   mapGetters(sgd, {{"learningRates", "learningRate"},
                    {"weightDecays", "weightDecay"},
@@ -193,10 +194,11 @@ void bindTraining(pyb::module_& m) {
              checkStateType(accl2Type, "accl2_type", "Adam");
              return Adam(paramMap(values, "Adam"), mode, wdMode, std::move(clip));
            }),
-           pyb::arg("values"), pyb::arg("mode") = AdamMode::Adam, pyb::arg("weight_decay_mode") = WeightDecayMode::Decay,
-           pyb::arg("accum_type") = pyb::none(), pyb::arg("accl1_type") = pyb::none(),
-           pyb::arg("accl2_type") = pyb::none(), pyb::arg("clip_norm_settings") = std::vector<ClipNormSettings>{},
-           pyb::arg("scaled_optimizer_state") = false, pyb::arg("debugContext") = "adam");
+           pyb::arg("values"), pyb::arg("mode") = AdamMode::Adam,
+           pyb::arg("weight_decay_mode") = WeightDecayMode::Decay, pyb::arg("accum_type") = pyb::none(),
+           pyb::arg("accl1_type") = pyb::none(), pyb::arg("accl2_type") = pyb::none(),
+           pyb::arg("clip_norm_settings") = std::vector<ClipNormSettings>{}, pyb::arg("scaled_optimizer_state") = false,
+           pyb::arg("debugContext") = "adam");
   adam.def("mode", &Adam::mode).def("weightDecayMode", &Adam::weightDecayMode);
   mapGetters(adam, {{"learningRates", "learningRate"},
                     {"weightDecays", "weightDecay"},

@@ -17,6 +17,16 @@ constexpr DataType kMlDtypes[] = {DataType::BFloat16,   DataType::Float8E4M3FN, 
                                   DataType::Int2,       DataType::UInt2};
 }  // namespace
 
+std::string dictKeyOf(pyb::handle key, const std::string& what) {
+  GRAFT_CHECK(pyb::isinstance<pyb::str>(key), "{} must be str, got {}", what, pyb::repr(key).cast<std::string>());
+  try {
+    return key.cast<std::string>();
+  } catch (const pyb::cast_error&) {
+    GRAFT_THROW("{}: the name {} is not valid UTF-8 (it holds a lone surrogate)", what,
+                pyb::repr(key).cast<std::string>());
+  }
+}
+
 DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what) {
   char kind = dt.kind();
   auto size = static_cast<int>(dt.itemsize());

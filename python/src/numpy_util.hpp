@@ -1,8 +1,8 @@
 #pragma once
 // Conversions between numpy arrays and graft's NDArray / DataType.
-#include <graft/ndarray.hpp>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <graft/ndarray.hpp>
 
 #include <string>
 
@@ -11,6 +11,11 @@ namespace graft::py {
 namespace pyb = pybind11;
 
 /// The graft type of a numpy dtype; throws graft::Error naming `what` when graft has none.
+/// A name given as a Python dict key (tensor ids, hyper-parameters): graft::Error naming `what` when it is not a str,
+/// or when it does not encode to UTF-8 (a lone surrogate, as bytes decoded with surrogateescape leave), instead of
+/// pybind11's "Unable to cast" RuntimeError.
+std::string dictKeyOf(pyb::handle key, const std::string& what);
+
 DataType dtypeFromNumpy(const pyb::dtype& dt, const std::string& what);
 /// The numpy dtype of a graft type: numpy's own, ml_dtypes' for BFLOAT16, the FLOAT8 types, INT4,
 /// UINT4 and FLOAT4E2M1, object for STRING. Throws graft::Error for UNDEFINED.

@@ -260,6 +260,22 @@ def test_non_utf8_names_raise_graft_error_naming_the_bytes():
     assert "'relu'" in str(e.value), str(e.value)
 
 
+def test_names_with_lone_surrogates_raise_graft_error():
+    """A str key that does not encode to UTF-8 (bytes decoded with surrogateescape): graft.Error
+    naming the dict, not pybind11's RuntimeError "Unable to cast" (found by the Python fuzzer)."""
+    model, y = _mlp_bytes()
+    s = graft.InferenceSession(model, graft.DataFlow(1, [y]), graft.DeviceManager().createCpuDevice())
+    s.prepareDevice()
+    anchors = s.initAnchorArrays()
+    anchors["\udcff"] = np.zeros(3, np.float32)
+    with pytest.raises(graft.Error, match="PyStepIO: anchor names.*not valid UTF-8"):
+        graft.PyStepIO({"x": np.zeros((2, 4), np.float32)}, anchors)
+    with pytest.raises(graft.Error, match="PyStepIO: input names.*not valid UTF-8"):
+        graft.PyStepIO({"\udcff": np.zeros((2, 4), np.float32)}, s.initAnchorArrays())
+    with pytest.raises(graft.Error, match="hyper-parameter names.*not valid UTF-8"):
+        graft.SGD({"\udcff": (0.1, True)})
+
+
 def test_byte_flipped_checkpoints_never_raise_unicode_errors(tmp_path):
     s, loss, w = _train_session()
     _step(s)
