@@ -216,7 +216,7 @@ def run_case(fn, seed, tmp):
             if "incompatible function arguments" not in str(e) and "must be" not in str(e):
                 raise
 
-    return run_forked(case, MEMORY_CAP, TIMEOUT, exception_outcome="other", poll_s=0.005)
+    return run_forked(case, MEMORY_CAP, TIMEOUT, tmp, exception_outcome="other", poll_s=0.005)
 
 
 def main():

@@ -14,11 +14,14 @@ import time
 import traceback
 
 
-def run_forked(fn, memory_cap, timeout, exception_outcome="exception", poll_s=0.002):
+def run_forked(fn, memory_cap, timeout, cwd, exception_outcome="exception", poll_s=0.002):
+    """fn() in a child working in `cwd` (a scratch folder: files a hostile case names with a
+    relative path, a timeline or a log, land there and not in the caller's folder)."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
+            os.chdir(cwd)
             resource.setrlimit(resource.RLIMIT_AS, (memory_cap, memory_cap))
             code = fn() or 0
         except MemoryError:

@@ -425,7 +425,7 @@ def write_regressions(folder):
 
 def run_child(data):
     """test_one_input(data) in a forked child with the memory cap and the timeout: an outcome."""
-    return run_forked(lambda: test_one_input(data), MEMORY_CAP, TIMEOUT)
+    return run_forked(lambda: test_one_input(data), MEMORY_CAP, TIMEOUT, TMP)
 
 
 def seed_inputs():
