@@ -42,25 +42,7 @@ FloatFormat formatOf(DataType dt) {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The narrow integer types: their value range; {0, 0} for the others.
-struct IntRange {
-  double lo, hi;
-};
-IntRange narrowIntRange(DataType dt) {
-  switch (dt) {
-    case DataType::Int4:
-      return {-8, 7};
-    case DataType::UInt4:
-      return {0, 15};
-    case DataType::Int2:
-      return {-2, 1};
-    case DataType::UInt2:
-      return {0, 3};
-    default:
-      return {0, 0};
-  }
-}
-bool isNarrowInt(DataType dt) { return narrowIntRange(dt).hi > 0; }
+bool isNarrowInt(DataType dt) { return narrowIntRange(dt).second > 0; }
 
 // FLOAT8E8M0 (opset 24): no sign and no mantissa; the code is a float32's biased exponent, so the
 // value is 2^(code-127), with 0xFF for NaN. From float32 (as ONNX's reference, numpy_helper
@@ -172,6 +154,21 @@ uint8_t encodeFloat(DataType dt, double v, bool saturate) {
 
 }  // namespace
 
+std::pair<double, double> narrowIntRange(DataType dt) {
+  switch (dt) {
+    case DataType::Int4:
+      return {-8, 7};
+    case DataType::UInt4:
+      return {0, 15};
+    case DataType::Int2:
+      return {-2, 1};
+    case DataType::UInt2:
+      return {0, 3};
+    default:
+      return {0, 0};
+  }
+}
+
 double lowPrecisionToDouble(DataType dt, uint8_t code) {
   if (dt == DataType::Int4 || dt == DataType::Int2) return static_cast<double>(static_cast<int8_t>(code));
   if (dt == DataType::UInt4 || dt == DataType::UInt2) return static_cast<double>(code);
@@ -183,8 +180,8 @@ uint8_t lowPrecisionFromDouble(DataType dt, double v, bool saturate, E8M0Round r
   if (isNarrowInt(dt)) {
     if (std::isnan(v)) return 0;
     double t = std::trunc(v);
-    IntRange r = narrowIntRange(dt);
-    if (t < r.lo || t > r.hi) return 0;
+    auto [lo, hi] = narrowIntRange(dt);
+    if (t < lo || t > hi) return 0;
     return static_cast<uint8_t>(static_cast<int8_t>(t));
   }
   if (dt == DataType::Float8E8M0) return encodeE8M0(v, saturate, round);

@@ -5,6 +5,7 @@
 // which follows ml_dtypes). One element per byte in memory; see graft/dtype.hpp.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <graft/ndarray.hpp>
 
@@ -14,6 +15,9 @@ namespace graft::ops {
 enum class E8M0Round { Up, Down, Nearest };
 /// Parses round_mode; graft::Error naming `what` and the value when it is none of the three.
 E8M0Round e8m0RoundFromString(const std::string& mode, const std::string& what);
+
+/// The value range of the narrow integer types (INT4, UINT4, INT2, UINT2); {0, 0} for others.
+std::pair<double, double> narrowIntRange(DataType dt);
 
 /// The value of one element (its byte) of low-precision type `dt`.
 double lowPrecisionToDouble(DataType dt, uint8_t code);

@@ -178,16 +178,8 @@ std::pair<double, double> intRange(DataType dt) {
       return {0, 65535};
     case DataType::Int16:
       return {-32768, 32767};
-    case DataType::UInt4:
-      return {0, 15};
-    case DataType::Int4:
-      return {-8, 7};
-    case DataType::UInt2:
-      return {0, 3};
-    case DataType::Int2:
-      return {-2, 1};
     default:
-      return {0, 0};
+      return narrowIntRange(dt);  // INT4, UINT4, INT2, UINT2; {0, 0} for the others
   }
 }
 
