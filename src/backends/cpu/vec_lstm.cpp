@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -38,6 +37,7 @@
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
 #include "ops/registry.hpp"
+#include "ops/rnn_cell.hpp"
 #include "support/check.hpp"
 
 namespace graft::backends::cpu {
@@ -52,31 +52,24 @@ struct LstmShape {
   bool bias = false, h0 = false, c0 = false;
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 std::optional<LstmShape> lstmShape(const ir::Node& n) {
   using onednn::isStaticFloat;
   if (!n.domain().empty() || n.type() != "LSTM") return std::nullopt;
-  if (n.attrInt("layout", 0) != 0 || n.attrs().has("clip") || n.attrInt("input_forget", 0) != 0) return std::nullopt;
-  auto acts = n.attrStrings("activations", {});
-  for (auto& a : acts) a = lower(a);
-  if (!acts.empty()) {
-    for (size_t i = 0; i < acts.size(); ++i)
-      if (acts[i] != (i % 3 == 0 ? "sigmoid" : "tanh")) return std::nullopt;
-    if (acts.size() != 3 && acts.size() != 6) return std::nullopt;
-  }
-  LstmShape s;
-  std::string dir = n.attrString("direction", "forward");
-  if (dir == "bidirectional")
-    s.D = 2;
-  else if (dir == "reverse")
-    s.reverse = true;
-  else if (dir != "forward")
+  // The attributes as the reference kernel reads them (ops/rnn_cell.hpp); a node it refuses is
+  // the reference kernel's to report.
+  ops::rnn::RnnParams p;
+  try {
+    p = ops::rnn::parseParams(n, ops::rnn::Cell::Lstm);
+  } catch (const Error&) {
     return std::nullopt;
-  if (acts.size() == 6 && s.D != 2) return std::nullopt;
+  }
+  if (p.batchFirst || p.clip || p.inputForget) return std::nullopt;
+  using Kind = ops::rnn::Activation::Kind;
+  for (size_t i = 0; i < p.acts.size(); ++i)
+    if (p.acts[i].kind != (i % 3 == 0 ? Kind::Sigmoid : Kind::Tanh)) return std::nullopt;
+  LstmShape s;
+  s.D = p.numDirections;
+  s.reverse = !p.forward;
   auto in = [&](size_t i) { return n.hasInput(i) ? n.input(i) : nullptr; };
   if (!isStaticFloat(in(0)) || !isStaticFloat(in(1)) || !isStaticFloat(in(2))) return std::nullopt;
   Shape x = in(0)->info().shape(), w = in(1)->info().shape(), r = in(2)->info().shape();
@@ -86,7 +79,7 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
   s.I = x[2];
   s.H = r[2];
   if (s.T <= 0 || s.N <= 0 || s.N > kMaxBatch || s.I <= 0 || s.H <= 0) return std::nullopt;
-  if (n.attrs().has("hidden_size") && n.attrInt("hidden_size") != s.H) return std::nullopt;
+  if (p.hiddenSize >= 0 && p.hiddenSize != s.H) return std::nullopt;
   if (w != Shape{s.D, 4 * s.H, s.I} || r != Shape{s.D, 4 * s.H, s.H}) return std::nullopt;
   s.bias = in(3) != nullptr;
   if (s.bias && !(isStaticFloat(in(3)) && in(3)->info().shape() == Shape{s.D, 8 * s.H})) return std::nullopt;
