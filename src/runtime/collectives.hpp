@@ -18,9 +18,17 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// This process's index among the processes on its host, and how many there are (MPI's
+  /// shared-memory split): the processes of one host share its cores (replication.cpp).
+  virtual int localRank() const { return 0; }
+  virtual int localSize() const { return 1; }
   /// Starts summing `a` (Float or Double, contiguous) over all processes, in place; `what` names it
   /// in errors. The array must stay alive and untouched until waitAll().
   virtual void startAllreduceSum(NDArray a, const std::string& what) = 0;
+  /// Moves the operations started since the last waitAll() on, without waiting (MPI progresses a
+  /// non-blocking operation only inside MPI calls); returns at once when another thread is in a
+  /// call. Called between the kernels of the backward pass.
+  virtual void progress() {}
   /// Waits for every operation started since the last waitAll(); throws graft::Error naming the
   /// first that did not finish within the timeout.
   virtual void waitAll() = 0;

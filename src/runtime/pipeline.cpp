@@ -209,7 +209,7 @@ void VirtualDevices::wait() {
   if (first) std::rethrow_exception(first);
 }
 
-std::vector<std::vector<int>> VirtualDevices::cpuBlocks(int count, int threadsEach) {
+std::vector<std::vector<int>> VirtualDevices::cpuBlocks(int count, int threadsEach, int share, int shares) {
   std::vector<std::vector<int>> out(count);
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -217,8 +217,11 @@ std::vector<std::vector<int>> VirtualDevices::cpuBlocks(int count, int threadsEa
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  if (static_cast<int64_t>(count) * threadsEach > static_cast<int64_t>(cpus.size())) return out;
-  for (int i = 0; i < count; ++i) out[i].assign(cpus.begin() + i * threadsEach, cpus.begin() + (i + 1) * threadsEach);
+  const int64_t each = static_cast<int64_t>(count) * threadsEach;
+  if (shares < 1 || share < 0 || share >= shares || each * shares > static_cast<int64_t>(cpus.size())) return out;
+  const int64_t first = each * share;
+  for (int i = 0; i < count; ++i)
+    out[i].assign(cpus.begin() + first + i * threadsEach, cpus.begin() + first + (i + 1) * threadsEach);
   return out;
 }
 

@@ -77,8 +77,11 @@ class VirtualDevices {
   void wait();
 
   /// Disjoint blocks of `threadsEach` CPUs of this process's CPUs for `count` devices; empty
-  /// lists when there are not enough CPUs (the workers are then not pinned).
-  static std::vector<std::vector<int>> cpuBlocks(int count, int threadsEach);
+  /// lists when there are not enough CPUs (the workers are then not pinned). `share` of
+  /// `shares` (the processes of one host that see the same CPUs, each with `count` devices):
+  /// the blocks start after those of the shares before it, and are empty when the CPUs are too
+  /// few for all of them.
+  static std::vector<std::vector<int>> cpuBlocks(int count, int threadsEach, int share = 0, int shares = 1);
 
  private:
   struct Worker;

@@ -184,7 +184,18 @@ void Session::Impl::compileReplicated(Plan& p) {
   const int per = usesStages() ? virtualDevicesPerReplica() : 1;
   const int threads = kernelThreads(options, *device);
   if (replicaDevices.empty()) {
-    auto blocks = pipeline::VirtualDevices::cpuBlocks(r * per, threads);
+    // Over MPI the processes of one host each see all its cores: each takes its own block of
+    // them (without this every process would pin its replicas to the first cores).
+    const int share = comm ? comm->localRank() : 0, shares = comm ? comm->localSize() : 1;
+    auto blocks = pipeline::VirtualDevices::cpuBlocks(r * per, threads, share, shares);
+    const int cores = support::ThreadPool::hardwareThreads();
+    if (shares > 1 && static_cast<int64_t>(shares) * r * per * threads > cores)
+      GRAFT_LOG_WARN(
+          "distributed replication: {} processes on this host x {} replica{} x {} virtual device{} x {} kernel "
+          "thread{} need {} cores, the host has {}: the threads are not pinned, and steps will be slow (use "
+          "fewer threads per process: SessionOptions.numThreads or createCpuDevice's coresPerVirtualDevice)",
+          shares, r, r == 1 ? "" : "s", per, per == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
+          static_cast<int64_t>(shares) * r * per * threads, cores);
     for (int i = 0; i < r; ++i) {
       std::vector<std::vector<int>> mine;
       if (!blocks.empty()) mine.assign(blocks.begin() + i * per, blocks.begin() + (i + 1) * per);
@@ -339,6 +350,8 @@ void Session::Impl::formBuckets(Plan& p) {
 }
 
 void Session::Impl::afterReplicaNode(Plan& p, const ir::Node& n, int replica) {
+  // The all-reduces already started move on between the kernels, not only when the next starts.
+  if (comm) comm->progress();
   if (n.type() != "Accumulate" || n.numInputs() < 1 || !n.input(0)) return;
   Plan::Reduction& red = *p.reduction;
   auto it = red.index.find(n.input(0)->id());

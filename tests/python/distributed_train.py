@@ -92,7 +92,22 @@ def main():
     session.weightsToHost()
     session.readWeights(graft.PyWeightsIO(w))
     np.savez(f"{out}.rank{rank}.npz", **w)
+    print(f"rank {rank}: pinned to CPUs {sorted(pinned_cpus())}", flush=True)
     print(f"rank {rank}: done", flush=True)
+
+
+def pinned_cpus():
+    """The CPUs of this process's threads that are pinned to one CPU (graft's replica workers)."""
+    allowed = os.sched_getaffinity(0)
+    cpus = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            mine = os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+        if len(mine) == 1 and mine != allowed:
+            cpus |= mine
+    return cpus
 
 
 # The groups of the training step through the collectives (collective_reference.training_model).

@@ -3,6 +3,7 @@ trains as one process with two replicas; a peer that dies or hangs makes the oth
 clear error within the timeout; processes that disagree on the options fail at prepareDevice;
 ``graft launch`` builds the mpirun command."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,13 @@ def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, acc
         ck = f.read()
     for w in weights:
         np.testing.assert_array_equal(_initializer(ck, w), ranks[0][w], err_msg=w)
+    # The two processes share this host's cores: each pins its replica's worker to a core of its
+    # own (MPI's shared-memory split), not both to the first one.
+    if len(os.sched_getaffinity(0)) >= 2:
+        pinned = [re.search(rf"rank {r}: pinned to CPUs \[([0-9, ]*)\]", p.stdout) for r in range(2)]
+        assert all(pinned), p.stdout
+        cpus = [set(int(c) for c in m.group(1).split(",") if c.strip()) for m in pinned]
+        assert cpus[0] and cpus[1] and not cpus[0] & cpus[1], cpus
 
 
 @pytest.mark.parametrize("options", ["bucket=1073741824", "bucket=1,shard"])

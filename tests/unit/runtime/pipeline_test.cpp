@@ -15,6 +15,7 @@
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
+#include "runtime/pipeline.hpp"
 
 namespace graft {
 namespace {
@@ -122,6 +123,31 @@ std::vector<float> infer(const std::string& model, std::shared_ptr<DeviceInfo> d
 void expectClose(const std::vector<float>& a, const std::vector<float>& b, float tol = 1e-5f) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+// The cores of one host are split among its processes (distributed replication, replication.cpp):
+// process k of n takes the k-th run of count x threads CPUs, and nobody is pinned when they are
+// too few for all n.
+TEST(Pipeline, CpuBlocksOfSeveralProcessesOnOneHostAreDisjoint) {
+  using graft::pipeline::VirtualDevices;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  const int n = static_cast<int>(cpus.size());
+  for (int share = 0; share < n; ++share) {
+    auto blocks = VirtualDevices::cpuBlocks(1, 1, share, n);
+    ASSERT_EQ(blocks.size(), 1u);
+    EXPECT_EQ(blocks[0], std::vector<int>{cpus[share]}) << "process " << share << " of " << n;
+  }
+  // One more process than CPUs: no process is pinned.
+  for (const auto& b : VirtualDevices::cpuBlocks(1, 1, 0, n + 1)) EXPECT_TRUE(b.empty());
+  // Out-of-range shares pin nothing.
+  for (const auto& b : VirtualDevices::cpuBlocks(1, 1, n, n)) EXPECT_TRUE(b.empty());
+  // The default (one process) starts at the first CPU.
+  EXPECT_EQ(VirtualDevices::cpuBlocks(1, 1)[0], std::vector<int>{cpus[0]});
 }
 
 TEST(Pipeline, PipelinedInferenceEqualsTheUnsplitModel) {
