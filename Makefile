@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-conformance-reference test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-python fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
+.PHONY: all setup configure build test test-conformance-reference test-cpp test-python demo bench bench-quick bench-compare fuzz fuzz-smoke fuzz-python fuzz-campaign test-asan test-asan-quick test-tsan clean format format-check
 
 all: build
 
@@ -125,6 +125,21 @@ fuzz-campaign: build
 	  --findings $(BUILD)/findings
 	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/campaign_api.py --cases-per-category $(CAMPAIGN_API_CASES)
 	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/fuzz_python.py random --count $(CAMPAIGN_PY_COUNT) \
+	  --findings $(BUILD)/findings-py
+
+# CI's fuzz stage (.ci/run): FUZZ_SECONDS (default 60) of mutation fuzzing on the ordinary build,
+# so no second (libFuzzer) build: mutants of the seed models and checkpoints, then of the
+# regression inputs, then random inputs of the Python target, a third of the time each, every case
+# in a forked child with a memory cap and a timeout. Fails on any crash, hang or blow-up (findings
+# in build/findings and build/findings-py). The random seed is the commit count, so each landing
+# tries other mutants.
+fuzz-smoke: build
+	rng=$$(git rev-list --count HEAD 2>/dev/null || echo 1); third=$$(( $${FUZZ_SECONDS:-60} / 3 )); \
+	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/seeds --count 1000000 --rng $$rng --seconds $$third \
+	  --findings $(BUILD)/findings && \
+	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/regressions --count 1000000 --rng $$rng --seconds $$third \
+	  --findings $(BUILD)/findings && \
+	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/fuzz_python.py random --count 1000000 --seed $$rng --seconds $$third \
 	  --findings $(BUILD)/findings-py
 
 # Unit and op tests under ASan+UBSan, then every conformance case, each in a child process: a

@@ -11,7 +11,7 @@
 //
 //   fuzz_campaign replay FILE_OR_DIR...        every file as a model and as a checkpoint; fails
 //                                              (exit 1) on anything but ok/refused
-//   fuzz_campaign mutate --seeds DIR [--count N] [--rng S] [--findings DIR] [--timeout SEC]
+//   fuzz_campaign mutate --seeds DIR [--count N] [--rng S] [--findings DIR] [--timeout SEC] [--seconds T]
 //                                              N mutants of the seeds; prints the counts; fails
 //                                              on any crash, hang, blow-up, internal or other
 #include <signal.h>
@@ -184,7 +184,7 @@ std::string mutate(std::string s, std::mt19937_64& rng) {
 int usage() {
   std::fprintf(stderr,
                "usage: fuzz_campaign replay FILE_OR_DIR...\n"
-               "       fuzz_campaign mutate --seeds DIR [--count N] [--rng S] [--findings DIR] [--timeout SEC]\n");
+               "       fuzz_campaign mutate --seeds DIR [--count N] [--rng S] [--findings DIR] [--timeout SEC] [--seconds T]\n");
   return 2;
 }
 
@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
     long count = 1000;
     uint64_t seed = 1;
     double timeout = 30;
+    double seconds = -1;  // no time bound
     for (size_t i = 0; i + 1 < args.size(); i += 2) {
       if (args[i] == "--seeds")
         seeds = args[i + 1];
@@ -226,6 +227,8 @@ int main(int argc, char** argv) {
         findings = args[i + 1];
       else if (args[i] == "--timeout")
         timeout = std::stod(args[i + 1]);
+      else if (args[i] == "--seconds")
+        seconds = std::stod(args[i + 1]);
       else
         return usage();
     }
@@ -239,7 +242,11 @@ int main(int argc, char** argv) {
     for (const auto& f : files) corpus.push_back(readFile(f));
     std::mt19937_64 rng(seed);
     auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < count; ++i) {
+    long done = 0;
+    for (long i = 0; i < count; ++i, ++done) {
+      // --seconds: stop once the time is up (the cases so far are counted).
+      if (seconds >= 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
+        break;
       size_t k = rng() % corpus.size();
       std::string m = mutate(corpus[k], rng);
       // Seeds named ckpt_* are checkpoints: their mutants are loaded as checkpoints too.
@@ -258,7 +265,7 @@ int main(int argc, char** argv) {
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%ld mutants of %zu seeds in %.0f s:", count, files.size(), secs);
+    std::printf("%ld mutants of %zu seeds in %.0f s:", done, files.size(), secs);
   } else {
     return usage();
   }

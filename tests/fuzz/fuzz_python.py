@@ -18,7 +18,7 @@ atheris records it), and so is a crash, a hang or a memory blow-up, which atheri
 the driver below sees from outside.
 
     .venv/bin/python tests/fuzz/fuzz_python.py atheris [libFuzzer flags] [CORPUS_DIR...]
-    .venv/bin/python tests/fuzz/fuzz_python.py random --count N [--seed S] [--findings DIR]
+    .venv/bin/python tests/fuzz/fuzz_python.py random --count N [--seed S] [--findings DIR] [--seconds T]
     .venv/bin/python tests/fuzz/fuzz_python.py replay DIR_OR_FILE...
 
 `random` is the seeded random-mutation driver (no atheris needed): N random inputs, each in a
@@ -468,7 +468,7 @@ def main(argv):
             bad += o != "ok"
         print(f"replayed {len(files)}: {len(files) - bad} ok, {bad} findings")
         return 1 if bad else 0
-    count, rng_seed, findings = 200, 1, None
+    count, rng_seed, findings, seconds = 200, 1, None, None
     rest = argv[2:]
     while rest:
         flag, val, rest = rest[0], rest[1], rest[2:]
@@ -478,11 +478,22 @@ def main(argv):
             rng_seed = int(val)
         elif flag == "--findings":
             findings = val
+        elif flag == "--seconds":  # stop after this long, even before --count cases
+            seconds = float(val)
+        else:
+            print(f"fuzz_python.py random: unknown option {flag}", file=sys.stderr)
+            return 2
     rng = random.Random(rng_seed)
+    import time
+    deadline = time.monotonic() + seconds if seconds is not None else None
     pool = seed_inputs()
     counts = {}
     per_cat = {}
+    done = 0
     for i in range(count):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        done += 1
         base = bytearray(rng.choice(pool))
         base[0] = i % len(CATEGORIES)  # every category in turn
         for _ in range(rng.randint(1, 8)):
@@ -502,7 +513,7 @@ def main(argv):
                     f.write(data)
     for name, c in per_cat.items():
         print(f"{name:<14} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-    print(f"total {count}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(f"total {done}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0 if set(counts) <= {"ok"} else 1
 
 
