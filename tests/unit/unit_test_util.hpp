@@ -4,15 +4,38 @@
 #include <onnx/onnx_pb.h>
 
 #include <graft/error.hpp>
+#include <graft/ndarray.hpp>
 
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace graft::testing {
+
+/// n floats drawn uniformly from [lo, hi) by std::mt19937 seeded with `seed` (the same values on
+/// every platform for a seed, so the tests' expected numbers stay put).
+inline std::vector<float> randomVec(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+/// n floats drawn uniformly from [-scale, scale).
+inline std::vector<float> randomVec(size_t n, uint64_t seed, float scale = 1.0f) {
+  return randomVec(n, seed, -scale, scale);
+}
+
+/// A float tensor of shape `s` holding `v`.
+inline NDArray fromVec(const std::vector<float>& v, Shape s) {
+  NDArray a(DataType::Float, std::move(s));
+  std::copy(v.begin(), v.end(), a.data<float>());
+  return a;
+}
 
 using ProtoDim = std::variant<int64_t, std::string>;
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../unit_test_util.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "ops/registry.hpp"
@@ -26,19 +27,8 @@ constexpr int64_t kN = 3, kL = 4, kIn = 3, kC = 2, kM = kN * kL;
 constexpr float kOnnxMomentum = 0.9f;  // PyTorch's momentum 0.1, as torch.onnx.export writes it
 constexpr double kEps = 1e-5;
 
-std::vector<float> randomVec(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-NDArray fromVec(const std::vector<float>& v, Shape s) {
-  NDArray a(DataType::Float, std::move(s));
-  std::copy(v.begin(), v.end(), a.data<float>());
-  return a;
-}
+using testing::fromVec;
+using testing::randomVec;
 
 struct Params {
   std::vector<float> W = randomVec(kIn * kC, 1), gamma = randomVec(kC, 2, 0.5f, 1.5f), beta = randomVec(kC, 3),

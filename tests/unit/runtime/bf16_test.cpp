@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 
+#include "../unit_test_util.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
@@ -24,19 +25,8 @@ namespace {
 
 constexpr int64_t kN = 8, kC = 3, kH = 8, kM = 16, kH2 = kH / 2, kFlat = kM * kH2 * kH2, kClasses = 10;
 
-std::vector<float> randomVec(size_t n, uint64_t seed, float scale) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-NDArray fromVec(const std::vector<float>& v, Shape s) {
-  NDArray a(DataType::Float, std::move(s));
-  std::copy(v.begin(), v.end(), a.data<float>());
-  return a;
-}
+using testing::fromVec;
+using testing::randomVec;
 
 const std::vector<std::pair<TensorId, Shape>> kWeights = {{"conv1.W", {kM, kC, 3, 3}}, {"conv1.b", {kM}},
                                                           {"conv2.W", {kM, kM, 3, 3}}, {"conv2.b", {kM}},

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "../unit_test_util.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
@@ -21,19 +22,8 @@ namespace {
 constexpr int64_t kN = 4, kC = 3, kH = 6, kK = 3, kP = kH / 2, kC2 = 4, kK2 = 2, kH2 = kP - kK2 + 1,
                   kFlat = kC2 * kH2 * kH2, kClasses = 4;
 
-std::vector<float> randomVec(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-NDArray fromVec(const std::vector<float>& v, Shape s) {
-  NDArray a(DataType::Float, std::move(s));
-  std::copy(v.begin(), v.end(), a.data<float>());
-  return a;
-}
+using testing::fromVec;
+using testing::randomVec;
 
 struct Weights {
   std::vector<double> convW, convB, conv2W, conv2B, fcW, fcB;

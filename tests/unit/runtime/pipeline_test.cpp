@@ -22,19 +22,8 @@ namespace {
 
 using testing::errorOf;
 
-std::vector<float> randomVec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-NDArray fromVec(const std::vector<float>& v, Shape s) {
-  NDArray a(DataType::Float, std::move(s));
-  std::copy(v.begin(), v.end(), a.data<float>());
-  return a;
-}
+using testing::fromVec;
+using testing::randomVec;
 
 struct Place {
   std::optional<int64_t> vg, stage;

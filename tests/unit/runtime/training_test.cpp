@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../unit_test_util.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
@@ -19,19 +20,8 @@ namespace {
 
 constexpr int64_t kN = 4, kIn = 3, kOut = 2;
 
-std::vector<float> randomVec(size_t n, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-NDArray fromVec(const std::vector<float>& v, Shape s) {
-  NDArray a(DataType::Float, std::move(s));
-  std::copy(v.begin(), v.end(), a.data<float>());
-  return a;
-}
+using testing::fromVec;
+using testing::randomVec;
 
 // y = x @ W + b; loss = MseLoss(y, t) with the given reduction.
 std::string linearModel(const std::string& reduction, int64_t rows = kN) {
