@@ -21,6 +21,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
+#include "ops/rnn_cell.hpp"
 #include "support/check.hpp"
 
 namespace graft::backends::cpu::onednn {
@@ -37,11 +38,6 @@ struct RnnConfig {
   bool grad = false;  // an RNNGrad, GRUGrad or LSTMGrad node
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Forward nodes (ai.onnx RNN, GRU, LSTM) and their gradient ops (ai.graft RNNGrad, GRUGrad,
 // LSTMGrad, whose inputs are the gradients of the forward outputs followed by the forward inputs).
 std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
@@ -53,52 +49,64 @@ std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
   } else if (!n.domain().empty()) {
     return std::nullopt;
   }
+  ops::rnn::Cell refCell;
   if (type == "RNN")
-    c.cell = Cell::Rnn;
+    refCell = ops::rnn::Cell::Rnn;
   else if (type == "GRU")
-    c.cell = n.attrInt("linear_before_reset", 0) ? Cell::LbrGru : Cell::Gru;
+    refCell = ops::rnn::Cell::Gru;
   else if (type == "LSTM")
-    c.cell = Cell::Lstm;
+    refCell = ops::rnn::Cell::Lstm;
   else
     return std::nullopt;
+  // The attributes as the reference kernel reads them (ops/rnn.cpp); what it refuses, the reference
+  // kernel reports.
+  ops::rnn::RnnParams p;
+  try {
+    p = ops::rnn::parseParams(n, refCell);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  c.cell = refCell == ops::rnn::Cell::Rnn    ? Cell::Rnn
+           : refCell == ops::rnn::Cell::Lstm ? Cell::Lstm
+           : p.linearBeforeReset             ? Cell::LbrGru
+                                             : Cell::Gru;
   bool lstm = c.cell == Cell::Lstm;
-  c.G = c.cell == Cell::Rnn ? 1 : lstm ? 4 : 3;
+  c.G = p.gates;
   // The forward inputs start after the output gradients.
   const size_t o = c.grad ? (lstm ? 3 : 2) : 0;
   auto in = [&](size_t i) { return o + i < n.numInputs() ? n.input(o + i) : nullptr; };
   auto hasShape = [&](size_t i, const Shape& s) { return isStaticFloat(in(i)) && in(i)->info().shape() == s; };
-  if (n.attrInt("layout", 0) != 0 || n.attrs().has("clip") || n.attrInt("input_forget", 0) != 0) return std::nullopt;
-  std::string dir = n.attrString("direction", "forward");
-  c.D = dir == "bidirectional" ? 2 : 1;
-  if (dir == "forward")
-    c.dir = dnnl::rnn_direction::unidirectional_left2right;
-  else if (dir == "reverse")
-    c.dir = dnnl::rnn_direction::unidirectional_right2left;
-  else if (dir == "bidirectional")
-    c.dir = dnnl::rnn_direction::bidirectional_concat;
-  else
-    return std::nullopt;
-  // Activations: the defaults, or for RNN one of tanh/relu/sigmoid shared by the directions.
-  auto acts = n.attrStrings("activations", {});
-  for (auto& a : acts) a = lower(a);
-  std::vector<std::string> def = c.cell == Cell::Rnn ? std::vector<std::string>{"tanh"}
-                                 : lstm              ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
-                                                     : std::vector<std::string>{"sigmoid", "tanh"};
-  if (acts.empty()) acts = def;
-  if (acts.size() == def.size() * 2 && std::equal(acts.begin(), acts.begin() + def.size(), acts.begin() + def.size()))
-    acts.resize(def.size());
-  if (acts.size() != def.size()) return std::nullopt;
-  if (c.cell == Cell::Rnn) {
-    if (acts[0] == "tanh")
-      c.act = dnnl::algorithm::eltwise_tanh;
-    else if (acts[0] == "relu")
-      c.act = dnnl::algorithm::eltwise_relu;
-    else if (acts[0] == "sigmoid")
-      c.act = dnnl::algorithm::eltwise_logistic;
-    else
+  if (p.batchFirst || p.clip || p.inputForget) return std::nullopt;
+  c.D = p.numDirections;
+  c.dir = p.numDirections == 2 ? dnnl::rnn_direction::bidirectional_concat
+          : p.forward          ? dnnl::rnn_direction::unidirectional_left2right
+                               : dnnl::rnn_direction::unidirectional_right2left;
+  // Activations: the defaults (f = sigmoid, g = h = tanh for GRU and LSTM), or for RNN one of
+  // tanh, relu, sigmoid shared by the directions.
+  using Kind = ops::rnn::Activation::Kind;
+  for (size_t i = 0; i < p.acts.size(); ++i) {
+    const ops::rnn::Activation& a = p.acts[i];
+    if (c.cell == Cell::Rnn) {
+      if (a.kind != p.acts[0].kind) return std::nullopt;
+    } else if (a.kind != (i % p.actsPerDir == 0 ? Kind::Sigmoid : Kind::Tanh)) {
       return std::nullopt;
-  } else if (acts != def) {
-    return std::nullopt;
+    }
+  }
+  if (c.cell == Cell::Rnn) {
+    if (p.acts.empty()) return std::nullopt;
+    switch (p.acts[0].kind) {
+      case Kind::Tanh:
+        c.act = dnnl::algorithm::eltwise_tanh;
+        break;
+      case Kind::Relu:
+        c.act = dnnl::algorithm::eltwise_relu;
+        break;
+      case Kind::Sigmoid:
+        c.act = dnnl::algorithm::eltwise_logistic;
+        break;
+      default:
+        return std::nullopt;
+    }
   }
   if (!isStaticFloat(in(0)) || !isStaticFloat(in(1)) || !isStaticFloat(in(2))) return std::nullopt;
   Shape x = in(0)->info().shape(), w = in(1)->info().shape(), r = in(2)->info().shape();
