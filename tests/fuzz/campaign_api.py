@@ -81,7 +81,7 @@ def batches(rng, tmp):
 
 
 def optimizers(rng, tmp):
-    model, loss = train_model()
+    model, loss, _ = train_model()
     keys = ["defaultLearningRate", "defaultMomentum", "defaultDampening", "defaultVelocityScaling",
             "defaultWeightDecay", "lossScaling"]
     if rng.random() < 0.5:
@@ -134,7 +134,7 @@ def special_files(rng, tmp):
 
 
 def checkpoints(rng, tmp):
-    model, loss = train_model()
+    model, loss, _ = train_model()
     opt = graft.SGD({"defaultLearningRate": (0.1, True), "defaultMomentum": (0.9, True)})
     s = graft.TrainingSession(model, graft.DataFlow(1, [loss]), loss, opt, device())
     s.prepareDevice()

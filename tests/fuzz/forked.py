@@ -48,7 +48,8 @@ def run_forked(fn, memory_cap, timeout, cwd, exception_outcome="exception", poll
 
 
 def l1_regression_model():
-    """x [2, 4] -> y = x w0 (w0 [4, 1], 0.5) with an L1 loss: (model bytes, loss id)."""
+    """x [2, 4] -> y = x w0 (w0 [4, 1], 0.5) with an L1 loss: (model bytes, loss id, weight id).
+    (tests/python/test_reliability.py trains it too.)"""
     import numpy as np
 
     import graft
@@ -59,4 +60,4 @@ def l1_regression_model():
     y = b.aiOnnx.matmul([x, w], "y")
     loss = b.aiGraphcore.l1loss([y], 0.1, graft.ReductionType.Sum)
     b.addOutputTensor(y)
-    return b.getModelProto(), loss
+    return b.getModelProto(), loss, w

@@ -17,6 +17,9 @@ import pytest
 
 import graft
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz"))
+from forked import l1_regression_model  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 GRAFT = os.environ.get("GRAFT_CLI", os.path.join(ROOT, "build", "tools", "graft"))
 MEMORY_CAP = 8 << 30  # bytes of address space a child may use
@@ -61,15 +64,9 @@ def mlp_path(tmp_path):
     return str(p)
 
 
-def _train_model():
-    """A linear regression trained with an L1 loss: returns (model bytes, loss id, weight id)."""
-    b = graft.Builder()
-    x = b.addInputTensor(graft.TensorInfo("FLOAT", [2, 4]), "x")
-    w = b.addInitializedInputTensor(np.full((4, 1), 0.5, np.float32), "w0")
-    y = b.aiOnnx.matmul([x, w], "y")
-    loss = b.aiGraphcore.l1loss([y], 0.1, graft.ReductionType.Sum)
-    b.addOutputTensor(y)
-    return b.getModelProto(), loss, w
+# The linear regression with an L1 loss that the fuzz campaign drives too: (model bytes, loss id,
+# weight id).
+_train_model = l1_regression_model
 
 
 # ---- 1, 2, 4: resource limits ----------------------------------------------------------------------
