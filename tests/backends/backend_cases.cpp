@@ -1,0 +1,704 @@
+// The kernel libraries' cases of the backend test matrix (cpu_vs_reference_test.cpp says how they
+// run): many shapes and attribute combinations per op, weights both constant (packed at compile
+// time) and fed at run time.
+#include "backend_cases.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace graft::testing {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+std::vector<BackendCase>& cases() {
+  static std::vector<BackendCase> all;
+  return all;
+}
+
+uint64_t seedOf(const std::string& s) { return std::hash<std::string>{}(s)&0xffffff; }
+
+void add(std::string name, OpCase op, std::vector<bool> constant = {}, double tol = 1e-4) {
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  constant.resize(op.inputs.size(), false);
+  cases().push_back({std::move(name), std::move(op), std::move(constant), tol, tol});
+}
+
+NDArray rnd(Shape s, const std::string& salt, double lo = -1, double hi = 1) {
+  return randomArray(DataType::Float, std::move(s), seedOf(salt), lo, hi);
+}
+
+// Plain [N, C, S...] -> [N, ceil(C/b), S..., b].
+NDArray blockOf(const NDArray& x, int64_t b) {
+  OpCase c{"ToBlocked", {x}, attrs({{"block", b}})};
+  c.domain = "ai.graft";
+  return runReference(c).at(0);
+}
+
+ir::Attributes activationAttrs(const std::string& act) {
+  ir::Attributes a;
+  if (act.empty()) return a;
+  if (act == "Gelu") {
+    a.set("activation", act);
+    a.set("activation_domain", std::string("ai.graphcore"));
+    return a;
+  }
+  a.set("activation", act);
+  if (act == "LeakyRelu") a.set("activation_alpha", 0.1f);
+  if (act == "Elu") a.set("activation_alpha", 0.8f);
+  if (act == "HardSigmoid") {
+    a.set("activation_alpha", 0.25f);
+    a.set("activation_beta", 0.4f);
+  }
+  if (act == "Clip") {
+    a.set("activation_alpha", -0.3f);
+    a.set("activation_beta", 0.6f);
+  }
+  return a;
+}
+
+// `x` with NaN, +inf, -inf and denormals sprinkled in (issue 16: the cpu's max pooling dropped
+// NaN, the reference kept it).
+NDArray sprinkled(const NDArray& x) {
+  NDArray y = x.clone();
+  float* p = y.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (i % 23 == 5)
+      p[i] = std::numeric_limits<float>::quiet_NaN();
+    else if (i % 29 == 7)
+      p[i] = std::numeric_limits<float>::infinity();
+    else if (i % 31 == 11)
+      p[i] = -std::numeric_limits<float>::infinity();
+    else if (i % 37 == 13)
+      p[i] = 1e-40f;
+  }
+  return y;
+}
+
+const std::vector<std::string> kActivations = {"",          "Relu",        "LeakyRelu", "Sigmoid",  "Tanh", "Elu",
+                                               "HardSwish", "HardSigmoid", "Clip",      "Softplus", "Gelu"};
+
+void convCases() {
+  struct G {
+    Shape x, w;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<G> geos = {
+      {{1, 3, 9, 9}, {8, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "2d_pad1"},
+      {{2, 16, 8, 8}, {16, 16, 1, 1}, {}, "2d_1x1"},
+      {{1, 8, 10, 7}, {12, 8, 3, 3}, attrs({{"strides", Ints{2, 2}}}), "2d_stride2"},
+      {{1, 8, 9, 9}, {8, 8, 3, 3}, attrs({{"dilations", Ints{2, 2}}, {"pads", Ints{2, 2, 2, 2}}}), "2d_dilated"},
+      {{1, 8, 9, 9}, {8, 4, 3, 3}, attrs({{"group", int64_t{2}}, {"pads", Ints{0, 1, 2, 1}}}), "2d_group2_asym"},
+      {{1, 16, 8, 8}, {16, 1, 3, 3}, attrs({{"group", int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_depthwise"},
+      {{1, 24, 7, 7},
+       {24, 1, 3, 3},
+       attrs({{"group", int64_t{24}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+       "2d_depthwise24_s2"},
+      {{1, 5, 7, 6},
+       {7, 5, 2, 3},
+       attrs({{"auto_pad", std::string("SAME_UPPER")}, {"strides", Ints{2, 1}}}),
+       "2d_same_upper"},
+      {{1, 5, 7, 6}, {7, 5, 2, 2}, attrs({{"auto_pad", std::string("SAME_LOWER")}}), "2d_same_lower"},
+      {{1, 5, 7, 6}, {7, 5, 3, 2}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}}), "2d_valid"},
+      {{2, 6, 11}, {4, 6, 3}, attrs({{"pads", Ints{1, 2}}, {"strides", Ints{2}}}), "1d"},
+      {{1, 4, 5, 5, 5}, {8, 4, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}}), "3d"},
+      {{1, 4, 6, 5, 4}, {4, 2, 2, 2, 2}, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 1, 2}}}), "3d_group"},
+      {{1, 17, 6, 6}, {9, 17, 3, 3}, attrs({{"kernel_shape", Ints{3, 3}}}), "2d_odd_channels"},
+  };
+  for (const G& g : geos) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::string n = "Conv_" + g.tag +
+                      (variant == 0   ? "_bias_constw"
+                       : variant == 1 ? "_nobias_runtimew"
+                                      : "_bias_runtimew");
+      std::vector<NDArray> in{rnd(g.x, n + "x"), rnd(g.w, n + "w")};
+      if (variant != 1) in.push_back(rnd({g.w[0]}, n + "b"));
+      add(n, OpCase{"Conv", in, g.a}, {false, variant == 0, variant == 0});
+    }
+  }
+  // The backward pass (ai.graft ConvGradInput / ConvGradWeight) of the same geometries.
+  for (const G& g : geos) {
+    Shape ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+    ir::Attributes a = g.a;
+    a.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
+    ir::Attributes ai = a;
+    ai.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+    for (bool constw : {true, false}) {
+      std::string n = "ConvGradInput_" + g.tag + (constw ? "_constw" : "_runtimew");
+      OpCase c{"ConvGradInput", {rnd(ys, n + "dy"), rnd(g.w, n + "w")}, ai, 1, "ai.graft"};
+      add(n, c, {false, constw});
+    }
+    for (int outs : {1, 2}) {
+      std::string n = "ConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
+      add(n, OpCase{"ConvGradWeight", {rnd(g.x, n + "x"), rnd(ys, n + "dy")}, a, outs, "ai.graft"});
+    }
+  }
+  // A double convolution: the cpu backend runs the reference kernel.
+  add("Conv_double",
+      OpCase{"Conv", {randomArray(DataType::Double, {1, 2, 4, 4}, 1), randomArray(DataType::Double, {2, 2, 3, 3}, 2)}});
+
+  // FusedConv: activations, residual sums, channel-blocked layouts.
+  for (const std::string& act : kActivations) {
+    std::string n = "FusedConv_" + (act.empty() ? std::string("none") : act);
+    ir::Attributes a = activationAttrs(act);
+    a.set("pads", Ints{1, 1, 1, 1});
+    OpCase c{"FusedConv", {rnd({1, 8, 6, 6}, n + "x", -2, 2), rnd({8, 8, 3, 3}, n + "w"), rnd({8}, n + "b")}, a};
+    c.domain = "ai.graft";
+    add(n, c, {false, true, true});
+    // NaN, ±inf and denormals in the input (issue 16: oneDNN's Relu and Clip post-ops drop NaN).
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
+  }
+  for (int xb : {0, 8, 16})
+    for (int yb : {0, 8, 16})
+      for (bool sum : {false, true}) {
+        for (int64_t C : {3, 16, 20}) {
+          if (xb && C == 3 && yb == 0) continue;
+          std::string n = "FusedConv_x" + std::to_string(xb) + "_y" + std::to_string(yb) + "_C" + std::to_string(C) +
+                          (sum ? "_sum" : "");
+          int64_t M = 12;
+          NDArray x = rnd({2, C, 7, 7}, n + "x"), s = rnd({2, M, 7, 7}, n + "s");
+          ir::Attributes a = activationAttrs("Relu");
+          a.set("pads", Ints{1, 1, 1, 1});
+          a.set("x_block", int64_t{xb});
+          a.set("y_block", int64_t{yb});
+          std::vector<NDArray> in{xb ? blockOf(x, xb) : x, rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+          if (sum) in.push_back(yb ? blockOf(s, yb) : s);
+          OpCase c{"FusedConv", in, a};
+          c.domain = "ai.graft";
+          add(n, c, {false, true, false, false});
+          if (C == 20) {
+            in[0] = xb ? blockOf(sprinkled(x), xb) : sprinkled(x);
+            add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+          }
+        }
+      }
+  // Channels-last (a block of all channels: what the cpu-layout pass picks where oneDNN's AVX-512
+  // brgemm convolutions choose NHWC).
+  for (int64_t C : {3, 16, 20})
+    for (bool sum : {false, true}) {
+      std::string n = "FusedConv_nhwc_C" + std::to_string(C) + (sum ? "_sum" : "");
+      int64_t M = 12;
+      ir::Attributes a = activationAttrs("Relu");
+      a.set("pads", Ints{1, 1, 1, 1});
+      a.set("x_block", C);
+      a.set("y_block", M);
+      std::vector<NDArray> in{blockOf(rnd({2, C, 7, 7}, n + "x"), C), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+      if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
+      add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+    }
+  {
+    OpCase c{"FusedConv",
+             {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
+             attrs({{"group", int64_t{32}},
+                    {"pads", Ints{1, 1, 1, 1}},
+                    {"x_block", int64_t{8}},
+                    {"y_block", int64_t{8}},
+                    {"activation", std::string("Clip")},
+                    {"activation_alpha", 0.f},
+                    {"activation_beta", 6.f}})};
+    c.inputs[0] = blockOf(c.inputs[0], 8);
+    c.domain = "ai.graft";
+    add("FusedConv_depthwise_blocked_relu6", c, {false, true, true});
+  }
+
+  // ConvTranspose.
+  struct D {
+    Shape x, w;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<D> deconvs = {
+      {{1, 4, 5, 5}, {4, 6, 3, 3}, {}, "2d"},
+      {{1, 4, 5, 5}, {4, 6, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_s2_p1"},
+      {{1, 4, 5, 4}, {4, 3, 3, 2}, attrs({{"strides", Ints{2, 3}}, {"output_padding", Ints{1, 2}}}), "2d_outpad"},
+      {{1, 4, 5, 5}, {4, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"output_shape", Ints{10, 11}}}), "2d_outshape"},
+      {{1, 4, 5, 5},
+       {4, 3, 3, 3},
+       attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}),
+       "2d_same"},
+      {{1, 6, 4, 4}, {6, 2, 3, 3}, attrs({{"group", int64_t{3}}, {"dilations", Ints{2, 2}}}), "2d_group_dilated"},
+      {{2, 3, 7}, {3, 5, 4}, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "1d"},
+      {{1, 2, 3, 3, 3}, {2, 4, 2, 2, 2}, attrs({{"strides", Ints{2, 2, 2}}}), "3d"},
+  };
+  for (const D& d : deconvs)
+    for (bool constw : {true, false}) {
+      std::string n = "ConvTranspose_" + d.tag + (constw ? "_constw" : "_runtimew");
+      int64_t M = d.w[1] * (d.a.has("group") ? std::get<int64_t>(*d.a.find("group")) : 1);
+      add(n, OpCase{"ConvTranspose", {rnd(d.x, n + "x"), rnd(d.w, n + "w"), rnd({M}, n + "b")}, d.a},
+          {false, constw, constw});
+    }
+}
+
+void matmulCases() {
+  std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4, 5}, {5, 3}},
+      {{2, 3, 4}, {4, 5}},
+      {{2, 3, 4}, {2, 4, 5}},
+      {{3, 1, 4, 6}, {2, 6, 3}},
+      {{5}, {5, 3}},
+      {{2, 3, 4}, {4}},
+      {{7}, {7}},
+      {{1, 2, 8, 16}, {3, 1, 16, 4}},
+      {{64, 128}, {128, 96}},
+      {{3, 32, 48}, {3, 48, 40}},
+  };
+  for (const auto& [a, b] : shapes)
+    for (bool constb : {true, false}) {
+      std::string n = "MatMul_" + shapeToString(a) + "x" + shapeToString(b) + (constb ? "_constb" : "");
+      add(n, OpCase{"MatMul", {rnd(a, n + "a"), rnd(b, n + "b")}}, {false, constb});
+    }
+  struct Gm {
+    Shape a, b, c;
+    int64_t ta, tb;
+    float alpha, beta;
+  };
+  std::vector<Gm> gemms = {
+      {{4, 5}, {5, 3}, {}, 0, 0, 1, 1},          {{5, 4}, {5, 3}, {3}, 1, 0, 1, 1},
+      {{4, 5}, {3, 5}, {4, 3}, 0, 1, 1, 1},      {{5, 4}, {3, 5}, {4, 1}, 1, 1, 0.5f, 2},
+      {{4, 5}, {5, 3}, {}, 0, 0, 2, 0},          {{4, 5}, {5, 3}, {1}, 0, 0, 1, -1},
+      {{4, 5}, {5, 3}, {1, 3}, 0, 0, 1.5f, 0.f}, {{32, 64}, {48, 64}, {48}, 0, 1, 1, 1},
+  };
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const Gm& g = gemms[i];
+    for (bool constb : {true, false}) {
+      std::string n = "Gemm_" + std::to_string(i) + (constb ? "_constb" : "");
+      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+      if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
+      add(n, OpCase{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})},
+          {false, constb, constb});
+    }
+  }
+  // Sizes for the AVX2 sgemm (sgemm_avx2: N >= 1024, 6 <= M <= 512): M, N, K not multiples of its 6x16 register
+  // block nor of its K block (256) and column chunk (512), K = 1, transposes, every C
+  // broadcast, Relu.
+  struct Sg {
+    Shape a, b, c;
+    int64_t ta, tb;
+    float alpha, beta;
+    bool relu;
+  };
+  std::vector<Sg> sgemms = {
+      {{37, 29}, {29, 1045}, {1045}, 0, 0, 1, 1, false},
+      {{29, 37}, {29, 1030}, {37, 1030}, 1, 0, 1, 1, true},
+      {{37, 29}, {1045, 29}, {37, 1}, 0, 1, 1, 1, false},
+      {{29, 37}, {1027, 29}, {1}, 1, 1, 0.5f, 2, true},
+      {{130, 1}, {1, 1040}, {1, 1040}, 0, 0, 1, 1, false},
+      {{7, 300}, {300, 1030}, {1030}, 0, 0, 1, 1, true},
+      {{13, 600}, {1025, 600}, {}, 0, 1, 2, 1, false},
+      {{6, 171}, {171, 1024}, {1024}, 0, 0, 1, 1, true},
+      {{200, 70}, {1100, 70}, {1100}, 0, 1, 1, 1, true},
+      {{100, 40}, {40, 1050}, {100, 1050}, 0, 0, -1.5f, 0.25f, false},
+      {{64, 520}, {520, 1030}, {}, 0, 0, 1, 1, true},
+  };
+  for (size_t i = 0; i < sgemms.size(); ++i) {
+    const Sg& g = sgemms[i];
+    for (bool constb : {true, false}) {
+      std::string n = "Sgemm_" + std::to_string(i) + (constb ? "_constb" : "");
+      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+      if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
+      ir::Attributes at = attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}});
+      OpCase c{"Gemm", in, at};
+      if (g.relu) {
+        c.type = "FusedGemm";
+        c.domain = "ai.graft";
+        c.attrs.set("activation", std::string("Relu"));
+      }
+      add(n, c, {false, constb, constb});
+      cases().back().isa = support::CpuIsa::Avx2;
+      if (g.relu) {
+        c.inputs[0] = sprinkled(c.inputs[0]);
+        add(n + "_special_values", c, {false, constb, constb});
+        cases().back().isa = support::CpuIsa::Avx2;
+      }
+    }
+  }
+  // The same sgemm for MatMul / FusedMatMul of A [..., M, K] by a 2-D B, rows of A merged.
+  struct Sm {
+    Shape a, b, bias;
+    bool relu;
+  };
+  std::vector<Sm> smm = {
+      {{2, 37, 29}, {29, 1045}, {1045}, true}, {{2, 37, 29}, {29, 1030}, {2, 37, 1030}, false},
+      {{3, 5, 300}, {300, 1030}, {1}, true},   {{2, 2, 9, 40}, {40, 1300}, {1, 1, 1300}, false},
+      {{50, 70}, {70, 1033}, {}, false},
+  };
+  for (size_t i = 0; i < smm.size(); ++i) {
+    const Sm& g = smm[i];
+    for (bool constb : {true, false}) {
+      std::string n = "SgemmMatMul_" + std::to_string(i) + (constb ? "_constb" : "");
+      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+      OpCase c{"MatMul", in};
+      if (!g.bias.empty() || g.relu) {
+        c.type = "FusedMatMul";
+        c.domain = "ai.graft";
+        if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
+        if (g.relu) c.attrs.set("activation", std::string("Relu"));
+      }
+      add(n, c, {false, constb, constb});
+      cases().back().isa = support::CpuIsa::Avx2;
+    }
+  }
+  for (const std::string& act : kActivations) {
+    std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
+    OpCase c{"FusedMatMul",
+             {rnd({2, 6, 16}, n + "a", -2, 2), rnd({16, 8}, n + "b"), rnd({8}, n + "c")},
+             activationAttrs(act)};
+    c.domain = "ai.graft";
+    add(n, c, {false, true, true});
+    std::string ng = "FusedGemm_" + (act.empty() ? std::string("none") : act);
+    ir::Attributes ga = activationAttrs(act);
+    ga.set("transB", int64_t{1});
+    OpCase cg{"FusedGemm", {rnd({6, 16}, ng + "a", -2, 2), rnd({8, 16}, ng + "b"), rnd({8}, ng + "c")}, ga};
+    cg.domain = "ai.graft";
+    add(ng, cg, {false, true, true});
+    // NaN, ±inf and denormals in A, and (run-time) in B.
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
+    cg.inputs[0] = sprinkled(cg.inputs[0]);
+    cg.inputs[1] = sprinkled(cg.inputs[1]);
+    add(ng + "_special_values", cg, {false, false, true});
+  }
+  for (const Shape& bias : std::vector<Shape>{{1}, {3, 1}, {2, 3, 5}, {1, 3, 5}}) {
+    std::string n = "FusedMatMul_bias" + shapeToString(bias);
+    OpCase c{"FusedMatMul", {rnd({2, 3, 4}, n + "a"), rnd({4, 5}, n + "b"), rnd(bias, n + "c")}};
+    c.domain = "ai.graft";
+    add(n, c);
+  }
+  {
+    OpCase c{"FusedMatMul", {rnd({4}, "fmv_a"), rnd({4, 5}, "fmv_b"), rnd({5}, "fmv_c")}, activationAttrs("Relu")};
+    c.domain = "ai.graft";
+    add("FusedMatMul_vector", c);
+  }
+  // Folded Transposes (fold-transpose): operands read and results written through strides.
+  struct Pm {
+    Shape a, b, bias;
+    Ints pa, pb, py;
+    std::string act;
+  };
+  std::vector<Pm> perms = {
+      {{2, 16, 6}, {8, 16}, {}, {0, 2, 1}, {1, 0}, {}, ""},                            // dA = dY Bᵀ style
+      {{2, 5, 3, 4}, {2, 5, 3, 4}, {}, {0, 2, 1, 3}, {0, 2, 3, 1}, {}, ""},            // attention Q Kᵀ
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {}, {}, {0, 2, 1, 3}, {0, 2, 1, 3}, ""},            // P V, heads merged
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {}, {0, 1, 3, 2}, {0, 2, 1, 3}, {0, 2, 1, 3}, ""},  // dV
+      {{2, 5, 3, 4}, {2, 3, 5, 5}, {}, {0, 2, 3, 1}, {}, {0, 3, 1, 2}, ""},            // dK
+      {{3, 4}, {5, 3}, {5}, {1, 0}, {1, 0}, {1, 0}, "Relu"},                           // bias, activation, perm_y
+      {{7, 2, 9}, {9, 5}, {}, {1, 0, 2}, {}, {}, ""},                                  // batch axes permuted
+      {{4}, {5, 4}, {}, {}, {1, 0}, {}, ""},                                           // vector A
+  };
+  for (size_t i = 0; i < perms.size(); ++i) {
+    const Pm& p = perms[i];
+    for (bool constb : {true, false}) {
+      std::string n = "FusedMatMul_perm" + std::to_string(i) + (constb ? "_constb" : "");
+      ir::Attributes a = activationAttrs(p.act);
+      if (!p.pa.empty()) a.set("perm_a", p.pa);
+      if (!p.pb.empty()) a.set("perm_b", p.pb);
+      if (!p.py.empty()) a.set("perm_y", p.py);
+      std::vector<NDArray> in{rnd(p.a, n + "a"), rnd(p.b, n + "b")};
+      if (!p.bias.empty()) in.push_back(rnd(p.bias, n + "c"));
+      OpCase c{"FusedMatMul", in, a};
+      c.domain = "ai.graft";
+      add(n, c, {false, constb, constb});
+    }
+  }
+}
+
+void poolCases() {
+  struct P {
+    std::string op;
+    Shape x;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<P> pools = {
+      {"MaxPool", {1, 8, 9, 9}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}}), "3x3s2"},
+      {"MaxPool",
+       {1, 8, 9, 9},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+       "pad"},
+      {"MaxPool",
+       {1, 3, 8, 8},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "ceil"},
+      {"MaxPool", {1, 3, 9, 9}, attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}}), "dilated"},
+      {"MaxPool", {2, 4, 10}, attrs({{"kernel_shape", Ints{3}}, {"auto_pad", std::string("SAME_UPPER")}}), "1d_same"},
+      {"MaxPool", {1, 2, 5, 6, 7}, attrs({{"kernel_shape", Ints{2, 2, 3}}, {"strides", Ints{1, 2, 2}}}), "3d"},
+      {"AveragePool", {1, 8, 9, 9}, attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}), "exclude_pad"},
+      {"AveragePool",
+       {1, 8, 9, 9},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}}),
+       "include_pad"},
+      {"AveragePool",
+       {1, 3, 8, 8},
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "ceil"},
+      {"AveragePool",
+       {1, 3, 8, 8},
+       attrs(
+           {{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}, {"count_include_pad", int64_t{1}}}),
+       "same_lower_incl"},
+      {"AveragePool", {2, 4, 11}, attrs({{"kernel_shape", Ints{4}}, {"strides", Ints{3}}}), "1d"},
+      {"AveragePool", {1, 2, 6, 6, 6}, attrs({{"kernel_shape", Ints{2, 2, 2}}, {"strides", Ints{2, 2, 2}}}), "3d"},
+      {"GlobalAveragePool", {2, 8, 7, 7}, {}, "2d"},
+      {"GlobalAveragePool", {2, 5, 9}, {}, "1d"},
+      {"GlobalMaxPool", {2, 8, 7, 7}, {}, "2d"},
+      {"GlobalMaxPool", {1, 3, 3, 4, 5}, {}, "3d"},
+  };
+  for (const P& p : pools) {
+    NDArray x = rnd(p.x, p.op + p.tag);
+    add(p.op + "_" + p.tag, OpCase{p.op, {x}, p.a});
+    add(p.op + "_" + p.tag + "_special_values", OpCase{p.op, {sprinkled(x)}, p.a});
+    if (p.op != "MaxPool" && p.op != "AveragePool") continue;
+    // The backward pass (ai.graft MaxPoolGrad / AveragePoolGrad) of the same window.
+    Shape ys = runReference(OpCase{p.op, {x}, p.a}).at(0).shape();
+    OpCase g{p.op + "Grad", {rnd(ys, p.tag + "dy"), x}, p.a};
+    g.domain = "ai.graft";
+    add(p.op + "Grad_" + p.tag, g);
+  }
+  // A max pool large enough that the NaN check runs split over the threads, with one NaN in the
+  // last range only: the window that holds it must come out NaN.
+  {
+    NDArray x = rnd({2, 16, 96, 96}, "bigpool");
+    x.data<float>()[x.numel() - 100] = std::numeric_limits<float>::quiet_NaN();
+    add("MaxPool_large_one_nan",
+        OpCase{"MaxPool", {x}, attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}})});
+  }
+  // Channel-blocked pools, BatchNormalization and LRN.
+  for (int64_t b : {8, 16})
+    for (int64_t C : {8, 13}) {
+      std::string sfx = "_b" + std::to_string(b) + "_C" + std::to_string(C);
+      NDArray x = rnd({2, C, 7, 7}, "cb" + sfx);
+      auto blockedCase = [&](const std::string& op, std::vector<NDArray> in, ir::Attributes a) {
+        a.set("op", op);
+        a.set("block", b);
+        a.set("channels", C);
+        in.insert(in.begin(), blockOf(x, b));
+        OpCase c{"ChannelBlocked", in, a};
+        c.domain = "ai.graft";
+        return c;
+      };
+      add("ChannelBlocked_MaxPool" + sfx,
+          blockedCase("MaxPool", {},
+                      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+      {
+        NDArray plain = x;
+        x = sprinkled(plain);
+        add("ChannelBlocked_MaxPool_special_values" + sfx,
+            blockedCase("MaxPool", {},
+                        attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
+        x = plain;
+      }
+      add("ChannelBlocked_AveragePool" + sfx, blockedCase("AveragePool", {}, attrs({{"kernel_shape", Ints{2, 2}}})));
+      add("ChannelBlocked_GlobalAveragePool" + sfx, blockedCase("GlobalAveragePool", {}, {}));
+      add("ChannelBlocked_BatchNormalization" + sfx,
+          blockedCase("BatchNormalization",
+                      {rnd({C}, "s" + sfx), rnd({C}, "b" + sfx), rnd({C}, "m" + sfx), rnd({C}, "v" + sfx, 0.5, 2)},
+                      attrs({{"epsilon", 1e-3f}})));
+      add("ChannelBlocked_LRN" + sfx, blockedCase("LRN", {}, attrs({{"size", int64_t{5}}, {"alpha", 0.01f}})));
+    }
+}
+
+void normCases() {
+  for (const Shape& s : std::vector<Shape>{{4, 6}, {2, 5, 7}, {2, 8, 5, 5}, {1, 3, 2, 3, 4}}) {
+    std::string n = "BatchNormalization_" + shapeToString(s);
+    int64_t C = s[1];
+    add(n, OpCase{"BatchNormalization",
+                  {rnd(s, n + "x"), rnd({C}, n + "s"), rnd({C}, n + "b"), rnd({C}, n + "m"), rnd({C}, n + "v", 0.1, 2)},
+                  attrs({{"epsilon", 1e-4f}})});
+  }
+  for (int64_t size : {1, 3, 5})
+    for (const Shape& s : std::vector<Shape>{{2, 7, 4, 4}, {1, 5, 6}}) {
+      std::string n = "LRN_size" + std::to_string(size) + shapeToString(s);
+      add(n, OpCase{"LRN", {rnd(s, n)}, attrs({{"size", size}, {"alpha", 0.02f}, {"beta", 0.6f}, {"bias", 1.5f}})});
+    }
+  for (const char* op : {"Softmax", "LogSoftmax"})
+    for (const Shape& s : std::vector<Shape>{{7}, {3, 10}, {2, 3, 5}, {2, 3, 4, 5}})
+      for (int64_t axis = -static_cast<int64_t>(s.size()); axis < static_cast<int64_t>(s.size()); ++axis) {
+        std::string n = std::string(op) + shapeToString(s) + "_axis" + std::to_string(axis);
+        add(n, OpCase{op, {rnd(s, n, -5, 5)}, attrs({{"axis", axis}})});
+      }
+}
+
+void reorderCases() {
+  for (int64_t b : {8, 16})
+    for (const Shape& s : std::vector<Shape>{{2, 3, 5}, {1, 16, 4, 4}, {2, 20, 3, 5}, {1, 9, 2, 3, 4}}) {
+      std::string n = "Blocked_b" + std::to_string(b) + shapeToString(s);
+      NDArray x = rnd(s, n);
+      OpCase to{"ToBlocked", {x}, attrs({{"block", b}})};
+      to.domain = "ai.graft";
+      add("ToBlocked" + n, to);
+      OpCase from{"FromBlocked", {blockOf(x, b)}, attrs({{"channels", s[1]}})};
+      from.domain = "ai.graft";
+      add("FromBlocked" + n, from);
+    }
+}
+
+void rnnCases() {
+  const int64_t T = 5, N = 3, I = 4, H = 6;
+  struct R {
+    std::string op;
+    int64_t gates;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<R> cells = {
+      {"RNN", 1, {}, "tanh"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
+      {"RNN", 1,
+       attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}},
+              {"direction", std::string("bidirectional")}}),
+       "sigmoid_bidi"},
+      {"GRU", 3, {}, "default"},
+      {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
+      {"LSTM", 4, {}, "default"},
+      {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
+  };
+  for (const R& r : cells)
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 3; ++variant) {
+        if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        std::string n = r.op + "_" + r.tag + "_" + dir + "_v" + std::to_string(variant);
+        ir::Attributes a = r.a;
+        a.set("direction", std::string(dir));
+        a.set("hidden_size", H);
+        std::vector<NDArray> in{rnd({T, N, I}, n + "x"), rnd({D, r.gates * H, I}, n + "w"),
+                                rnd({D, r.gates * H, H}, n + "r")};
+        // variant 0: everything; 1: no optional inputs; 2: sequence_lens, full and partial.
+        if (variant != 1) {
+          in.push_back(rnd({D, 2 * r.gates * H}, n + "b"));
+          NDArray lens(DataType::Int32, {N});
+          for (int64_t b = 0; b < N; ++b) lens.data<int32_t>()[b] = static_cast<int32_t>(variant == 2 ? T - b : T);
+          in.push_back(lens);
+          in.push_back(rnd({D, N, H}, n + "h"));
+          if (r.op == "LSTM") {
+            in.push_back(rnd({D, N, H}, n + "c"));
+            in.push_back(rnd({D, 3 * H}, n + "p"));
+          }
+        }
+        OpCase c{r.op, in, a, r.op == "LSTM" ? 3 : 2};
+        add(n, c, {false, variant == 0, variant == 0, variant == 0});
+        if (variant == 0 && std::string(dir) != "reverse") {
+          c.inputs[0] = sprinkled(c.inputs[0]);
+          add(n + "_special_values", c, {false, true, true, true});
+        }
+      }
+}
+
+// LSTM at small batch, no peepholes and no sequence_lens: graft's own kernel (vec_lstm.cpp),
+// with constant weights and with weights given at run time. Hidden sizes that are and are not multiples of its 16-unit
+// blocks, more blocks than threads, every direction, with and without bias and initial states.
+void smallBatchLstmCases() {
+  struct S {
+    int64_t T, N, I, H;
+  };
+  for (const S& sh : {S{5, 1, 4, 20}, S{4, 3, 7, 33}, S{3, 4, 16, 16}, S{6, 2, 5, 64}})
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (bool optional : {false, true}) {
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        std::string n = "LSTM_small_batch_" + std::to_string(sh.N) + "x" + std::to_string(sh.H) + "_" + dir +
+                        (optional ? "_bias_states" : "");
+        ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", sh.H}});
+        std::vector<NDArray> in{rnd({sh.T, sh.N, sh.I}, n + "x"), rnd({D, 4 * sh.H, sh.I}, n + "w"),
+                                rnd({D, 4 * sh.H, sh.H}, n + "r")};
+        if (optional) {
+          in.push_back(rnd({D, 8 * sh.H}, n + "b"));
+          in.push_back(NDArray());  // no sequence_lens
+          in.push_back(rnd({D, sh.N, sh.H}, n + "h"));
+          in.push_back(rnd({D, sh.N, sh.H}, n + "c"));
+        }
+        add(n, OpCase{"LSTM", in, a, 3}, {false, true, true, true, false, false, false});
+        // Weights that are graph inputs (a training graph's forward): packed at each run.
+        add(n + "_runtime_weights", OpCase{"LSTM", in, a, 3});
+      }
+}
+
+// RNNGrad, GRUGrad and LSTMGrad (ai.graft): dY, dY_h (, dY_c) then the forward inputs.
+void rnnGradCases() {
+  struct R {
+    std::string op;
+    int64_t gates;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<R> cells = {
+      {"RNN", 1, {}, "tanh"},
+      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
+      {"RNN", 1,
+       attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}},
+              {"direction", std::string("bidirectional")}}),
+       "sigmoid_bidi"},
+      {"GRU", 3, {}, "default"},
+      {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
+      {"LSTM", 4, {}, "default"},
+      {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
+  };
+  struct Geo {
+    int64_t T, N, I, H;
+  };
+  for (const R& r : cells)
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 5; ++variant) {
+        if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;
+        // variant 0: every optional input and output gradient; 1: no optional inputs, dY only;
+        // 2: sequence_lens partial (the reference at run time); 3: bias and initial_h, no dY;
+        // 4: a larger shape with everything.
+        Geo geo = variant == 4 ? Geo{7, 2, 9, 16} : Geo{5, 3, 4, 6};
+        const int64_t T = geo.T, N = geo.N, I = geo.I, H = geo.H;
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        bool lstm = r.op == "LSTM";
+        std::string n = r.op + "Grad_" + r.tag + "_" + dir + "_v" + std::to_string(variant);
+        ir::Attributes a = r.a;
+        a.set("direction", std::string(dir));
+        a.set("hidden_size", H);
+        std::vector<NDArray> in;
+        in.push_back(variant == 3 ? NDArray() : rnd({T, D, N, H}, n + "dy"));
+        in.push_back(variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyh"));
+        if (lstm) in.push_back(variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyc"));
+        size_t w = in.size() + 1;
+        in.push_back(rnd({T, N, I}, n + "x"));
+        in.push_back(rnd({D, r.gates * H, I}, n + "w"));
+        in.push_back(rnd({D, r.gates * H, H}, n + "r"));
+        if (variant != 1) {
+          in.push_back(rnd({D, 2 * r.gates * H}, n + "b"));
+          NDArray lens(DataType::Int32, {N});
+          for (int64_t b = 0; b < N; ++b) lens.data<int32_t>()[b] = static_cast<int32_t>(variant == 2 ? T - b : T);
+          in.push_back(variant == 3 ? NDArray() : lens);
+          in.push_back(rnd({D, N, H}, n + "h"));
+          if (lstm && variant != 3) {
+            in.push_back(rnd({D, N, H}, n + "c"));
+            in.push_back(rnd({D, 3 * H}, n + "p"));
+          }
+        }
+        OpCase c{r.op + "Grad", in, a, lstm ? 7 : 5};
+        c.domain = "ai.graft";
+        std::vector<bool> constant(in.size(), false);
+        // Constant weights in one variant: the kernel re-packs them either way.
+        if (variant == 0) constant[w] = constant[w + 1] = true;
+        add(n, c, constant, 1e-3);
+      }
+}
+
+}  // namespace
+
+const std::vector<BackendCase>& allCases() {
+  static bool built = [] {
+    convCases();
+    matmulCases();
+    poolCases();
+    normCases();
+    reorderCases();
+    rnnCases();
+    smallBatchLstmCases();
+    rnnGradCases();
+    return true;
+  }();
+  (void)built;
+  return cases();
+}
+
+}  // namespace graft::testing
