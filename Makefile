@@ -163,9 +163,10 @@ test-asan-quick: setup
 	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
 
 # The concurrency tests under ThreadSanitizer: graft's thread pool, one session run from several
-# threads, the pipeline executor (a worker thread per virtual device). tests/tsan.supp says why
-# each suppression is there (libgomp and oneDNN are not instrumented).
-TSAN_TESTS := ThreadPool.*:Reliability.RunFromSeveralThreads*:Pipeline.*:PipelineTraining.*
+# threads, the pipeline executor (a worker thread per virtual device), two replicas in one
+# process. tests/tsan.supp says why each suppression is there (libgomp and oneDNN are not
+# instrumented).
+TSAN_TESTS := ThreadPool.*:Reliability.RunFromSeveralThreads*:Pipeline.*:PipelineTraining.*:TrainingSession.TwoReplicas*
 test-tsan: setup
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_TSAN=ON -DGRAFT_PYTHON=OFF \
 	  -DPython_EXECUTABLE=$(abspath $(PY))

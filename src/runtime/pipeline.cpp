@@ -98,7 +98,7 @@ struct VirtualDevices::Worker {
   std::unique_ptr<backends::Backend> backend;
   bool pinned = false;
 
-  void loop(int threads, std::vector<int> cpus) {
+  void loop(int threads, const std::vector<int>& cpus) {
     if (!cpus.empty()) {
       cpu_set_t set;
       CPU_ZERO(&set);
@@ -220,8 +220,10 @@ std::vector<std::vector<int>> VirtualDevices::cpuBlocks(int count, int threadsEa
   const int64_t each = static_cast<int64_t>(count) * threadsEach;
   if (shares < 1 || share < 0 || share >= shares || each * shares > static_cast<int64_t>(cpus.size())) return out;
   const int64_t first = each * share;
-  for (int i = 0; i < count; ++i)
-    out[i].assign(cpus.begin() + first + i * threadsEach, cpus.begin() + first + (i + 1) * threadsEach);
+  for (int i = 0; i < count; ++i) {
+    const int64_t from = first + static_cast<int64_t>(i) * threadsEach;
+    out[i].assign(cpus.begin() + from, cpus.begin() + from + threadsEach);
+  }
   return out;
 }
 
@@ -269,7 +271,7 @@ bool PipelineExecutor::runnable(int p, int count) const {
 void PipelineExecutor::fail(std::exception_ptr e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_) error_ = e;
+    if (!error_) error_ = std::move(e);
     abort_ = true;
   }
   cv_.notify_all();

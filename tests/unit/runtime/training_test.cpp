@@ -14,6 +14,7 @@
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
+#include "support/thread_pool.hpp"
 
 namespace graft {
 namespace {
@@ -124,6 +125,43 @@ void expectWeights(TrainingSession& s, const Reference& ref, double tol) {
 }
 
 std::shared_ptr<DeviceInfo> cpu() { return DeviceManager::createDeviceManager().createCpuDevice(); }
+
+// Two replicas in one process (each on its own worker thread and core; the gradients summed by
+// whichever replica completes each bucket, the optimizer step once) train exactly as one replica
+// with twice the micro-batch. make test-tsan runs this under ThreadSanitizer.
+TEST(TrainingSession, TwoReplicasTrainAsOneReplicaWithTwiceTheBatch) {
+  if (support::ThreadPool::hardwareThreads() < 2)
+    GTEST_SKIP() << "two replicas of one kernel thread each need two cores (the session refuses fewer)";
+  SGD opt({{"defaultLearningRate", {0.05f, true}}, {"defaultMomentum", {0.9f, true}}});
+  SessionOptions o;
+  o.enableReplicatedGraphs = true;
+  o.replicatedGraphCount = 2;
+  o.accumulationAndReplicationReductionType = ReductionType::Mean;
+  o.gradientBucketBytes = 0;  // one bucket per gradient: the buckets complete on either replica
+  auto dm = DeviceManager::createDeviceManager();
+  auto two = TrainingSession::createFromOnnxModel(linearModel("Mean"), DataFlow(1, {"loss"}), "loss", opt,
+                                                  dm.createCpuDevice(2, 1), {}, o);
+  auto one = TrainingSession::createFromOnnxModel(linearModel("Mean", 2 * kN), DataFlow(1, {"loss"}), "loss", opt,
+                                                  dm.createCpuDevice(1, 1));
+  two->prepareDevice();
+  one->prepareDevice();
+  for (int step = 0; step < 4; ++step) {
+    Batch d = batchFor(step, 2 * kN);
+    runStep(*two, d, {2, kN, kIn}, {2, kN, kOut});  // PopART's layout: the replica dimension first
+    runStep(*one, d, {2 * kN, kIn}, {2 * kN, kOut});
+    WeightsIO a, b;
+    for (WeightsIO* io : {&a, &b}) {
+      io->insert("W", NDArray(DataType::Float, {kIn, kOut}));
+      io->insert("b", NDArray(DataType::Float, {kOut}));
+    }
+    two->readWeights(a);
+    one->readWeights(b);
+    for (const char* id : {"W", "b"})
+      for (int64_t i = 0; i < a.weight(id).numel(); ++i)
+        EXPECT_NEAR(a.weight(id).data<float>()[i], b.weight(id).data<float>()[i], 1e-5)
+            << id << "[" << i << "] after step " << step;
+  }
+}
 
 TEST(TrainingSession, SgdWithMomentumAndWeightDecayMatchesHandComputation) {
   for (bool nesterov : {false, true}) {
