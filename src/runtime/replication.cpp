@@ -198,7 +198,8 @@ void Session::Impl::compileReplicated(Plan& p) {
           static_cast<int64_t>(shares) * r * per * threads, cores);
     for (int i = 0; i < r; ++i) {
       std::vector<std::vector<int>> mine;
-      if (!blocks.empty()) mine.assign(blocks.begin() + i * per, blocks.begin() + (i + 1) * per);
+      const auto from = static_cast<std::ptrdiff_t>(i) * per;
+      if (!blocks.empty()) mine.assign(blocks.begin() + from, blocks.begin() + from + per);
       replicaDevices.push_back(
           std::make_unique<pipeline::VirtualDevices>(device->type(), per, threads, mine, options.enableBf16));
     }

@@ -222,6 +222,7 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
                  fmt::join(
                      [&] {
                        std::vector<std::string> s;
+                       s.reserve(shapes.size());
                        for (const auto& sh : shapes) s.push_back(shapeToString(sh));
                        return s;
                      }(),
@@ -461,6 +462,7 @@ void Session::Impl::run(IStepIO& io) {
 
 std::vector<ops::Value> Session::Impl::execute(std::vector<ops::Value> inputs) {
   std::vector<Shape> shapes;
+  shapes.reserve(inputs.size());
   for (const auto& v : inputs) shapes.push_back(v.isTensor() ? v.tensor.shape() : Shape{-1});
   Plan& p = planFor(shapes);
   lastPlan = &p;
