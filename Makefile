@@ -153,14 +153,16 @@ test-asan: setup
 	  ctest --output-on-failure -j $(JOBS) -E '^conformance(_reference)?$$' && \
 	  tests/conformance --only-crashes --timeout 600
 
-# The unit and backend suites only (what .ci/run runs): builds just their two test programs.
+# The unit and backend suites only (what .ci/run runs): builds just their two test programs and
+# runs each once, as one process (under ctest every backend test is a process of its own that
+# rebuilds the whole case matrix: 10 s each under ASan, 30 min in all; run once, 12 s + 41 s).
 test-asan-quick: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRAFT_SANITIZE=ON -DGRAFT_PYTHON=OFF \
 	  -DPython_EXECUTABLE=$(abspath $(PY))
 	cmake --build build-asan -j $(JOBS) --target unit_tests backend_tests
-	cd build-asan && export ASAN_OPTIONS=detect_leaks=1 GRAFT_VERIFY_PASSES=1 \
+	cd build-asan && export ASAN_OPTIONS=detect_leaks=1 GRAFT_VERIFY_PASSES=1 OMP_WAIT_POLICY=passive \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 && \
-	  ctest --output-on-failure -j $(JOBS) -L '^(unit|backends)$$'
+	  tests/unit_tests --gtest_brief=1 && tests/backend_tests --gtest_brief=1
 
 # The concurrency tests under ThreadSanitizer: graft's thread pool, one session run from several
 # threads, the pipeline executor (a worker thread per virtual device), two replicas in one

@@ -138,11 +138,14 @@ class FuseGelu : public Pass {
   std::string_view name() const override { return "fuse-gelu"; }
   bool run(ir::Graph& g, PassContext&) override {
     bool changed = false;
-    std::vector<ir::Node*> all = g.nodes();
-    for (ir::Node* n : all) {
-      if (!isOp(n, "Erf")) continue;
+    // The Erf nodes first: a fusion removes the nodes around its Erf (the Div, Add and Muls), so a
+    // list of all nodes would hold freed ones after it (ASan found a use-after-free here). Each
+    // pattern holds one Erf, so no fusion removes another candidate.
+    std::vector<ir::Node*> erfs;
+    for (ir::Node* n : g.nodes())
+      if (isOp(n, "Erf")) erfs.push_back(n);
+    for (ir::Node* n : erfs)
       if (fuseGeluAt(g, n, g.nodes())) changed = true;
-    }
     return changed;
   }
 };
