@@ -6,6 +6,7 @@
 
 #include "ops/elementwise.hpp"
 #include "ops/registry.hpp"
+#include "support/check.hpp"
 
 namespace graft::ops {
 namespace {
@@ -58,8 +59,12 @@ void addRow(Registry& r) {
     if (row.inplace) d.inplace(0);
     // ONNX shape inference knows ai.onnx ops only.
     if (row.domain[0])
-      d.setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-        return std::vector<ir::ValueType>{in.at(0)};
+      d.setInfer([](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        // (A fuzzed ai.graphcore Gelu without inputs reached in.at(0): std::out_of_range.)
+        constexpr int arity = ew::row(R).arity;
+        GRAFT_CHECK(static_cast<int>(in.size()) == arity, "{}: takes {} input{}, got {}", n.describe(), arity,
+                    arity == 1 ? "" : "s", in.size());
+        return std::vector<ir::ValueType>{in[0]};
       });
   }
 }
