@@ -135,10 +135,9 @@ fuzz-campaign: build
 # tries other mutants.
 fuzz-smoke: build
 	rng=$$(git rev-list --count HEAD 2>/dev/null || echo 1); third=$$(( $${FUZZ_SECONDS:-60} / 3 )); \
-	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/seeds --count 1000000 --rng $$rng --seconds $$third \
-	  --findings $(BUILD)/findings && \
-	$(BUILD)/tests/fuzz_campaign mutate --seeds tests/fuzz/regressions --count 1000000 --rng $$rng --seconds $$third \
-	  --findings $(BUILD)/findings && \
+	for seeds in tests/fuzz/seeds tests/fuzz/regressions; do \
+	  $(BUILD)/tests/fuzz_campaign mutate --seeds $$seeds --count 1000000 --rng $$rng --seconds $$third \
+	    --findings $(BUILD)/findings || exit 1; done; \
 	OMP_WAIT_POLICY=passive $(PY) tests/fuzz/fuzz_python.py random --count 1000000 --seed $$rng --seconds $$third \
 	  --findings $(BUILD)/findings-py
 

@@ -82,24 +82,13 @@ class MpiWorld : public Communicator {
                             a.dtype() == DataType::Float ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
     failIf(rc, "all-reduce of '" + what + "'");
     pending_.push_back({req, std::move(a), what});
-    // OpenMPI moves a non-blocking collective on only inside MPI calls (it has no progress thread
-    // by default): testing the earlier buckets here advances them while the backward pass goes on.
-    // A completed request becomes MPI_REQUEST_NULL, which waitAll's MPI_Testall counts as done.
-    for (auto& p : pending_) {
-      int done = 0;
-      failIf(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE), "all-reduce of '" + p.what + "'");
-    }
+    testPending();  // the earlier buckets move on while the backward pass goes on
   }
 
   void progress() override {
     std::unique_lock<std::recursive_mutex> lock(mu_, std::try_to_lock);
     if (!lock.owns_lock() || gBroken) return;
-    for (auto& p : pending_) {
-      if (p.req == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      int rc = MPI_Test(&p.req, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) failIf(rc, "all-reduce of '" + p.what + "'");
-    }
+    testPending();
   }
 
   void waitAll() override {
@@ -169,6 +158,18 @@ class MpiWorld : public Communicator {
     NDArray keep;
     std::string what;
   };
+
+  // OpenMPI moves a non-blocking collective on only inside MPI calls (it has no progress thread
+  // by default): testing the started all-reduces advances them. A completed request becomes
+  // MPI_REQUEST_NULL, which waitAll's MPI_Testall counts as done. The caller holds mu_.
+  void testPending() {
+    for (auto& p : pending_) {
+      if (p.req == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      int rc = MPI_Test(&p.req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) failIf(rc, "all-reduce of '" + p.what + "'");
+    }
+  }
 
   void checkUsable(const std::string& what) const {
     GRAFT_CHECK(!gBroken,

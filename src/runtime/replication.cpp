@@ -188,18 +188,18 @@ void Session::Impl::compileReplicated(Plan& p) {
     // them (without this every process would pin its replicas to the first cores).
     const int share = comm ? comm->localRank() : 0, shares = comm ? comm->localSize() : 1;
     auto blocks = pipeline::VirtualDevices::cpuBlocks(r * per, threads, share, shares);
-    const int cores = support::ThreadPool::hardwareThreads();
-    if (shares > 1 && static_cast<int64_t>(shares) * r * per * threads > cores)
+    // cpuBlocks leaves the lists empty when the cores are too few for every local process.
+    if (shares > 1 && blocks[0].empty())
       GRAFT_LOG_WARN(
           "distributed replication: {} processes on this host x {} replica{} x {} virtual device{} x {} kernel "
           "thread{} need {} cores, the host has {}: the threads are not pinned, and steps will be slow (use "
           "fewer threads per process: SessionOptions.numThreads or createCpuDevice's coresPerVirtualDevice)",
           shares, r, r == 1 ? "" : "s", per, per == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
-          static_cast<int64_t>(shares) * r * per * threads, cores);
+          static_cast<int64_t>(shares) * r * per * threads, support::ThreadPool::hardwareThreads());
     for (int i = 0; i < r; ++i) {
       std::vector<std::vector<int>> mine;
       const auto from = static_cast<std::ptrdiff_t>(i) * per;
-      if (!blocks.empty()) mine.assign(blocks.begin() + from, blocks.begin() + from + per);
+      mine.assign(blocks.begin() + from, blocks.begin() + from + per);
       replicaDevices.push_back(
           std::make_unique<pipeline::VirtualDevices>(device->type(), per, threads, mine, options.enableBf16));
     }

@@ -99,9 +99,9 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
   int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
   // In a replicated session this backend runs only the optimizer step, while every replica's
   // threads wait for it: it takes the cores of all the local replicas' virtual devices.
-  if (replicated() && options.replicatedGraphCount > 0)
-    threads = std::max(
-        threads, std::min(threads * std::max(device->numVirtualDevices(), 1), support::ThreadPool::hardwareThreads()));
+  if (replicated())
+    threads =
+        std::max(threads, std::min(threads * device->numVirtualDevices(), support::ThreadPool::hardwareThreads()));
   backend = device->type() == DeviceType::Reference ? backends::makeReferenceBackend()
                                                     : backends::makeCpuBackend(threads, options.enableBf16);
   pool = std::make_unique<support::ThreadPool>(backend->numThreads());

@@ -537,15 +537,17 @@ void reorderCases() {
     }
 }
 
-void rnnCases() {
-  const int64_t T = 5, N = 3, I = 4, H = 6;
-  struct R {
-    std::string op;
-    int64_t gates;
-    ir::Attributes a;
-    std::string tag;
-  };
-  std::vector<R> cells = {
+// The recurrent cells the forward and gradient cases run: each op with its gate blocks, extra
+// attributes and a tag for the case names (a bidirectional-only cell names its direction).
+struct RecurrentCell {
+  std::string op;
+  int64_t gates;
+  ir::Attributes a;
+  std::string tag;
+};
+
+const std::vector<RecurrentCell>& recurrentCells() {
+  static const std::vector<RecurrentCell> cells = {
       {"RNN", 1, {}, "tanh"},
       {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
       {"RNN", 1,
@@ -557,7 +559,13 @@ void rnnCases() {
       {"LSTM", 4, {}, "default"},
       {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
   };
-  for (const R& r : cells)
+  return cells;
+}
+
+void rnnCases() {
+  const int64_t T = 5, N = 3, I = 4, H = 6;
+  const std::vector<RecurrentCell>& cells = recurrentCells();
+  for (const RecurrentCell& r : cells)
     for (const char* dir : {"forward", "reverse", "bidirectional"})
       for (int variant = 0; variant < 3; ++variant) {
         if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;
@@ -619,28 +627,11 @@ void smallBatchLstmCases() {
 
 // RNNGrad, GRUGrad and LSTMGrad (ai.graft): dY, dY_h (, dY_c) then the forward inputs.
 void rnnGradCases() {
-  struct R {
-    std::string op;
-    int64_t gates;
-    ir::Attributes a;
-    std::string tag;
-  };
-  std::vector<R> cells = {
-      {"RNN", 1, {}, "tanh"},
-      {"RNN", 1, attrs({{"activations", std::vector<std::string>{"Relu"}}}), "relu"},
-      {"RNN", 1,
-       attrs({{"activations", std::vector<std::string>{"Sigmoid", "Sigmoid"}},
-              {"direction", std::string("bidirectional")}}),
-       "sigmoid_bidi"},
-      {"GRU", 3, {}, "default"},
-      {"GRU", 3, attrs({{"linear_before_reset", int64_t{1}}}), "lbr"},
-      {"LSTM", 4, {}, "default"},
-      {"LSTM", 4, attrs({{"clip", 0.5f}}), "clip_reference"},
-  };
+  const std::vector<RecurrentCell>& cells = recurrentCells();
   struct Geo {
     int64_t T, N, I, H;
   };
-  for (const R& r : cells)
+  for (const RecurrentCell& r : cells)
     for (const char* dir : {"forward", "reverse", "bidirectional"})
       for (int variant = 0; variant < 5; ++variant) {
         if (r.a.has("direction") && std::string(dir) != "bidirectional") continue;

@@ -242,8 +242,8 @@ int main(int argc, char** argv) {
     for (const auto& f : files) corpus.push_back(readFile(f));
     std::mt19937_64 rng(seed);
     auto t0 = std::chrono::steady_clock::now();
-    long done = 0;
-    for (long i = 0; i < count; ++i, ++done) {
+    long i = 0;  // after the loop: the mutants tried
+    for (; i < count; ++i) {
       // --seconds: stop once the time is up (the cases so far are counted).
       if (seconds >= 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
         break;
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%ld mutants of %zu seeds in %.0f s:", done, files.size(), secs);
+    std::printf("%ld mutants of %zu seeds in %.0f s:", i, files.size(), secs);
   } else {
     return usage();
   }

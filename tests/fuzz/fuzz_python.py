@@ -32,6 +32,7 @@ import random
 import struct
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -486,16 +487,13 @@ def main(argv):
             print(f"fuzz_python.py random: unknown option {flag}", file=sys.stderr)
             return 2
     rng = random.Random(rng_seed)
-    import time
     deadline = time.monotonic() + seconds if seconds is not None else None
     pool = seed_inputs()
     counts = {}
     per_cat = {}
-    done = 0
     for i in range(count):
         if deadline is not None and time.monotonic() > deadline:
             break
-        done += 1
         base = bytearray(rng.choice(pool))
         base[0] = i % len(CATEGORIES)  # every category in turn
         for _ in range(rng.randint(1, 8)):
@@ -515,7 +513,7 @@ def main(argv):
                     f.write(data)
     for name, c in per_cat.items():
         print(f"{name:<14} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-    print(f"total {done}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(f"total {sum(counts.values())}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0 if set(counts) <= {"ok"} else 1
 
 

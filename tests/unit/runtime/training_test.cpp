@@ -124,6 +124,20 @@ void expectWeights(TrainingSession& s, const Reference& ref, double tol) {
   for (size_t i = 0; i < ref.b.size(); ++i) EXPECT_NEAR(io.weight("b").data<float>()[i], ref.b[i], tol) << "b[" << i << "]";
 }
 
+// Both sessions hold the same W and b within `tol`.
+void expectSameWeights(TrainingSession& s1, TrainingSession& s2, double tol, const std::string& when) {
+  WeightsIO a, b;
+  for (WeightsIO* io : {&a, &b}) {
+    io->insert("W", NDArray(DataType::Float, {kIn, kOut}));
+    io->insert("b", NDArray(DataType::Float, {kOut}));
+  }
+  s1.readWeights(a);
+  s2.readWeights(b);
+  for (const char* id : {"W", "b"})
+    for (int64_t i = 0; i < a.weight(id).numel(); ++i)
+      EXPECT_NEAR(a.weight(id).data<float>()[i], b.weight(id).data<float>()[i], tol) << id << "[" << i << "] " << when;
+}
+
 std::shared_ptr<DeviceInfo> cpu() { return DeviceManager::createDeviceManager().createCpuDevice(); }
 
 // Two replicas in one process (each on its own worker thread and core; the gradients summed by
@@ -149,17 +163,7 @@ TEST(TrainingSession, TwoReplicasTrainAsOneReplicaWithTwiceTheBatch) {
     Batch d = batchFor(step, 2 * kN);
     runStep(*two, d, {2, kN, kIn}, {2, kN, kOut});  // PopART's layout: the replica dimension first
     runStep(*one, d, {2 * kN, kIn}, {2 * kN, kOut});
-    WeightsIO a, b;
-    for (WeightsIO* io : {&a, &b}) {
-      io->insert("W", NDArray(DataType::Float, {kIn, kOut}));
-      io->insert("b", NDArray(DataType::Float, {kOut}));
-    }
-    two->readWeights(a);
-    one->readWeights(b);
-    for (const char* id : {"W", "b"})
-      for (int64_t i = 0; i < a.weight(id).numel(); ++i)
-        EXPECT_NEAR(a.weight(id).data<float>()[i], b.weight(id).data<float>()[i], 1e-5)
-            << id << "[" << i << "] after step " << step;
+    expectSameWeights(*two, *one, 1e-5, "after step " + std::to_string(step));
   }
 }
 
@@ -214,14 +218,7 @@ TEST(TrainingSession, GradientAccumulationEqualsTheLargeBatch) {
     runStep(*acc, d, {2, 2, kIn}, {2, 2, kOut});
     runStep(*big, d, {4, kIn}, {4, kOut});
   }
-  WeightsIO a, b;
-  for (auto* io : {&a, &b}) {
-    io->insert("W", NDArray(DataType::Float, {kIn, kOut}));
-    io->insert("b", NDArray(DataType::Float, {kOut}));
-  }
-  acc->readWeights(a);
-  big->readWeights(b);
-  for (int64_t i = 0; i < kIn * kOut; ++i) EXPECT_NEAR(a.weight("W").data<float>()[i], b.weight("W").data<float>()[i], 1e-5);
+  expectSameWeights(*acc, *big, 1e-5, "after 3 steps");
 }
 
 TEST(TrainingSession, NonConstantLearningRateChangesWithoutRecompiling) {
