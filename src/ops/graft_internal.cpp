@@ -49,10 +49,13 @@ KernelFn zerosLikeKernel(CompileContext&) {
   };
 }
 
-// Accumulate(acc, g): acc += g, in place; acc is a persistent Variable.
+// Accumulate(acc, g) {overwrite}: acc += g, in place; acc is a persistent Variable. With
+// overwrite = 1, acc = g: the one Accumulate of a weight update (replication without gradient
+// accumulation), which then needs no zeroed accumulator.
 KernelFn accumulateKernel(CompileContext& c) {
   std::string what = c.node().describe();
-  return [what](KernelContext& k) {
+  const bool overwrite = c.node().attrInt("overwrite", 0) != 0;
+  return [what, overwrite](KernelContext& k) {
     NDArray acc = k.input(0);
     const NDArray& g = k.input(1);
     GRAFT_CHECK(acc.shape() == g.shape() && acc.dtype() == g.dtype(), "{}: accumulator {} {} vs gradient {} {}", what,
@@ -62,7 +65,10 @@ KernelFn accumulateKernel(CompileContext& c) {
       using C = ComputeType<T>;
       T* a = acc.data<T>();
       const T* b = g.data<T>();
-      for (int64_t i = 0; i < acc.numel(); ++i) a[i] = static_cast<T>(static_cast<C>(a[i]) + static_cast<C>(b[i]));
+      if (overwrite)
+        for (int64_t i = 0; i < acc.numel(); ++i) a[i] = b[i];
+      else
+        for (int64_t i = 0; i < acc.numel(); ++i) a[i] = static_cast<T>(static_cast<C>(a[i]) + static_cast<C>(b[i]));
     });
   };
 }

@@ -276,7 +276,7 @@ void Session::Impl::compileReplicated(Plan& p) {
       for (auto& e : rep->staged->exes) e->setAfterNode(hook);
   }
   formBuckets(p);
-  if (shardsOptimizerState()) compileShards(p);
+  if (splitsOptimizerStep()) compileShards(p);
 }
 
 void Session::Impl::formBuckets(Plan& p) {
@@ -373,13 +373,21 @@ void Session::Impl::startBucket(Plan& p, size_t b, int replica) {
   if (red.started[b].exchange(true)) return;
   double t0 = red.timeline ? red.timeline->now() : 0;
   Plan::Reduction::Bucket& bucket = red.buckets[b];
+  // In one process a split optimizer step sums each slice of the replicas' gradients itself, on
+  // the replica that updates it (buildShardGraph); nothing to do here then.
+  if (!comm && !p.shardExes.empty()) {
+    if (red.timeline)
+      red.timeline->add({1 + replica, "complete (summed in the optimizer step): " + bucket.name, t0, 0, -1});
+    return;
+  }
   for (size_t k : bucket.members) {
     const TensorId& id = p.accumulatorIds[k];
     NDArray& sum = p.replicas[0]->accumulators[k];
     for (size_t i = 1; i < p.replicas.size(); ++i) {
       NDArray& a = p.replicas[i]->accumulators[k];
       addInto(sum, a, "all-reduce of '" + id + "'");
-      if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
+      // (Without gradient accumulation the next step's Accumulate overwrites it.)
+      if (a.nbytes() && accumulationFactor() > 1) std::memset(a.rawData(), 0, a.nbytes());
     }
   }
   if (comm) {

@@ -89,6 +89,10 @@ struct Session::Impl {
   /// state (SGD's velocity, Adam's moments) is split into globalReplicationFactor shards of
   /// ceil(n / G) elements; global replica g holds elements [g s, min(n, (g + 1) s)) of each.
   struct Sharding {
+    /// The split optimizer step of one process's replicas without shardOptimizerState: the
+    /// per-element state stays whole in the model graph, and each replica's step reads and writes
+    /// a view of its slice (only the work is shared out; private_ state is still a copy each).
+    bool views = false;
     struct Weight {
       TensorId id;
       int64_t numel = 0, shard = 0;
@@ -208,6 +212,12 @@ struct Session::Impl {
   // Optimizer-state sharding (runtime/sharding.cpp).
   /// True when SessionOptions::shardOptimizerState applies (a replicated training session).
   bool shardsOptimizerState() const { return options.shardOptimizerState && isTraining() && replicated(); }
+  /// True when each local replica runs the optimizer step of its slice of every weight on its
+  /// own worker, after summing that slice of every replica's gradient: with shardOptimizerState,
+  /// and in one process with several replicas where the optimizer allows it (set at creation;
+  /// docs/replication.md, "The optimizer step").
+  bool splitsOptimizerStep() const { return shardsOptimizerState() || splitUnshardedStep; }
+  bool splitUnshardedStep = false;
   /// Training: the trained weights and their optimizer state, split into shards (once).
   virtual void setUpSharding() {}
   /// Training: local replica i's optimizer step over its shards of p's accumulators.

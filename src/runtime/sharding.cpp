@@ -48,7 +48,10 @@ void Session::Impl::runShards(Plan& p) {
   const int r = localReplicas();
   for (int i = 0; i < r; ++i)
     p.replicas[i]->devices->start([&, i](int d) {
-      if (d == 0) p.shardExes[i]->run({});
+      if (d != 0) return;
+      double t0 = lastTimeline ? lastTimeline->now() : 0;
+      p.shardExes[i]->run({});
+      if (lastTimeline) lastTimeline->add({1 + i, "optimizer step of its slice", t0, lastTimeline->now() - t0, -1});
     });
   std::exception_ptr first;
   for (int i = 0; i < r; ++i) {
@@ -59,9 +62,12 @@ void Session::Impl::runShards(Plan& p) {
     }
   }
   if (first) std::rethrow_exception(first);
-  for (NDArray& a : p.replicas[0]->accumulators)
-    if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
-  if (!comm) return;  // one process: the shards were updated in place, in the shared weights
+  // One process: the shards were updated in place, in the shared weights, and each step zeroed
+  // its slices of the accumulators (buildShardGraph).
+  if (!comm) return;
+  if (accumulationFactor() > 1)  // (otherwise the next step's Accumulates overwrite them)
+    for (NDArray& a : p.replicas[0]->accumulators)
+      if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
   // Every process contributes its replicas' shards of every weight (padded to the shard size).
   const int offset = globalOffset(options);
   size_t per = 0;
@@ -99,9 +105,11 @@ void Session::Impl::materializeShardedState() {
   if (!sharding || sharding->materialized) return;
   const int r = localReplicas(), offset = globalOffset(options);
   // Full arrays from the local shards; over MPI the other processes' shards come from them.
+  // (Views: the model graph holds the per-element state all along.)
   std::vector<std::pair<const Sharding::Weight*, TensorId>> items;
   for (const auto& w : sharding->weights)
-    for (const TensorId& id : w.state) items.emplace_back(&w, id);
+    for (const TensorId& id : w.state)
+      if (!sharding->views) items.emplace_back(&w, id);
   std::vector<NDArray> full;
   for (const auto& [w, id] : items) {
     const NDArray& shard0 = sharding->state[0].at(id);
@@ -153,6 +161,7 @@ void Session::Impl::releaseShardedState() {
   const int r = localReplicas(), offset = globalOffset(options);
   for (const auto& w : sharding->weights) {
     for (const TensorId& id : w.state) {
+      if (sharding->views) break;  // stays in the model graph
       ir::Tensor& t = model.graph->tensor(id);
       NDArray full = *t.data();
       const size_t es = dtypeSize(full.dtype());
@@ -183,8 +192,11 @@ std::vector<int64_t> Session::Impl::replicaOptimizerStateBytes() const {
     }
     return bytes;
   };
-  if (!p->shardGraphs.empty()) {
+  if (!p->shardGraphs.empty() && sharding && !sharding->views) {
     for (const auto& g : p->shardGraphs) out.push_back(stateBytes(*g));
+  } else if (!p->shardGraphs.empty()) {
+    // Split but unsharded: every replica's slice of the step works in the one full state.
+    out.assign(static_cast<size_t>(localReplicas()), stateBytes(*model.graph));
   } else if (p->applyGraph) {
     // Unsharded: every replica's update reads the one full state.
     out.assign(static_cast<size_t>(localReplicas()), stateBytes(*p->applyGraph));

@@ -178,8 +178,12 @@ struct TrainingImpl : Session::Impl {
     if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
     std::vector<TensorId> trained;
     for (const auto& [w, gr] : pairs) {
+      // One micro-batch per weight update (replication alone): the gradient overwrites the
+      // accumulator, which then never needs zeroing.
+      ir::Attributes attrs;
+      if (accumulationFactor() <= 1) attrs.set("overwrite", int64_t{1});
       ir::Node* acc = g.addNode("Accumulate", ops::kGraftDomain, {&g.tensor(optim::stateId("Accum", w->id())), gr}, {},
-                                {}, "accumulate_" + w->id());
+                                std::move(attrs), "accumulate_" + w->id());
       // Added after the whole backward pass, it would run only once nothing else is ready, after
       // all of it; eager, it runs right after its gradient's producer, so the gradient is complete
       // (and its bucket's all-reduce can start, replication.cpp) while the backward pass goes on.
@@ -193,7 +197,7 @@ struct TrainingImpl : Session::Impl {
       p.accumulatorIds.push_back(optim::stateId("Accum", w->id()));
     }
     // Sharded: each replica's optimizer step is built once the replicas exist (buildShardGraph).
-    if (!shardsOptimizerState()) p.applyGraph = buildApplyGraph(trained);
+    if (!splitsOptimizerStep()) p.applyGraph = buildApplyGraph(trained);
   }
 
   // The gradient of an accumulator, divided for a Mean reduction (the accumulators hold sums).
@@ -202,15 +206,19 @@ struct TrainingImpl : Session::Impl {
     NDArray s = NDArray::scalar<float>(
         DataType::Float, static_cast<float>(1.0 / (static_cast<double>(accumulationFactor()) * globalReplicas())));
     ir::Tensor* k = g.addInitializer(g.uniqueId("accumulationScale"), s, ir::TensorKind::Constant);
-    ir::Node* cast = g.addNode("CastLike", "", {k, acc}, {g.uniqueId("accumulationScale_" + w)});
-    ops::inferNode(*cast, false);
-    ir::Node* mul = g.addNode("Mul", "", {acc, cast->output(0)}, {g.uniqueId("meanGradient_" + w)});
+    if (acc->info().dataType() != DataType::Float) {  // a float constant, cast to the gradient's type
+      ir::Node* cast = g.addNode("CastLike", "", {k, acc}, {g.uniqueId("accumulationScale_" + w)});
+      ops::inferNode(*cast, false);
+      k = cast->output(0);
+    }
+    ir::Node* mul = g.addNode("Mul", "", {acc, k}, {g.uniqueId("meanGradient_" + w)});
     ops::inferNode(*mul, false);
     return mul->output(0);
   }
 
   void setUpSharding() override {
     auto sh = std::make_unique<Sharding>();
+    sh->views = !shardsOptimizerState();
     const int global = globalReplicas();
     const int offset = options.enableDistributedReplicatedGraphs ? options.globalReplicaOffset : 0;
     sh->state.resize(static_cast<size_t>(localReplicas()));
@@ -226,6 +234,7 @@ struct TrainingImpl : Session::Impl {
         bool perElement =
             t->data()->numel() == sw.numel && t->data()->shape() == wt.data()->shape() && std::string(kind) != "Step";
         (perElement ? sw.state : sw.private_).push_back(t->id());
+        if (perElement && sh->views) continue;  // read in place (buildShardGraph)
         for (int i = 0; i < localReplicas(); ++i) {
           NDArray own = perElement ? NDArray(t->data()->dtype(), {sh->length(sw, offset + i)}) : t->data()->clone();
           sh->state[i].emplace(t->id(), std::move(own));
@@ -244,6 +253,7 @@ struct TrainingImpl : Session::Impl {
     g->otherOpsets[ops::kGraftDomain] = 1;
     std::set<std::string> owned;  // ids this graph gets as shards or private copies
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
+    std::vector<ir::Tensor*> zeroed;  // accumulator slices this graph zeroes after the update
     for (size_t k = 0; k < p.accumulatorIds.size(); ++k) {
       const std::string w = p.accumulatorIds[k].substr(std::string("Accum___").size());
       auto sw =
@@ -251,19 +261,37 @@ struct TrainingImpl : Session::Impl {
       GRAFT_ASSERT(sw != sharding->weights.end(), "no shard layout for '{}'", w);
       const int64_t b = sharding->begin(*sw, global), n = sharding->length(*sw, global);
       if (n == 0) continue;  // a weight smaller than the replica count: this replica has no part of it
-      NDArray& full = *model.graph->tensor(w).mutableData();
-      NDArray& acc = p.replicas[0]->accumulators[k];  // the all-reduced sum
-      const size_t es = dtypeSize(full.dtype());
-      ir::Tensor* wt = g->addInitializer(
-          w, NDArray::wrap(static_cast<char*>(full.rawData()) + b * es, full.dtype(), {n}), ir::TensorKind::Variable);
-      ir::Tensor* at = g->addInitializer(p.accumulatorIds[k],
-                                         NDArray::wrap(static_cast<char*>(acc.rawData()) + b * es, acc.dtype(), {n}),
-                                         ir::TensorKind::Variable);
-      for (const auto* ids : {&sw->state, &sw->private_})
-        for (const TensorId& id : *ids) {
-          g->addInitializer(id, sharding->state[i].at(id), ir::TensorKind::Variable);
-          owned.insert(id);
-        }
+      // Elements [b, b + n) of a whole array, in place.
+      auto slice = [&](NDArray& whole) {
+        return NDArray::wrap(static_cast<char*>(whole.rawData()) + b * dtypeSize(whole.dtype()), whole.dtype(), {n});
+      };
+      ir::Tensor* wt = g->addInitializer(w, slice(*model.graph->tensor(w).mutableData()), ir::TensorKind::Variable);
+      // Over MPI replica 0's accumulators hold the all-reduced sums (startBucket, reduceGradients);
+      // in one process each replica sums its slice of every replica's accumulator here, in
+      // parallel, and zeroes those slices after the update (with gradient accumulation; without
+      // it the next step's Accumulates overwrite them).
+      const size_t sources = comm ? 1 : p.replicas.size();
+      std::vector<ir::Tensor*> parts;
+      for (size_t j = 0; j < sources; ++j)
+        parts.push_back(g->addInitializer(j == 0 ? p.accumulatorIds[k] : g->uniqueId(p.accumulatorIds[k] + "_replica"),
+                                          slice(p.replicas[j]->accumulators[k]), ir::TensorKind::Variable));
+      if (!comm && accumulationFactor() > 1) zeroed.insert(zeroed.end(), parts.begin(), parts.end());
+      ir::Tensor* at = parts[0];
+      if (parts.size() > 1) {
+        ir::Node* sum = g->addNode("Sum", "", parts, {g->uniqueId("replicaSum_" + w)});
+        ops::inferNode(*sum, false);
+        at = sum->output(0);
+      }
+      for (const TensorId& id : sw->state) {
+        g->addInitializer(id,
+                          sharding->views ? slice(*model.graph->tensor(id).mutableData()) : sharding->state[i].at(id),
+                          ir::TensorKind::Variable);
+        owned.insert(id);
+      }
+      for (const TensorId& id : sw->private_) {
+        g->addInitializer(id, sharding->state[i].at(id), ir::TensorKind::Variable);
+        owned.insert(id);
+      }
       owned.insert(w);
       pairs.emplace_back(wt, reducedGradient(*g, at, w));
     }
@@ -273,6 +301,11 @@ struct TrainingImpl : Session::Impl {
           t->data() && t->data()->numel() <= 1 && !g->findTensor(t->id()))
         g->addInitializer(t->id(), *t->data(), t->kind());
     optim::addUpdates(*optimizer, *g, pairs);
+    std::vector<ir::Node*> updates = g->nodes();
+    for (ir::Tensor* a : zeroed) {
+      ir::Node* z = g->addNode("ZeroFill", ops::kGraftDomain, {a}, {}, {}, g->uniqueId("zero_" + a->id()));
+      for (ir::Node* u : updates) z->addRunsAfter(u);
+    }
     return g;
   }
 
@@ -294,6 +327,7 @@ struct TrainingImpl : Session::Impl {
     optim::addUpdates(*optimizer, *g, pairs);
     std::vector<ir::Node*> updates = g->nodes();
     for (const auto& w : trained) {
+      if (accumulationFactor() <= 1) break;  // the next step's Accumulates overwrite
       ir::Node* z =
           g->addNode("ZeroFill", ops::kGraftDomain, {&g->tensor(optim::stateId("Accum", w))}, {}, {}, "zero_" + w);
       for (ir::Node* u : updates) z->addRunsAfter(u);
@@ -356,6 +390,17 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(
                   "weight, which no replica's shard can compute alone; use Adam, or turn sharding off");
     }
   }
+  // In one process the optimizer step of several replicas is split between their workers by
+  // default: run on the host thread it would take one core's time after the backward pass, and
+  // its OpenMP team (spinning after the step) would steal the replicas' cores at the next one.
+  // Global-norm clipping and Lamb need whole weights; they keep one step.
+  bool wholeWeights = !impl->optimizer->clipNormSettings().empty();
+  if (impl->optimizer->type() == OptimizerType::Adam) {
+    AdamMode m = static_cast<const Adam&>(*impl->optimizer).mode();
+    wholeWeights = wholeWeights || m == AdamMode::Lamb || m == AdamMode::LambNoBias;
+  }
+  impl->splitUnshardedStep = impl->localReplicas() > 1 && !userOptions.enableDistributedReplicatedGraphs &&
+                             !impl->usesStages() && !wholeWeights;
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights,
                      impl->accumulationFactor() > 1 || impl->replicated());
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));

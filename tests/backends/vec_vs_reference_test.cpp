@@ -535,18 +535,22 @@ GRAFT_VEC_CASES(vec_optim) {
     Shape s{300, 257};
     auto w = [&] { return rnd(dt, s, seed++); };
     auto pos = [&] { return rnd(dt, s, seed++, 0, 1); };
-    for (int64_t nesterov : {0, 1}) {
-      VecCase c = make(fmt::format("{} momentum nesterov {}", dtypeName(dt), nesterov), "SGDUpdate",
-                       {w(), w(), f(0.1f), f(0.01f), f(0.9f), f(0.1f), f(1.0f), f(2.0f), w()},
-                       attrs({{"nesterov", nesterov}}), 0, "ai.graft");
-      c.mutatedInputs = {0, 8};
-      c.rtol = tolFor(dt, 1e-6);
-      cases.push_back(c);
+    // Loss scaling 2 and 1: the kernel multiplies by the exact reciprocal; 3: it divides.
+    for (float ls : {2.0f, 3.0f})
+      for (int64_t nesterov : {0, 1}) {
+        VecCase c = make(fmt::format("{} momentum nesterov {} loss scaling {}", dtypeName(dt), nesterov, ls),
+                         "SGDUpdate", {w(), w(), f(0.1f), f(0.01f), f(0.9f), f(0.1f), f(1.0f), f(ls), w()},
+                         attrs({{"nesterov", nesterov}}), 0, "ai.graft");
+        c.mutatedInputs = {0, 8};
+        c.rtol = tolFor(dt, 1e-6);
+        cases.push_back(c);
+      }
+    for (float ls : {1.0f, 3.0f}) {
+      VecCase plain = make(fmt::format("{} plain loss scaling {}", dtypeName(dt), ls), "SGDUpdate",
+                           {w(), w(), f(0.1f), f(0.01f), f(0.0f), f(0.0f), f(1.0f), f(ls)}, {}, 0, "ai.graft");
+      plain.mutatedInputs = {0};
+      cases.push_back(plain);
     }
-    VecCase plain = make(fmt::format("{} plain", dtypeName(dt)), "SGDUpdate",
-                         {w(), w(), f(0.1f), f(0.01f), f(0.0f), f(0.0f), f(1.0f), f(1.0f)}, {}, 0, "ai.graft");
-    plain.mutatedInputs = {0};
-    cases.push_back(plain);
     for (int64_t mode : {0, 1, 2, 3, 4})
       for (int64_t decay : {0, 1}) {
         VecCase c =
@@ -570,9 +574,12 @@ GRAFT_VEC_CASES(vec_optim) {
         c.atol = 1e-5;
         cases.push_back(c);
       }
-    VecCase acc = make(std::string(dtypeName(dt)), "Accumulate", {w(), w()}, {}, 0, "ai.graft");
-    acc.mutatedInputs = {0};
-    cases.push_back(acc);
+    for (int64_t overwrite : {0, 1}) {
+      VecCase acc = make(fmt::format("{} overwrite {}", dtypeName(dt), overwrite), "Accumulate", {w(), w()},
+                         attrs({{"overwrite", overwrite}}), 0, "ai.graft");
+      acc.mutatedInputs = {0};
+      cases.push_back(acc);
+    }
     for (const auto& [sg, st] : std::vector<std::pair<Shape, Shape>>{{{300, 257}, {257}},
                                                                      {{300, 257}, {300, 1}},
                                                                      {{300, 257}, {}},

@@ -29,6 +29,10 @@ TEST(Graft_Accumulate, AddsInPlace) {
   runReference(graftOp("Accumulate", {acc, arr<float>({2}, {10, 20})}, {}, 0));
   EXPECT_TRUE(allClose(acc, arr<float>({2}, {11, 22})));
   EXPECT_THROW(runReference(graftOp("Accumulate", {acc, arr<float>({3}, {1, 2, 3})}, {}, 0)), Error);
+  ir::Attributes overwrite;
+  overwrite.set("overwrite", int64_t{1});
+  runReference(graftOp("Accumulate", {acc, arr<float>({2}, {5, 7})}, overwrite, 0));
+  EXPECT_TRUE(allClose(acc, arr<float>({2}, {5, 7})));
 }
 
 TEST(Graft_ZeroFill, ZeroesInPlace) {

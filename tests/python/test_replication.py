@@ -41,6 +41,8 @@ def mlp(batch, pipelined=False, reduction="Mean", seed=0):
 def optimizer(kind):
     if kind == "sgd":
         return graft.SGD({"defaultLearningRate": (0.1, True), "defaultMomentum": (0.9, True)})
+    if kind == "lamb":  # needs whole weights: one optimizer step, not split between the replicas
+        return graft.Adam({"defaultLearningRate": (0.01, True), "defaultEps": (1e-6, True)}, mode=graft.AdamMode.Lamb)
     return graft.Adam({"defaultLearningRate": (0.01, True), "defaultEps": (1e-6, True)})
 
 
@@ -91,6 +93,8 @@ CASES = [  # optimizer, accumulation factor, mean reduction, loss reduction
     ("sgd", 3, True, "Mean"),
     ("sgd", 2, False, "Sum"),
     ("adam", 2, True, "Mean"),
+    ("lamb", 1, True, "Mean"),
+    ("lamb", 2, False, "Sum"),
 ]
 
 

@@ -49,6 +49,26 @@ def train(model_fn, bucket, steps=3, replicas=2, opt="sgd", B=3):
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_in_one_process_each_replica_sums_and_updates_its_slice(opt):
+    # SGD and Adam work element by element: each replica's worker sums its slice of both
+    # replicas' gradients and updates that slice of every weight, in parallel; nothing is summed
+    # during the backward pass, and the host thread runs no optimizer step of its own.
+    s, _, _ = train(deep_mlp, 1, steps=1, opt=opt)
+    trace = [e for e in json.loads(s.timelineJson())["traceEvents"] if e.get("cat") == "busy"]
+    names = [e["name"] for e in trace]
+    assert not [n for n in names if n.startswith("all-reduce started")], names
+    assert [n for n in names if n.startswith("complete (summed in the optimizer step)")] == [
+        f"complete (summed in the optimizer step): bucket {b} (Accum___w{i})" for b, i in enumerate((3, 2, 1, 0))]
+    slices = sorted(e["tid"] for e in trace if e["name"] == "optimizer step of its slice")
+    assert slices == [1, 2], trace  # one on each replica's worker
+    assert "sharded optimizer step" in names
+    # Each replica's step reads the one whole optimizer state (no shardOptimizerState).
+    per = s.replicaOptimizerStateBytes()
+    elems = sum(np.prod(s.getInfo(w).shape()) for w in s.trainedWeightIds())
+    assert per == [elems * 4 * (1 if opt == "sgd" else 2) + (0 if opt == "sgd" else 4 * 4)] * 2, per
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
 def test_buckets_of_any_size_give_the_weights_of_one_all_reduce_per_tensor(opt):
     _, want, weights = train(deep_mlp, 0, opt=opt)
     for bucket in (1, 300, 1 << 30):  # each tensor alone, pairs, everything in one bucket
@@ -74,7 +94,9 @@ def _producer_step(ops, tensor):
 def test_the_first_bucket_starts_before_the_backward_pass_ends():
     # Buckets of one tensor each: w3's gradient (the last layer's) is complete first and its
     # bucket's all-reduce is issued while the replicas still compute the gradients of w2, w1, w0.
-    s, _, _ = train(deep_mlp, 1, steps=1)
+    # (Lamb needs whole weights, so its optimizer step is not split between the replicas: their
+    # gradients are summed bucket by bucket during the backward pass, as over MPI.)
+    s, _, _ = train(deep_mlp, 1, steps=1, opt="lamb")
     ops = _schedule(s)
     accumulates = [i for i, op in enumerate(ops) if op["type"] == "Accumulate"]
     assert [ops[i]["name"] for i in accumulates] == [f"accumulate_w{i}" for i in (3, 2, 1, 0)]
@@ -97,7 +119,7 @@ def test_the_first_bucket_starts_before_the_backward_pass_ends():
     assert events.index(started[0]) < events.index("gradient complete: Accum___w0"), events
     assert len(started) == 4
     # One bucket for everything starts only once the last gradient is complete.
-    s, _, _ = train(deep_mlp, 1 << 30, steps=1)
+    s, _, _ = train(deep_mlp, 1 << 30, steps=1, opt="lamb")
     ops = _schedule(s)
     (one,) = s.gradientBuckets()
     assert one.accumulators == [f"Accum___w{i}" for i in (3, 2, 1, 0)]
