@@ -320,6 +320,7 @@ struct TrainingImpl : Session::Impl {
       if (ours) g->addInitializer(t->id(), *t->data(), t->kind());  // shares the buffer
     }
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
+    pairs.reserve(trained.size());
     for (const auto& w : trained) {
       // The mean over micro-batches and over replicas, for a Mean reduction.
       pairs.emplace_back(&g->tensor(w), reducedGradient(*g, &g->tensor(optim::stateId("Accum", w)), w));
