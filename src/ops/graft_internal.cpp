@@ -65,6 +65,7 @@ KernelFn accumulateKernel(CompileContext& c) {
       using C = ComputeType<T>;
       T* a = acc.data<T>();
       const T* b = g.data<T>();
+      if (overwrite && a == b) return;  // the gradient was computed in place (plan/executable.cpp)
       if (overwrite)
         for (int64_t i = 0; i < acc.numel(); ++i) a[i] = b[i];
       else

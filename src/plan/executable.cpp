@@ -4,8 +4,11 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <unordered_map>
 
+#include "ops/registry.hpp"
 #include "support/check.hpp"
+#include "support/logging.hpp"
 
 namespace graft::plan {
 namespace {
@@ -167,8 +170,44 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
         st.planned[k].inplace = e->placement == Placement::InPlace;
       }
     }
+    Executable::placeGradientsInAccumulators(*exe);
   }
   return exe;
+}
+
+void Executable::placeGradientsInAccumulators(Executable& exe) {
+  // An overwriting Accumulate (replication without gradient accumulation: acc = g) whose gradient
+  // is read by nothing else: the op computing the gradient writes it straight into the
+  // accumulator (its planned output region is the accumulator's buffer), and the Accumulate, seeing
+  // one buffer, copies nothing. A gradient MatMul's output is a weight's size: this saves writing
+  // it twice and reading it once per step. Identity chains (autodiff's Gradient___<w>) are views.
+  std::unordered_map<const ir::Node*, Step*> stepOf;
+  for (Step& st : exe.steps_) stepOf[st.node] = &st;
+  for (Step& st : exe.steps_) {
+    const ir::Node& n = *st.node;
+    if (n.type() != "Accumulate" || n.domain() != ops::kGraftDomain || n.attrInt("overwrite", 0) == 0) continue;
+    if (n.numInputs() < 2 || !n.input(0) || !n.input(1) || !n.input(0)->data()) continue;
+    const NDArray& acc = *n.input(0)->data();
+    const ir::Tensor* t = n.input(1);
+    auto onlyReadOnce = [](const ir::Tensor* x) { return x->uses().size() == 1 && !x->isGraphOutput(); };
+    while (onlyReadOnce(t) && t->producer() && t->producer()->type() == "Identity" && t->producer()->domain().empty() &&
+           t->producer()->numInputs() == 1 && t->producer()->input(0))
+      t = t->producer()->input(0);
+    if (!onlyReadOnce(t) || !t->producer()) continue;
+    auto it = stepOf.find(t->producer());
+    if (it == stepOf.end()) continue;
+    Step& prod = *it->second;
+    for (size_t k = 0; k < prod.out.size(); ++k) {
+      if (prod.node->output(k) != t || prod.plannedOffset[k] < 0 || prod.planned[k].inplace) continue;
+      if (prod.planned[k].dtype != acc.dtype() || prod.planned[k].shape != acc.shape()) continue;
+      prod.plannedOffset[k] = -1;  // (its arena region stays unused)
+      prod.planned[k].data = const_cast<void*>(acc.rawData());
+      exe.region_[prod.out[k]] = {0, 0};
+      exe.inAccumulators_.push_back(t->id());
+      GRAFT_LOG_DEBUG("plan: {} writes its output '{}' into the accumulator of {}", prod.node->describe(), t->id(),
+                      n.describe());
+    }
+  }
 }
 
 void Executable::allocateArena() {
@@ -293,6 +332,7 @@ std::vector<ProfileEntry> Executable::profile() const {
   std::unordered_map<std::string, ProfileEntry> all;
   collectProfile(all);
   std::vector<ProfileEntry> out;
+  out.reserve(all.size());
   for (const auto& [k, e] : all) out.push_back(e);
   std::sort(out.begin(), out.end(), [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
   return out;

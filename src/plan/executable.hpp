@@ -84,6 +84,8 @@ class Executable {
   std::vector<ops::Value> run(std::vector<ops::Value> inputs, const std::vector<const ops::Value*>& outer = {});
 
   const std::vector<std::string>& inputIds() const { return inputIds_; }
+  /// The gradients computed straight into their accumulators (see placeGradientsInAccumulators).
+  const std::vector<std::string>& gradientsInAccumulators() const { return inAccumulators_; }
   const std::vector<std::string>& outputIds() const { return outputIds_; }
   const std::vector<std::string>& outerIds() const { return outerIds_; }
   size_t numSteps() const { return steps_.size(); }
@@ -106,6 +108,8 @@ class Executable {
   friend std::unique_ptr<Executable> compile(const ir::Graph&, KernelProvider&, support::ThreadPool&,
                                              const CompileOptions&);
   void allocateArena();
+  /// Plans the gradients of overwriting Accumulates into their accumulators (executable.cpp).
+  static void placeGradientsInAccumulators(Executable& exe);
   /// Moves a value that points into the arena outside the region planned for `slot` to the heap.
   void keepOutOfArena(ops::Value& v, int slot) const;
   std::vector<Step> steps_;
@@ -123,6 +127,7 @@ class Executable {
   void collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const;
   bool running_ = false;
   MemoryPlan memory_;
+  std::vector<std::string> inAccumulators_;
   std::shared_ptr<void> arena_;
   std::byte* arenaBase_ = nullptr;
   /// Per slot: the arena byte range [first, second) its value may point into; (0, 0) if none.

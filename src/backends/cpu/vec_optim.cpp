@@ -293,6 +293,7 @@ ops::KernelFn accumulateKernel(ops::CompileContext& c) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         T* a = acc.data<T>();
         const T* b = g.data<T>();
+        if (overwrite && a == b) return;  // the gradient was computed in place (plan/executable.cpp)
         parallelRanges(k.pool(), acc.numel(), kGrainCheap, [&](int64_t s, int64_t e) {
           if (overwrite)
             std::memcpy(a + s, b + s, static_cast<size_t>(e - s) * sizeof(T));

@@ -5,12 +5,14 @@
 
 #include <graft/graft.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "backends/backend.hpp"
 #include "ir/graph.hpp"
 #include "onnx/model_io.hpp"
+#include "ops/registry.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
 #include "plan/memory.hpp"
@@ -231,6 +233,57 @@ TEST(MemoryPlan, OutputsSurviveTheNextRun) {
   exe->run({ops::Value::fromTensor(other)});
   for (int i = 0; i < 2; ++i)
     EXPECT_EQ(std::memcmp(first[i].tensor.rawData(), copies[i].rawData(), copies[i].nbytes()), 0) << "output " << i;
+}
+
+// Replication without gradient accumulation: an overwriting Accumulate's gradient, read by
+// nothing else, is computed in the accumulator itself; one with another reader, or one that is
+// added (not overwritten), goes through the arena as before. Either way the accumulators hold the
+// gradients of the last run only.
+TEST(MemoryPlan, GradientsAreComputedInTheirOverwritingAccumulators) {
+  Builder b;
+  b.g.otherOpsets[ops::kGraftDomain] = 1;
+  ir::Tensor* x = b.input({4, 3});
+  ir::Tensor* y = b.input({3, 5});
+  auto accumulator = [&](const std::string& id, Shape s) {
+    return b.g.addInitializer(id, NDArray(DataType::Float, std::move(s)), ir::TensorKind::Variable);
+  };
+  ir::Tensor* acc = accumulator("Accum___a", {4, 5});
+  ir::Tensor* acc2 = accumulator("Accum___b", {4, 3});
+  ir::Tensor* acc3 = accumulator("Accum___c", {4, 3});
+  ir::Tensor* product = b.op("MatMul", {x, y});
+  ir::Tensor* e = b.op("Exp", {x});   // also a graph output
+  ir::Tensor* t = b.op("Tanh", {x});  // added, not overwritten
+  ir::Attributes overwrite;
+  overwrite.set("overwrite", int64_t{1});
+  b.g.addNode("Accumulate", ops::kGraftDomain, {acc, product}, {}, overwrite, "accumulate_a");
+  b.g.addNode("Accumulate", ops::kGraftDomain, {acc2, e}, {}, overwrite, "accumulate_b");
+  b.g.addNode("Accumulate", ops::kGraftDomain, {acc3, t}, {}, {}, "accumulate_c");
+  b.finish({e});
+  auto backend = backends::makeCpuBackend(1);
+  support::ThreadPool pool(1);
+  auto exe = compile(b.g, *backend, pool);
+  EXPECT_EQ(exe->gradientsInAccumulators(), std::vector<std::string>{product->id()});
+  for (int run = 0; run < 2; ++run) {
+    NDArray xs(DataType::Float, {4, 3}), ys(DataType::Float, {3, 5});
+    for (int i = 0; i < 12; ++i) xs.data<float>()[i] = 0.1f * static_cast<float>(i - 5 + run);
+    for (int i = 0; i < 15; ++i) ys.data<float>()[i] = 0.2f * static_cast<float>(7 - i - run);
+    auto out = exe->run({ops::Value::fromTensor(xs), ops::Value::fromTensor(ys)});
+    const float* a = acc->data()->data<float>();
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j) {
+        float want = 0;
+        for (int k = 0; k < 3; ++k) want += xs.data<float>()[i * 3 + k] * ys.data<float>()[k * 5 + j];
+        EXPECT_NEAR(a[i * 5 + j], want, 1e-5f) << "run " << run << " (" << i << ", " << j << ")";
+      }
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_FLOAT_EQ(acc2->data()->data<float>()[i], out[0].tensor.data<float>()[i]) << "run " << run;
+      EXPECT_NE(acc2->data()->rawData(), out[0].tensor.rawData());
+    }
+    if (run == 1)  // the tanh of both runs, added
+      for (int i = 0; i < 12; ++i)
+        EXPECT_NEAR(acc3->data()->data<float>()[i],
+                    std::tanh(0.1f * static_cast<float>(i - 5)) + std::tanh(0.1f * static_cast<float>(i - 4)), 1e-5f);
+  }
 }
 
 // A training step (forward, backward, SGD update) of a small model, planned and checked.
