@@ -52,8 +52,13 @@ def mlp(batch, width, layers, seed=0):
     return b.getModelProto(), x, label, loss, weights
 
 
+BUCKET_BYTES = None  # --bucket-bytes: SessionOptions.gradientBucketBytes (None: graft's default)
+
+
 def session_options(replicas, distributed):
     opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
+    if BUCKET_BYTES is not None:
+        opts.gradientBucketBytes = BUCKET_BYTES
     if distributed:
         popdist.configureSessionOptions(opts)
     elif replicas > 1:
@@ -201,7 +206,8 @@ def zoo_main(a):
     for name in names:
         rows, grad_bytes = three_configurations(
             lambda replicas, threads: measure_zoo(name, batches[name], a.zoo, a.steps, replicas, threads),
-            ["--models", name, "--zoo", a.zoo, "--steps", str(a.steps), "--batch", str(batches[name])])
+            ["--models", name, "--zoo", a.zoo, "--steps", str(a.steps), "--batch", str(batches[name])] +
+            ([] if a.bucket_bytes is None else ["--bucket-bytes", str(a.bucket_bytes)]))
         results[name] = {"rows": rows, "grad_bytes": grad_bytes, "batch": batches[name]}
         print(f"\n{name}, global batch {batches[name]}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
         print_rows(rows, batches[name])
@@ -231,8 +237,12 @@ def main():
     ap.add_argument("--zoo", default=os.path.join(_HERE, "..", "build", "replication_zoo"),
                     help="folder of the exported zoo models")
     ap.add_argument("--zoo-batches", default="", help="e.g. resnet18=8,bert4=4 (global batches)")
+    ap.add_argument("--bucket-bytes", type=int, help="SessionOptions.gradientBucketBytes (default: graft's)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    global BUCKET_BYTES
+    BUCKET_BYTES = a.bucket_bytes
+    bucket_args = [] if a.bucket_bytes is None else ["--bucket-bytes", str(a.bucket_bytes)]
     if a.child:  # one rank of the mpirun case
         if a.models:
             t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
@@ -245,7 +255,8 @@ def main():
         return zoo_main(a)
     rows, grad_bytes = three_configurations(
         lambda replicas, threads: measure(a.batch, a.width, a.layers, a.steps, replicas, threads),
-        ["--steps", str(a.steps), "--batch", str(a.batch), "--width", str(a.width), "--layers", str(a.layers)])
+        ["--steps", str(a.steps), "--batch", str(a.batch), "--width", str(a.width), "--layers", str(a.layers)] +
+        bucket_args)
     print(f"MLP {a.layers} x {a.width}, global batch {a.batch}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
     print_rows(rows, a.batch)
     # The cost model: backward ~ 2/3 of the step; the all-reduce hides behind it while shorter.
