@@ -177,6 +177,25 @@ int main(int argc, char** argv) {
         {false, false, false}, a, "ai.graft");
   }
 
+  // The replicated optimizer step's gradient: (a + b) * 0.5 over a 1.6M-element slice, next to
+  // the plain SGD update of the same slice.
+  {
+    using ops::fused::Code;
+    ops::fused::Program p;
+    p.instrs = {{Code::Add, 0, 1}, {Code::Const, -1, -1, -1, 0.5f}, {Code::Mul, 2, 3}};
+    p.outputs = {4};
+    ir::Attributes a;
+    p.toAttributes(a);
+    add("FusedElementwise (a + b) * 0.5 [1600000]", "FusedElementwise",
+        {randomArray(F, {1600000}, 26), randomArray(F, {1600000}, 27)}, {false, false}, a, "ai.graft");
+    add("Add [1600000] (the same output allocation)", "Add",
+        {randomArray(F, {1600000}, 26), randomArray(F, {1600000}, 27)}, {false, false});
+    add("SGDUpdate plain [1600000]", "SGDUpdate",
+        {randomArray(F, {1600000}, 28), randomArray(F, {1600000}, 29), scalarF(0.01f), scalarF(0), scalarF(0),
+         scalarF(0), scalarF(1), scalarF(1)},
+        {false, false, true, true, true, true, true, true}, {}, "ai.graft", 0);
+  }
+
   auto ref = backends::makeReferenceBackend();
   auto cpu1 = backends::makeCpuBackend(1);
   auto cpu2 = backends::makeCpuBackend(2);
