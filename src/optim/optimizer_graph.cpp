@@ -98,7 +98,8 @@ void createState(const Optimizer& opt, ir::Graph& source, const std::vector<std:
   }
 }
 
-void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<ir::Tensor*, ir::Tensor*>>& weightGrads) {
+void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<ir::Tensor*, ir::Tensor*>>& weightGrads,
+                double gradientDivisor) {
   std::vector<ir::Node*> sinks;
   for (ir::Node* n : g.nodes()) {
     bool used = false;
@@ -116,6 +117,14 @@ void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<
     return n;
   };
   ir::Tensor* ls = &g.tensor(kLossScalingId);
+  if (gradientDivisor != 1.0) {
+    // One scalar op: the loss scaling times the count the gradient sums are averaged over.
+    ir::Tensor* k = g.addInitializer(g.uniqueId("gradientDivisor"), floatScalar(static_cast<float>(gradientDivisor)),
+                                     ir::TensorKind::Constant);
+    ir::Node* mul = g.addNode("Mul", "", {ls, k}, {g.uniqueId("lossScalingTimesDivisor")});
+    ops::inferNode(*mul, false);
+    ls = mul->output(0);
+  }
 
   // Gradient clipping by global norm.
   std::map<ir::Tensor*, ir::Tensor*> grads;

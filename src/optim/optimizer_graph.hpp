@@ -28,8 +28,12 @@ void createState(const Optimizer& opt, ir::Graph& source, const std::vector<std:
 
 /// Adds the optimizer step for (weight, gradient) pairs to `g`, a graph holding the tensors
 /// createState made: gradient clipping, then one in-place update op per weight. Every update
-/// runs after all other nodes of `g` that exist when this is called.
-void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<ir::Tensor*, ir::Tensor*>>& weightGrads);
+/// runs after all other nodes of `g` that exist when this is called. `gradientDivisor`: the
+/// gradients are sums to be averaged over that many contributions (a Mean reduction over
+/// micro-batches and replicas); the updates divide by it together with the loss scaling, which
+/// every update op and the clipping already divide by, so no pass over the gradients is added.
+void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<ir::Tensor*, ir::Tensor*>>& weightGrads,
+                double gradientDivisor = 1.0);
 
 /// Writes the values of `opt`'s non-constant hyper-parameters into `source`. Throws graft::Error
 /// when `opt` is another kind of optimizer than `current`, or changes a constant value.

@@ -200,20 +200,11 @@ struct TrainingImpl : Session::Impl {
     if (!splitsOptimizerStep()) p.applyGraph = buildApplyGraph(trained);
   }
 
-  // The gradient of an accumulator, divided for a Mean reduction (the accumulators hold sums).
-  ir::Tensor* reducedGradient(ir::Graph& g, ir::Tensor* acc, const std::string& w) {
-    if (options.accumulationAndReplicationReductionType != ReductionType::Mean) return acc;
-    NDArray s = NDArray::scalar<float>(
-        DataType::Float, static_cast<float>(1.0 / (static_cast<double>(accumulationFactor()) * globalReplicas())));
-    ir::Tensor* k = g.addInitializer(g.uniqueId("accumulationScale"), s, ir::TensorKind::Constant);
-    if (acc->info().dataType() != DataType::Float) {  // a float constant, cast to the gradient's type
-      ir::Node* cast = g.addNode("CastLike", "", {k, acc}, {g.uniqueId("accumulationScale_" + w)});
-      ops::inferNode(*cast, false);
-      k = cast->output(0);
-    }
-    ir::Node* mul = g.addNode("Mul", "", {acc, k}, {g.uniqueId("meanGradient_" + w)});
-    ops::inferNode(*mul, false);
-    return mul->output(0);
+  // What the accumulated gradients are averaged over for a Mean reduction (the accumulators hold
+  // sums): the updates divide by it with the loss scaling (optim::addUpdates).
+  double meanDivisor() const {
+    if (options.accumulationAndReplicationReductionType != ReductionType::Mean) return 1.0;
+    return static_cast<double>(accumulationFactor()) * globalReplicas();
   }
 
   void setUpSharding() override {
@@ -293,14 +284,14 @@ struct TrainingImpl : Session::Impl {
         owned.insert(id);
       }
       owned.insert(w);
-      pairs.emplace_back(wt, reducedGradient(*g, at, w));
+      pairs.emplace_back(wt, at);
     }
     // Hyper-parameters and loss scaling: the model's, shared (updateOptimizerFromHost writes them).
     for (const ir::Tensor* t : model.graph->initializers())
       if (optim::isOptimizerTensor(t->id()) && !owned.count(t->id()) && t->id().rfind("Accum___", 0) != 0 &&
           t->data() && t->data()->numel() <= 1 && !g->findTensor(t->id()))
         g->addInitializer(t->id(), *t->data(), t->kind());
-    optim::addUpdates(*optimizer, *g, pairs);
+    optim::addUpdates(*optimizer, *g, pairs, meanDivisor());
     std::vector<ir::Node*> updates = g->nodes();
     for (ir::Tensor* a : zeroed) {
       ir::Node* z = g->addNode("ZeroFill", ops::kGraftDomain, {a}, {}, {}, g->uniqueId("zero_" + a->id()));
@@ -322,10 +313,10 @@ struct TrainingImpl : Session::Impl {
     std::vector<std::pair<ir::Tensor*, ir::Tensor*>> pairs;
     pairs.reserve(trained.size());
     for (const auto& w : trained) {
-      // The mean over micro-batches and over replicas, for a Mean reduction.
-      pairs.emplace_back(&g->tensor(w), reducedGradient(*g, &g->tensor(optim::stateId("Accum", w)), w));
+      pairs.emplace_back(&g->tensor(w), &g->tensor(optim::stateId("Accum", w)));
     }
-    optim::addUpdates(*optimizer, *g, pairs);
+    // The mean over micro-batches and over replicas, for a Mean reduction.
+    optim::addUpdates(*optimizer, *g, pairs, meanDivisor());
     std::vector<ir::Node*> updates = g->nodes();
     for (const auto& w : trained) {
       if (accumulationFactor() <= 1) break;  // the next step's Accumulates overwrite
