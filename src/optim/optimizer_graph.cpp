@@ -107,8 +107,8 @@ void addUpdates(const Optimizer& opt, ir::Graph& g, const std::vector<std::pair<
     if (!used) sinks.push_back(n);
   }
   auto hp = [&](const std::string& name, const std::string& w) { return &g.tensor(stateId(name, w)); };
-  auto add = [&](const std::string& type, const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs, const std::string& name,
-                 size_t outs) {
+  auto add = [&](const std::string& type, const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs,
+                 const std::string& name, size_t outs) {
     std::vector<std::string> ids;
     for (size_t i = 0; i < outs; ++i) ids.push_back(g.uniqueId(name));
     ir::Node* n = g.addNode(type, ops::kGraftDomain, inputs, ids, std::move(attrs), g.uniqueId(name));
