@@ -44,26 +44,26 @@ KernelFactory sameShapeBinary() {
 // (the program rows of two operands broadcast: math.cpp registers those). Set: its element types.
 template <ew::Op R, uint32_t Set>
 void addRow(Registry& r) {
-  constexpr const ew::Row& row = ew::row(R);
-  constexpr bool unary = row.arity == 1, binary = row.arity == 2 && row.code < 0;
-  if constexpr ((unary || binary) && row.type[0] != 0) {
-    OpDef& d = r.add(row.type, row.domain);
-    if constexpr (unary)
+  constexpr const ew::Row& kRow = ew::row(R);
+  constexpr bool kUnary = kRow.arity == 1, kBinary = kRow.arity == 2 && kRow.code < 0;
+  if constexpr ((kUnary || kBinary) && kRow.type[0] != 0) {
+    OpDef& d = r.add(kRow.type, kRow.domain);
+    if constexpr (kUnary)
       d.setReference(unaryKernelWith<Set>([](CompileContext& c) {
-        ew::Row::Params p = ew::params(row, c.node());
+        ew::Row::Params p = ew::params(kRow, c.node());
         return ew::Unary<R>{p.p0, p.p1};
       }));
     else
       d.setReference(sameShapeBinary<R, Set>());
     d.elementwise();
-    if (row.inplace) d.inplace(0);
+    if (kRow.inplace) d.inplace(0);
     // ONNX shape inference knows ai.onnx ops only.
-    if (row.domain[0])
+    if (kRow.domain[0])
       d.setInfer([](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
         // (A fuzzed ai.graphcore Gelu without inputs reached in.at(0): std::out_of_range.)
-        constexpr int arity = ew::row(R).arity;
-        GRAFT_CHECK(static_cast<int>(in.size()) == arity, "{}: takes {} input{}, got {}", n.describe(), arity,
-                    arity == 1 ? "" : "s", in.size());
+        constexpr int kArity = ew::row(R).arity;
+        GRAFT_CHECK(static_cast<int>(in.size()) == kArity, "{}: takes {} input{}, got {}", n.describe(), kArity,
+                    kArity == 1 ? "" : "s", in.size());
         return std::vector<ir::ValueType>{in[0]};
       });
   }
