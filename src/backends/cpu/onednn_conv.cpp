@@ -137,17 +137,32 @@ void rezeroPadding(const ConvState& st, float* y) {
   }
 }
 
+// What every factory below starts with: the node's configuration (its `supports` predicate
+// found one) and a fresh state for the pool's threads, the calling thread's team set to them.
+template <class State, class Config>
+std::shared_ptr<State> startFactory(ops::CompileContext& ctx, const std::optional<Config>& cfg, const char* factory) {
+  GRAFT_ASSERT(cfg, "{}: {} on an unsupported node", ctx.node().describe(), factory);
+  auto st = std::make_shared<State>();
+  st->threads = ctx.pool().numThreads();
+  setThreads(st->threads);
+  return st;
+}
+
+// Primitives in bf16 where the backend computes in bf16 and oneDNN has them, else in float32;
+// false when oneDNN has neither (the factory declines).
+template <class Create>
+bool createPreferringBf16(const Create& create) {
+  return (bf16Compute() && create(true)) || create(false);
+}
+
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makeConv on an unsupported node", n.describe());
+  auto st = startFactory<ConvState>(ctx, cfg, "makeConv");
   const ConvConfig& c = *cfg;
-  auto st = std::make_shared<ConvState>();
-  st->threads = ctx.pool().numThreads();
   st->bias = c.bias;
   st->sum = c.sum;
   st->yShape = n.output(0)->info().shape();
-  setThreads(st->threads);
   memory::desc xUser = layoutDesc(c.x, c.xBlock), yUser = layoutDesc(c.y, c.yBlock);
   // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
   // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A bf16
@@ -194,7 +209,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
+  if (!createPreferringBf16(create)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
@@ -282,13 +297,10 @@ bool supportsDeconv(const ir::Node& n) { return deconvConfig(n).has_value(); }
 ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = deconvConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makeDeconv on an unsupported node", n.describe());
+  auto st = startFactory<ConvState>(ctx, cfg, "makeDeconv");
   const DeconvConfig& c = *cfg;
-  auto st = std::make_shared<ConvState>();
-  st->threads = ctx.pool().numThreads();
   st->bias = c.bias;
   st->yShape = c.y;
-  setThreads(st->threads);
   auto any = memory::format_tag::any;
   memory::desc xUser = plainDesc(c.x), yUser = plainDesc(c.y);
   memory::desc yPrim(toDims(c.y), memory::data_type::f32, any);
@@ -331,7 +343,7 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
+  if (!createPreferringBf16(create)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
@@ -444,12 +456,9 @@ memory toPrim(const Adapter& ad, const NDArray& a, NDArray& scratch) {
 ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convGradConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makeConvGradInput on an unsupported node", n.describe());
+  auto st = startFactory<ConvGradState>(ctx, cfg, "makeConvGradInput");
   const ConvGradConfig& c = *cfg;
-  auto st = std::make_shared<ConvGradState>();
-  st->threads = ctx.pool().numThreads();
   st->outShape = c.x;
-  setThreads(st->threads);
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
   // bf16: dY and W in bf16, dX in float32.
@@ -474,7 +483,7 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
+  if (!createPreferringBf16(create)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->outShape);
@@ -494,13 +503,10 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
 ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convGradConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makeConvGradWeight on an unsupported node", n.describe());
+  auto st = startFactory<ConvGradState>(ctx, cfg, "makeConvGradWeight");
   const ConvGradConfig& c = *cfg;
-  auto st = std::make_shared<ConvGradState>();
-  st->threads = ctx.pool().numThreads();
   st->outShape = c.w;
   st->bias = c.bias;
-  setThreads(st->threads);
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
   st->biasDesc = plainDesc({c.w[0]});
@@ -535,7 +541,7 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!(bf16Compute() && create(true)) && !create(false)) return decline();
+  if (!createPreferringBf16(create)) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& dw = k.allocOutputUninit(0, DataType::Float, st->outShape);
