@@ -18,13 +18,16 @@
 // once.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/bf16.hpp"
 #include "ir/graph.hpp"
 #include "ops/kernel.hpp"
+#include "support/check.hpp"
 
 namespace graft::backends::cpu::onednn {
 
@@ -39,6 +42,24 @@ dnnl::stream& stream();
 /// it is already `n`. Primitives balance their work for the team size current at creation, so
 /// kernels call this both when they create primitives and before they run them.
 void setThreads(int n);
+
+/// What each oneDNN kernel factory starts with: the node's configuration (its `supports` predicate
+/// found one) and a fresh state for the pool's threads, the calling thread's team set to them.
+template <class State, class Config>
+std::shared_ptr<State> startFactory(ops::CompileContext& ctx, const std::optional<Config>& cfg, const char* factory) {
+  GRAFT_ASSERT(cfg, "{}: {} on an unsupported node", ctx.node().describe(), factory);
+  auto st = std::make_shared<State>();
+  st->threads = ctx.pool().numThreads();
+  setThreads(st->threads);
+  return st;
+}
+
+/// Primitives in bf16 where the backend computes in bf16 and oneDNN has them, else in float32;
+/// false when oneDNN has neither (the factory declines).
+template <class Create>
+bool createPreferringBf16(const Create& create) {
+  return (bf16Compute() && create(true)) || create(false);
+}
 
 /// The channel block oneDNN's direct convolutions use on this machine (8 with AVX2, 16 with
 /// AVX-512), found by asking oneDNN which layout it prefers; 0 when it prefers none.

@@ -137,24 +137,6 @@ void rezeroPadding(const ConvState& st, float* y) {
   }
 }
 
-// What every factory below starts with: the node's configuration (its `supports` predicate
-// found one) and a fresh state for the pool's threads, the calling thread's team set to them.
-template <class State, class Config>
-std::shared_ptr<State> startFactory(ops::CompileContext& ctx, const std::optional<Config>& cfg, const char* factory) {
-  GRAFT_ASSERT(cfg, "{}: {} on an unsupported node", ctx.node().describe(), factory);
-  auto st = std::make_shared<State>();
-  st->threads = ctx.pool().numThreads();
-  setThreads(st->threads);
-  return st;
-}
-
-// Primitives in bf16 where the backend computes in bf16 and oneDNN has them, else in float32;
-// false when oneDNN has neither (the factory declines).
-template <class Create>
-bool createPreferringBf16(const Create& create) {
-  return (bf16Compute() && create(true)) || create(false);
-}
-
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convConfig(n);

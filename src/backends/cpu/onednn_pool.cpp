@@ -93,10 +93,8 @@ struct PoolState {
 ops::KernelFn makePool(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = poolConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makePool on an unsupported node", n.describe());
+  auto st = startFactory<PoolState>(ctx, cfg, "makePool");
   const PoolConfig& c = *cfg;
-  auto st = std::make_shared<PoolState>();
-  st->threads = ctx.pool().numThreads();
   st->yShape = n.output(0)->info().shape();
   st->max = c.alg == dnnl::algorithm::pooling_max;
   st->x = layoutDesc(c.x, c.block);
@@ -107,7 +105,6 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
   st->reorder = block != c.block;
   st->xPrim = layoutDesc(c.x, block);
   st->yPrim = layoutDesc(c.y, block);
-  setThreads(st->threads);
   try {
     using PF = dnnl::pooling_v2_forward;
     PF::desc d(dnnl::prop_kind::forward_inference, c.alg, st->xPrim, st->yPrim, c.win.strides, c.win.kernel,
@@ -197,10 +194,8 @@ struct PoolGradState {
 ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = poolGradConfig(n);
-  GRAFT_ASSERT(cfg, "{}: makePoolGrad on an unsupported node", n.describe());
+  auto st = startFactory<PoolGradState>(ctx, cfg, "makePoolGrad");
   const PoolConfig& c = *cfg;
-  auto st = std::make_shared<PoolGradState>();
-  st->threads = ctx.pool().numThreads();
   st->xShape = c.x;
   st->x = plainDesc(c.x);
   st->y = plainDesc(c.y);
@@ -209,7 +204,6 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
   st->xPrim = layoutDesc(c.x, block);
   st->yPrim = layoutDesc(c.y, block);
   st->max = c.alg == dnnl::algorithm::pooling_max;
-  setThreads(st->threads);
   try {
     using PF = dnnl::pooling_v2_forward;
     using PB = dnnl::pooling_v2_backward;
