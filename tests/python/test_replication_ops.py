@@ -406,6 +406,27 @@ def test_sharded_optimizer_state_gives_the_unsharded_update(opt, accum, kinds):
     assert per_shard == [per_element // 2 + steps] * 2, per_shard  # every weight has an even element count
 
 
+@pytest.mark.parametrize("shard", [True, False])
+def test_written_state_reaches_every_replicas_slice_of_the_step(shard):
+    # Adam's step counter is a private copy in each replica's slice of the optimizer step (split
+    # with the state sharded or whole): a session given another's weights and state, step counter
+    # included, continues exactly as the other (with the counter of a fresh session, Adam's bias
+    # correction would differ and so would the weights).
+    a, x, label, weights = _sharded_session(shard, "adam")
+    b, *_ = _sharded_session(shard, "adam")
+    _steps(a, x, label, 2)
+    state = _state(a, weights, ["Accl1", "Accl2", "Step"])
+    assert all(np.all(state[f"Step___{w}"] == 2) for w in weights), state
+    state.update(read(a, weights))
+    b.writeWeights(graft.PyWeightsIO(state))
+    _steps(a, x, label, 1, seed=9)
+    _steps(b, x, label, 1, seed=9)
+    got, want = read(b, weights), read(a, weights)
+    for w in weights:
+        np.testing.assert_array_equal(got[w], want[w], err_msg=w)
+    assert all(np.all(_state(b, weights, ["Step"])[f"Step___{w}"] == 3) for w in weights)
+
+
 def test_sharded_state_survives_weights_io_between_steps():
     # Writing the state through weights IO scatters it into the shards: a session that writes the
     # state of another continues exactly as the other.
