@@ -42,6 +42,19 @@ constexpr DataType dtypeOf() {
 template <class T>
 using ComputeType = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
+/// A value of T as double, through T's compute type (Half and BFloat16 through float).
+template <class T>
+double toDouble(T v) {
+  return static_cast<double>(static_cast<ComputeType<T>>(v));
+}
+
+/// A double as T, through T's compute type (static_cast: integers truncate; ONNX's Cast rules
+/// are ops/cast_util.hpp's convertElement).
+template <class T>
+T fromDouble(double v) {
+  return static_cast<T>(static_cast<ComputeType<T>>(v));
+}
+
 template <class T>
 constexpr bool kIsFloat = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Half> ||
                           std::is_same_v<T, BFloat16>;

@@ -15,16 +15,6 @@ namespace {
 constexpr uint32_t kMaxPoolTypes = kFloats | (1u << 2) | (1u << 3);  // floats, uint8, int8
 
 template <class T>
-double toDouble(T v) {
-  return static_cast<double>(static_cast<ComputeType<T>>(v));
-}
-
-template <class T>
-T fromDouble(double v) {
-  return static_cast<T>(static_cast<ComputeType<T>>(v));
-}
-
-template <class T>
 T emptyMax() {
   if constexpr (std::is_integral_v<T>)
     return std::numeric_limits<T>::lowest();

@@ -143,11 +143,6 @@ class RandomSource {
   NumpyRandom gen_;
 };
 
-template <class T>
-T fromDouble(double v) {
-  return static_cast<T>(static_cast<ComputeType<T>>(v));
-}
-
 DataType floatDtypeAttr(const ir::Node& n, const char* name, DataType def) {
   auto dt = static_cast<DataType>(n.attrInt(name, static_cast<int64_t>(def)));
   GRAFT_CHECK(dt == DataType::Float || dt == DataType::Double || dt == DataType::Float16 || dt == DataType::BFloat16,

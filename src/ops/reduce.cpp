@@ -50,21 +50,18 @@ ReducePlan planReduction(const Shape& in, const std::vector<bool>& reduced, bool
 
 enum class ReduceKind { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
 
-template <class T>
-double toDouble(T v) {
-  return static_cast<double>(static_cast<ComputeType<T>>(v));
-}
-
 template <class C>
 bool isNaN(C v) {
   if constexpr (std::is_floating_point_v<C>) return std::isnan(v);
   else return false;
 }
 
+// A reduced value as T: integers by ONNX's Cast rules (a mean of integers need not fit).
 template <class T>
-T fromDouble(double v) {
+T reducedValue(double v) {
   if constexpr (std::is_integral_v<T>) return convertElement<T>(v);
-  else return static_cast<T>(static_cast<ComputeType<T>>(v));
+  else
+    return fromDouble<T>(v);
 }
 
 // max + log(sum(exp(x - max))): the plain formula overflows for x > ~88 in float.
@@ -124,7 +121,7 @@ T reduceFloatGroup(ReduceKind kind, const T* base, const std::vector<int64_t>& o
       acc = logSumExp(base, offs);
       break;
   }
-  return fromDouble<T>(acc);
+  return reducedValue<T>(acc);
 }
 
 template <class T>
@@ -166,7 +163,7 @@ T reduceIntGroup(ReduceKind kind, const T* base, const std::vector<int64_t>& off
   for (int64_t o : offs) vals.push_back(static_cast<double>(base[o]));
   std::vector<int64_t> idx(vals.size());
   std::iota(idx.begin(), idx.end(), 0);
-  return fromDouble<T>(reduceFloatGroup<double>(kind, vals.data(), idx));
+  return reducedValue<T>(reduceFloatGroup<double>(kind, vals.data(), idx));
 }
 
 KernelFactory reduceKernel(ReduceKind kind) {
@@ -412,7 +409,7 @@ ir::Tensor* sizeRatio(GradBuilder& g, ir::Tensor* b, ir::Tensor* a) {
 using ReduceVjp = std::function<ir::Tensor*(GradBuilder&, const ReduceSpec&, ir::Tensor* dyK)>;
 
 // Wraps a reduction's gradient: the identity case, and dy with the reduced axes kept.
-VjpFn reduceVjp(ReduceVjp f) {
+VjpFn reduceVjp(const ReduceVjp& f) {
   return [f](GradBuilder& g) {
     ReduceSpec s = reduceSpec(g);
     if (s.identity) {
