@@ -427,22 +427,6 @@ def test_written_state_reaches_every_replicas_slice_of_the_step(shard):
     assert all(np.all(_state(b, weights, ["Step"])[f"Step___{w}"] == 3) for w in weights)
 
 
-def test_sharded_state_survives_weights_io_between_steps():
-    # Writing the state through weights IO scatters it into the shards: a session that writes the
-    # state of another continues exactly as the other.
-    a, x, label, weights = _sharded_session(True, "adam")
-    b, *_ = _sharded_session(True, "adam")
-    _steps(a, x, label, 2)
-    state = _state(a, weights, ["Accl1", "Accl2", "Step"])
-    state.update(read(a, weights))
-    b.writeWeights(graft.PyWeightsIO(state))
-    _steps(a, x, label, 1, seed=9)
-    _steps(b, x, label, 1, seed=9)
-    got, want = read(b, weights), read(a, weights)
-    for w in weights:
-        np.testing.assert_array_equal(got[w], want[w], err_msg=w)
-
-
 def test_sharding_errors_name_the_option():
     model, x, label, loss, weights = deep_mlp(3)
     flow = graft.DataFlow(1, {loss: graft.AnchorReturnType("All")})
