@@ -55,6 +55,11 @@ def mlp(batch, width, layers, seed=0):
 BUCKET_BYTES = None  # --bucket-bytes: SessionOptions.gradientBucketBytes (None: graft's default)
 
 
+def bucket_args():
+    """--bucket-bytes for the mpirun ranks, as this process was given it."""
+    return [] if BUCKET_BYTES is None else ["--bucket-bytes", str(BUCKET_BYTES)]
+
+
 def session_options(replicas, distributed):
     opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
     if BUCKET_BYTES is not None:
@@ -207,7 +212,7 @@ def zoo_main(a):
         rows, grad_bytes = three_configurations(
             lambda replicas, threads: measure_zoo(name, batches[name], a.zoo, a.steps, replicas, threads),
             ["--models", name, "--zoo", a.zoo, "--steps", str(a.steps), "--batch", str(batches[name])] +
-            ([] if a.bucket_bytes is None else ["--bucket-bytes", str(a.bucket_bytes)]))
+            bucket_args())
         results[name] = {"rows": rows, "grad_bytes": grad_bytes, "batch": batches[name]}
         print(f"\n{name}, global batch {batches[name]}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
         print_rows(rows, batches[name])
@@ -242,7 +247,6 @@ def main():
     a = ap.parse_args()
     global BUCKET_BYTES
     BUCKET_BYTES = a.bucket_bytes
-    bucket_args = [] if a.bucket_bytes is None else ["--bucket-bytes", str(a.bucket_bytes)]
     if a.child:  # one rank of the mpirun case
         if a.models:
             t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
@@ -256,7 +260,7 @@ def main():
     rows, grad_bytes = three_configurations(
         lambda replicas, threads: measure(a.batch, a.width, a.layers, a.steps, replicas, threads),
         ["--steps", str(a.steps), "--batch", str(a.batch), "--width", str(a.width), "--layers", str(a.layers)] +
-        bucket_args)
+        bucket_args())
     print(f"MLP {a.layers} x {a.width}, global batch {a.batch}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
     print_rows(rows, a.batch)
     # The cost model: backward ~ 2/3 of the step; the all-reduce hides behind it while shorter.

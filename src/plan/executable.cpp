@@ -170,20 +170,20 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
         st.planned[k].inplace = e->placement == Placement::InPlace;
       }
     }
-    Executable::placeGradientsInAccumulators(*exe);
+    exe->placeGradientsInAccumulators();
   }
   return exe;
 }
 
-void Executable::placeGradientsInAccumulators(Executable& exe) {
+void Executable::placeGradientsInAccumulators() {
   // An overwriting Accumulate (replication without gradient accumulation: acc = g) whose gradient
   // is read by nothing else: the op computing the gradient writes it straight into the
   // accumulator (its planned output region is the accumulator's buffer), and the Accumulate, seeing
   // one buffer, copies nothing. A gradient MatMul's output is a weight's size: this saves writing
   // it twice and reading it once per step. Identity chains (autodiff's Gradient___<w>) are views.
   std::unordered_map<const ir::Node*, Step*> stepOf;
-  for (Step& st : exe.steps_) stepOf[st.node] = &st;
-  for (Step& st : exe.steps_) {
+  for (Step& st : steps_) stepOf[st.node] = &st;
+  for (Step& st : steps_) {
     const ir::Node& n = *st.node;
     if (n.type() != "Accumulate" || n.domain() != ops::kGraftDomain || n.attrInt("overwrite", 0) == 0) continue;
     if (n.numInputs() < 2 || !n.input(0) || !n.input(1) || !n.input(0)->data()) continue;
@@ -202,8 +202,8 @@ void Executable::placeGradientsInAccumulators(Executable& exe) {
       if (prod.planned[k].dtype != acc.dtype() || prod.planned[k].shape != acc.shape()) continue;
       prod.plannedOffset[k] = -1;  // (its arena region stays unused)
       prod.planned[k].data = const_cast<void*>(acc.rawData());
-      exe.region_[prod.out[k]] = {0, 0};
-      exe.inAccumulators_.push_back(t->id());
+      region_[prod.out[k]] = {0, 0};
+      inAccumulators_.push_back(t->id());
       GRAFT_LOG_DEBUG("plan: {} writes its output '{}' into the accumulator of {}", prod.node->describe(), t->id(),
                       n.describe());
     }

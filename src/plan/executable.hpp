@@ -109,7 +109,7 @@ class Executable {
                                              const CompileOptions&);
   void allocateArena();
   /// Plans the gradients of overwriting Accumulates into their accumulators (executable.cpp).
-  static void placeGradientsInAccumulators(Executable& exe);
+  void placeGradientsInAccumulators();
   /// Moves a value that points into the arena outside the region planned for `slot` to the heap.
   void keepOutOfArena(ops::Value& v, int slot) const;
   std::vector<Step> steps_;

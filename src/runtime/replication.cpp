@@ -375,7 +375,7 @@ void Session::Impl::startBucket(Plan& p, size_t b, int replica) {
   Plan::Reduction::Bucket& bucket = red.buckets[b];
   // In one process a split optimizer step sums each slice of the replicas' gradients itself, on
   // the replica that updates it (buildShardGraph); nothing to do here then.
-  if (!comm && !p.shardExes.empty()) {
+  if (!comm && splitsOptimizerStep()) {
     if (red.timeline)
       red.timeline->add({1 + replica, "complete (summed in the optimizer step): " + bucket.name, t0, 0, -1});
     return;
@@ -386,8 +386,7 @@ void Session::Impl::startBucket(Plan& p, size_t b, int replica) {
     for (size_t i = 1; i < p.replicas.size(); ++i) {
       NDArray& a = p.replicas[i]->accumulators[k];
       addInto(sum, a, "all-reduce of '" + id + "'");
-      // (Without gradient accumulation the next step's Accumulate overwrites it.)
-      if (a.nbytes() && accumulationFactor() > 1) std::memset(a.rawData(), 0, a.nbytes());
+      if (a.nbytes() && !overwritesAccumulators()) std::memset(a.rawData(), 0, a.nbytes());
     }
   }
   if (comm) {

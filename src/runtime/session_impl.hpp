@@ -217,6 +217,10 @@ struct Session::Impl {
   /// and in one process with several replicas where the optimizer allows it (set at creation;
   /// docs/replication.md, "The optimizer step").
   bool splitsOptimizerStep() const { return shardsOptimizerState() || splitUnshardedStep; }
+  /// True when a weight update has one micro-batch (replication without gradient accumulation):
+  /// its one Accumulate overwrites the accumulator (`Accumulate {overwrite=1}`), so nothing zeroes
+  /// the accumulators between updates.
+  bool overwritesAccumulators() const { return accumulationFactor() <= 1; }
   bool splitUnshardedStep = false;
   /// Training: the trained weights and their optimizer state, split into shards (once).
   virtual void setUpSharding() {}

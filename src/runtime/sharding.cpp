@@ -65,7 +65,7 @@ void Session::Impl::runShards(Plan& p) {
   // One process: the shards were updated in place, in the shared weights, and each step zeroed
   // its slices of the accumulators (buildShardGraph).
   if (!comm) return;
-  if (accumulationFactor() > 1)  // (otherwise the next step's Accumulates overwrite them)
+  if (!overwritesAccumulators())
     for (NDArray& a : p.replicas[0]->accumulators)
       if (a.nbytes()) std::memset(a.rawData(), 0, a.nbytes());
   // Every process contributes its replicas' shards of every weight (padded to the shard size).

@@ -178,10 +178,8 @@ struct TrainingImpl : Session::Impl {
     if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
     std::vector<TensorId> trained;
     for (const auto& [w, gr] : pairs) {
-      // One micro-batch per weight update (replication alone): the gradient overwrites the
-      // accumulator, which then never needs zeroing.
       ir::Attributes attrs;
-      if (accumulationFactor() <= 1) attrs.set("overwrite", int64_t{1});
+      if (overwritesAccumulators()) attrs.set("overwrite", int64_t{1});
       ir::Node* acc = g.addNode("Accumulate", ops::kGraftDomain, {&g.tensor(optim::stateId("Accum", w->id())), gr}, {},
                                 std::move(attrs), "accumulate_" + w->id());
       // Added after the whole backward pass, it would run only once nothing else is ready, after
@@ -259,14 +257,13 @@ struct TrainingImpl : Session::Impl {
       ir::Tensor* wt = g->addInitializer(w, slice(*model.graph->tensor(w).mutableData()), ir::TensorKind::Variable);
       // Over MPI replica 0's accumulators hold the all-reduced sums (startBucket, reduceGradients);
       // in one process each replica sums its slice of every replica's accumulator here, in
-      // parallel, and zeroes those slices after the update (with gradient accumulation; without
-      // it the next step's Accumulates overwrite them).
+      // parallel, and zeroes those slices after the update (unless the Accumulates overwrite).
       const size_t sources = comm ? 1 : p.replicas.size();
       std::vector<ir::Tensor*> parts;
       for (size_t j = 0; j < sources; ++j)
         parts.push_back(g->addInitializer(j == 0 ? p.accumulatorIds[k] : g->uniqueId(p.accumulatorIds[k] + "_replica"),
                                           slice(p.replicas[j]->accumulators[k]), ir::TensorKind::Variable));
-      if (!comm && accumulationFactor() > 1) zeroed.insert(zeroed.end(), parts.begin(), parts.end());
+      if (!comm && !overwritesAccumulators()) zeroed.insert(zeroed.end(), parts.begin(), parts.end());
       ir::Tensor* at = parts[0];
       if (parts.size() > 1) {
         ir::Node* sum = g->addNode("Sum", "", parts, {g->uniqueId("replicaSum_" + w)});
@@ -292,12 +289,17 @@ struct TrainingImpl : Session::Impl {
           t->data() && t->data()->numel() <= 1 && !g->findTensor(t->id()))
         g->addInitializer(t->id(), *t->data(), t->kind());
     optim::addUpdates(*optimizer, *g, pairs, meanDivisor());
-    std::vector<ir::Node*> updates = g->nodes();
-    for (ir::Tensor* a : zeroed) {
-      ir::Node* z = g->addNode("ZeroFill", ops::kGraftDomain, {a}, {}, {}, g->uniqueId("zero_" + a->id()));
+    zeroAfterUpdates(*g, zeroed);
+    return g;
+  }
+
+  // ZeroFill nodes for `accumulators`, each after every node `g` has now (the updates).
+  static void zeroAfterUpdates(ir::Graph& g, const std::vector<ir::Tensor*>& accumulators) {
+    std::vector<ir::Node*> updates = g.nodes();
+    for (ir::Tensor* a : accumulators) {
+      ir::Node* z = g.addNode("ZeroFill", ops::kGraftDomain, {a}, {}, {}, g.uniqueId("zero_" + a->id()));
       for (ir::Node* u : updates) z->addRunsAfter(u);
     }
-    return g;
   }
 
   // The optimizer step over the accumulated gradients, then the accumulators back to zero.
@@ -317,12 +319,11 @@ struct TrainingImpl : Session::Impl {
     }
     // The mean over micro-batches and over replicas, for a Mean reduction.
     optim::addUpdates(*optimizer, *g, pairs, meanDivisor());
-    std::vector<ir::Node*> updates = g->nodes();
-    for (const auto& w : trained) {
-      if (accumulationFactor() <= 1) break;  // the next step's Accumulates overwrite
-      ir::Node* z =
-          g->addNode("ZeroFill", ops::kGraftDomain, {&g->tensor(optim::stateId("Accum", w))}, {}, {}, "zero_" + w);
-      for (ir::Node* u : updates) z->addRunsAfter(u);
+    if (!overwritesAccumulators()) {
+      std::vector<ir::Tensor*> accumulators;
+      accumulators.reserve(pairs.size());
+      for (const auto& [w, acc] : pairs) accumulators.push_back(acc);
+      zeroAfterUpdates(*g, accumulators);
     }
     return g;
   }
@@ -367,32 +368,31 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(
       impl->gradientAnchors.push_back(t);
   }
   checkSpecifics(*impl->optimizer, impl->weights);
+  // Global-norm clipping and Lamb need whole weights: they cannot be sharded, and their step is
+  // not split between replicas.
+  const bool clips = !impl->optimizer->clipNormSettings().empty();
+  bool lamb = false;
+  if (impl->optimizer->type() == OptimizerType::Adam) {
+    AdamMode m = static_cast<const Adam&>(*impl->optimizer).mode();
+    lamb = m == AdamMode::Lamb || m == AdamMode::LambNoBias;
+  }
   if (userOptions.shardOptimizerState) {
     GRAFT_CHECK(impl->replicated(),
                 "SessionOptions.shardOptimizerState shards the optimizer state across replicas; it needs replication "
                 "(enableReplicatedGraphs with replicatedGraphCount > 1, or enableDistributedReplicatedGraphs)");
-    GRAFT_CHECK(impl->optimizer->clipNormSettings().empty(),
+    GRAFT_CHECK(!clips,
                 "SessionOptions.shardOptimizerState: {} clips gradients by their global norm, which no replica's "
                 "shard can compute alone; graft does not combine the two",
                 impl->optimizer->str());
-    if (impl->optimizer->type() == OptimizerType::Adam) {
-      AdamMode m = static_cast<const Adam&>(*impl->optimizer).mode();
-      GRAFT_CHECK(m != AdamMode::Lamb && m != AdamMode::LambNoBias,
-                  "SessionOptions.shardOptimizerState: Lamb scales each weight's update by the norms of the whole "
-                  "weight, which no replica's shard can compute alone; use Adam, or turn sharding off");
-    }
+    GRAFT_CHECK(!lamb,
+                "SessionOptions.shardOptimizerState: Lamb scales each weight's update by the norms of the whole "
+                "weight, which no replica's shard can compute alone; use Adam, or turn sharding off");
   }
   // In one process the optimizer step of several replicas is split between their workers by
   // default: run on the host thread it would take one core's time after the backward pass, and
   // its OpenMP team (spinning after the step) would steal the replicas' cores at the next one.
-  // Global-norm clipping and Lamb need whole weights; they keep one step.
-  bool wholeWeights = !impl->optimizer->clipNormSettings().empty();
-  if (impl->optimizer->type() == OptimizerType::Adam) {
-    AdamMode m = static_cast<const Adam&>(*impl->optimizer).mode();
-    wholeWeights = wholeWeights || m == AdamMode::Lamb || m == AdamMode::LambNoBias;
-  }
   impl->splitUnshardedStep = impl->localReplicas() > 1 && !userOptions.enableDistributedReplicatedGraphs &&
-                             !impl->usesStages() && !wholeWeights;
+                             !impl->usesStages() && !clips && !lamb;
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights,
                      impl->accumulationFactor() > 1 || impl->replicated());
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));

@@ -26,7 +26,7 @@ constexpr int64_t kUpdateGrain = 16384;
 
 struct SgdParams {
   double lr, wd, mm, dm, vs, ls;
-  double rls;  ///< 1 / ls, exact when ls is a power of two (loss scales usually are; 1 by default)
+  double rls = 0;  ///< 1 / ls, exact when ls is a power of two (loss scales usually are; 1 by default)
 };
 
 // g / ls as the reference computes it: a multiplication by the reciprocal where that is exact
@@ -73,13 +73,8 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
     NDArray w = k.input(0);
     const NDArray& g = k.input(1);
     checkLikeWeight(w, g, what, "the gradient");
-    SgdParams p{optimizerScalar(k, 2),
-                optimizerScalar(k, 3),
-                optimizerScalar(k, 4),
-                optimizerScalar(k, 5),
-                optimizerScalar(k, 6),
-                optimizerScalar(k, 7),
-                0.0};
+    SgdParams p{optimizerScalar(k, 2), optimizerScalar(k, 3), optimizerScalar(k, 4),
+                optimizerScalar(k, 5), optimizerScalar(k, 6), optimizerScalar(k, 7)};
     const bool reciprocal = exactReciprocal(p.ls);
     p.rls = 1.0 / p.ls;
     bool momentum = k.hasInput(8);
