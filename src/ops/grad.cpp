@@ -29,11 +29,14 @@ void GradBuilder::setDx(size_t i, ir::Tensor* g) {
 }
 
 std::vector<ir::Tensor*> GradBuilder::opN(const std::string& type, const std::vector<ir::Tensor*>& inputs,
-                                          size_t numOutputs, ir::Attributes attrs, const std::string& domain) {
+                                          size_t numOutputs, ir::Attributes attrs, const std::string& domain,
+                                          const std::vector<bool>& present) {
   std::vector<std::string> outs;
   // Distinct candidates per output: uniqueId cannot see ids that are not in the graph yet.
   for (size_t i = 0; i < numOutputs; ++i)
-    outs.push_back(g_.uniqueId(base_ + "/grad/" + type + (numOutputs > 1 ? ":" + std::to_string(i) : "")));
+    outs.push_back(i < present.size() && !present[i]
+                       ? std::string()
+                       : g_.uniqueId(base_ + "/grad/" + type + (numOutputs > 1 ? ":" + std::to_string(i) : "")));
   ir::Node* n = g_.addNode(type, domain, inputs, outs, std::move(attrs), g_.uniqueId(base_ + "/grad/" + type));
   n->virtualGraph = fwd_.virtualGraph;
   n->pipelineStage = fwd_.pipelineStage;

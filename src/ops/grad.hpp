@@ -31,8 +31,11 @@ class GradBuilder {
   // Node builders. Every node is typed (inferred) as it is added.
   ir::Tensor* op(const std::string& type, const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs = {},
                  const std::string& domain = "");
+  /// `present`: which outputs to create (empty: all); the others are omitted (nullptr), so that
+  /// the kernel does not compute a gradient nothing reads.
   std::vector<ir::Tensor*> opN(const std::string& type, const std::vector<ir::Tensor*>& inputs, size_t numOutputs,
-                               ir::Attributes attrs = {}, const std::string& domain = "");
+                               ir::Attributes attrs = {}, const std::string& domain = "",
+                               const std::vector<bool>& present = {});
   ir::Tensor* constant(NDArray value);
   /// A rank-0 constant of the dtype of `like`.
   ir::Tensor* scalarLike(double value, const ir::Tensor* like);

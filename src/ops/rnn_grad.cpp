@@ -10,12 +10,14 @@
 //
 //   RNNGrad(dY, dY_h, X, W, R, B, sequence_lens, initial_h)                -> dX, dW, dR, dB, dinitial_h
 //   GRUGrad(dY, dY_h, X, W, R, B, sequence_lens, initial_h)                -> dX, dW, dR, dB, dinitial_h
-//   LSTMGrad(dY, dY_h, dY_c, X, W, R, B, sequence_lens, initial_h, initial_c, P)
+//   LSTMGrad(dY, dY_h, dY_c, X, W, R, B, sequence_lens, initial_h, initial_c, P, Y)
 //                                                   -> dX, dW, dR, dB, dinitial_h, dinitial_c, dP
 //
 // with the forward op's attributes. Absent gradients of outputs (dY...) are zeros; absent
 // optional forward inputs are zeros, and their gradients are still produced (shaped as the input
-// would be).
+// would be). LSTMGrad's last input, optional, is the forward's own output Y: the reference and
+// oneDNN recompute the states and ignore it; the cpu backend's vec_lstm_grad reads every step's
+// previous state from it, so that the recomputation is one matrix product (vec_lstm_grad.cpp).
 #include <algorithm>
 
 #include "ops/cost.hpp"
@@ -236,12 +238,20 @@ VjpFn recurrentVjp(Cell cell, const std::string& gradType) {
     std::vector<ir::Tensor*> ins;
     for (size_t i = 0; i < nd; ++i) ins.push_back(g.hasDy(i) ? g.dy(i) : nullptr);
     for (size_t i = 0; i < g.node().numInputs(); ++i) ins.push_back(g.in(i));
-    auto outs = g.opN(gradType, ins, numGrads(cell), g.node().attrs(), kGraftDomain);
-    const size_t inputOf[] = {0, 1, 2, 3, 5, 6, 7};
-    for (size_t k = 0; k < outs.size(); ++k) {
-      size_t i = inputOf[k];
-      if (i < g.node().numInputs() && g.in(i) && g.wants(i)) g.setDx(i, outs[k]);
+    if (cell == Cell::Lstm && g.node().hasOutput(0)) {
+      ins.resize(nd + 8, nullptr);  // the forward's inputs, padded to P
+      ins.push_back(g.out(0));
     }
+    // Only the gradients that are wanted (the first layer's dX usually is not).
+    const size_t inputOf[] = {0, 1, 2, 3, 5, 6, 7};
+    std::vector<bool> wanted(numGrads(cell));
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      size_t i = inputOf[k];
+      wanted[k] = i < g.node().numInputs() && g.in(i) && g.wants(i);
+    }
+    auto outs = g.opN(gradType, ins, numGrads(cell), g.node().attrs(), kGraftDomain, wanted);
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (wanted[k]) g.setDx(inputOf[k], outs[k]);
   };
 }
 

@@ -674,6 +674,47 @@ void rnnGradCases() {
       }
 }
 
+// LSTMGrad with the forward's Y as its last input, as the VJP builds it (vec_lstm_grad reads the
+// states from it): Y is the reference forward's output for the same inputs.
+void lstmGradFromYCases() {
+  struct S {
+    int64_t T, N, I, H;
+  };
+  for (const S& sh : {S{5, 3, 4, 6}, S{7, 1, 9, 16}, S{6, 5, 8, 33}, S{4, 8, 16, 64}})
+    for (const char* dir : {"forward", "reverse", "bidirectional"})
+      for (int variant = 0; variant < 3; ++variant) {
+        // variant 0: bias, initial states, every output gradient; 1: nothing optional, dY only;
+        // 2: bias and initial_h, dY_h and dY_c only.
+        const int64_t T = sh.T, N = sh.N, I = sh.I, H = sh.H;
+        int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
+        std::string n = "LSTMGrad_from_Y_" + std::to_string(N) + "x" + std::to_string(H) + "_" + dir + "_v" +
+                        std::to_string(variant);
+        ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", H}});
+        std::vector<NDArray> fwd{rnd({T, N, I}, n + "x"),
+                                 rnd({D, 4 * H, I}, n + "w"),
+                                 rnd({D, 4 * H, H}, n + "r"),
+                                 variant == 1 ? NDArray() : rnd({D, 8 * H}, n + "b"),
+                                 NDArray(),
+                                 variant == 1 ? NDArray() : rnd({D, N, H}, n + "h"),
+                                 variant == 0 ? rnd({D, N, H}, n + "c") : NDArray(),
+                                 NDArray()};
+        auto forwardY = [a](const std::vector<NDArray>& grad) {
+          std::vector<NDArray> f(grad.begin() + 3, grad.begin() + 11);
+          return runReference(OpCase{"LSTM", f, a, 1}).at(0);
+        };
+        std::vector<NDArray> in{variant == 2 ? NDArray() : rnd({T, D, N, H}, n + "dy"),
+                                variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyh"),
+                                variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyc")};
+        in.insert(in.end(), fwd.begin(), fwd.end());
+        in.push_back(NDArray());
+        in.back() = forwardY(in);
+        OpCase c{"LSTMGrad", in, a, 7};
+        c.domain = "ai.graft";
+        add(n, c, {}, 1e-5);
+        cases().back().derive = [forwardY](std::vector<NDArray>& v) { v.back() = forwardY(v); };
+      }
+}
+
 }  // namespace
 
 const std::vector<BackendCase>& allCases() {
@@ -686,6 +727,7 @@ const std::vector<BackendCase>& allCases() {
     rnnCases();
     smallBatchLstmCases();
     rnnGradCases();
+    lstmGradFromYCases();
     return true;
   }();
   (void)built;

@@ -1,6 +1,7 @@
 #pragma once
 // The kernel libraries' cases of the backend test matrix (cpu_vs_reference_test.cpp): many shapes
 // and attribute combinations per op, built in backend_cases.cpp.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct BackendCase {
   /// The ISA limit the case runs under (GRAFT_CPU_ISA's): Avx2 for the AVX2 kernels, which an
   /// AVX-512 host would otherwise leave to oneDNN, so that they are checked on every host.
   support::CpuIsa isa = support::CpuIsa::Native;
+  /// Set where some inputs are functions of the others (LSTMGrad's last input, the forward's Y):
+  /// rebuilds them, in place, after the second run has changed the others.
+  std::function<void(std::vector<NDArray>& inputs)> derive = {};
 };
 
 /// Every case of backend_cases.cpp (convolutions, matmuls, pools, normalisations, reorders,

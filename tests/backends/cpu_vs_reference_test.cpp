@@ -62,15 +62,18 @@ std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backen
   if (kernels) *kernels = exe->stepKernels();
   std::vector<std::vector<NDArray>> results;
   for (int round = 0; round < 2; ++round) {
-    std::vector<ops::Value> in;
+    std::vector<NDArray> values;
     for (size_t i = 0; i < c.op.inputs.size(); ++i) {
       const NDArray& a = c.op.inputs[i];
-      if (!a.valid() || c.constant[i]) continue;
-      NDArray v = round == 0 ? a : a.clone();
-      if (round == 1 && i > 0 && v.dtype() == DataType::Float)
+      NDArray v = round == 0 || !a.valid() || c.constant[i] ? a : a.clone();
+      if (round == 1 && a.valid() && !c.constant[i] && i > 0 && v.dtype() == DataType::Float)
         for (int64_t j = 0; j < v.numel(); ++j) v.data<float>()[j] *= 0.5f;
-      in.push_back(ops::Value::fromTensor(v));
+      values.push_back(v);
     }
+    if (round == 1 && c.derive) c.derive(values);
+    std::vector<ops::Value> in;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i].valid() && !c.constant[i]) in.push_back(ops::Value::fromTensor(values[i]));
     auto outs = exe->run(std::move(in));
     std::vector<NDArray> r;
     for (auto& v : outs) r.push_back(v.isTensor() ? v.tensor : NDArray{});

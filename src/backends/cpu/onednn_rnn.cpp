@@ -132,7 +132,8 @@ std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
   if (c.c0 && !hasShape(6, {c.D, c.N, c.H})) return std::nullopt;
   c.peephole = lstm && in(7) != nullptr;
   if (c.peephole && !hasShape(7, {c.D, 3 * c.H})) return std::nullopt;
-  if (n.numInputs() > o + (lstm ? 8u : 6u)) return std::nullopt;
+  // LSTMGrad may end with the forward's Y (rnn_grad.cpp), which this kernel does not read.
+  if (n.numInputs() > o + (lstm ? (c.grad ? 9u : 8u) : 6u)) return std::nullopt;
   Shape yh{c.D, c.N, c.H}, y{c.T, c.D, c.N, c.H};
   auto outputIs = [&](size_t i, const Shape& s) {
     return !n.hasOutput(i) || (isStaticFloat(n.output(i)) && n.output(i)->info().shape() == s);
