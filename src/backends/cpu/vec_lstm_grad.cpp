@@ -43,6 +43,10 @@ namespace {
 // initial_c, P, then the forward's Y.
 constexpr size_t kFwd = 3;
 constexpr size_t kY = kFwd + 8;
+// The FLOPs of one backward step's product (dh_prev = dG_t R) from which it runs on every thread:
+// measured at the two ends only (batch 1: one thread better; batch 32: both), the cut between
+// them is batch 8 at H = 512.
+constexpr double kParallelStepFlops = 16e6;
 
 struct GradShape {
   int64_t T = 0, N = 0, I = 0, H = 0, D = 1;
@@ -193,7 +197,8 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
   return [st](ops::KernelContext& k) {
     const GradShape& s = st->s;
     const int64_t T = s.T, N = s.N, I = s.I, H = s.H, D = s.D, G = 4 * H, TN = T * N, NH = N * H;
-    const int nt = static_cast<int>(std::min<int64_t>(st->threads, N));
+    const int nt = st->threads;
+    const int rowThreads = static_cast<int>(std::min<int64_t>(nt, N));  // the cell splits batch rows
     const float* x = k.input(kFwd).data<float>();
     const float* w = k.input(kFwd + 1).data<float>();
     const float* r = k.input(kFwd + 2).data<float>();
@@ -219,7 +224,6 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
     std::vector<float> gates(static_cast<size_t>(TN * G)), hPrev(static_cast<size_t>(TN * H));
     std::vector<float> cell(static_cast<size_t>(TN * H)), tanhCell(cell.size());
     std::vector<float> dh(static_cast<size_t>(NH)), dc(dh.size()), zeros(dh.size(), 0.0f);
-    onednn::setThreads(nt);
     for (int64_t d = 0; d < D; ++d) {
       const bool backward = s.reverse || d == 1;
       const float* wd = w + d * G * I;
@@ -239,6 +243,7 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
         }
       }
       // pre = Wb + Rb + X W^T + Hprev R^T.
+      onednn::setThreads(nt);
       {
         std::vector<float> bias(static_cast<size_t>(G), 0.0f);
         if (b)
@@ -248,8 +253,8 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       sgemm('N', 'T', TN, G, I, x, I, wd, I, 1.0f, gates.data(), G);
       sgemm('N', 'T', TN, G, H, hPrev.data(), H, rd, H, 1.0f, gates.data(), G);
       const float* c0d = c0 ? c0 + d * NH : zeros.data();
-      if (nt > 1) {
-#pragma omp parallel num_threads(nt)
+      if (rowThreads > 1) {
+#pragma omp parallel num_threads(rowThreads)
         {
           int tid = omp_get_thread_num(), team = omp_get_num_threads();
           cellForward(gates.data(), cell.data(), tanhCell.data(), c0d, T, N, H, backward, N * tid / team,
@@ -258,7 +263,10 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       } else {
         cellForward(gates.data(), cell.data(), tanhCell.data(), c0d, T, N, H, backward, 0, N);
       }
-      // Backwards through the steps.
+      // Backwards through the steps. A small step's product runs on one thread: at batch 1 each
+      // call otherwise woke a second, sleeping thread for a 2 MFLOP product (lstm2 b1 training
+      // step 54-75 ms on 2 threads, 49-50 on one; at batch 32, 67 MFLOP per step, both threads).
+      onednn::setThreads(2 * N * G * H >= kParallelStepFlops ? nt : 1);
       if (dyh)
         std::memcpy(dh.data(), dyh + d * NH, sizeof(float) * NH);
       else
@@ -281,6 +289,7 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       if (dh0) std::memcpy(dh0 + d * NH, dh.data(), sizeof(float) * NH);
       if (dc0) std::memcpy(dc0 + d * NH, dc.data(), sizeof(float) * NH);
       // The products over every step at once.
+      onednn::setThreads(nt);
       const float* dg = gates.data();
       if (dX) sgemm('N', 'N', TN, I, G, dg, G, wd, I, d == 0 ? 0.0f : 1.0f, dX, I);
       if (dW) sgemm('T', 'N', G, I, TN, dg, G, x, I, 0.0f, dW + d * G * I, I);
