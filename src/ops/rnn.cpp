@@ -169,6 +169,23 @@ RnnParams parseParams(const ir::Node& n, Cell cell) {
   return p;
 }
 
+bool RnnParams::defaultActivations() const {
+  for (size_t i = 0; i < acts.size(); ++i)
+    if (acts[i].kind != (i % actsPerDir == 0 ? Activation::Kind::Sigmoid : Activation::Kind::Tanh)) return false;
+  return true;
+}
+
+std::optional<RnnParams> plainLstmParams(const ir::Node& n) {
+  RnnParams p;
+  try {
+    p = parseParams(n, Cell::Lstm);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (p.batchFirst || p.clip || p.inputForget || !p.defaultActivations()) return std::nullopt;
+  return p;
+}
+
 namespace {
 
 void checkShape(const NDArray& a, const Shape& want, const std::string& what, const char* name) {

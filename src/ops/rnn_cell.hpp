@@ -37,11 +37,18 @@ struct RnnParams {
   bool batchFirst = false;  ///< layout == 1
   bool linearBeforeReset = false;
   bool inputForget = false;
+  /// f = sigmoid, g = h = tanh in every direction: the defaults of GRU and LSTM.
+  bool defaultActivations() const;
 };
 
 /// Parses the attributes of `n` (an RNN, GRU or LSTM node, or one of their gradient ops, which
 /// carry the same attributes); throws graft::Error naming the node on bad values.
 RnnParams parseParams(const ir::Node& n, Cell cell);
+
+/// The parameters of an LSTM node (or of its LSTMGrad) that is ONNX's plain cell, the one graft's
+/// own LSTM kernels compute: layout 0, no clip, no input_forget, the default activations.
+/// nullopt for any other, and for invalid attributes (the reference kernel reports those).
+std::optional<RnnParams> plainLstmParams(const ir::Node& n);
 
 /// The inputs of a recurrent node (X, W, R, B, sequence_lens, initial_h, initial_c, P), read
 /// from a kernel's inputs starting at `offset`, checked, and converted to double. Absent

@@ -84,13 +84,11 @@ std::optional<RnnConfig> rnnConfig(const ir::Node& n) {
   // Activations: the defaults (f = sigmoid, g = h = tanh for GRU and LSTM), or for RNN one of
   // tanh, relu, sigmoid shared by the directions.
   using Kind = ops::rnn::Activation::Kind;
-  for (size_t i = 0; i < p.acts.size(); ++i) {
-    const ops::rnn::Activation& a = p.acts[i];
-    if (c.cell == Cell::Rnn) {
+  if (c.cell == Cell::Rnn) {
+    for (const ops::rnn::Activation& a : p.acts)
       if (a.kind != p.acts[0].kind) return std::nullopt;
-    } else if (a.kind != (i % p.actsPerDir == 0 ? Kind::Sigmoid : Kind::Tanh)) {
-      return std::nullopt;
-    }
+  } else if (!p.defaultActivations()) {
+    return std::nullopt;
   }
   if (c.cell == Cell::Rnn) {
     if (p.acts.empty()) return std::nullopt;

@@ -58,18 +58,10 @@ struct GradShape {
 std::optional<GradShape> gradShape(const ir::Node& n) {
   using onednn::isStaticFloat;
   if (n.domain() != ops::kGraftDomain || n.type() != "LSTMGrad") return std::nullopt;
-  // The attributes as the reference kernel reads them (ops/rnn_cell.hpp); a node it refuses is
-  // the reference kernel's to report.
-  ops::rnn::RnnParams p;
-  try {
-    p = ops::rnn::parseParams(n, ops::rnn::Cell::Lstm);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-  if (p.batchFirst || p.clip || p.inputForget) return std::nullopt;
-  using Kind = ops::rnn::Activation::Kind;
-  for (size_t i = 0; i < p.acts.size(); ++i)
-    if (p.acts[i].kind != (i % 3 == 0 ? Kind::Sigmoid : Kind::Tanh)) return std::nullopt;
+  // The attributes as the reference kernel reads them (ops/rnn_cell.hpp).
+  std::optional<ops::rnn::RnnParams> params = ops::rnn::plainLstmParams(n);
+  if (!params) return std::nullopt;
+  const ops::rnn::RnnParams& p = *params;
   GradShape s;
   s.D = p.numDirections;
   s.reverse = !p.forward;
