@@ -65,8 +65,9 @@ std::vector<std::vector<NDArray>> runCase(const BackendCase& c, backends::Backen
     std::vector<NDArray> values;
     for (size_t i = 0; i < c.op.inputs.size(); ++i) {
       const NDArray& a = c.op.inputs[i];
-      NDArray v = round == 0 || !a.valid() || c.constant[i] ? a : a.clone();
-      if (round == 1 && a.valid() && !c.constant[i] && i > 0 && v.dtype() == DataType::Float)
+      bool changed = round == 1 && a.valid() && !c.constant[i];  // a graph input in the second run
+      NDArray v = changed ? a.clone() : a;
+      if (changed && i > 0 && v.dtype() == DataType::Float)
         for (int64_t j = 0; j < v.numel(); ++j) v.data<float>()[j] *= 0.5f;
       values.push_back(v);
     }

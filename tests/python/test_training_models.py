@@ -1,7 +1,7 @@
 """Models exported from PyTorch with fixed random weights, trained in graft and in PyTorch (in
-float64, the answer float32 approaches) on the same batches: a small CNN with BatchNormalization (trained in training mode, with running
-statistics), LSTM and GRU sequence classifiers (one layer, and two bidirectional layers), and a
-transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
+float64, the answer float32 approaches) on the same batches: a small CNN with BatchNormalization
+(trained in training mode, with running statistics), LSTM and GRU sequence classifiers (one layer,
+and two bidirectional layers), and a transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
 gradient accumulation. The loss of every step, the final weights (and the BatchNorm running
 statistics) must match within the stated tolerance; the largest deviations are printed at the end
 of the run.
