@@ -4,6 +4,13 @@
 // recurrence, so the reference walks them one at a time: simple to check against the equations
 // in the ONNX specification, and padded steps (sequence_lens) need no masking. The cells
 // (rnn_cell.hpp) are shared with the gradient ops in rnn_grad.cpp.
+//
+// ai.graft LSTMTrain is an LSTM that also keeps what its backward pass needs: inputs and
+// attributes as LSTM's, outputs Y, Y_h, Y_c and Saved [D, S, N, 5H], for each direction, step (in
+// time order) and batch element the activated gates i, o, f, c (W's order) and the new cell state
+// (zeros at the padded steps of sequence_lens). The cpu backend's training pipeline puts it in
+// place of an LSTM whose LSTMGrad can read Saved instead of recomputing it (lstm-save-gates,
+// vec_lstm_grad.cpp); the reference computes it here with the same cells.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -327,12 +334,15 @@ KernelFactory recurrentKernel(Cell cell) {
     const ir::Node& node = cc.node();
     std::string what = node.describe();
     RnnParams p = parseParams(node, cell);
-    return [p, what](KernelContext& k) {
+    bool saves = node.domain() == kGraftDomain && node.type() == "LSTMTrain";
+    return [p, what, saves](KernelContext& k) {
       RnnInputs in = RnnInputs::read(p, k, 0, what);
       const int64_t D = in.D, N = in.N, H = in.H;
       // With an empty input (I = 0) S and N are unbounded: shapeNumel rejects sizes that overflow.
       std::vector<double> Y(k.wantsOutput(0) ? static_cast<size_t>(shapeNumel({in.S, D, N, H})) : 0);
       std::vector<double> Yh(static_cast<size_t>(shapeNumel({D, N, H}))), Yc(Yh.size());
+      // LSTMTrain's Saved: per (direction, step, batch element) the 4H gates and the H cell state.
+      std::vector<double> saved(saves && k.wantsOutput(3) ? static_cast<size_t>(shapeNumel({D, in.S, N, 5 * H})) : 0);
       StepCache cache;
       std::vector<double> hNew, cNew;
       for (int64_t d = 0; d < D; ++d) {
@@ -349,6 +359,11 @@ KernelFactory recurrentKernel(Cell cell) {
             h.swap(hNew);
             if (p.cell == Cell::Lstm) c.swap(cNew);
             if (!Y.empty()) std::copy(h.begin(), h.end(), Y.begin() + in.yAt(t, d, b));
+            if (!saved.empty()) {
+              auto at = saved.begin() + ((d * in.S + t) * N + b) * 5 * H;
+              std::copy(cache.gate.begin(), cache.gate.begin() + 4 * H, at);
+              std::copy(c.begin(), c.end(), at + 4 * H);
+            }
           }
           // An empty sequence has no final state: onnxruntime reports zeros there, not the initial one.
           if (len == 0) {
@@ -361,9 +376,29 @@ KernelFactory recurrentKernel(Cell cell) {
       }
       if (k.wantsOutput(0)) k.setOutput(0, arrayFromDoubles(Y, in.dtype, in.yShape(), what));
       if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(Yh, in.dtype, in.stateShape(), what));
-      if (p.cell == Cell::Lstm && k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(Yc, in.dtype, in.stateShape(), what));
+      if (p.cell == Cell::Lstm && k.wantsOutput(2))
+        k.setOutput(2, arrayFromDoubles(Yc, in.dtype, in.stateShape(), what));
+      if (!saved.empty()) k.setOutput(3, arrayFromDoubles(saved, in.dtype, {D, in.S, N, 5 * H}, what));
     };
   };
+}
+
+// LSTMTrain's output types: LSTM's three, then Saved [D, S, N, 5H].
+std::vector<ir::ValueType> lstmTrainInfer(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                          const std::vector<const NDArray*>&) {
+  auto info = [&](size_t i) { return i < in.size() ? in[i].info : TensorInfo{}; };
+  const TensorInfo X = info(0), W = info(1), R = info(2);
+  GRAFT_CHECK(
+      in.size() >= 3 && X.hasShape() && X.rank() == 3 && W.hasShape() && W.rank() == 3 && R.hasShape() && R.rank() == 3,
+      "{}: X, W and R must be rank-3 tensors", n.describe());
+  bool batchFirst = n.attrInt("layout", 0) == 1;
+  Dim S = X.dims()[batchFirst ? 1 : 0], N = X.dims()[batchFirst ? 0 : 1], D = W.dims()[0], H = R.dims()[2];
+  if (!H.known() && n.attrs().has("hidden_size")) H = Dim(n.attrInt("hidden_size"));
+  Dim H5 = H.known() ? Dim(5 * H.value) : Dim{};
+  DataType dt = X.dataType();
+  auto t = [&](std::vector<Dim> dims) { return ir::ValueType::tensor(TensorInfo(dt, std::move(dims))); };
+  ir::ValueType state = t(batchFirst ? std::vector<Dim>{N, D, H} : std::vector<Dim>{D, N, H});
+  return {t(batchFirst ? std::vector<Dim>{N, S, D, H} : std::vector<Dim>{S, D, N, H}), state, state, t({D, S, N, H5})};
 }
 
 }  // namespace
@@ -378,6 +413,11 @@ GRAFT_REGISTER_OPS(rnn) {
   r.add("RNN").setReference(rnn::recurrentKernel(Cell::Rnn)).noGradient({4}).setCost(flops);
   r.add("GRU").setReference(rnn::recurrentKernel(Cell::Gru)).noGradient({4}).setCost(flops);
   r.add("LSTM").setReference(rnn::recurrentKernel(Cell::Lstm)).noGradient({4}).setCost(flops);
+  // No VJP: it appears only in training graphs, after autodiff, next to its LSTMGrad.
+  r.add("LSTMTrain", kGraftDomain)
+      .setReference(rnn::recurrentKernel(Cell::Lstm))
+      .setInfer(rnn::lstmTrainInfer)
+      .setCost(flops);
 }
 
 }  // namespace graft::ops

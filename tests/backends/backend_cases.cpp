@@ -675,8 +675,10 @@ void rnnGradCases() {
 }
 
 // LSTMGrad with the forward's Y as its last input, as the VJP builds it (vec_lstm_grad reads the
-// states from it): Y is the reference forward's output for the same inputs.
-void lstmGradFromYCases() {
+// states from it), and with LSTMTrain's Saved after it, as lstm-save-gates gives it (the gates
+// are then read, not recomputed): Y and Saved are the reference forward's outputs for the same
+// inputs. And LSTMTrain itself, whose Saved the reference fills from its cells.
+void lstmTrainingCases() {
   struct S {
     int64_t T, N, I, H;
   };
@@ -687,8 +689,8 @@ void lstmGradFromYCases() {
         // 2: bias and initial_h, dY_h and dY_c only.
         const int64_t T = sh.T, N = sh.N, I = sh.I, H = sh.H;
         int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
-        std::string n = "LSTMGrad_from_Y_" + std::to_string(N) + "x" + std::to_string(H) + "_" + dir + "_v" +
-                        std::to_string(variant);
+        std::string shape = std::to_string(N) + "x" + std::to_string(H) + "_" + dir + "_v" + std::to_string(variant);
+        std::string n = "LSTMGrad_from_Y_" + shape;
         ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", H}});
         std::vector<NDArray> fwd{rnd({T, N, I}, n + "x"),
                                  rnd({D, 4 * H, I}, n + "w"),
@@ -698,20 +700,32 @@ void lstmGradFromYCases() {
                                  variant == 1 ? NDArray() : rnd({D, N, H}, n + "h"),
                                  variant == 0 ? rnd({D, N, H}, n + "c") : NDArray(),
                                  NDArray()};
-        auto forwardY = [a](const std::vector<NDArray>& grad) {
+        // The forward's Y and Saved from a gradient op's inputs.
+        auto forward = [a](const std::vector<NDArray>& grad) {
           std::vector<NDArray> f(grad.begin() + 3, grad.begin() + 11);
-          return runReference(OpCase{"LSTM", f, a, 1}).at(0);
+          OpCase train{"LSTMTrain", f, a, 4};
+          train.domain = "ai.graft";
+          return runReference(train);
         };
         std::vector<NDArray> in{variant == 2 ? NDArray() : rnd({T, D, N, H}, n + "dy"),
                                 variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyh"),
                                 variant == 1 ? NDArray() : rnd({D, N, H}, n + "dyc")};
         in.insert(in.end(), fwd.begin(), fwd.end());
-        in.push_back(NDArray());
-        in.back() = forwardY(in);
+        in.push_back(forward(in).at(0));
         OpCase c{"LSTMGrad", in, a, 7};
         c.domain = "ai.graft";
         add(n, c, {}, 1e-5);
-        cases().back().derive = [forwardY](std::vector<NDArray>& v) { v.back() = forwardY(v); };
+        cases().back().derive = [forward](std::vector<NDArray>& v) { v.back() = forward(v).at(0); };
+        c.inputs.push_back(forward(in).at(3));
+        add("LSTMGrad_from_saved_" + shape, c, {}, 1e-5);
+        cases().back().derive = [forward](std::vector<NDArray>& v) {
+          std::vector<NDArray> f = forward(v);
+          v[v.size() - 2] = f.at(0);
+          v.back() = f.at(3);
+        };
+        OpCase train{"LSTMTrain", fwd, a, 4};
+        train.domain = "ai.graft";
+        add("LSTMTrain_" + shape, train, {}, 1e-5);
       }
 }
 
@@ -727,7 +741,7 @@ const std::vector<BackendCase>& allCases() {
     rnnCases();
     smallBatchLstmCases();
     rnnGradCases();
-    lstmGradFromYCases();
+    lstmTrainingCases();
     return true;
   }();
   (void)built;

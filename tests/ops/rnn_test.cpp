@@ -1,6 +1,7 @@
 // Tests of src/ops/rnn.cpp: RNN, GRU and LSTM against hand-computed values and against a naive
 // step-by-step model written from the equations of the ONNX specification (below), which
 // advances the whole batch one time step at a time and masks finished sequences.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -522,6 +523,70 @@ TEST(LSTM, RejectsWrongPeepholes) {
                                       randomArray(DataType::Float, {1, 2 * c.H}, 3)},
                              attrsOf(c, 0), 3}),
                Error);
+}
+
+// ---- ai.graft LSTMTrain: an LSTM that also outputs Saved [D, S, N, 5H] -------------------------
+
+TEST(Graft_LSTMTrain, SavesEachStepsGatesAndCellState) {
+  // The peephole case above: Saved holds i, o, f, c~ and the new cell state c.
+  NDArray X = arr<float>({1, 1, 1}, {1}), W = arr<float>({1, 4, 1}, {0.1f, 0.2f, 0.3f, 0.4f});
+  NDArray R = arr<float>({1, 4, 1}, {0.5f, 0.6f, 0.7f, 0.8f}), P = arr<float>({1, 3}, {0.05f, 0.06f, 0.07f});
+  NDArray h0 = arr<float>({1, 1, 1}, {0.5f}), c0 = arr<float>({1, 1, 1}, {2});
+  double i = sigm(0.1 + 0.25 + 0.05 * 2), f = sigm(0.3 + 0.35 + 0.07 * 2), cc = std::tanh(0.4 + 0.4);
+  double c = f * 2 + i * cc, o = sigm(0.2 + 0.3 + 0.06 * c), h = o * std::tanh(c);
+  auto out = runReference(OpCase{
+      "LSTMTrain", {X, W, R, NDArray{}, NDArray{}, h0, c0, P}, attrs({{"hidden_size", int64_t{1}}}), 4, "ai.graft"});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(allClose(out[0], arr<float>({1, 1, 1, 1}, {float(h)})));
+  EXPECT_TRUE(allClose(out[2], arr<float>({1, 1, 1}, {float(c)})));
+  EXPECT_TRUE(allClose(out[3], arr<float>({1, 1, 1, 5}, {float(i), float(o), float(f), float(cc), float(c)})));
+}
+
+TEST(Graft_LSTMTrain, OutputsAreTheLstmsAndPaddedStepsSaveZeros) {
+  // Two directions, sequence_lens {3, 1}; S = 3, N = 2, I = 3, H = 2.
+  const int64_t S = 3, N = 2, I = 3, H = 2;
+  NDArray lens(DataType::Int32, {N});
+  lens.data<int32_t>()[0] = 3;
+  lens.data<int32_t>()[1] = 1;
+  std::vector<NDArray> in{
+      randomArray(DataType::Float, {S, N, I}, 1, -1, 1), randomArray(DataType::Float, {2, 4 * H, I}, 2, -1, 1),
+      randomArray(DataType::Float, {2, 4 * H, H}, 3, -1, 1), randomArray(DataType::Float, {2, 8 * H}, 4, -1, 1), lens};
+  ir::Attributes a = attrs({{"hidden_size", H}, {"direction", std::string("bidirectional")}});
+  auto lstm = ref({"LSTM", in, a, 3});
+  OpCase train{"LSTMTrain", in, a, 4, "ai.graft"};
+  auto types = inferTypes(train);
+  ASSERT_EQ(types.size(), 4u);
+  EXPECT_EQ(types[3].info.shape(), (Shape{2, S, N, 5 * H}));
+  auto out = runReference(train);
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(allClose(out[k], lstm[k], 0, 0)) << "output " << k;
+  ASSERT_EQ(out[3].shape(), (Shape{2, S, N, 5 * H}));
+  // Batch element 1 has one step: its steps 1 and 2 save zeros, step 0 does not; the saved cell
+  // state of its last step is Y_c.
+  const float* sv = out[3].data<float>();
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t t = 0; t < S; ++t) {
+      const float* row = sv + ((d * S + t) * N + 1) * 5 * H;
+      bool allZero = std::all_of(row, row + 5 * H, [](float v) { return v == 0.0f; });
+      EXPECT_EQ(allZero, t > 0) << "direction " << d << " step " << t;
+    }
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t j = 0; j < H; ++j)
+      EXPECT_EQ(sv[((d * S + 0) * N + 1) * 5 * H + 4 * H + j], lstm[2].data<float>()[(d * N + 1) * H + j]);
+}
+
+TEST(Graft_LSTMTrain, RejectsInputsOfTheWrongRank) {
+  OpCase c{"LSTMTrain",
+           {randomArray(DataType::Float, {3, 4}, 1), randomArray(DataType::Float, {1, 8, 4}, 2),
+            randomArray(DataType::Float, {1, 8, 2}, 3)},
+           attrs({{"hidden_size", int64_t{2}}}),
+           4,
+           "ai.graft"};
+  try {
+    inferTypes(c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("X, W and R must be rank-3 tensors"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -76,6 +76,10 @@ MODELS = {
     # first one's output.
     "lstm_bidirectional_2layers": (lambda: SequenceClassifier(torch.nn.LSTM, num_layers=2, bidirectional=True),
                                    (3, 4, 5), False),
+    # Batch 8: the cpu training pipeline's lstm-save-gates keeps the gates in the forward pass
+    # (LSTMTrain) and the gradient reads them.
+    "lstm_bidirectional_2layers_b8": (lambda: SequenceClassifier(torch.nn.LSTM, num_layers=2, bidirectional=True),
+                                      (8, 4, 5), False),
     "gru_bidirectional_2layers": (lambda: SequenceClassifier(torch.nn.GRU, num_layers=2, bidirectional=True),
                                   (3, 4, 5), False),
     "transformer_encoder": (Encoder, (2, 5, 8), False),
@@ -186,9 +190,12 @@ def test_model_training_matches_torch(model_name, opt_name):
             ATOL, RTOL)
 
 
-def test_lstm_gradient_runs_graft_kernel():
-    """The LSTM's gradient op gets the forward's Y and runs vec_lstm_grad (not oneDNN's backward)."""
-    factory, shape, training = MODELS["lstm_bidirectional_2layers"]
+@pytest.mark.parametrize("model_name,forward_kernel", [("lstm_bidirectional_2layers", "vec_lstm_small_batch"),
+                                                       ("lstm_bidirectional_2layers_b8", "vec_lstm_train")])
+def test_lstm_gradient_runs_graft_kernel(model_name, forward_kernel):
+    """The LSTM's gradient op gets the forward's Y and runs vec_lstm_grad (not oneDNN's backward); from
+    batch 8 the forward is LSTMTrain, which keeps the gates for it."""
+    factory, shape, training = MODELS[model_name]
     net = factory()
     model, loss = graft_model(net, shape, training)
     options = graft.SessionOptions()
@@ -196,5 +203,8 @@ def test_lstm_gradient_runs_graft_kernel():
     graft_opt = OPTIMIZERS["sgd"][0]
     session, _, _ = train_graft(model, loss, graft_opt(), lambda step: dict(zip(("x", "label"), batch(step, shape))),
                                 1, options=options)
-    grads = [p for p in session.profile() if p.opType == "LSTMGrad"]
-    assert grads and all(p.kernels == ["vec_lstm_grad"] for p in grads), [(p.opType, p.kernels) for p in grads]
+    kernels = {(p.opType, k) for p in session.profile() for k in p.kernels}
+    forward_op = "LSTMTrain" if forward_kernel == "vec_lstm_train" else "LSTM"
+    assert {k for op, k in kernels if op == "LSTMGrad"} == {"vec_lstm_grad"}, kernels
+    assert {k for op, k in kernels if op in ("LSTM", "LSTMTrain")} == {forward_kernel}, kernels
+    assert {op for op, _ in kernels if op in ("LSTM", "LSTMTrain")} == {forward_op}, kernels

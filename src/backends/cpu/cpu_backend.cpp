@@ -91,6 +91,7 @@ const std::vector<std::string>& trainingPasses() {
       "fuse-gelu",         // likewise
       "fold-transpose",    // the VJPs' Transposes around matrix products become strides
       "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
+      "lstm-save-gates",   // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
       "dce",               // what the rewrites left unused
   });
   return p;

@@ -1,5 +1,5 @@
-// ai.graft LSTMGrad (rnn_grad.cpp) from the forward's own output Y: graft's kernel, ahead of
-// oneDNN's backward primitive.
+// ai.graft LSTMTrain (rnn.cpp) and LSTMGrad (rnn_grad.cpp) for training: graft's kernels, ahead of
+// oneDNN's backward primitive, and the lstm-save-gates pass of the cpu training pipeline.
 //
 // oneDNN 2.6 runs an LSTM's backward as its training forward (again, the whole sequence, one step
 // at a time, to save the gates) and then its backward primitive: on the 2-vCPU AVX-512 EPYC of
@@ -14,7 +14,13 @@
 //   dX = dG W, dW = dG^T X, dR = dG^T Hprev, dB = column sums of dG   (sgemm over all steps)
 // The only sequential products are the T small dh_prev ones; oneDNN's backward has 2T.
 //
-// Takes ONNX's default activations (sigmoid, tanh, tanh), layout 0, no clip, no input_forget,
+// Where the batch is large enough (kSaveMinBatch), the pass lstm-save-gates replaces the forward
+// LSTM by LSTMTrain, whose extra output Saved holds every step's gates and cell state, and gives
+// Saved to the LSTMGrad, which then skips the recomputation (the two products above were 43 of
+// ~150 ms per layer of lstm2 b32). LSTMTrain's kernel: X W^T for all steps in one sgemm, then per
+// step h R^T (sgemm) and the cell; the gates stay in Saved, where the backward pass reads them.
+//
+// Both take ONNX's default activations (sigmoid, tanh, tanh), layout 0, no clip, no input_forget,
 // no peepholes and no sequence_lens, float with static shapes; the rest goes to oneDNN's
 // primitive or the reference. dP, the peepholes' gradient, is zeros, as the reference gives for
 // an absent P.
@@ -32,43 +38,51 @@
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
+#include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/rnn_cell.hpp"
+#include "passes/pass.hpp"
 #include "support/check.hpp"
 
 namespace graft::backends::cpu {
 namespace {
 
 // LSTMGrad's inputs: dY, dY_h, dY_c, then the forward's X, W, R, B, sequence_lens, initial_h,
-// initial_c, P, then the forward's Y.
+// initial_c, P, then the forward's Y and, from LSTMTrain, Saved.
 constexpr size_t kFwd = 3;
 constexpr size_t kY = kFwd + 8;
-// The FLOPs of one backward step's product (dh_prev = dG_t R) from which it runs on every thread:
-// measured at the two ends only (batch 1: one thread better; batch 32: both), the cut between
-// them is batch 8 at H = 512.
+constexpr size_t kSaved = kY + 1;
+// The FLOPs of one step's recurrent product (h R^T forward, dG_t R backward) from which it runs
+// on every thread: measured at the two ends only (batch 1: one thread better; batch 32: both),
+// the cut between them is batch 8 at H = 512.
 constexpr double kParallelStepFlops = 16e6;
+// The smallest batch at which lstm-save-gates uses LSTMTrain. lstm2 training steps (H = 512, 64
+// steps, 2 threads, half-rate AVX-512 EPYC), saved/recomputed: batch 32 0.71-0.80, batch 8
+// 0.73-0.91, batch 4 0.82-1.11, batch 1 1.08-1.24 (the small-batch forward, vec_lstm.cpp, wakes
+// the threads once per sequence; LSTMTrain's step products once per step).
+constexpr int64_t kSaveMinBatch = 8;
 
-struct GradShape {
+struct LstmShape {
   int64_t T = 0, N = 0, I = 0, H = 0, D = 1;
   bool reverse = false;  // direction "reverse" (D = 1)
   bool bias = false, h0 = false, c0 = false;
-  bool dy = false, dyh = false, dyc = false;
+  bool dy = false, dyh = false, dyc = false;  // LSTMGrad: which output gradients are given
+  bool saved = false;                         // LSTMGrad: Saved is an input
 };
 
-std::optional<GradShape> gradShape(const ir::Node& n) {
+// The forward inputs X, W, R, B, sequence_lens, initial_h, initial_c, P of `n` from input `o`.
+std::optional<LstmShape> forwardShape(const ir::Node& n, size_t o) {
   using onednn::isStaticFloat;
-  if (n.domain() != ops::kGraftDomain || n.type() != "LSTMGrad") return std::nullopt;
   // The attributes as the reference kernel reads them (ops/rnn_cell.hpp).
   std::optional<ops::rnn::RnnParams> params = ops::rnn::plainLstmParams(n);
   if (!params) return std::nullopt;
   const ops::rnn::RnnParams& p = *params;
-  GradShape s;
+  LstmShape s;
   s.D = p.numDirections;
   s.reverse = !p.forward;
   auto in = [&](size_t i) { return n.hasInput(i) ? n.input(i) : nullptr; };
-  if (n.numInputs() != kY + 1 || !isStaticFloat(in(kY))) return std::nullopt;  // no Y: oneDNN's
-  if (!isStaticFloat(in(kFwd)) || !isStaticFloat(in(kFwd + 1)) || !isStaticFloat(in(kFwd + 2))) return std::nullopt;
-  Shape x = in(kFwd)->info().shape(), w = in(kFwd + 1)->info().shape(), r = in(kFwd + 2)->info().shape();
+  if (!isStaticFloat(in(o)) || !isStaticFloat(in(o + 1)) || !isStaticFloat(in(o + 2))) return std::nullopt;
+  Shape x = in(o)->info().shape(), w = in(o + 1)->info().shape(), r = in(o + 2)->info().shape();
   if (x.size() != 3 || w.size() != 3 || r.size() != 3) return std::nullopt;
   s.T = x[0];
   s.N = x[1];
@@ -77,39 +91,76 @@ std::optional<GradShape> gradShape(const ir::Node& n) {
   if (s.T <= 0 || s.N <= 0 || s.I <= 0 || s.H <= 0) return std::nullopt;
   if (p.hiddenSize >= 0 && p.hiddenSize != s.H) return std::nullopt;
   if (w != Shape{s.D, 4 * s.H, s.I} || r != Shape{s.D, 4 * s.H, s.H}) return std::nullopt;
-  Shape hs{s.D, s.N, s.H}, y{s.T, s.D, s.N, s.H};
   auto optional = [&](size_t i, const Shape& shape, bool& present) {
     present = in(i) != nullptr;
     return !present || (isStaticFloat(in(i)) && in(i)->info().shape() == shape);
   };
-  if (!optional(kFwd + 3, {s.D, 8 * s.H}, s.bias)) return std::nullopt;
-  if (in(kFwd + 4) != nullptr || in(kFwd + 7) != nullptr) return std::nullopt;  // sequence_lens, P
-  if (!optional(kFwd + 5, hs, s.h0) || !optional(kFwd + 6, hs, s.c0)) return std::nullopt;
-  if (!optional(0, y, s.dy) || !optional(1, hs, s.dyh) || !optional(2, hs, s.dyc)) return std::nullopt;
-  if (in(kY)->info().shape() != y) return std::nullopt;
-  if (n.numOutputs() > 7) return std::nullopt;
-  const std::vector<Shape> outs{x, w, r, {s.D, 8 * s.H}, hs, hs, {s.D, 3 * s.H}};
-  for (size_t i = 0; i < n.numOutputs(); ++i)
-    if (n.hasOutput(i) && !(isStaticFloat(n.output(i)) && n.output(i)->info().shape() == outs[i])) return std::nullopt;
+  Shape hs{s.D, s.N, s.H};
+  if (!optional(o + 3, {s.D, 8 * s.H}, s.bias)) return std::nullopt;
+  if (in(o + 4) != nullptr || in(o + 7) != nullptr) return std::nullopt;  // sequence_lens, P
+  if (!optional(o + 5, hs, s.h0) || !optional(o + 6, hs, s.c0)) return std::nullopt;
   return s;
 }
 
+Shape savedShape(const LstmShape& s) { return {s.D, s.T, s.N, 5 * s.H}; }
+
+bool outputsAre(const ir::Node& n, const std::vector<Shape>& outs) {
+  if (n.numOutputs() > outs.size()) return false;
+  for (size_t i = 0; i < n.numOutputs(); ++i)
+    if (n.hasOutput(i) && !(onednn::isStaticFloat(n.output(i)) && n.output(i)->info().shape() == outs[i])) return false;
+  return true;
+}
+
+std::optional<LstmShape> trainShape(const ir::Node& n) {
+  if (n.domain() != ops::kGraftDomain || n.type() != "LSTMTrain" || n.numInputs() > 8) return std::nullopt;
+  auto s = forwardShape(n, 0);
+  if (!s) return std::nullopt;
+  Shape hs{s->D, s->N, s->H};
+  if (!outputsAre(n, {{s->T, s->D, s->N, s->H}, hs, hs, savedShape(*s)})) return std::nullopt;
+  return s;
+}
+
+std::optional<LstmShape> gradShape(const ir::Node& n) {
+  using onednn::isStaticFloat;
+  if (n.domain() != ops::kGraftDomain || n.type() != "LSTMGrad") return std::nullopt;
+  auto in = [&](size_t i) { return n.hasInput(i) ? n.input(i) : nullptr; };
+  if (n.numInputs() < kY + 1 || n.numInputs() > kSaved + 1 || !isStaticFloat(in(kY))) return std::nullopt;  // no Y
+  auto shape = forwardShape(n, kFwd);
+  if (!shape) return std::nullopt;
+  LstmShape& s = *shape;
+  Shape hs{s.D, s.N, s.H}, y{s.T, s.D, s.N, s.H};
+  auto optional = [&](size_t i, const Shape& want, bool& present) {
+    present = in(i) != nullptr;
+    return !present || (isStaticFloat(in(i)) && in(i)->info().shape() == want);
+  };
+  if (!optional(0, y, s.dy) || !optional(1, hs, s.dyh) || !optional(2, hs, s.dyc)) return std::nullopt;
+  if (in(kY)->info().shape() != y) return std::nullopt;
+  if (!optional(kSaved, savedShape(s), s.saved)) return std::nullopt;
+  if (!outputsAre(n,
+                  {{s.T, s.N, s.I}, {s.D, 4 * s.H, s.I}, {s.D, 4 * s.H, s.H}, {s.D, 8 * s.H}, hs, hs, {s.D, 3 * s.H}}))
+    return std::nullopt;
+  return s;
+}
+
+bool supportsLstmTrain(const ir::Node& n) { return trainShape(n).has_value(); }
 bool supportsLstmGrad(const ir::Node& n) { return gradShape(n).has_value(); }
 
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
            float beta, float* c, int64_t ldc) {
   if (dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) != dnnl_success)
-    throw InternalError("LSTMGrad: oneDNN's sgemm failed");
+    throw InternalError("LSTM: oneDNN's sgemm failed");
 }
 
-// One batch row of one step: the gate pre-activations g [4H] (iofc) become the activated gates;
-// cn and tcn receive the cell state and its tanh; cp: the previous cell state.
-[[gnu::always_inline]] inline void cellRow(float* __restrict g, const float* __restrict cp, float* __restrict cn,
-                                           float* __restrict tcn, int64_t H) {
+// One batch row of one step in Saved's layout: g [5H] holds the gate pre-activations (iofc) and
+// receives the activated gates and, after them, the new cell state; cp: the previous cell state;
+// h (may be null): receives the new hidden state.
+[[gnu::always_inline]] inline void cellRow(float* __restrict g, const float* __restrict cp, float* __restrict h,
+                                           int64_t H) {
   float* __restrict gi = g;
   float* __restrict go = g + H;
   float* __restrict gf = g + 2 * H;
   float* __restrict gz = g + 3 * H;
+  float* __restrict cn = g + 4 * H;
   for (int64_t j = 0; j < H; ++j) {
     float i = vecmath::sigmoid(gi[j]), o = vecmath::sigmoid(go[j]);
     float f = vecmath::sigmoid(gf[j]), z = vecmath::tanh(gz[j]);
@@ -119,51 +170,59 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
     gf[j] = f;
     gz[j] = z;
     cn[j] = cv;
-    tcn[j] = vecmath::tanh(cv);
   }
+  if (h)
+    for (int64_t j = 0; j < H; ++j) h[j] = go[j] * vecmath::tanh(cn[j]);
 }
 
-// The cell for batch rows [n0, n1) over the whole sequence, in processing order. pre [T, N, 4H]
-// holds the gate pre-activations and is overwritten with the activated gates; c [T, N, H] and
-// tc [T, N, H] receive each step's cell state and its tanh; c0: the initial state [N, H].
-GRAFT_VEC_CLONES void cellForward(float* pre, float* c, float* tc, const float* c0, int64_t T, int64_t N, int64_t H,
-                                  bool backward, int64_t n0, int64_t n1) {
-  const int64_t G = 4 * H;
+// The cell for batch rows [n0, n1) over the whole sequence, in processing order, from the gate
+// pre-activations in sv [T, N, 5H] (Saved's layout of one direction); c0: the initial state [N, H].
+GRAFT_VEC_CLONES void cellSequence(float* sv, const float* c0, int64_t T, int64_t N, int64_t H, bool backward,
+                                   int64_t n0, int64_t n1) {
   for (int64_t step = 0; step < T; ++step) {
     int64_t t = backward ? T - 1 - step : step;
     int64_t tp = backward ? t + 1 : t - 1;  // the step before, in time
     for (int64_t n = n0; n < n1; ++n) {
-      const float* cp = step == 0 ? c0 + n * H : c + (tp * N + n) * H;
-      cellRow(pre + (t * N + n) * G, cp, c + (t * N + n) * H, tc + (t * N + n) * H, H);
+      const float* cp = step == 0 ? c0 + n * H : sv + (tp * N + n) * 5 * H + 4 * H;
+      cellRow(sv + (t * N + n) * 5 * H, cp, nullptr, H);
     }
   }
 }
 
-// One step backwards, for one batch row: from dh (dY_t already added) and dc, the gradients of
-// the gate pre-activations replace the gates in place (g [4H]); dc becomes that of the previous
-// cell state cp.
-[[gnu::always_inline]] inline void cellRowBackward(float* __restrict g, const float* __restrict dh,
+// One step of the forward for all N rows: g [N, 5H], previous cell states cp (row stride cps),
+// new hidden states h [N, H].
+GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h, int64_t N, int64_t H) {
+  for (int64_t n = 0; n < N; ++n) cellRow(g + n * 5 * H, cp + n * cps, h + n * H, H);
+}
+
+// One step backwards, for one batch row: from the step's gates and cell state g [5H], dh (dY_t
+// already added) and dc, the gradients of the gate pre-activations go to dg [4H]; dc becomes that
+// of the previous cell state cp.
+[[gnu::always_inline]] inline void cellRowBackward(const float* __restrict g, const float* __restrict dh,
                                                    float* __restrict dc, const float* __restrict cp,
-                                                   const float* __restrict tc, int64_t H) {
-  float* __restrict gi = g;
-  float* __restrict go = g + H;
-  float* __restrict gf = g + 2 * H;
-  float* __restrict gz = g + 3 * H;
+                                                   float* __restrict dg, int64_t H) {
+  const float* __restrict gi = g;
+  const float* __restrict go = g + H;
+  const float* __restrict gf = g + 2 * H;
+  const float* __restrict gz = g + 3 * H;
+  const float* __restrict cn = g + 4 * H;
   for (int64_t j = 0; j < H; ++j) {
-    float i = gi[j], o = go[j], f = gf[j], z = gz[j], t = tc[j];
+    float i = gi[j], o = go[j], f = gf[j], z = gz[j], t = vecmath::tanh(cn[j]);
     float d = dc[j] + dh[j] * o * (1.0f - t * t);
-    gi[j] = d * z * i * (1.0f - i);
-    go[j] = dh[j] * t * o * (1.0f - o);
-    gf[j] = d * cp[j] * f * (1.0f - f);
-    gz[j] = d * i * (1.0f - z * z);
+    dg[j] = d * z * i * (1.0f - i);
+    dg[H + j] = dh[j] * t * o * (1.0f - o);
+    dg[2 * H + j] = d * cp[j] * f * (1.0f - f);
+    dg[3 * H + j] = d * i * (1.0f - z * z);
     dc[j] = d * f;
   }
 }
 
-// One step backwards for all N rows: g [N, 4H], dh, dc, cp (previous cell state), tc [N, H].
-GRAFT_VEC_CLONES void cellBackward(float* g, const float* dh, float* dc, const float* cp, const float* tc, int64_t N,
-                                   int64_t H) {
-  for (int64_t n = 0; n < N; ++n) cellRowBackward(g + n * 4 * H, dh + n * H, dc + n * H, cp + n * H, tc + n * H, H);
+// One step backwards for all N rows: g [N, 5H], dh, dc, cp (previous cell states, row stride
+// cps), dg [N, 4H].
+GRAFT_VEC_CLONES void cellBackward(const float* g, const float* dh, float* dc, const float* cp, int64_t cps, float* dg,
+                                   int64_t N, int64_t H) {
+  for (int64_t n = 0; n < N; ++n)
+    cellRowBackward(g + n * 5 * H, dh + n * H, dc + n * H, cp + n * cps, dg + n * 4 * H, H);
 }
 
 // Column sums of a [rows, cols] matrix into out[cols], for columns [c0, c1).
@@ -175,19 +234,97 @@ GRAFT_VEC_CLONES void columnSums(const float* a, int64_t rows, int64_t cols, flo
   }
 }
 
-struct GradState {
-  GradShape s;
+// b [cols, rows] = a^T for a row-major a [rows, cols], in tiles.
+void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) b[c * rows + r] = a[r * cols + c];
+}
+
+struct LstmState {
+  LstmShape s;
   int threads = 1;
 };
 
-ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
-  auto shape = gradShape(ctx.node());
-  GRAFT_ASSERT(shape, "{}: makeLstmGrad on an unsupported node", ctx.node().describe());
-  auto st = std::make_shared<GradState>();
+std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::optional<LstmShape>& shape) {
+  GRAFT_ASSERT(shape, "{}: LSTM kernel on an unsupported node", ctx.node().describe());
+  auto st = std::make_shared<LstmState>();
   st->s = *shape;
   st->threads = std::max(1, ctx.pool().numThreads());
+  return st;
+}
+
+// Fills the gate part of sv's T*N rows [5H] with Wb + Rb of direction d (zeros without bias)
+// and adds X W^T.
+void inputProjection(const LstmShape& s, const float* x, const float* wd, const float* b, int64_t d, float* sv) {
+  const int64_t G = 4 * s.H, TN = s.T * s.N;
+  std::vector<float> bias(static_cast<size_t>(G), 0.0f);
+  if (b)
+    for (int64_t j = 0; j < G; ++j) bias[j] = b[d * 8 * s.H + j] + b[d * 8 * s.H + G + j];
+  for (int64_t i = 0; i < TN; ++i) std::memcpy(sv + i * 5 * s.H, bias.data(), sizeof(float) * G);
+  sgemm('N', 'T', TN, G, s.I, x, s.I, wd, s.I, 1.0f, sv, 5 * s.H);
+}
+
+ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
+  auto st = startKernel(ctx, trainShape(ctx.node()));
   return [st](ops::KernelContext& k) {
-    const GradShape& s = st->s;
+    const LstmShape& s = st->s;
+    const int64_t T = s.T, N = s.N, I = s.I, H = s.H, D = s.D, G = 4 * H, NH = N * H;
+    const int nt = st->threads;
+    const float* x = k.input(0).data<float>();
+    const float* w = k.input(1).data<float>();
+    const float* r = k.input(2).data<float>();
+    const float* b = s.bias ? k.input(3).data<float>() : nullptr;
+    const float* h0 = s.h0 ? k.input(5).data<float>() : nullptr;
+    const float* c0 = s.c0 ? k.input(6).data<float>() : nullptr;
+    std::vector<float> scratchY, scratchSaved;
+    auto out = [&](size_t i, Shape shape, std::vector<float>& scratch) -> float* {
+      if (k.wantsOutput(i)) return k.allocOutputUninit(i, DataType::Float, std::move(shape)).data<float>();
+      scratch.resize(static_cast<size_t>(shapeNumel(shape)));
+      return scratch.data();
+    };
+    float* y = out(0, {T, D, N, H}, scratchY);
+    float* saved = out(3, savedShape(s), scratchSaved);
+    float* yh = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {D, N, H}).data<float>() : nullptr;
+    float* yc = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {D, N, H}).data<float>() : nullptr;
+    std::vector<float> zeros(static_cast<size_t>(NH), 0.0f), rt(static_cast<size_t>(G * H));
+    const int stepThreads = 2.0 * N * G * H >= kParallelStepFlops ? nt : 1;
+    for (int64_t d = 0; d < D; ++d) {
+      const bool backward = s.reverse || d == 1;
+      const float* rd = r + d * G * H;
+      float* sv = saved + d * T * N * 5 * H;
+      onednn::setThreads(nt);
+      inputProjection(s, x, w + d * G * I, b, d, sv);
+      // R^T [H, 4H]: oneDNN's sgemm packs a transposed B at every call, which made the T step
+      // products 2-3x slower (64 steps of lstm2 b32: 80-90 ms against 30-40).
+      transpose(rd, G, H, rt.data());
+      onednn::setThreads(stepThreads);
+      const float* hp = h0 ? h0 + d * NH : zeros.data();
+      const float* cp = c0 ? c0 + d * NH : zeros.data();
+      int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
+      for (int64_t step = 0; step < T; ++step) {
+        int64_t t = backward ? T - 1 - step : step;
+        float* g = sv + t * N * 5 * H;
+        float* h = y + (t * D + d) * NH;
+        sgemm('N', 'N', N, G, H, hp, H, rt.data(), G, 1.0f, g, 5 * H);
+        cellStep(g, cp, cps, h, N, H);
+        hp = h;
+        cp = g + 4 * H;
+        cps = 5 * H;
+      }
+      if (yh) std::memcpy(yh + d * NH, hp, sizeof(float) * NH);
+      if (yc)
+        for (int64_t n = 0; n < N; ++n) std::memcpy(yc + d * NH + n * H, cp + n * 5 * H, sizeof(float) * H);
+    }
+  };
+}
+
+ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
+  auto st = startKernel(ctx, gradShape(ctx.node()));
+  return [st](ops::KernelContext& k) {
+    const LstmShape& s = st->s;
     const int64_t T = s.T, N = s.N, I = s.I, H = s.H, D = s.D, G = 4 * H, TN = T * N, NH = N * H;
     const int nt = st->threads;
     const int rowThreads = static_cast<int>(std::min<int64_t>(nt, N));  // the cell splits batch rows
@@ -198,6 +335,7 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
     const float* h0 = s.h0 ? k.input(kFwd + 5).data<float>() : nullptr;
     const float* c0 = s.c0 ? k.input(kFwd + 6).data<float>() : nullptr;
     const float* y = k.input(kY).data<float>();
+    const float* saved = s.saved ? k.input(kSaved).data<float>() : nullptr;
     const float* dy = s.dy ? k.input(0).data<float>() : nullptr;
     const float* dyh = s.dyh ? k.input(1).data<float>() : nullptr;
     const float* dyc = s.dyc ? k.input(2).data<float>() : nullptr;
@@ -213,8 +351,9 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
     float* dP = out(6, {D, 3 * H});
     if (dP) std::fill(dP, dP + D * 3 * H, 0.0f);
 
-    std::vector<float> gates(static_cast<size_t>(TN * G)), hPrev(static_cast<size_t>(TN * H));
-    std::vector<float> cell(static_cast<size_t>(TN * H)), tanhCell(cell.size());
+    // Without Saved, one direction's gates and cell states are recomputed into `recomputed`.
+    std::vector<float> recomputed(saved ? 0 : static_cast<size_t>(TN * 5 * H));
+    std::vector<float> dgates(static_cast<size_t>(TN * G)), hPrev(static_cast<size_t>(TN * H));
     std::vector<float> dh(static_cast<size_t>(NH)), dc(dh.size()), zeros(dh.size(), 0.0f);
     for (int64_t d = 0; d < D; ++d) {
       const bool backward = s.reverse || d == 1;
@@ -234,31 +373,28 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
           std::memcpy(dst, y + (tp * D + d) * NH, sizeof(float) * NH);
         }
       }
-      // pre = Wb + Rb + X W^T + Hprev R^T.
-      onednn::setThreads(nt);
-      {
-        std::vector<float> bias(static_cast<size_t>(G), 0.0f);
-        if (b)
-          for (int64_t j = 0; j < G; ++j) bias[j] = b[d * 8 * H + j] + b[d * 8 * H + G + j];
-        for (int64_t i = 0; i < TN; ++i) std::memcpy(gates.data() + i * G, bias.data(), sizeof(float) * G);
-      }
-      sgemm('N', 'T', TN, G, I, x, I, wd, I, 1.0f, gates.data(), G);
-      sgemm('N', 'T', TN, G, H, hPrev.data(), H, rd, H, 1.0f, gates.data(), G);
       const float* c0d = c0 ? c0 + d * NH : zeros.data();
-      if (rowThreads > 1) {
+      onednn::setThreads(nt);
+      const float* sv = saved ? saved + d * TN * 5 * H : recomputed.data();
+      if (!saved) {
+        // pre = Wb + Rb + X W^T + Hprev R^T, then the cell.
+        float* rv = recomputed.data();
+        inputProjection(s, x, wd, b, d, rv);
+        sgemm('N', 'T', TN, G, H, hPrev.data(), H, rd, H, 1.0f, rv, 5 * H);
+        if (rowThreads > 1) {
 #pragma omp parallel num_threads(rowThreads)
-        {
-          int tid = omp_get_thread_num(), team = omp_get_num_threads();
-          cellForward(gates.data(), cell.data(), tanhCell.data(), c0d, T, N, H, backward, N * tid / team,
-                      N * (tid + 1) / team);
+          {
+            int tid = omp_get_thread_num(), team = omp_get_num_threads();
+            cellSequence(rv, c0d, T, N, H, backward, N * tid / team, N * (tid + 1) / team);
+          }
+        } else {
+          cellSequence(rv, c0d, T, N, H, backward, 0, N);
         }
-      } else {
-        cellForward(gates.data(), cell.data(), tanhCell.data(), c0d, T, N, H, backward, 0, N);
       }
       // Backwards through the steps. A small step's product runs on one thread: at batch 1 each
       // call otherwise woke a second, sleeping thread for a 2 MFLOP product (lstm2 b1 training
       // step 54-75 ms on 2 threads, 49-50 on one; at batch 32, 67 MFLOP per step, both threads).
-      onednn::setThreads(2 * N * G * H >= kParallelStepFlops ? nt : 1);
+      onednn::setThreads(2.0 * N * G * H >= kParallelStepFlops ? nt : 1);
       if (dyh)
         std::memcpy(dh.data(), dyh + d * NH, sizeof(float) * NH);
       else
@@ -273,16 +409,16 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
           const float* dyt = dy + (t * D + d) * NH;
           for (int64_t i = 0; i < NH; ++i) dh[i] += dyt[i];
         }
-        const float* cp = step == 0 ? c0d : cell.data() + (backward ? t + 1 : t - 1) * NH;
-        float* gt = gates.data() + t * N * G;
-        cellBackward(gt, dh.data(), dc.data(), cp, tanhCell.data() + t * NH, N, H);
-        sgemm('N', 'N', N, H, G, gt, G, rd, H, 0.0f, dh.data(), H);
+        const float* cp = step == 0 ? c0d : sv + (backward ? t + 1 : t - 1) * N * 5 * H + 4 * H;
+        float* dgt = dgates.data() + t * N * G;
+        cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H);
+        sgemm('N', 'N', N, H, G, dgt, G, rd, H, 0.0f, dh.data(), H);
       }
       if (dh0) std::memcpy(dh0 + d * NH, dh.data(), sizeof(float) * NH);
       if (dc0) std::memcpy(dc0 + d * NH, dc.data(), sizeof(float) * NH);
       // The products over every step at once.
       onednn::setThreads(nt);
-      const float* dg = gates.data();
+      const float* dg = dgates.data();
       if (dX) sgemm('N', 'N', TN, I, G, dg, G, wd, I, d == 0 ? 0.0f : 1.0f, dX, I);
       if (dW) sgemm('T', 'N', G, I, TN, dg, G, x, I, 0.0f, dW + d * G * I, I);
       if (dR) sgemm('T', 'N', G, H, TN, dg, G, hPrev.data(), H, 0.0f, dR + d * G * H, H);
@@ -303,11 +439,86 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
   };
 }
 
+// lstm-save-gates (cpu training pipeline): an LSTM whose every LSTMGrad reads its Y, at a batch of
+// kSaveMinBatch or more, becomes LSTMTrain, and its Saved output an input of those LSTMGrads,
+// where both kernels above take the nodes. The node keeps its name, place in the schedule,
+// placement and control dependencies. An LSTM marked for recomputation is left alone.
+class LstmSaveGates : public passes::Pass {
+ public:
+  std::string_view name() const override { return "lstm-save-gates"; }
+  bool run(ir::Graph& g, passes::PassContext&) override {
+    bool changed = false;
+    std::vector<ir::Node*> lstms;
+    for (ir::Node* n : g.nodes())
+      if (n->domain().empty() && n->type() == "LSTM") lstms.push_back(n);
+    for (ir::Node* n : lstms)
+      if (std::vector<ir::Node*> grads = gradientsToFeed(*n); !grads.empty()) {
+        replace(g, n, grads);
+        changed = true;
+      }
+    return changed;
+  }
+
+ private:
+  // The LSTMGrads that would read n's Saved; empty where the rewrite does not apply.
+  static std::vector<ir::Node*> gradientsToFeed(const ir::Node& n) {
+    ir::Tensor* y = n.output(0);
+    auto shape = forwardShape(n, 0);
+    if (n.recompute || !y || n.numInputs() > 8 || n.numOutputs() > 3 || !shape || shape->N < kSaveMinBatch) return {};
+    std::vector<ir::Node*> grads;
+    for (const ir::Use& u : y->uses()) {
+      const ir::Node* m = u.node;
+      // Other readers of Y (the next layer) are unaffected.
+      if (u.implicit || u.index != static_cast<int>(kY) || m->domain() != ops::kGraftDomain || m->type() != "LSTMGrad")
+        continue;
+      std::optional<LstmShape> gs = m->numInputs() == kY + 1 ? gradShape(*m) : std::nullopt;
+      // The same inputs and directions (the VJP copies the attributes).
+      bool fits = gs && gs->D == shape->D && gs->reverse == shape->reverse;
+      for (size_t i = 0; fits && i < 8; ++i) fits = m->input(kFwd + i) == n.input(i);
+      if (!fits) return {};
+      grads.push_back(u.node);
+    }
+    return grads;
+  }
+
+  static void replace(ir::Graph& g, ir::Node* n, const std::vector<ir::Node*>& grads) {
+    std::vector<ir::Tensor*> inputs = n->inputs(), outputs = n->outputs();
+    ir::Attributes attrs = n->attrs();
+    std::string name = n->name();
+    int64_t id = n->id();
+    auto vg = n->virtualGraph;
+    auto stage = n->pipelineStage;
+    bool eager = n->eager;
+    std::vector<ir::Node*> after = n->runsAfter(), before;
+    for (ir::Node* x : g.nodes())
+      for (ir::Node* a : x->runsAfter())
+        if (a == n) before.push_back(x);
+    std::string savedId = g.uniqueId(outputs[0]->id() + "_saved");
+    g.removeNode(n);
+    if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
+    ir::Node* m = g.addNode("LSTMTrain", ops::kGraftDomain, inputs, {"", "", "", savedId}, std::move(attrs), name);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i]) g.setOutput(m, i, outputs[i]);
+    g.reuseNodeId(m, id);
+    m->virtualGraph = vg;
+    m->pipelineStage = stage;
+    m->eager = eager;
+    for (ir::Node* a : after) m->addRunsAfter(a);
+    for (ir::Node* b : before) b->addRunsAfter(m);
+    ops::inferNode(*m, false);
+    for (ir::Node* grad : grads) grad->setInput(kSaved, m->output(3));
+  }
+};
+
 }  // namespace
+
+GRAFT_REGISTER_PASS("lstm-save-gates", LstmSaveGates);
 
 GRAFT_REGISTER_CPU_KERNELS(vec_lstm_grad) {
   // Ahead of oneDNN's backward primitive (priority 0) wherever the forward's Y is an input.
   r.add({ops::kGraftDomain, "LSTMGrad", "vec_lstm_grad", supportsLstmGrad, makeLstmGrad, 1});
+  // LSTMTrain has no other fast kernel: lstm-save-gates creates it only where this one applies.
+  r.add({ops::kGraftDomain, "LSTMTrain", "vec_lstm_train", supportsLstmTrain, makeLstmTrain, 1});
 }
 
 }  // namespace graft::backends::cpu

@@ -1,12 +1,15 @@
 // A suite of its own for each pass that was only tested through whole pipelines (infer-shapes,
-// fold-constants, dce, constant-weights, fold-batchnorm, fuse-conv, fuse-matmul, cpu-layout), and
+// fold-constants, dce, constant-weights, fold-batchnorm, fuse-conv, fuse-matmul, cpu-layout), the
+// suite of lstm-save-gates, and
 // PassCoverage.EveryRegisteredPassHasATestSuite, which fails when a registered pass has none.
 #include <algorithm>
 #include <cctype>
 #include <set>
 
 #include "backends/cpu/onednn_common.hpp"
+#include "ops/registry.hpp"
 #include "pass_test_util.hpp"
+#include "support/thread_pool.hpp"
 
 namespace graft::passes::testing {
 namespace {
@@ -209,6 +212,73 @@ TEST(CpuLayout, UnknownForcedLayoutIsAnErrorNamingTheVariable) {
   unsetenv("GRAFT_CPU_LAYOUT");
   EXPECT_NE(msg.find("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got 'diagonal'"), std::string::npos)
       << msg;
+}
+
+// A training graph's LSTM (forward, X [T, N, I]) and the LSTMGrad its VJP builds, reading the
+// forward's Y; outputs Y_h, dX, dW and dR.
+struct LstmTrainingGraph {
+  GraphBuilder b;
+  ir::Node* lstm = nullptr;
+  ir::Node* grad = nullptr;
+  std::vector<NDArray> in;
+  LstmTrainingGraph(int64_t N, bool recompute = false) {
+    const int64_t T = 4, I = 5, H = 6;
+    ir::Tensor* x = b.input({T, N, I});
+    ir::Tensor* w = b.input({1, 4 * H, I});
+    ir::Tensor* r = b.input({1, 4 * H, H});
+    ir::Tensor* dy = b.input({T, 1, N, H});
+    in = {randomFloats({T, N, I}, 1), randomFloats({1, 4 * H, I}, 2, -0.5f, 0.5f),
+          randomFloats({1, 4 * H, H}, 3, -0.5f, 0.5f), randomFloats({T, 1, N, H}, 4)};
+    ir::Attributes a;
+    a.set("hidden_size", H);
+    lstm = b.g->addNode("LSTM", "", {x, w, r}, {"y", "y_h"}, a, "lstm");
+    lstm->recompute = recompute;
+    b.g->otherOpsets[ops::kGraftDomain] = 1;
+    std::vector<ir::Tensor*> gin{dy,      nullptr, nullptr, x,       w,       r,
+                                 nullptr, nullptr, nullptr, nullptr, nullptr, lstm->output(0)};
+    grad = b.g->addNode("LSTMGrad", ops::kGraftDomain, gin, {"dx", "dw", "dr"}, a, "lstm_grad");
+    b.outputs({lstm->output(1), grad->output(0), grad->output(1), grad->output(2)});
+  }
+};
+
+TEST(LstmSaveGates, TheGradientReadsTheForwardsGatesAndTheResultsStay) {
+  LstmTrainingGraph t(8);
+  auto before = runGraph(*t.b.g, t.in, true);
+  run(*t.b.g, {"lstm-save-gates", "dce"});
+  auto ops = opCounts(*t.b.g);
+  EXPECT_EQ(ops["LSTM"], 0);
+  ASSERT_EQ(ops["LSTMTrain"], 1) << ir::printGraph(*t.b.g);
+  const ir::Node* train = t.grad->input(11)->producer();
+  ASSERT_NE(train, nullptr);
+  EXPECT_EQ(train->type(), "LSTMTrain");
+  EXPECT_EQ(train->name(), "lstm");
+  ASSERT_EQ(t.grad->numInputs(), 13u);
+  EXPECT_EQ(t.grad->input(12), train->output(3));
+  EXPECT_EQ(train->output(3)->info().shape(), (Shape{1, 4, 8, 30}));  // [D, T, N, 5H]
+  auto cpu = backends::makeCpuBackend(2);
+  support::ThreadPool pool(cpu->numThreads());
+  auto exe = plan::compile(*t.b.g, *cpu, pool);
+  std::vector<ops::Value> values;
+  for (const NDArray& a : t.in) values.push_back(ops::Value::fromTensor(a.clone()));
+  auto after = exe->run(std::move(values));
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_TRUE(close(after[i].tensor, before[i], 1e-4, 1e-5)) << "output " << i;
+  // Both run graft's kernels (not the reference, not oneDNN's backward).
+  std::map<std::string, std::string> kernels;
+  for (const auto& k : exe->stepKernels()) kernels[k.opType] = k.kernel;
+  EXPECT_EQ(kernels["LSTMTrain"], "vec_lstm_train");
+  EXPECT_EQ(kernels["LSTMGrad"], "vec_lstm_grad");
+}
+
+TEST(LstmSaveGates, SmallBatchesAndRecomputedLstmsAreLeftAlone) {
+  for (bool recompute : {false, true}) {
+    LstmTrainingGraph t(recompute ? 8 : 2, recompute);
+    PassContext ctx;
+    EXPECT_FALSE(createPass("lstm-save-gates")->run(*t.b.g, ctx)) << (recompute ? "recompute" : "batch 2");
+    EXPECT_EQ(opCounts(*t.b.g)["LSTM"], 1);
+    EXPECT_EQ(t.grad->numInputs(), 12u);
+  }
 }
 
 }  // namespace
