@@ -12,10 +12,13 @@
 // reductions accumulate each output in a fixed order.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include <sched.h>
 
 #include "ir/graph.hpp"
 #include "ops/dtype_dispatch.hpp"
@@ -30,6 +33,28 @@
 #endif
 
 namespace graft::backends::cpu {
+
+/// The threads of one OpenMP team agree that a step of a sequential loop (a recurrence's time
+/// step) is done: spin, then yield, so that a team on an oversubscribed machine still makes
+/// progress. One region per sequence with this barrier between steps wakes the threads once,
+/// where a parallel region per step would wake them (under passive waits) every step.
+struct SpinBarrier {
+  explicit SpinBarrier(int n) : n_(n) {}
+  void wait() {
+    int gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins)
+      if (spins > 2000) sched_yield();
+  }
+
+ private:
+  int n_;
+  std::atomic<int> count_{0}, gen_{0};
+};
 
 /// Elements per thread below which an elementwise loop is not split: cheap ops (add, compare),
 /// and ops that cost tens of cycles per element (exp, erf, tanh).

@@ -92,26 +92,6 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
 
 bool supportsLstm(const ir::Node& n) { return lstmShape(n).has_value(); }
 
-// The threads of one OpenMP team agree that a time step is done: spin, then yield, so that a
-// team on an oversubscribed machine still makes progress.
-struct SpinBarrier {
-  explicit SpinBarrier(int n) : n_(n) {}
-  void wait() {
-    int gen = gen_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins)
-      if (spins > 2000) sched_yield();
-  }
-
- private:
-  int n_;
-  std::atomic<int> count_{0}, gen_{0};
-};
-
 // One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
 // rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
 // of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
@@ -133,7 +113,7 @@ template <int N>
     for (int n = 0; n < N; ++n)
       for (int g = 0; g < 4; ++g) {
         float init[kLanes];
-        for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[n * 4 * H + g * H + u0 + l] : 0.0f;
+        for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[(int64_t{n} * 4 + g) * H + u0 + l] : 0.0f;
         std::memcpy(&acc[n][g], init, sizeof(V16));
       }
     const float* r0 = r;

@@ -151,17 +151,17 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
     throw InternalError("LSTM: oneDNN's sgemm failed");
 }
 
-// One batch row of one step in Saved's layout: g [5H] holds the gate pre-activations (iofc) and
-// receives the activated gates and, after them, the new cell state; cp: the previous cell state;
-// h (may be null): receives the new hidden state.
+// One batch row of one step in Saved's layout, units [j0, j1): g [5H] holds the gate
+// pre-activations (iofc) and receives the activated gates and, after them, the new cell state;
+// cp: the previous cell state; h (may be null): receives the new hidden state.
 [[gnu::always_inline]] inline void cellRow(float* __restrict g, const float* __restrict cp, float* __restrict h,
-                                           int64_t H) {
+                                           int64_t H, int64_t j0, int64_t j1) {
   float* __restrict gi = g;
   float* __restrict go = g + H;
   float* __restrict gf = g + 2 * H;
   float* __restrict gz = g + 3 * H;
   float* __restrict cn = g + 4 * H;
-  for (int64_t j = 0; j < H; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     float i = vecmath::sigmoid(gi[j]), o = vecmath::sigmoid(go[j]);
     float f = vecmath::sigmoid(gf[j]), z = vecmath::tanh(gz[j]);
     float cv = f * cp[j] + i * z;
@@ -172,7 +172,7 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
     cn[j] = cv;
   }
   if (h)
-    for (int64_t j = 0; j < H; ++j) h[j] = go[j] * vecmath::tanh(cn[j]);
+    for (int64_t j = j0; j < j1; ++j) h[j] = go[j] * vecmath::tanh(cn[j]);
 }
 
 // The cell for batch rows [n0, n1) over the whole sequence, in processing order, from the gate
@@ -184,29 +184,30 @@ GRAFT_VEC_CLONES void cellSequence(float* sv, const float* c0, int64_t T, int64_
     int64_t tp = backward ? t + 1 : t - 1;  // the step before, in time
     for (int64_t n = n0; n < n1; ++n) {
       const float* cp = step == 0 ? c0 + n * H : sv + (tp * N + n) * 5 * H + 4 * H;
-      cellRow(sv + (t * N + n) * 5 * H, cp, nullptr, H);
+      cellRow(sv + (t * N + n) * 5 * H, cp, nullptr, H, 0, H);
     }
   }
 }
 
-// One step of the forward for all N rows: g [N, 5H], previous cell states cp (row stride cps),
-// new hidden states h [N, H].
-GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h, int64_t N, int64_t H) {
-  for (int64_t n = 0; n < N; ++n) cellRow(g + n * 5 * H, cp + n * cps, h + n * H, H);
+// One step of the forward for all N rows, units [j0, j1): g [N, 5H], previous cell states cp
+// (row stride cps), new hidden states h [N, H].
+GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h, int64_t N, int64_t H, int64_t j0,
+                               int64_t j1) {
+  for (int64_t n = 0; n < N; ++n) cellRow(g + n * 5 * H, cp + n * cps, h + n * H, H, j0, j1);
 }
 
-// One step backwards, for one batch row: from the step's gates and cell state g [5H], dh (dY_t
-// already added) and dc, the gradients of the gate pre-activations go to dg [4H]; dc becomes that
-// of the previous cell state cp.
+// One step backwards, for one batch row, units [j0, j1): from the step's gates and cell state
+// g [5H], dh (dY_t already added) and dc, the gradients of the gate pre-activations go to dg
+// [4H]; dc becomes that of the previous cell state cp.
 [[gnu::always_inline]] inline void cellRowBackward(const float* __restrict g, const float* __restrict dh,
                                                    float* __restrict dc, const float* __restrict cp,
-                                                   float* __restrict dg, int64_t H) {
+                                                   float* __restrict dg, int64_t H, int64_t j0, int64_t j1) {
   const float* __restrict gi = g;
   const float* __restrict go = g + H;
   const float* __restrict gf = g + 2 * H;
   const float* __restrict gz = g + 3 * H;
   const float* __restrict cn = g + 4 * H;
-  for (int64_t j = 0; j < H; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     float i = gi[j], o = go[j], f = gf[j], z = gz[j], t = vecmath::tanh(cn[j]);
     float d = dc[j] + dh[j] * o * (1.0f - t * t);
     dg[j] = d * z * i * (1.0f - i);
@@ -217,12 +218,38 @@ GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h,
   }
 }
 
-// One step backwards for all N rows: g [N, 5H], dh, dc, cp (previous cell states, row stride
-// cps), dg [N, 4H].
+// One step backwards for all N rows, units [j0, j1): g [N, 5H], dh, dc, cp (previous cell
+// states, row stride cps), dg [N, 4H].
 GRAFT_VEC_CLONES void cellBackward(const float* g, const float* dh, float* dc, const float* cp, int64_t cps, float* dg,
-                                   int64_t N, int64_t H) {
+                                   int64_t N, int64_t H, int64_t j0, int64_t j1) {
   for (int64_t n = 0; n < N; ++n)
-    cellRowBackward(g + n * 5 * H, dh + n * H, dc + n * H, cp + n * cps, dg + n * 4 * H, H);
+    cellRowBackward(g + n * 5 * H, dh + n * H, dc + n * H, cp + n * cps, dg + n * 4 * H, H, j0, j1);
+}
+
+// The hidden units [u0, u1) of thread tid of n: blocks of 16, so that each thread's loops stay
+// vectorised.
+std::pair<int64_t, int64_t> unitRange(int64_t H, int tid, int n) {
+  const int64_t blocks = (H + 15) / 16;
+  return {std::min(H, blocks * tid / n * 16), std::min(H, blocks * (tid + 1) / n * 16)};
+}
+
+// Runs body(tid, team, barrier) on `team` threads in one OpenMP region (the threads wake once
+// for the whole sequence, not once per step), or on the calling thread alone (team 1, or when
+// OpenMP gives the region fewer threads than asked: then the barrier is not needed).
+template <class Body>
+void onTeam(int team, const Body& body) {
+  if (team <= 1) {
+    body(0, 1, nullptr);
+    return;
+  }
+  SpinBarrier barrier(team);
+#pragma omp parallel num_threads(team)
+  {
+    if (omp_get_num_threads() == team)
+      body(omp_get_thread_num(), team, &barrier);
+    else if (omp_get_thread_num() == 0)
+      body(0, 1, nullptr);
+  }
 }
 
 // Column sums of a [rows, cols] matrix into out[cols], for columns [c0, c1).
@@ -291,6 +318,7 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
     float* yc = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {D, N, H}).data<float>() : nullptr;
     std::vector<float> zeros(static_cast<size_t>(NH), 0.0f), rt(static_cast<size_t>(G * H));
     const int stepThreads = 2.0 * N * G * H >= kParallelStepFlops ? nt : 1;
+    onednn::setThreads(nt);
     for (int64_t d = 0; d < D; ++d) {
       const bool backward = s.reverse || d == 1;
       const float* rd = r + d * G * H;
@@ -300,23 +328,34 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
       // R^T [H, 4H]: oneDNN's sgemm packs a transposed B at every call, which made the T step
       // products 2-3x slower (64 steps of lstm2 b32: 80-90 ms against 30-40).
       transpose(rd, G, H, rt.data());
-      onednn::setThreads(stepThreads);
-      const float* hp = h0 ? h0 + d * NH : zeros.data();
-      const float* cp = c0 ? c0 + d * NH : zeros.data();
-      int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
-      for (int64_t step = 0; step < T; ++step) {
-        int64_t t = backward ? T - 1 - step : step;
-        float* g = sv + t * N * 5 * H;
-        float* h = y + (t * D + d) * NH;
-        sgemm('N', 'N', N, G, H, hp, H, rt.data(), G, 1.0f, g, 5 * H);
-        cellStep(g, cp, cps, h, N, H);
-        hp = h;
-        cp = g + 4 * H;
-        cps = 5 * H;
-      }
-      if (yh) std::memcpy(yh + d * NH, hp, sizeof(float) * NH);
+      // Each thread computes its hidden units' gates (one sgemm per gate block, on one thread:
+      // oneDNN runs sequentially inside a parallel region) and cell; a spinning barrier ends
+      // the step, since the next one reads every unit of h.
+      onTeam(stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
+        auto [u0, u1] = unitRange(H, tid, team);
+        const float* hp = h0 ? h0 + d * NH : zeros.data();
+        const float* cp = c0 ? c0 + d * NH : zeros.data();
+        int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
+        for (int64_t step = 0; step < T; ++step) {
+          int64_t t = backward ? T - 1 - step : step;
+          float* g = sv + t * N * 5 * H;
+          float* h = y + (t * D + d) * NH;
+          if (u1 > u0) {
+            for (int64_t q = 0; q < 4; ++q)
+              sgemm('N', 'N', N, u1 - u0, H, hp, H, rt.data() + q * H + u0, G, 1.0f, g + q * H + u0, 5 * H);
+            cellStep(g, cp, cps, h, N, H, u0, u1);
+          }
+          if (barrier) barrier->wait();
+          hp = h;
+          cp = g + 4 * H;
+          cps = 5 * H;
+        }
+      });
+      const int64_t last = backward ? 0 : T - 1;  // the last step processed
+      if (yh) std::memcpy(yh + d * NH, y + (last * D + d) * NH, sizeof(float) * NH);
       if (yc)
-        for (int64_t n = 0; n < N; ++n) std::memcpy(yc + d * NH + n * H, cp + n * 5 * H, sizeof(float) * H);
+        for (int64_t n = 0; n < N; ++n)
+          std::memcpy(yc + d * NH + n * H, sv + (last * N + n) * 5 * H + 4 * H, sizeof(float) * H);
     }
   };
 }
@@ -393,8 +432,9 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       }
       // Backwards through the steps. A small step's product runs on one thread: at batch 1 each
       // call otherwise woke a second, sleeping thread for a 2 MFLOP product (lstm2 b1 training
-      // step 54-75 ms on 2 threads, 49-50 on one; at batch 32, 67 MFLOP per step, both threads).
-      onednn::setThreads(2.0 * N * G * H >= kParallelStepFlops ? nt : 1);
+      // step 54-75 ms on 2 threads, 49-50 on one). Larger ones on every thread, in one region:
+      // each thread takes the cell of its hidden units, then (after a barrier: the product reads
+      // every unit's dG_t) its units' columns of dh_prev = dG_t R.
       if (dyh)
         std::memcpy(dh.data(), dyh + d * NH, sizeof(float) * NH);
       else
@@ -403,17 +443,22 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
         std::memcpy(dc.data(), dyc + d * NH, sizeof(float) * NH);
       else
         std::fill(dc.begin(), dc.end(), 0.0f);
-      for (int64_t step = T - 1; step >= 0; --step) {
-        int64_t t = backward ? T - 1 - step : step;
-        if (dy) {
-          const float* dyt = dy + (t * D + d) * NH;
-          for (int64_t i = 0; i < NH; ++i) dh[i] += dyt[i];
+      onTeam(2.0 * N * G * H >= kParallelStepFlops ? nt : 1, [&](int tid, int team, SpinBarrier* barrier) {
+        auto [u0, u1] = unitRange(H, tid, team);
+        for (int64_t step = T - 1; step >= 0; --step) {
+          int64_t t = backward ? T - 1 - step : step;
+          if (dy) {
+            const float* dyt = dy + (t * D + d) * NH;
+            for (int64_t n = 0; n < N; ++n)
+              for (int64_t j = u0; j < u1; ++j) dh[n * H + j] += dyt[n * H + j];
+          }
+          const float* cp = step == 0 ? c0d : sv + (backward ? t + 1 : t - 1) * N * 5 * H + 4 * H;
+          float* dgt = dgates.data() + t * N * G;
+          cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H, u0, u1);
+          if (barrier) barrier->wait();
+          if (u1 > u0) sgemm('N', 'N', N, u1 - u0, G, dgt, G, rd + u0, H, 0.0f, dh.data() + u0, H);
         }
-        const float* cp = step == 0 ? c0d : sv + (backward ? t + 1 : t - 1) * N * 5 * H + 4 * H;
-        float* dgt = dgates.data() + t * N * G;
-        cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H);
-        sgemm('N', 'N', N, H, G, dgt, G, rd, H, 0.0f, dh.data(), H);
-      }
+      });
       if (dh0) std::memcpy(dh0 + d * NH, dh.data(), sizeof(float) * NH);
       if (dc0) std::memcpy(dc0 + d * NH, dc.data(), sizeof(float) * NH);
       // The products over every step at once.
