@@ -204,7 +204,10 @@ def main():
             m = meta[stem]
             big = m["flops_infer"] > 5e9
             budget = 1.0 if a.quick else (2.0 if big else 3.0)
-            reps = 5 if a.quick else (5 if big else 15)
+            # Small models: up to 200 steps within the budget. With 15, a sub-millisecond model's
+            # median was of its first steps (mlp b1, 2026-12-03: graft 1.34 ms at 15 steps, 0.28-0.67
+            # at 200-2000; ONNX Runtime 0.79 and 0.26-0.59).
+            reps = 5 if a.quick else (5 if big else 200)
             row = {"model": name, "batch": batch, "params": m["params"], "flops_infer": m["flops_infer"],
                    "flops_train": m["flops_train"], "infer": {}, "train": {}}
             fws = ["graft", "ort", "torch"] + (["torch_compile"] if a.compile else [])
