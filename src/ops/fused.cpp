@@ -10,9 +10,13 @@
 //                                  with perm_y, each when that attribute is present (folded
 //                                  Transposes: oneDNN reads and writes them strided)
 //   FusedGemm(A, B, C?)            Y = act(Gemm(A, B, C)); Gemm's attributes
-//   ChannelBlocked(X, ...)         the ai.onnx op named by "op" (with the node's other
-//                                  attributes) on channel-blocked X and Y: X, Y are
-//                                  [N, ceil(C/block), spatial..., block]; "channels" is C
+//   ChannelBlocked(X, ...)         the op named by "op" (ai.onnx, or "op_domain" ai.graft;
+//                                  with the node's other attributes) on channel-blocked X and
+//                                  Y: X, Y are [N, ceil(C/block), spatial..., block];
+//                                  "channels" is C. "blocked_inputs" (default [0]) lists the
+//                                  inputs in a blocked layout, "input_channels" their C (default
+//                                  "channels"); "blocked_output" 0 leaves Y plain. Outputs
+//                                  after the first are plain.
 //   ToBlocked(X)                   [N, C, spatial...] -> [N, ceil(C/block), spatial..., block],
 //                                  channels beyond C zero
 //   FromBlocked(X)                 the inverse; "channels" is C
@@ -210,18 +214,30 @@ std::vector<ir::Tensor*> fusedGemm(const ir::Node& n, ir::Graph& g, const std::v
 }
 
 std::vector<ir::Tensor*> channelBlocked(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
-  std::string op = n.attrString("op");
+  std::string op = n.attrString("op"), opDomain = n.attrString("op_domain", "");
   int64_t b = attrPositive(n, "block"), channels = attrPositive(n, "channels");
   GRAFT_CHECK(!in.empty() && in[0], "{}: ChannelBlocked needs input 0", n.describe());
+  GRAFT_CHECK(opDomain.empty() || opDomain == kGraftDomain, "{}: op_domain must be \"\" or {}, got '{}'", n.describe(),
+              kGraftDomain, opDomain);
+  std::vector<int64_t> blockedIn = n.attrInts("blocked_inputs", {0});
+  std::vector<int64_t> inChannels = n.attrInts("input_channels", std::vector<int64_t>(blockedIn.size(), channels));
+  GRAFT_CHECK(inChannels.size() == blockedIn.size(), "{}: input_channels must have one value per blocked input",
+              n.describe());
   ir::Attributes a = n.attrs();
-  a.erase("op");
-  a.erase("block");
-  a.erase("channels");
+  for (const char* name :
+       {"op", "op_domain", "block", "channels", "blocked_inputs", "input_channels", "blocked_output"})
+    a.erase(name);
   std::vector<ir::Tensor*> inner = in;
-  inner[0] = unblock(g, in[0], channels);
+  for (size_t k = 0; k < blockedIn.size(); ++k) {
+    int64_t i = blockedIn[k];
+    GRAFT_CHECK(i >= 0 && static_cast<size_t>(i) < in.size() && in[i], "{}: blocked input {} is not an input",
+                n.describe(), i);
+    GRAFT_CHECK(inChannels[k] > 0, "{}: input_channels must be > 0", n.describe());
+    inner[i] = unblock(g, in[i], inChannels[k]);
+  }
   std::vector<ir::Tensor*> outs;
-  addInner(g, op, "", inner, a, &outs, n.numOutputs());
-  if (!outs.empty() && outs[0]) outs[0] = block(g, outs[0], b);
+  addInner(g, op, opDomain, inner, a, &outs, n.numOutputs());
+  if (!outs.empty() && outs[0] && n.attrInt("blocked_output", 1)) outs[0] = block(g, outs[0], b);
   return outs;
 }
 

@@ -271,8 +271,12 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
         auto t0 = std::chrono::steady_clock::now();
         st.fn(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto& e = profile_[st.node->type()];
-        e.opType = st.node->type();
+        // A ChannelBlocked node is named with the op it wraps: "ChannelBlocked(ConvGradInput)".
+        std::string type = st.node->type();
+        if (type == "ChannelBlocked" && st.node->domain() == ops::kGraftDomain)
+          type += "(" + st.node->attrString("op", "") + ")";
+        auto& e = profile_[type];
+        e.opType = type;
         e.calls++;
         e.seconds += dt;
         e.kernels.insert(st.kernelLabel);

@@ -733,6 +733,82 @@ void lstmTrainingCases() {
       }
 }
 
+// Channels-last training kernels (ai.graft::ChannelBlocked from the cpu-layout-training pass,
+// blocks of all channels: [N, 1, spatial..., C]): BatchNormalization in training mode and its
+// gradient, the convolution gradients, the pooling gradients.
+void channelsLastTrainingCases() {
+  auto wrapped = [](const std::string& op, std::vector<NDArray> in, ir::Attributes a, int64_t block, int64_t channels,
+                    Ints blockedInputs, Ints inputChannels, bool blockedOutput, int outs) {
+    a.set("op", op);
+    if (op != "BatchNormalization") a.set("op_domain", std::string("ai.graft"));
+    a.set("block", block);
+    a.set("channels", channels);
+    a.set("blocked_inputs", blockedInputs);
+    a.set("input_channels", inputChannels);
+    if (!blockedOutput) a.set("blocked_output", int64_t{0});
+    OpCase c{"ChannelBlocked", std::move(in), a, outs, "ai.graft"};
+    return c;
+  };
+  for (const Shape& s : std::vector<Shape>{{2, 16, 5, 5}, {3, 13, 4, 6}, {2, 7, 9}, {1, 32, 40, 40}}) {
+    int64_t C = s[1];
+    std::string n = "NhwcBatchNorm_" + shapeToString(s);
+    NDArray x = rnd(s, n + "x", -2, 3);
+    for (float momentum : {0.f, 0.9f})
+      add(n + "_train_m" + std::to_string(static_cast<int>(momentum * 10)),
+          wrapped("BatchNormalization",
+                  {blockOf(x, C), rnd({C}, n + "s", 0.5, 1.5), rnd({C}, n + "b"), rnd({C}, n + "m"),
+                   rnd({C}, n + "v", 0.5, 2)},
+                  attrs({{"epsilon", 1e-3f}, {"training_mode", int64_t{1}}, {"momentum", momentum}}), C, C, {0}, {C},
+                  true, 3));
+    NDArray dy = rnd(s, n + "dy");
+    for (bool given : {false, true}) {
+      std::vector<NDArray> in{blockOf(dy, C), blockOf(x, C), rnd({C}, n + "s", 0.5, 1.5)};
+      if (given) {
+        in.push_back(rnd({C}, n + "mean"));
+        in.push_back(rnd({C}, n + "var", 0.5, 2));
+      }
+      add(n + (given ? "_grad_given_stats" : "_grad"),
+          wrapped("BatchNormalizationGrad", in, attrs({{"epsilon", 1e-3f}}), C, C, {0, 1}, {C, C}, true, 3));
+    }
+  }
+  struct G {
+    Shape x, w;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<G> geos = {
+      {{2, 16, 8, 8}, {32, 16, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "3x3"},
+      {{2, 32, 9, 9}, {16, 32, 1, 1}, attrs({{"strides", Ints{2, 2}}}), "1x1_s2"},
+      {{1, 32, 8, 8}, {32, 1, 3, 3}, attrs({{"group", int64_t{32}}, {"pads", Ints{1, 1, 1, 1}}}), "depthwise"},
+      {{1, 3, 12, 12}, {16, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "stem"},
+  };
+  for (const G& g : geos) {
+    Shape ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+    int64_t C = g.x[1], M = g.w[0];
+    ir::Attributes a = g.a;
+    a.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
+    ir::Attributes ai = a;
+    ai.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+    std::string n = "NhwcConvGradInput_" + g.tag;
+    add(n, wrapped("ConvGradInput", {blockOf(rnd(ys, n + "dy"), M), rnd(g.w, n + "w")}, ai, C, C, {0}, {M}, true, 1),
+        {false, true});
+    for (int outs : {1, 2}) {
+      std::string nw = "NhwcConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
+      add(nw, wrapped("ConvGradWeight", {blockOf(rnd(g.x, nw + "x"), C), blockOf(rnd(ys, nw + "dy"), M)}, a, C, C,
+                      {0, 1}, {C, M}, false, outs));
+    }
+  }
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    Shape xs{2, 16, 9, 9};
+    ir::Attributes a = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+    std::string n = std::string("Nhwc") + op + "Grad";
+    NDArray x = rnd(xs, n + "x");
+    Shape ys = runReference(OpCase{op, {x}, a}).at(0).shape();
+    add(n, wrapped(std::string(op) + "Grad", {blockOf(rnd(ys, n + "dy"), 16), blockOf(x, 16)}, a, 16, 16, {0, 1},
+                   {16, 16}, true, 1));
+  }
+}
+
 }  // namespace
 
 const std::vector<BackendCase>& allCases() {
@@ -746,6 +822,7 @@ const std::vector<BackendCase>& allCases() {
     smallBatchLstmCases();
     rnnGradCases();
     lstmTrainingCases();
+    channelsLastTrainingCases();
     return true;
   }();
   (void)built;

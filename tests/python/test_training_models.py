@@ -208,3 +208,23 @@ def test_lstm_gradient_runs_graft_kernel(model_name, forward_kernel):
     assert {k for op, k in kernels if op == "LSTMGrad"} == {"vec_lstm_grad"}, kernels
     assert {k for op, k in kernels if op in ("LSTM", "LSTMTrain")} == {forward_kernel}, kernels
     assert {op for op, _ in kernels if op in ("LSTM", "LSTMTrain")} == {forward_op}, kernels
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_cnn_training_channels_last_matches_torch(monkeypatch, opt_name):
+    """Channels last forced (the layout AVX-512 hosts pick; cpu-layout-training): the convolutions,
+    batch norms, pools and their gradients run on NHWC arrays, and training still matches PyTorch."""
+    monkeypatch.setenv("GRAFT_CPU_LAYOUT", "nhwc")
+    test_model_training_matches_torch("cnn_batchnorm", opt_name)
+    factory, shape, training = MODELS["cnn_batchnorm"]
+    model, loss = graft_model(factory(), shape, training)
+    options = graft.SessionOptions()
+    options.enableProfiling = True
+    session, _, _ = train_graft(model, loss, OPTIMIZERS[opt_name][0](),
+                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options)
+    kernels = {(p.opType, k) for p in session.profile() for k in p.kernels}
+    ops = {op for op, _ in kernels}
+    assert "ChannelBlocked(BatchNormalization)" in ops, kernels
+    assert "ChannelBlocked(BatchNormalizationGrad)" in ops, kernels
+    assert ("ChannelBlocked(BatchNormalizationGrad)", "vec_batchnorm_grad_nhwc") in kernels, kernels
+    assert "BatchNormalizationGrad" not in ops, kernels

@@ -86,13 +86,15 @@ const std::vector<std::string>& inferencePasses() {
 // keep every value the backward pass reads; in-place reuse is decided by the memory plan.
 const std::vector<std::string>& trainingPasses() {
   static const std::vector<std::string> p = passes::withCommonPrefix({
-      "cse",               // autodiff repeats subexpressions and constants
-      "fuse-layernorm",    // only where the backward pass reads no intermediate
-      "fuse-gelu",         // likewise
-      "fold-transpose",    // the VJPs' Transposes around matrix products become strides
-      "fuse-elementwise",  // forward and backward elementwise chains, several outputs each
-      "lstm-save-gates",   // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
-      "dce",               // what the rewrites left unused
+      "cse",                  // autodiff repeats subexpressions and constants
+      "fuse-layernorm",       // only where the backward pass reads no intermediate
+      "fuse-gelu",            // likewise
+      "fold-transpose",       // the VJPs' Transposes around matrix products become strides
+      "cpu-layout-training",  // channels-last activations and gradients between oneDNN ops (onednn_layout.cpp)
+      "dce",                  // the conversions nobody reads, before fusion counts their readers
+      "fuse-elementwise",     // forward and backward elementwise chains, several outputs each
+      "lstm-save-gates",      // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
+      "dce",                  // what the rewrites left unused
   });
   return p;
 }

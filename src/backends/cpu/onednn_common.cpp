@@ -218,7 +218,11 @@ std::optional<Window> resolveWindow(const ir::Node& n, const Shape& in, const Sh
 NodeLayout nodeLayout(const ir::Node& n) {
   NodeLayout l;
   if (n.domain() == ops::kGraftDomain && n.type() == "ChannelBlocked") {
-    l.op = n.attrString("op", "");
+    // The kernels that read a NodeLayout take ai.onnx ops blocked at input 0 and output 0 only.
+    bool standard = n.attrString("op_domain", "").empty() &&
+                    n.attrInts("blocked_inputs", {0}) == std::vector<int64_t>{0} &&
+                    n.attrInt("blocked_output", 1) == 1 && !n.attrs().has("input_channels");
+    l.op = standard ? n.attrString("op", "") : std::string();
     l.block = static_cast<int>(n.attrInt("block", 0));
     l.channels = n.attrInt("channels", 0);
   } else {
@@ -235,6 +239,22 @@ std::optional<Shape> NodeLayout::logical(const ir::Tensor* t) const {
   Shape u = unblockedShape(s, channels);
   if (blockedShape(u, block) != s) return std::nullopt;
   return u;
+}
+
+// A ChannelBlocked node's input i: its logical shape and block (0 when plain), or nullopt.
+std::optional<std::pair<Shape, int>> blockedInput(const ir::Node& n, size_t i) {
+  std::vector<int64_t> idx = n.attrInts("blocked_inputs", {0});
+  std::vector<int64_t> channels = n.attrInts("input_channels", {});
+  const Shape& p = n.input(i)->info().shape();
+  for (size_t k = 0; k < idx.size(); ++k) {
+    if (idx[k] != static_cast<int64_t>(i)) continue;
+    if (k >= channels.size() || p.size() < 4 || p.back() <= 0) return std::nullopt;
+    int b = static_cast<int>(p.back());
+    Shape u = unblockedShape(p, channels[k]);
+    if (blockedShape(u, b) != p) return std::nullopt;
+    return std::make_pair(u, b);
+  }
+  return std::make_pair(p, 0);
 }
 
 bool activationAfterPrimitive(const ir::Node& n) {

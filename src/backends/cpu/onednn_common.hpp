@@ -128,6 +128,9 @@ struct NodeLayout {
   std::optional<Shape> logical(const ir::Tensor* t) const;
 };
 NodeLayout nodeLayout(const ir::Node& n);
+/// Input i of an ai.graft::ChannelBlocked node: its logical shape and channel block (0 when the
+/// input is plain, per "blocked_inputs" / "input_channels"), or nullopt when inconsistent.
+std::optional<std::pair<Shape, int>> blockedInput(const ir::Node& n, size_t i);
 /// Resolves auto_pad/pads/strides/dilations for input spatial extents `in` and kernel extents
 /// `kernel`; `ceilMode` extends padEnd so that oneDNN's floor formula gives ONNX's ceil output.
 /// Returns nullopt when the attributes are invalid or the window does not fit (the reference

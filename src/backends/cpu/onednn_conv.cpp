@@ -355,14 +355,19 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
 // want channel-blocked ones) and the kernel reorders at the node; weights and weight gradients
 // are graft's [M, C/g, k...] (oneDNN's grouped view when grouped).
 struct ConvGradConfig {
-  Shape x, w, y;  // the forward convolution's X, W, Y
+  Shape x, w, y;  // the forward convolution's X, W, Y (logical)
   int64_t group = 1;
   Window win;
-  bool bias = false;  // ConvGradWeight's dB output
+  bool bias = false;           // ConvGradWeight's dB output
+  int xBlock = 0, yBlock = 0;  // X (dX) and dY channel-blocked with that block (ai.graft::ChannelBlocked)
 };
 
 std::optional<ConvGradConfig> convGradConfig(const ir::Node& n) {
-  bool input = n.type() == "ConvGradInput";
+  bool wrapped = n.type() == "ChannelBlocked";
+  std::string op = wrapped ? n.attrString("op", "") : n.type();
+  if (wrapped && n.attrString("op_domain", "") != ops::kGraftDomain) return std::nullopt;
+  if (op != "ConvGradInput" && op != "ConvGradWeight") return std::nullopt;
+  bool input = op == "ConvGradInput";
   if (n.numInputs() != 2 || n.numOutputs() < 1 || n.numOutputs() > (input ? 1u : 2u)) return std::nullopt;
   for (const ir::Tensor* t : n.inputs())
     if (!isStaticFloat(t)) return std::nullopt;
@@ -371,13 +376,29 @@ std::optional<ConvGradConfig> convGradConfig(const ir::Node& n) {
   ConvGradConfig c;
   c.group = n.attrInt("group", 1);
   c.bias = !input && n.numOutputs() == 2;
+  auto in0 = wrapped ? blockedInput(n, 0) : std::make_optional(std::make_pair(n.input(0)->info().shape(), 0));
+  auto in1 = wrapped ? blockedInput(n, 1) : std::make_optional(std::make_pair(n.input(1)->info().shape(), 0));
+  if (!in0 || !in1) return std::nullopt;
   if (input) {
-    c.y = n.input(0)->info().shape();
-    c.w = n.input(1)->info().shape();
-    c.x = n.output(0)->info().shape();
+    if (in1->second) return std::nullopt;  // W stays plain
+    c.y = in0->first;
+    c.yBlock = in0->second;
+    c.w = in1->first;
+    const Shape& xp = n.output(0)->info().shape();
+    if (wrapped && n.attrInt("blocked_output", 1)) {
+      c.xBlock = static_cast<int>(n.attrInt("block", 0));
+      if (c.xBlock <= 0 || xp.size() < 4 || xp.back() != c.xBlock) return std::nullopt;
+      c.x = unblockedShape(xp, n.attrInt("channels", 0));
+      if (blockedShape(c.x, c.xBlock) != xp) return std::nullopt;
+    } else {
+      c.x = xp;
+    }
   } else {
-    c.x = n.input(0)->info().shape();
-    c.y = n.input(1)->info().shape();
+    if (wrapped && n.attrInt("blocked_output", 1)) return std::nullopt;  // dW stays plain
+    c.x = in0->first;
+    c.xBlock = in0->second;
+    c.y = in1->first;
+    c.yBlock = in1->second;
     c.w = n.output(0)->info().shape();
   }
   size_t nd = c.x.size();
@@ -440,16 +461,20 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
   auto cfg = convGradConfig(n);
   auto st = startFactory<ConvGradState>(ctx, cfg, "makeConvGradInput");
   const ConvGradConfig& c = *cfg;
-  st->outShape = c.x;
+  st->outShape = n.output(0)->info().shape();
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
   // bf16: dY and W in bf16, dX in float32.
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : f32;
-    memory::desc xAny(toDims(c.x), f32, any), yAny(toDims(c.y), dt, any), wAny(weightDims(c.w, c.group), dt, any);
+    // Assigned layouts are used as given (float only: a bf16 dY is converted at the node anyway).
+    bool pinned = (c.xBlock || c.yBlock) && !bf16;
+    memory::desc xAny = pinned ? layoutDesc(c.x, c.xBlock) : memory::desc(toDims(c.x), f32, any);
+    memory::desc yAny = pinned ? layoutDesc(c.y, c.yBlock) : memory::desc(toDims(c.y), dt, any);
+    memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       using CB = dnnl::convolution_backward_data;
-      auto hint = forwardHint(c, memory::desc(toDims(c.x), dt, any), wAny, nullptr, yAny);
+      auto hint = forwardHint(c, pinned ? xAny : memory::desc(toDims(c.x), dt, any), wAny, nullptr, yAny);
       CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
                  c.win.padEnd);
       CB::primitive_desc pd(d, engine(), hint);
@@ -457,8 +482,8 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
       if (bf16 && isReferenceImplementation(impl)) return false;
       noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
       st->prim = CB(pd);
-      st->a.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
-      st->out.init(plainDesc(c.x), pd.diff_src_desc(), false, true);
+      st->a.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
+      st->out.init(layoutDesc(c.x, c.xBlock), pd.diff_src_desc(), false, true);
       st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
     } catch (const dnnl::error&) {
       return false;
@@ -495,7 +520,10 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
   // bf16: X and dY in bf16, dW (and dB) in float32.
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : f32;
-    memory::desc xAny(toDims(c.x), dt, any), yAny(toDims(c.y), dt, any), wAny(weightDims(c.w, c.group), f32, any);
+    bool pinned = (c.xBlock || c.yBlock) && !bf16;
+    memory::desc xAny = pinned ? layoutDesc(c.x, c.xBlock) : memory::desc(toDims(c.x), dt, any);
+    memory::desc yAny = pinned ? layoutDesc(c.y, c.yBlock) : memory::desc(toDims(c.y), dt, any);
+    memory::desc wAny(weightDims(c.w, c.group), f32, any);
     try {
       using CW = dnnl::convolution_backward_weights;
       auto hint =
@@ -510,8 +538,8 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
       if (c.bias && pd.diff_bias_desc() != st->biasDesc) return false;
       noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
       st->prim = CW(pd);
-      st->a.init(plainDesc(c.x), pd.src_desc(), true, false);
-      st->b.init(plainDesc(c.y), pd.diff_dst_desc(), true, false);
+      st->a.init(layoutDesc(c.x, c.xBlock), pd.src_desc(), true, false);
+      st->b.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
       st->dwUser = plainWeights(c.w, c.group);
       st->dwPrim = pd.diff_weights_desc();
       st->dwReorder = st->dwUser != st->dwPrim;
@@ -590,6 +618,34 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
   return std::nullopt;
 }
 
+// For the cpu-layout-training pass: whether oneDNN has an implementation other than its reference
+// loops for ConvGradInput / ConvGradWeight node `n` (a ChannelBlocked one) in its assigned layouts.
+bool convGradLayoutFast(const ir::Node& n) {
+  auto cfg = convGradConfig(n);
+  if (!cfg) return false;
+  const ConvGradConfig& c = *cfg;
+  memory::desc x = layoutDesc(c.x, c.xBlock), y = layoutDesc(c.y, c.yBlock);
+  memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any);
+  try {
+    auto hint = forwardHint(c, x, w, nullptr, y);
+    std::string impl;
+    if (n.attrString("op", "") == "ConvGradInput") {
+      using CB = dnnl::convolution_backward_data;
+      CB::desc d(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin,
+                 c.win.padEnd);
+      impl = CB::primitive_desc(d, engine(), hint).impl_info_str();
+    } else {
+      using CW = dnnl::convolution_backward_weights;
+      CW::desc d(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin,
+                 c.win.padEnd);
+      impl = CW::primitive_desc(d, engine(), hint).impl_info_str();
+    }
+    return !isReferenceImplementation(impl);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 }  // namespace graft::backends::cpu::onednn
 
 GRAFT_REGISTER_CPU_KERNELS(onednn_conv) {
@@ -602,4 +658,11 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_conv) {
          true});
   r.add({graft::ops::kGraftDomain, "ConvGradWeight", "onednn_conv_bwd_weights", supportsConvGrad, makeConvGradWeight, 0,
          true});
+  // Channel-blocked (channels-last) operands from the cpu-layout-training pass.
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_conv_bwd_data",
+         [](const graft::ir::Node& n) { return n.attrString("op", "") == "ConvGradInput" && supportsConvGrad(n); },
+         makeConvGradInput, 0, true});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_conv_bwd_weights",
+         [](const graft::ir::Node& n) { return n.attrString("op", "") == "ConvGradWeight" && supportsConvGrad(n); },
+         makeConvGradWeight, 0, true});
 }

@@ -24,8 +24,10 @@
 
 namespace graft::backends::cpu::onednn {
 
-// In onednn_conv.cpp: whether a plain Conv/FusedConv reads and writes `layout`.
+// In onednn_conv.cpp: whether a plain Conv/FusedConv reads and writes `layout`; whether oneDNN
+// has a fast implementation for a ChannelBlocked ConvGradInput / ConvGradWeight.
 std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int layout, bool xConverted);
+bool convGradLayoutFast(const ir::Node& n);
 
 namespace {
 
@@ -50,12 +52,22 @@ bool keepsZero(const ir::Node& n) {
   return row && row->zeroAtZero && !row->predicate && row->arity <= 2;
 }
 
+bool isStaticBool(const ir::Tensor* t) {
+  return t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::Bool;
+}
+
+bool isGraft(const ir::Node* n, const char* type) { return n->domain() == ops::kGraftDomain && n->type() == type; }
+
 class CpuLayout : public passes::Pass {
  public:
-  std::string_view name() const override { return "cpu-layout"; }
+  explicit CpuLayout(bool training = false) : training_(training) {}
+  std::string_view name() const override { return training_ ? "cpu-layout-training" : "cpu-layout"; }
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
     layout_ = activationLayout();
     if (layout_ == 0) return false;
+    // Training graphs: channels last only (the layout of AVX-512 hosts; no padding channels, so
+    // the backward pass's comparisons and selections run on the arrays as they are).
+    if (training_ && layout_ != kChannelsLast) return false;
     g_ = &g;
     twin_.clear();
     changed_ = false;
@@ -66,6 +78,11 @@ class CpuLayout : public passes::Pass {
                isOnnx(n, "GlobalMaxPool") || isOnnx(n, "BatchNormalization") || isOnnx(n, "LRN"))
         wrapNode(n);
       else if (isOnnx(n, "Concat")) concatNode(n);
+      else if (training_ &&
+               (isGraft(n, "BatchNormalizationGrad") || isGraft(n, "MaxPoolGrad") || isGraft(n, "AveragePoolGrad")))
+        bnGradNode(n);
+      else if (training_ && (isGraft(n, "ConvGradInput") || isGraft(n, "ConvGradWeight")))
+        convGradNode(n);
       else if (n->numOutputs() == 1) elementwiseNode(n);
     }
     return changed_;
@@ -77,8 +94,9 @@ class CpuLayout : public passes::Pass {
   int64_t blockOf(const ir::Tensor* t) const { return blockFor(layout_, channelsOf(t)); }
 
   // The blocked twin of plain tensor t, converting when it has none yet.
-  ir::Tensor* blocked(ir::Tensor* t) {
+  ir::Tensor* blocked(ir::Tensor* t, bool* fresh = nullptr) {
     auto it = twin_.find(t);
+    if (fresh) *fresh = it == twin_.end();
     if (it != twin_.end()) return it->second;
     ir::Attributes a;
     a.set("block", blockOf(t));
@@ -136,8 +154,10 @@ class CpuLayout : public passes::Pass {
     ir::Tensor* x = n->input(0);
     auto it = x ? twin_.find(x) : twin_.end();
     if (it == twin_.end() || !n->output(0) || !isStaticFloat(n->output(0))) return;
+    // Training-mode BatchNormalization keeps its batch statistics (plain [C]) as outputs 1, 2.
+    bool extraOutputs = training_ && isOnnx(n, "BatchNormalization") && n->attrInt("training_mode", 0) != 0;
     for (size_t i = 1; i < n->numOutputs(); ++i)
-      if (n->output(i)) return;
+      if (n->output(i) && !extraOutputs) return;
     std::vector<ir::Tensor*> in = n->inputs();
     in[0] = it->second;
     ir::Attributes a = n->attrs();
@@ -160,27 +180,170 @@ class CpuLayout : public passes::Pass {
     commit(n, fresh);
   }
 
-  // Elementwise ops whose tensor inputs all have blocked twins of one logical shape.
+  // Elementwise ops whose tensor inputs all have blocked twins of one logical shape. In training
+  // graphs (channels last) also: boolean results (the comparisons of activation gradients),
+  // ZerosLike, scalar operands (broadcast as they are), and plain operands of the result's shape
+  // converted once when another operand has a twin.
   void elementwiseNode(ir::Node* n) {
     const ops::OpDef* def = ops::Registry::instance().find(*n);
-    if (!def || !def->traits.elementwise || !n->output(0) || !isStaticFloat(n->output(0)) || n->numInputs() == 0) return;
+    bool zerosLike = training_ && isGraft(n, "ZerosLike");
+    if (!def || !(def->traits.elementwise || zerosLike) || !n->output(0) || n->numInputs() == 0) return;
+    if (!isStaticFloat(n->output(0)) && !(training_ && isStaticBool(n->output(0)))) return;
     const TensorInfo& yi = n->output(0)->info();
     if (yi.rank() < 3 || yi.rank() > 5) return;
     std::vector<ir::Tensor*> in = n->inputs();
     size_t tensors = 0;
+    std::vector<size_t> convert;
     for (size_t i = 0; i < in.size(); ++i) {
       if (!in[i]) continue;
       // Clip's bounds: constant scalars stay as they are.
       if (isOnnx(n, "Clip") && i > 0) continue;
+      if (training_ && in[i]->info().isStatic() && shapeNumel(in[i]->info().shape()) == 1) continue;
       auto it = twin_.find(in[i]);
-      if (it == twin_.end() || !(in[i]->info() == yi)) return;
+      bool sameShape = in[i]->info().isStatic() && in[i]->info().shape() == yi.shape();
+      if (it == twin_.end()) {
+        if (!training_ || !sameShape) return;
+        convert.push_back(i);
+        continue;
+      }
+      if (!(training_ ? sameShape : in[i]->info() == yi)) return;
       in[i] = it->second;
       ++tensors;
     }
     if (tensors == 0) return;
+    for (size_t i : convert) in[i] = blocked(in[i]);
     if (channelsOf(n->output(0)) % blockOf(n->output(0)) != 0 && !keepsZero(*n)) return;
     ir::Node* fresh = addLike(n, n->type(), n->domain(), in, n->attrs());
     commit(n, fresh);
+  }
+
+  // BatchNormalizationGrad(dY, X, scale[, mean, var]) -> dX, dScale, dB with dY and X channels
+  // last (dX too; dScale, dB plain), when either has a twin; MaxPoolGrad / AveragePoolGrad (dY,
+  // X) -> dX likewise (dY then has the pooled shape).
+  void bnGradNode(ir::Node* n) {
+    bool pool = n->type() != "BatchNormalizationGrad";
+    if (n->numInputs() < (pool ? 2u : 3u) || !n->input(0) || !n->input(1) || !n->output(0)) return;
+    if (!twin_.count(n->input(0)) && !twin_.count(n->input(1))) return;
+    ir::Tensor* x = n->input(1);
+    if (!isStaticFloat(x) || !isStaticFloat(n->input(0)) || x->info().rank() < 3 || x->info().rank() > 5 ||
+        (!pool && n->input(0)->info().shape() != x->info().shape()))
+      return;
+    int64_t C = channelsOf(x);
+    ir::Attributes a = n->attrs();
+    a.set("op", n->type());
+    a.set("op_domain", std::string(ops::kGraftDomain));
+    a.set("block", blockOf(x));
+    a.set("channels", C);
+    a.set("blocked_inputs", std::vector<int64_t>{0, 1});
+    a.set("input_channels", std::vector<int64_t>{C, C});
+    tryBlocked(n, a, {0, 1}, true);
+  }
+
+  // ConvGradInput(dY, W) -> dX (both channels last) and ConvGradWeight(X, dY) -> dW[, dB] (X,
+  // dY channels last), where oneDNN has a fast implementation for those layouts.
+  void convGradNode(ir::Node* n) {
+    bool input = n->type() == "ConvGradInput";
+    if (n->numInputs() != 2 || !n->input(0) || !n->input(1) || !n->output(0)) return;
+    ir::Attributes a = n->attrs();
+    a.set("op", n->type());
+    a.set("op_domain", std::string(ops::kGraftDomain));
+    std::vector<size_t> act = input ? std::vector<size_t>{0} : std::vector<size_t>{0, 1};
+    bool any = false;
+    for (size_t i : act) {
+      if (!isStaticFloat(n->input(i)) || n->input(i)->info().rank() < 3 || n->input(i)->info().rank() > 5) return;
+      any = any || twin_.count(n->input(i));
+    }
+    if (!any) return;
+    std::vector<int64_t> idx, channels;
+    for (size_t i : act) {
+      idx.push_back(static_cast<int64_t>(i));
+      channels.push_back(channelsOf(n->input(i)));
+    }
+    a.set("blocked_inputs", idx);
+    a.set("input_channels", channels);
+    if (input) {
+      if (!isStaticFloat(n->output(0)) || n->output(0)->info().rank() < 3) return;
+      a.set("block", blockOf(n->output(0)));
+      a.set("channels", channelsOf(n->output(0)));
+    } else {
+      a.set("block", blockOf(n->input(0)));
+      a.set("channels", channelsOf(n->input(0)));
+      a.set("blocked_output", int64_t{0});
+    }
+    tryBlocked(n, a, act, input, /*needFast=*/true);
+  }
+
+  // Replaces n by ChannelBlocked(attrs) reading the twins of inputs `act` (converting those that
+  // have none), when a kernel takes it (a fast oneDNN one with needFast); output 0 blocked when
+  // blockedOut, else every output keeps its tensor.
+  void tryBlocked(ir::Node* n, const ir::Attributes& attrs, const std::vector<size_t>& act, bool blockedOut,
+                  bool needFast = false) {
+    std::vector<ir::Tensor*> in = n->inputs();
+    std::vector<ir::Tensor*> made;
+    for (size_t i : act) {
+      auto it = twin_.find(in[i]);
+      if (it != twin_.end()) {
+        in[i] = it->second;
+        continue;
+      }
+      bool fresh = true;
+      in[i] = blocked(in[i], &fresh);
+      if (fresh) made.push_back(in[i]);
+    }
+    if (!g_->otherOpsets.count(ops::kGraftDomain)) g_->otherOpsets[ops::kGraftDomain] = 1;
+    auto accepted = [&](const ir::Node& f) {
+      return CpuKernelRegistry::instance().find(f) && (!needFast || convGradLayoutFast(f));
+    };
+    if (!blockedOut) {
+      // Every output keeps its tensor: move them over, and put the node back if no kernel takes it.
+      std::string type = n->type(), domain = n->domain(), name = n->name();
+      ir::Attributes oldAttrs = n->attrs();
+      std::vector<ir::Tensor*> oldIn = n->inputs(), keep = n->outputs();
+      ir::Node* fresh =
+          g_->addNode("ChannelBlocked", ops::kGraftDomain, in, std::vector<std::string>(keep.size(), ""), attrs, name);
+      g_->removeNode(n);
+      for (size_t i = 0; i < keep.size(); ++i)
+        if (keep[i]) g_->setOutput(fresh, i, keep[i]);
+      if (accepted(*fresh)) {
+        changed_ = true;
+        return;
+      }
+      g_->removeNode(fresh);
+      ir::Node* back = g_->addNode(type, domain, oldIn, std::vector<std::string>(keep.size(), ""), oldAttrs, name);
+      for (size_t i = 0; i < keep.size(); ++i)
+        if (keep[i]) g_->setOutput(back, i, keep[i]);
+      for (ir::Tensor* t : made) dropConversion(t);
+      return;
+    }
+    std::vector<std::string> outs{g_->uniqueId(n->output(0)->id() + "_blocked")};
+    for (size_t i = 1; i < n->numOutputs(); ++i) outs.push_back("");
+    ir::Node* fresh = g_->addNode("ChannelBlocked", ops::kGraftDomain, in, outs, attrs, n->name());
+    bool ok = true;
+    try {
+      ops::inferNode(*fresh, false);
+    } catch (const Error&) {
+      ok = false;
+    }
+    if (ok && !accepted(*fresh)) ok = false;
+    if (!ok) {
+      ir::Tensor* out = fresh->output(0);
+      g_->removeNode(fresh);
+      if (out) g_->removeTensor(out);
+      for (ir::Tensor* t : made) dropConversion(t);
+      return;
+    }
+    commit(n, fresh);
+  }
+
+  // Undoes blocked() for a conversion nobody took.
+  void dropConversion(ir::Tensor* t) {
+    for (auto it = twin_.begin(); it != twin_.end(); ++it)
+      if (it->second == t) {
+        twin_.erase(it);
+        break;
+      }
+    if (ir::Node* p = t->producer()) g_->removeNode(p);
+    g_->removeTensor(t);
   }
 
   // Concat along channels of blocked inputs whose channel counts (but the last's) fill blocks:
@@ -203,6 +366,7 @@ class CpuLayout : public passes::Pass {
     commit(n, fresh);
   }
 
+  bool training_ = false;
   int layout_ = 0;
   ir::Graph* g_ = nullptr;
   std::map<ir::Tensor*, ir::Tensor*> twin_;
@@ -249,6 +413,15 @@ ops::KernelFn makeReorder(ops::CompileContext& ctx) {
 }  // namespace
 
 GRAFT_REGISTER_PASS("cpu-layout", CpuLayout);
+
+// Training graphs: the forward convolutions, BatchNormalization (training mode), activations and
+// residual Adds as above, and the backward pass's BatchNormalizationGrad, ConvGradInput,
+// ConvGradWeight and elementwise ops, channels last (hosts whose layout is NHWC).
+class CpuLayoutTraining : public CpuLayout {
+ public:
+  CpuLayoutTraining() : CpuLayout(true) {}
+};
+GRAFT_REGISTER_PASS("cpu-layout-training", CpuLayoutTraining);
 
 }  // namespace graft::backends::cpu::onednn
 

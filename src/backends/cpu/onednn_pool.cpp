@@ -159,15 +159,32 @@ ops::KernelFn makePool(ops::CompileContext& ctx) {
 // reads the argmax from a workspace its training forward writes: the kernel runs that forward
 // on X first (the recomputation the reference kernel does too). Padded channels of a blocked
 // layout are zero in X and dY and dropped from dX.
+// As ai.graft::ChannelBlocked (from cpu-layout-training): dY, X and dX channel-blocked alike.
 std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
-  bool max = n.type() == "MaxPoolGrad";
+  bool wrapped = n.type() == "ChannelBlocked";
+  std::string op = wrapped ? n.attrString("op", "") : n.type();
+  if (wrapped &&
+      (n.attrString("op_domain", "") != ops::kGraftDomain ||
+       n.attrInts("blocked_inputs", {0}) != std::vector<int64_t>{0, 1} || n.attrInt("blocked_output", 1) != 1))
+    return std::nullopt;
+  if (op != "MaxPoolGrad" && op != "AveragePoolGrad") return std::nullopt;
+  bool max = op == "MaxPoolGrad";
   if (n.numInputs() != 2 || n.numOutputs() != 1) return std::nullopt;
   if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
   PoolConfig c;
   c.x = n.input(1)->info().shape();
   c.y = n.input(0)->info().shape();
-  if (c.x.size() < 3 || c.x.size() > 5 || c.y.size() != c.x.size() || n.output(0)->info().shape() != c.x)
-    return std::nullopt;
+  Shape dx = n.output(0)->info().shape();
+  if (wrapped) {
+    auto y = blockedInput(n, 0), x = blockedInput(n, 1);
+    c.block = static_cast<int>(n.attrInt("block", 0));
+    if (!x || !y || x->second != c.block || y->second != c.block || c.block <= 0) return std::nullopt;
+    if (blockedShape(x->first, c.block) != dx) return std::nullopt;
+    c.x = x->first;
+    c.y = y->first;
+    dx = c.x;
+  }
+  if (c.x.size() < 3 || c.x.size() > 5 || c.y.size() != c.x.size() || dx != c.x) return std::nullopt;
   for (int64_t d : c.x)
     if (d == 0) return std::nullopt;
   if (!resolvePoolWindow(n, max, c) || !outputMatchesWindow(c)) return std::nullopt;
@@ -196,11 +213,11 @@ ops::KernelFn makePoolGrad(ops::CompileContext& ctx) {
   auto cfg = poolGradConfig(n);
   auto st = startFactory<PoolGradState>(ctx, cfg, "makePoolGrad");
   const PoolConfig& c = *cfg;
-  st->xShape = c.x;
-  st->x = plainDesc(c.x);
-  st->y = plainDesc(c.y);
-  int block = preferredChannelBlock();
-  st->blocked = block > 0;
+  st->xShape = n.output(0)->info().shape();
+  st->x = layoutDesc(c.x, c.block);
+  st->y = layoutDesc(c.y, c.block);
+  int block = c.block ? c.block : preferredChannelBlock();
+  st->blocked = block != c.block;
   st->xPrim = layoutDesc(c.x, block);
   st->yPrim = layoutDesc(c.y, block);
   st->max = c.alg == dnnl::algorithm::pooling_max;
@@ -269,4 +286,5 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_pool) {
   r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_pool", supportsPool, makePool});
   for (const char* op : {"MaxPoolGrad", "AveragePoolGrad"})
     r.add({graft::ops::kGraftDomain, op, "onednn_pool_grad", supportsPoolGrad, makePoolGrad});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "onednn_pool_grad", supportsPoolGrad, makePoolGrad});
 }

@@ -1,5 +1,6 @@
 // Vectorised batch normalisation for training, float data: BatchNormalization in training mode
-// (batch statistics, running-statistics outputs) and its gradient ai.graft::BatchNormalizationGrad.
+// (batch statistics, running-statistics outputs) and its gradient ai.graft::BatchNormalizationGrad,
+// on NCHW arrays and (as ai.graft::ChannelBlocked, from the cpu-layout-training pass) channels last.
 //
 // Why loops rather than oneDNN's batch_normalization forward_training/backward: graft's training
 // graph keeps activations plain (NCHW), where oneDNN's statistics accumulate in float; these
@@ -237,6 +238,205 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
   };
 }
 
+// ---- channels last (ai.graft::ChannelBlocked from the cpu-layout-training pass) ----------------
+// X is [rows, C] (NHWC: the blocked layout whose block is the channel count). The rows go in
+// chunks whose size depends on rows and C only; each chunk's per-channel sums (double) are folded
+// in chunk order, so results do not depend on the thread count either.
+
+// s1[c] += x[r][c] - k[c], s2[c] += (x[r][c] - k[c])^2 over rows [0, n).
+GRAFT_VEC_CLONES void rowSums(const float* x, int64_t n, int64_t C, const double* k, double* s1, double* s2) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* p = x + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      double d = static_cast<double>(p[c]) - k[c];
+      s1[c] += d;
+      s2[c] += d * d;
+    }
+  }
+}
+
+// s1[c] += dy[r][c], s2[c] += dy[r][c] (x[r][c] - mean[c]).
+GRAFT_VEC_CLONES void rowGradSums(const float* dy, const float* x, int64_t n, int64_t C, const double* mean, double* s1,
+                                  double* s2) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* g = dy + r * C;
+    const float* p = x + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      double v = static_cast<double>(g[c]);
+      s1[c] += v;
+      s2[c] += v * (static_cast<double>(p[c]) - mean[c]);
+    }
+  }
+}
+
+// y = (x - mean) a + b per channel.
+GRAFT_VEC_CLONES void rowsNormalize(const float* x, float* y, int64_t n, int64_t C, const float* mean, const float* a,
+                                    const float* b) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - mean[c]) * a[c] + b[c];
+}
+
+// dx = a dy - k (x - mean) - c0 per channel (coefficients as gradRow's).
+GRAFT_VEC_CLONES void rowsGrad(const float* dy, const float* x, float* dx, int64_t n, int64_t C, const float* mean,
+                               const float* a, const float* k, const float* c0) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      int64_t i = r * C + c;
+      dx[i] = a[c] * dy[i] - k[c] * (x[i] - mean[c]) - c0[c];
+    }
+}
+
+struct RowsLayout {
+  int64_t rows = 0, C = 0, chunk = 1, chunks = 0;
+  RowsLayout(int64_t numel, int64_t channels) : C(channels) {
+    rows = C > 0 ? numel / C : 0;
+    chunk = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, C));
+    chunks = (rows + chunk - 1) / chunk;
+  }
+  int64_t end(int64_t i) const { return std::min(rows, (i + 1) * chunk); }
+};
+
+// Per-channel sums over all rows: fold(i, s1, s2) adds chunk i's into s1/s2 (each [C], zeroed);
+// the chunks' sums are then added in chunk order.
+template <class Fold>
+void chunkedSums(support::ThreadPool& pool, const RowsLayout& l, Fold fold, std::vector<double>& s1,
+                 std::vector<double>& s2) {
+  size_t C = static_cast<size_t>(l.C);
+  std::vector<double> part(static_cast<size_t>(l.chunks) * C * 2, 0.0);
+  parallelRanges(pool, l.chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) fold(i, part.data() + i * C * 2, part.data() + i * C * 2 + C);
+  });
+  s1.assign(C, 0.0);
+  s2.assign(C, 0.0);
+  for (int64_t i = 0; i < l.chunks; ++i)
+    for (size_t c = 0; c < C; ++c) {
+      s1[c] += part[i * C * 2 + c];
+      s2[c] += part[i * C * 2 + C + c];
+    }
+}
+
+// Batch mean and biased variance per channel of X [rows, C] (shifted by X's first row).
+void rowStats(support::ThreadPool& pool, const float* x, const RowsLayout& l, std::vector<double>& mean,
+              std::vector<double>& var) {
+  std::vector<double> k(static_cast<size_t>(l.C), 0.0);
+  if (l.rows > 0)
+    for (int64_t c = 0; c < l.C; ++c) k[c] = std::isfinite(x[c]) ? static_cast<double>(x[c]) : 0.0;
+  std::vector<double> s1, s2;
+  chunkedSums(
+      pool, l,
+      [&](int64_t i, double* a, double* b) {
+        rowSums(x + i * l.chunk * l.C, l.end(i) - i * l.chunk, l.C, k.data(), a, b);
+      },
+      s1, s2);
+  mean.resize(static_cast<size_t>(l.C));
+  var.resize(static_cast<size_t>(l.C));
+  double count = static_cast<double>(l.rows);
+  for (int64_t c = 0; c < l.C; ++c) {
+    double d = s1[c] / count;
+    double v = s2[c] / count - d * d;
+    mean[c] = k[c] + d;
+    var[c] = v < 0 ? 0.0 : v;
+  }
+}
+
+// Rows [0, rows) split over the pool for an elementwise pass.
+template <class F>
+void overRows(support::ThreadPool& pool, const RowsLayout& l, F fn) {
+  int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, l.C));
+  parallelRanges(pool, l.rows, grain, fn);
+}
+
+// ChannelBlocked(BatchNormalization, training mode) on channels-last X: as batchNormTrainKernel.
+ops::KernelFn batchNormTrainNhwcKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  double momentum = n.attrFloat("momentum", 0.9f);
+  int64_t C = n.attrInt("channels");
+  return [=](ops::KernelContext& k) {
+    const NDArray& x = k.input(0);
+    RowsLayout l(x.numel(), C);
+    const float* scale = channelParam(k.input(1), C, what, "scale");
+    const float* bias = channelParam(k.input(2), C, what, "B");
+    const float* inMean = channelParam(k.input(3), C, what, "input_mean");
+    const float* inVar = channelParam(k.input(4), C, what, "input_var");
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, x.shape());
+    float* rm = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {C}).data<float>() : nullptr;
+    float* rv = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {C}).data<float>() : nullptr;
+    const float* xp = x.data<float>();
+    float* yp = y.data<float>();
+    std::vector<double> mean, var;
+    rowStats(k.pool(), xp, l, mean, var);
+    std::vector<float> meanF(static_cast<size_t>(C)), a(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) {
+      if (l.rows == 0) mean[ch] = var[ch] = std::nan("");
+      meanF[ch] = static_cast<float>(mean[ch]);
+      a[ch] = static_cast<float>(static_cast<double>(scale[ch]) / std::sqrt(var[ch] + eps));
+      if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean[ch] * (1 - momentum));
+      if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var[ch] * (1 - momentum));
+    }
+    overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
+      rowsNormalize(xp + r0 * C, yp + r0 * C, r1 - r0, C, meanF.data(), a.data(), bias);
+    });
+  };
+}
+
+// ChannelBlocked(ai.graft BatchNormalizationGrad) on channels-last dY and X: as batchNormGradKernel.
+ops::KernelFn batchNormGradNhwcKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  int64_t C = n.attrInt("channels");
+  return [=](ops::KernelContext& k) {
+    const NDArray& dyA = k.input(0);
+    const NDArray& x = k.input(1);
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    RowsLayout l(x.numel(), C);
+    const float* scale = channelParam(k.input(2), C, what, "scale");
+    bool given = k.hasInput(3) && k.hasInput(4);
+    NDArray& dx = k.allocOutputUninit(0, DataType::Float, x.shape());
+    float* dScale = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {C}).data<float>() : nullptr;
+    float* dB = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {C}).data<float>() : nullptr;
+    const float* xp = x.data<float>();
+    const float* dyp = dyA.data<float>();
+    float* dxp = dx.data<float>();
+    std::vector<double> mean(static_cast<size_t>(C), 0.0), var(static_cast<size_t>(C), 0.0);
+    if (given) {
+      const float* meanIn = channelParam(k.input(3), C, what, "mean");
+      const float* varIn = channelParam(k.input(4), C, what, "var");
+      for (int64_t ch = 0; ch < C; ++ch) mean[ch] = meanIn[ch], var[ch] = varIn[ch];
+    } else if (l.rows > 0) {
+      rowStats(k.pool(), xp, l, mean, var);
+    }
+    std::vector<double> sDy, sDyX;
+    chunkedSums(
+        k.pool(), l,
+        [&](int64_t i, double* a, double* b) {
+          int64_t r0 = i * l.chunk;
+          rowGradSums(dyp + r0 * C, xp + r0 * C, l.end(i) - r0, C, mean.data(), a, b);
+        },
+        sDy, sDyX);
+    double count = static_cast<double>(l.rows);
+    std::vector<float> cm(static_cast<size_t>(C)), ca(static_cast<size_t>(C)), ck(static_cast<size_t>(C)),
+        cc(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double inv = count > 0 ? 1.0 / std::sqrt(var[ch] + eps) : 0.0;
+      double ds = sDyX[ch] * inv;
+      double a = static_cast<double>(scale[ch]) * inv;
+      cm[ch] = static_cast<float>(mean[ch]);
+      ca[ch] = static_cast<float>(a);
+      ck[ch] = static_cast<float>(count > 0 ? a * inv * ds / count : 0.0);
+      cc[ch] = static_cast<float>(count > 0 ? a * sDy[ch] / count : 0.0);
+      if (dScale) dScale[ch] = static_cast<float>(ds);
+      if (dB) dB[ch] = static_cast<float>(sDy[ch]);
+    }
+    overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
+      rowsGrad(dyp + r0 * C, xp + r0 * C, dxp + r0 * C, r1 - r0, C, cm.data(), ca.data(), ck.data(), cc.data());
+    });
+  };
+}
+
 bool allFloat(const ir::Node& n, size_t from, size_t to) {
   for (size_t i = from; i < to; ++i)
     if (!n.input(i) || !typeIn(n.input(i), 1u << static_cast<int>(DataType::Float))) return false;
@@ -252,11 +452,41 @@ bool supportsGrad(const ir::Node& n) {
   return allFloat(n, 0, n.numInputs());
 }
 
+// A ChannelBlocked node whose blocked tensors are channels last ([N, 1, spatial..., C]): op
+// BatchNormalization in training mode (X blocked), or ai.graft BatchNormalizationGrad (dY, X).
+bool channelsLastTensor(const ir::Tensor* t, int64_t C) {
+  if (!t || !typeIn(t, 1u << static_cast<int>(DataType::Float)) || !t->info().isStatic()) return false;
+  const Shape& s = t->info().shape();
+  return s.size() >= 4 && s[1] == 1 && s.back() == C;
+}
+
+bool supportsNhwc(const ir::Node& n, bool grad) {
+  std::string op = n.attrString("op", ""), dom = n.attrString("op_domain", "");
+  int64_t C = n.attrInt("channels", 0);
+  if (C <= 0 || n.attrInt("block", 0) != C || n.attrInt("blocked_output", 1) != 1) return false;
+  std::vector<int64_t> blocked = n.attrInts("blocked_inputs", {0});
+  if (grad) {
+    if (op != "BatchNormalizationGrad" || dom != ops::kGraftDomain || blocked != std::vector<int64_t>{0, 1})
+      return false;
+    if (n.attrInts("input_channels", {C, C}) != std::vector<int64_t>{C, C}) return false;
+    if ((n.numInputs() != 3 && n.numInputs() != 5) || !allFloat(n, 0, n.numInputs())) return false;
+    return channelsLastTensor(n.input(0), C) && channelsLastTensor(n.input(1), C) && channelsLastTensor(n.output(0), C);
+  }
+  if (op != "BatchNormalization" || !dom.empty() || blocked != std::vector<int64_t>{0}) return false;
+  if (n.attrInts("input_channels", {C}) != std::vector<int64_t>{C}) return false;
+  if (n.numInputs() != 5 || n.attrInt("training_mode", 0) == 0 || !allFloat(n, 0, 5)) return false;
+  return channelsLastTensor(n.input(0), C) && channelsLastTensor(n.output(0), C);
+}
+
 }  // namespace
 
 GRAFT_REGISTER_CPU_KERNELS(vec_batchnorm) {
   r.add({"", "BatchNormalization", "vec_batchnorm_train", supportsTrain, batchNormTrainKernel});
   r.add({graft::ops::kGraftDomain, "BatchNormalizationGrad", "vec_batchnorm_grad", supportsGrad, batchNormGradKernel});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "vec_batchnorm_train_nhwc",
+         [](const graft::ir::Node& n) { return supportsNhwc(n, false); }, batchNormTrainNhwcKernel});
+  r.add({graft::ops::kGraftDomain, "ChannelBlocked", "vec_batchnorm_grad_nhwc",
+         [](const graft::ir::Node& n) { return supportsNhwc(n, true); }, batchNormGradNhwcKernel});
 }
 
 }  // namespace graft::backends::cpu

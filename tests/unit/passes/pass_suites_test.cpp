@@ -6,7 +6,9 @@
 #include <cctype>
 #include <set>
 
+#include "autodiff/autodiff.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/reorder_stats.hpp"
 #include "ops/registry.hpp"
 #include "pass_test_util.hpp"
 #include "support/thread_pool.hpp"
@@ -279,6 +281,125 @@ TEST(LstmSaveGates, SmallBatchesAndRecomputedLstmsAreLeftAlone) {
     EXPECT_EQ(opCounts(*t.b.g)["LSTM"], 1);
     EXPECT_EQ(t.grad->numInputs(), 12u);
   }
+}
+
+// A residual block's training graph: Conv -> BatchNormalization (training mode) -> Relu -> Conv
+// -> BatchNormalization -> + x -> Relu, a weighted sum as loss, and the gradients of X, both
+// weights and the first BatchNormalization's scale and bias (autodiff, as sessions build them).
+struct ResidualTrainingGraph {
+  GraphBuilder b;
+  std::vector<NDArray> in;
+  explicit ResidualTrainingGraph(int64_t N = 2, int64_t C = 32, int64_t S = 10) {
+    ir::Tensor* x = b.input({N, C, S, S});
+    ir::Tensor* w1 = b.input({C, C, 3, 3});
+    ir::Tensor* w2 = b.input({C, C, 3, 3});
+    ir::Tensor* scale = b.input({C});
+    ir::Tensor* bias = b.input({C});
+    in = {randomFloats({N, C, S, S}, 1), randomFloats({C, C, 3, 3}, 2, -0.2f, 0.2f),
+          randomFloats({C, C, 3, 3}, 3, -0.2f, 0.2f), randomFloats({C}, 4, 0.5f, 1.5f), randomFloats({C}, 5)};
+    ir::Attributes conv;
+    conv.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    conv.set("kernel_shape", std::vector<int64_t>{3, 3});
+    auto bn = [&](ir::Tensor* t, ir::Tensor* sc, ir::Tensor* sh) {
+      ir::Attributes a;
+      a.set("training_mode", int64_t{1});
+      a.set("momentum", 0.f);
+      std::string id = "bn" + std::to_string(b.next++);
+      ir::Node* n =
+          b.g->addNode("BatchNormalization", "",
+                       {t, sc, sh, b.constant(randomFloats({C}, 6)), b.constant(randomFloats({C}, 7, 0.5f, 2))},
+                       {id, id + "_mean", id + "_var"}, a);
+      return n->output(0);
+    };
+    ir::Tensor* h = b.op("Relu", {bn(b.op("Conv", {x, w1}, conv), scale, bias)});
+    ir::Tensor* y =
+        bn(b.op("Conv", {h, w2}, conv), b.constant(randomFloats({C}, 8, 0.5f, 1.5f)), b.constant(randomFloats({C}, 9)));
+    y = b.op("Relu", {b.op("Add", {y, x})});
+    ir::Attributes sum;
+    sum.set("reduction", std::string("Sum"));
+    ir::Tensor* loss =
+        b.op("IdentityLoss", {b.op("Mul", {y, b.constant(randomFloats({N, C, S, S}, 10))})}, sum, "ai.graphcore");
+    b.outputs({loss});
+    ir::Tensor* seed = b.constant(NDArray::scalar<float>(DataType::Float, 1.f));
+    auto grads = autodiff::differentiate(*b.g, loss, {x, w1, w2, scale, bias}, seed);
+    std::vector<ir::Tensor*> outs{loss};
+    for (ir::Tensor* t : {x, w1, w2, scale, bias}) outs.push_back(grads.at(t));
+    b.outputs(outs);
+  }
+};
+
+// Forced channels last (the layout of AVX-512 hosts), the training graph's convolutions, batch
+// norms, their gradients and the activation gradients between them run on [N, 1, H, W, C]
+// arrays; the results equal the reference's, and a step runs fewer reorders than without it.
+TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
+  ResidualTrainingGraph t;
+  auto want = runGraph(*t.b.g, t.in, true);
+  auto plain = ir::cloneGraph(*t.b.g);
+  run(*plain, {"cse", "fuse-elementwise", "dce"});
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  run(*t.b.g, {"cse", "cpu-layout-training", "fuse-elementwise", "dce"});
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*t.b.g);
+  EXPECT_EQ(ops["Conv"], 0) << ir::printGraph(*t.b.g);
+  EXPECT_EQ(ops["FusedConv"], 2);
+  EXPECT_EQ(ops["BatchNormalization"], 0);
+  EXPECT_EQ(ops["BatchNormalizationGrad"], 0);
+  std::map<std::string, int> wrapped;
+  for (const ir::Node* n : t.b.g->nodes())
+    if (n->type() == "ChannelBlocked") ++wrapped[n->attrString("op")];
+  EXPECT_EQ(wrapped["BatchNormalization"], 2);
+  EXPECT_EQ(wrapped["BatchNormalizationGrad"], 2);
+  // The first conv's dX is X's gradient; the second's feeds the first block's backward.
+  EXPECT_EQ(wrapped["ConvGradInput"] + ops["ConvGradInput"], 2);
+  EXPECT_EQ(wrapped["ConvGradWeight"] + ops["ConvGradWeight"], 2);
+  bool fast = backends::cpu::onednn::activationLayout() == backends::cpu::onednn::kChannelsLast;
+  if (fast) {
+    // Where oneDNN has channels-last backward kernels (AVX-512 hosts), every gradient conv is blocked.
+    EXPECT_EQ(wrapped["ConvGradInput"], 2);
+    EXPECT_EQ(wrapped["ConvGradWeight"], 2);
+  }
+  for (const ir::Node* n : t.b.g->nodes())
+    if (n->type() == "ChannelBlocked" && n->attrString("op") == "BatchNormalizationGrad")
+      EXPECT_EQ(n->input(0)->info().shape(), (Shape{2, 1, 10, 10, 32}));
+  // The reference kernels of the rewritten graph, then the cpu backend's.
+  for (bool reference : {true, false}) {
+    SCOPED_TRACE(reference ? "reference" : "cpu");
+    backends::cpu::resetReorderStats();
+    auto got = runGraph(*t.b.g, t.in, reference);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(close(got[i], want[i], 2e-4, 2e-4)) << "output " << i;
+  }
+  backends::cpu::resetReorderStats();
+  runGraph(*t.b.g, t.in);
+  int64_t blocked = backends::cpu::reorderStats().count;
+  backends::cpu::resetReorderStats();
+  runGraph(*plain, t.in);
+  int64_t before = backends::cpu::reorderStats().count;
+  if (fast) EXPECT_LT(blocked, before);
+  // The kernels: graft's channels-last batch norms, oneDNN's backward convolutions.
+  auto cpu = backends::makeCpuBackend(2);
+  support::ThreadPool pool(cpu->numThreads());
+  auto exe = plan::compile(*t.b.g, *cpu, pool);
+  std::set<std::string> kernels;
+  for (const auto& k : exe->stepKernels()) kernels.insert(k.kernel);
+  EXPECT_TRUE(kernels.count("vec_batchnorm_train_nhwc")) << ::testing::PrintToString(kernels);
+  EXPECT_TRUE(kernels.count("vec_batchnorm_grad_nhwc")) << ::testing::PrintToString(kernels);
+  if (fast) {
+    EXPECT_TRUE(kernels.count("onednn_conv_bwd_data"));
+    EXPECT_TRUE(kernels.count("onednn_conv_bwd_weights"));
+  }
+}
+
+// Blocked layouts with padding channels (AVX2 hosts) are left to the inference pass: the
+// training pass changes nothing.
+TEST(CpuLayoutTraining, ChannelBlocksOtherThanChannelsLastAreLeftAlone) {
+  ResidualTrainingGraph t;
+  setenv("GRAFT_CPU_LAYOUT", "blocked", 1);
+  PassContext ctx;
+  bool changed = createPass("cpu-layout-training")->run(*t.b.g, ctx);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(opCounts(*t.b.g)["ChannelBlocked"], 0);
 }
 
 }  // namespace

@@ -184,6 +184,9 @@ Trained train(bool bf16, float lr, int steps) {
     out.weights[id] = std::vector<float>(a.data<float>(), a.data<float>() + a.numel());
   }
   out.convGradKernels = kernelsOf(*s, "ConvGradWeight");
+  // Channels last (cpu-layout-training, on hosts whose layout is NHWC): the wrapped op.
+  auto wrapped = kernelsOf(*s, "ChannelBlocked(ConvGradWeight)");
+  out.convGradKernels.insert(out.convGradKernels.end(), wrapped.begin(), wrapped.end());
   return out;
 }
 
