@@ -256,9 +256,11 @@ KernelFactory referenceOf(CompositeBuilder b) {
 GRAFT_REGISTER_OPS(fused) {
   r.add("ToBlocked", kGraftDomain).setInfer(inferToBlocked).setReference(toBlockedKernel);
   r.add("FromBlocked", kGraftDomain).setInfer(inferFromBlocked).setReference(fromBlockedKernel);
+  // Y may take over Sum's buffer (the residual input, dead after it): the sum is then done in place.
   r.add("FusedConv", kGraftDomain)
       .setInfer(inferOf(fusedConv))
       .setReference(referenceOf(fusedConv))
+      .inplace(3)
       .setCost([](const ir::Node& n) { return cost::convolution(n.output(0), n.input(1)); });
   r.add("FusedMatMul", kGraftDomain)
       .setInfer(inferOf(fusedMatMul))

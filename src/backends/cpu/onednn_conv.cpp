@@ -209,7 +209,8 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
       memory m = wrap(st->dst.prim, ys);
       if (st->sum) execute(st->dst.toPrim, {{DNNL_ARG_FROM, wrap(st->dst.user, k.input(3))}, {DNNL_ARG_TO, m}});
       dst = m;
-    } else if (st->sum) {
+    } else if (st->sum && y.rawData() != k.input(3).rawData()) {
+      // (The memory plan usually gives Y the residual's buffer: nothing to copy then.)
       std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
     }
     std::unordered_map<int, memory> args{

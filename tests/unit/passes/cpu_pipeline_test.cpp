@@ -154,6 +154,28 @@ TEST(CpuPipeline, ConvModelIsFusedBlockedAndMatchesReference) {
   }
 }
 
+// A residual FusedConv (Sum input) writes over the residual's buffer, which dies there: the sum
+// post-op accumulates in place, without a copy.
+TEST(CpuPipeline, ResidualFusedConvWritesInPlaceOverItsSum) {
+  auto g = convModel(2);
+  auto compiled = ir::cloneGraph(*g);
+  passes::PassContext ctx;
+  ctx.weightsAreConstant = true;
+  auto cpu = backends::makeCpuBackend(2);
+  passes::runPipeline(*compiled, cpu->passes(backends::PassMode::Inference), ctx);
+  support::ThreadPool pool(2);
+  auto exe = plan::compile(*compiled, *cpu, pool);
+  int residual = 0, inPlace = 0;
+  for (const ir::Node* n : compiled->nodes()) {
+    if (n->type() != "FusedConv" || !n->hasInput(3)) continue;
+    ++residual;
+    for (const plan::MemoryEntry& e : exe->memoryPlan().entries)
+      if (e.tensor == n->output(0) && e.placement == plan::Placement::InPlace && e.aliasOf == n->input(3)) ++inPlace;
+  }
+  EXPECT_GE(residual, 1) << ir::printGraph(*compiled);
+  EXPECT_EQ(inPlace, residual) << ir::printGraph(*compiled);
+}
+
 // GRAFT_CPU_LAYOUT for one scope (the cpu-layout pass reads it each time it runs).
 struct LayoutEnv {
   explicit LayoutEnv(const char* v) { setenv("GRAFT_CPU_LAYOUT", v, 1); }
