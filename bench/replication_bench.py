@@ -53,17 +53,20 @@ def mlp(batch, width, layers, seed=0):
 
 
 BUCKET_BYTES = None  # --bucket-bytes: SessionOptions.gradientBucketBytes (None: graft's default)
+SHARD = False  # --shard: SessionOptions.shardOptimizerState (each replica updates its shard)
 
 
 def bucket_args():
     """--bucket-bytes for the mpirun ranks, as this process was given it."""
-    return [] if BUCKET_BYTES is None else ["--bucket-bytes", str(BUCKET_BYTES)]
+    return ([] if BUCKET_BYTES is None else ["--bucket-bytes", str(BUCKET_BYTES)]) + (["--shard"] if SHARD else [])
 
 
 def session_options(replicas, distributed):
     opts = graft.SessionOptions(accumulationAndReplicationReductionType=graft.ReductionType.Mean)
     if BUCKET_BYTES is not None:
         opts.gradientBucketBytes = BUCKET_BYTES
+    if SHARD and (distributed or replicas > 1):
+        opts.shardOptimizerState = True
     if distributed:
         popdist.configureSessionOptions(opts)
     elif replicas > 1:
@@ -243,10 +246,13 @@ def main():
                     help="folder of the exported zoo models")
     ap.add_argument("--zoo-batches", default="", help="e.g. resnet18=8,bert4=4 (global batches)")
     ap.add_argument("--bucket-bytes", type=int, help="SessionOptions.gradientBucketBytes (default: graft's)")
+    ap.add_argument("--shard", action="store_true",
+                    help="SessionOptions.shardOptimizerState in the replicated configurations")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    global BUCKET_BYTES
+    global BUCKET_BYTES, SHARD
     BUCKET_BYTES = a.bucket_bytes
+    SHARD = a.shard
     if a.child:  # one rank of the mpirun case
         if a.models:
             t, _ = measure_zoo(a.models, a.batch, a.zoo, a.steps, 1, 1, distributed=True)
