@@ -154,6 +154,40 @@ int main(int argc, char** argv) {
   NDArray sliceAxes = NDArray::scalar<int64_t>(DataType::Int64, 1).reshaped({1});
   add("Slice [8192,1:767]", "Slice", {act, sliceStarts, sliceEnds, sliceAxes}, {false, true, true, true});
   add("UnbroadcastTo [8192,768]->[768]", "UnbroadcastTo", {act, randomArray(F, {768}, 19)}, {false, false}, {}, "ai.graft");
+  // Training-mode batch norm and its gradient, NCHW and channels last (ChannelBlocked, as the
+  // cpu-layout-training pass writes it), at mobilenet_v2 b8's widest layer and a resnet one.
+  for (Shape s : std::vector<Shape>{{8, 96, 112, 112}, {8, 256, 56, 56}}) {
+    int64_t C = s[1];
+    Shape nhwc{s[0], 1, s[2], s[3], C};
+    std::string tag = "[" + std::to_string(s[0]) + "," + std::to_string(C) + "," + std::to_string(s[2]) + "," +
+                      std::to_string(s[3]) + "]";
+    NDArray x = randomArray(F, s, 30), xl = randomArray(F, nhwc, 30), dy = randomArray(F, s, 31),
+            dyl = randomArray(F, nhwc, 31);
+    std::vector<NDArray> params{randomArray(F, {C}, 32, 0.5, 1.5), randomArray(F, {C}, 33), randomArray(F, {C}, 34),
+                                randomArray(F, {C}, 35, 0.5, 2)};
+    ir::Attributes train = attrs({{"training_mode", int64_t{1}}, {"momentum", 0.f}});
+    std::vector<NDArray> in{x};
+    in.insert(in.end(), params.begin(), params.end());
+    add("BatchNormalization train NCHW " + tag, "BatchNormalization", in, {false, true, true, true, true}, train, "", 3);
+    in[0] = xl;
+    ir::Attributes blocked = train;
+    blocked.set("op", std::string("BatchNormalization"));
+    blocked.set("block", C);
+    blocked.set("channels", C);
+    add("BatchNormalization train NHWC " + tag, "ChannelBlocked", in, {false, true, true, true, true}, blocked, "ai.graft",
+        3);
+    add("BatchNormalizationGrad NCHW " + tag, "BatchNormalizationGrad", {dy, x, params[0], params[2], params[3]},
+        {false, false, true, true, true}, {}, "ai.graft", 3);
+    ir::Attributes grad;
+    grad.set("op", std::string("BatchNormalizationGrad"));
+    grad.set("op_domain", std::string("ai.graft"));
+    grad.set("block", C);
+    grad.set("channels", C);
+    grad.set("blocked_inputs", std::vector<int64_t>{0, 1});
+    grad.set("input_channels", std::vector<int64_t>{C, C});
+    add("BatchNormalizationGrad NHWC " + tag, "ChannelBlocked", {dyl, xl, params[0], params[2], params[3]},
+        {false, false, true, true, true}, grad, "ai.graft", 3);
+  }
   auto scalarF = [](float v) { return NDArray::scalar<float>(DataType::Float, v); };
   NDArray w = randomArray(F, {10000000}, 20), g = randomArray(F, {10000000}, 21), m = randomArray(F, {10000000}, 22),
           v = randomArray(F, {10000000}, 23, 0, 1);
