@@ -168,14 +168,15 @@ int main(int argc, char** argv) {
     ir::Attributes train = attrs({{"training_mode", int64_t{1}}, {"momentum", 0.f}});
     std::vector<NDArray> in{x};
     in.insert(in.end(), params.begin(), params.end());
-    add("BatchNormalization train NCHW " + tag, "BatchNormalization", in, {false, true, true, true, true}, train, "", 3);
+    add("BatchNormalization train NCHW " + tag, "BatchNormalization", in, {false, true, true, true, true}, train, "",
+        3);
     in[0] = xl;
     ir::Attributes blocked = train;
     blocked.set("op", std::string("BatchNormalization"));
     blocked.set("block", C);
     blocked.set("channels", C);
-    add("BatchNormalization train NHWC " + tag, "ChannelBlocked", in, {false, true, true, true, true}, blocked, "ai.graft",
-        3);
+    add("BatchNormalization train NHWC " + tag, "ChannelBlocked", in, {false, true, true, true, true}, blocked,
+        "ai.graft", 3);
     add("BatchNormalizationGrad NCHW " + tag, "BatchNormalizationGrad", {dy, x, params[0], params[2], params[3]},
         {false, false, true, true, true}, {}, "ai.graft", 3);
     ir::Attributes grad;

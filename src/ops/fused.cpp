@@ -241,13 +241,13 @@ std::vector<ir::Tensor*> channelBlocked(const ir::Node& n, ir::Graph& g, const s
   return outs;
 }
 
-InferFn inferOf(CompositeBuilder b) {
+InferFn inferOf(const CompositeBuilder& b) {
   return [b](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
     return inferComposite(n, in, b);
   };
 }
 
-KernelFactory referenceOf(CompositeBuilder b) {
+KernelFactory referenceOf(const CompositeBuilder& b) {
   return [b](CompileContext& c) { return compileComposite(c, b); };
 }
 

@@ -72,8 +72,8 @@ class CpuLayout : public passes::Pass {
     twin_.clear();
     changed_ = false;
     for (ir::Node* n : g.schedule()) {
-      if (n->domain().empty() && (n->type() == "Conv") ) convNode(n);
-      else if (n->domain() == ops::kGraftDomain && n->type() == "FusedConv") convNode(n);
+      if (isOnnx(n, "Conv") || isGraft(n, "FusedConv"))
+        convNode(n);
       else if (isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool") || isOnnx(n, "GlobalAveragePool") ||
                isOnnx(n, "GlobalMaxPool") || isOnnx(n, "BatchNormalization") || isOnnx(n, "LRN"))
         wrapNode(n);
