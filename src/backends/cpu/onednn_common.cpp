@@ -1,4 +1,6 @@
 #include "backends/cpu/onednn_common.hpp"
+
+#include <mutex>
 #include "backends/cpu/fused_activation.hpp"
 
 #include <omp.h>
@@ -104,6 +106,22 @@ int activationLayout() {
     return support::cpuFeatures().avx512f ? 16 : 8;
   }
   GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
+}
+
+int trainingLayout() {
+  const char* env = std::getenv("GRAFT_CPU_LAYOUT");
+  std::string v = env ? env : "";
+  int layout = activationLayout();  // validates the variable
+  if (v == "blocked") {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      GRAFT_LOG_WARN(
+          "GRAFT_CPU_LAYOUT=blocked: training graphs stay plain (cpu-layout-training keeps them channels last "
+          "or plain only)");
+    });
+    return 0;
+  }
+  return layout == 0 ? 0 : kChannelsLast;
 }
 
 std::string layoutName(int layout) {

@@ -75,6 +75,11 @@ inline constexpr int kChannelsLast = -1;
 /// unset or "auto": the one oneDNN picks for a typical mid-network convolution on this CPU.
 /// Throws graft::Error naming GRAFT_CPU_LAYOUT for any other value.
 int activationLayout();
+/// The layout of the cpu-layout-training pass: channels last wherever activationLayout() is not
+/// plain (NHWC runs oneDNN's fast training kernels on AVX2 as on AVX-512 hosts, and has no padding
+/// channels for the backward pass's comparisons to keep zero), plain otherwise; GRAFT_CPU_LAYOUT
+/// "blocked" leaves training graphs plain, with a warning.
+int trainingLayout();
 /// The channel block a tensor with `channels` channels gets under `layout` (see kChannelsLast).
 inline int64_t blockFor(int layout, int64_t channels) { return layout == kChannelsLast ? channels : layout; }
 /// "plain", "blocked8", "blocked16" or "nhwc".

@@ -63,11 +63,10 @@ class CpuLayout : public passes::Pass {
   explicit CpuLayout(bool training = false) : training_(training) {}
   std::string_view name() const override { return training_ ? "cpu-layout-training" : "cpu-layout"; }
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
-    layout_ = activationLayout();
+    // Training graphs: channels last (trainingLayout(); no padding channels, so the backward
+    // pass's comparisons and selections run on the arrays as they are).
+    layout_ = training_ ? trainingLayout() : activationLayout();
     if (layout_ == 0) return false;
-    // Training graphs: channels last only (the layout of AVX-512 hosts; no padding channels, so
-    // the backward pass's comparisons and selections run on the arrays as they are).
-    if (training_ && layout_ != kChannelsLast) return false;
     g_ = &g;
     twin_.clear();
     changed_ = false;

@@ -11,6 +11,7 @@
 #include "backends/cpu/reorder_stats.hpp"
 #include "ops/registry.hpp"
 #include "pass_test_util.hpp"
+#include "support/cpu_features.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft::passes::testing {
@@ -352,9 +353,9 @@ TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
   // The first conv's dX is X's gradient; the second's feeds the first block's backward.
   EXPECT_EQ(wrapped["ConvGradInput"] + ops["ConvGradInput"], 2);
   EXPECT_EQ(wrapped["ConvGradWeight"] + ops["ConvGradWeight"], 2);
-  bool fast = backends::cpu::onednn::activationLayout() == backends::cpu::onednn::kChannelsLast;
+  // oneDNN has channels-last backward kernels on AVX2 and AVX-512 hosts: every gradient conv is blocked.
+  bool fast = support::cpuFeatures().avx2;
   if (fast) {
-    // Where oneDNN has channels-last backward kernels (AVX-512 hosts), every gradient conv is blocked.
     EXPECT_EQ(wrapped["ConvGradInput"], 2);
     EXPECT_EQ(wrapped["ConvGradWeight"], 2);
   }
@@ -390,8 +391,22 @@ TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
   }
 }
 
-// Blocked layouts with padding channels (AVX2 hosts) are left to the inference pass: the
-// training pass changes nothing.
+// Where inference keeps channel blocks (AVX2 hosts: nChw8c), training graphs still go channels
+// last: the block of all channels has no padding channels for the backward pass to keep zero.
+TEST(CpuLayoutTraining, TrainingIsChannelsLastWhereverInferenceIsBlocked) {
+  setenv("GRAFT_CPU_LAYOUT", "auto", 1);
+  int inference = backends::cpu::onednn::activationLayout(), training = backends::cpu::onednn::trainingLayout();
+  unsetenv("GRAFT_CPU_LAYOUT");
+  if (inference == 0) EXPECT_EQ(training, 0);
+  else EXPECT_EQ(training, backends::cpu::onednn::kChannelsLast) << "inference layout " << inference;
+  setenv("GRAFT_CPU_LAYOUT", "plain", 1);
+  EXPECT_EQ(backends::cpu::onednn::trainingLayout(), 0);
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  EXPECT_EQ(backends::cpu::onednn::trainingLayout(), backends::cpu::onednn::kChannelsLast);
+  unsetenv("GRAFT_CPU_LAYOUT");
+}
+
+// GRAFT_CPU_LAYOUT=blocked (channel blocks forced) leaves training graphs plain.
 TEST(CpuLayoutTraining, ChannelBlocksOtherThanChannelsLastAreLeftAlone) {
   ResidualTrainingGraph t;
   setenv("GRAFT_CPU_LAYOUT", "blocked", 1);
