@@ -71,7 +71,7 @@
   X(Erf,         "Erf",            "",             17,  1, 0,   1,   Floats,        1,   1,   undef,              "",      0.f,   "",     0.f,  M::erf(a)) \
   X(LeakyRelu,   "LeakyRelu",      "",             18,  1, 0,   1,   Floats,        0,   1,   eltwise_relu,       "alpha", 0.01f, "",     0.f,  a >= C(0) ? a : p0 * a) \
   X(GeluTanh,    "Gelu",           "ai.graphcore", 19,  1, 0,   1,   Floats,        1,   0,   eltwise_gelu_tanh,  "",      0.f,   "",     0.f,  M::geluTanh(a)) \
-  X(GeluErf,     "GeluErf",        "ai.graft",     20,  1, 0,   1,   Floats,        1,   1,   undef,              "",      0.f,   "",     0.f,  M::geluErf(a)) \
+  X(GeluErf,     "GeluErf",        "ai.graft",     20,  1, 0,   1,   Floats,        1,   1,   eltwise_gelu_erf,   "",      0.f,   "",     0.f,  M::geluErf(a)) \
   X(Softplus,    "Softplus",       "",             21,  1, 0,   0,   Floats,        1,   1,   eltwise_soft_relu,  "",      0.f,   "",     0.f,  M::softplus(a)) \
   X(Where,       "Where",          "",             22,  3, 0,   0,   Numeric,       0,   0,   undef,              "",      0.f,   "",     0.f,  a != C(0) ? b : c) \
   X(Greater,     "Greater",        "",             23,  2, 1,   0,   Numeric,       0,   0,   undef,              "",      0.f,   "",     0.f,  a > b ? C(1) : C(0)) \

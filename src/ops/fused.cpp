@@ -21,8 +21,8 @@
 //                                  channels beyond C zero
 //   FromBlocked(X)                 the inverse; "channels" is C
 //
-// Activations: "activation" (an op type; "" for none), "activation_domain" ("" or
-// ai.graphcore), "activation_alpha" and "activation_beta": Clip's min and max, or an activation of
+// Activations: "activation" (an op type; "" for none), "activation_domain" ("", ai.graphcore
+// or ai.graft), "activation_alpha" and "activation_beta": Clip's min and max, or an activation of
 // the elementwise table with a oneDNN post-op (elementwise_table.hpp) and its parameters P0, P1.
 #include <algorithm>
 #include <cstring>
@@ -147,8 +147,8 @@ ir::Tensor* activation(const ir::Node& n, ir::Graph& g, ir::Tensor* t) {
   std::string act = n.attrString("activation", ""), dom = n.attrString("activation_domain", "");
   if (act.empty()) return t;
   float alpha = n.attrFloat("activation_alpha", 0.f), beta = n.attrFloat("activation_beta", 0.f);
-  GRAFT_CHECK(dom.empty() || dom == kGraphcoreDomain, "{}: activation_domain must be \"\" or ai.graphcore, got '{}'",
-              n.describe(), dom);
+  GRAFT_CHECK(dom.empty() || dom == kGraphcoreDomain || dom == kGraftDomain,
+              "{}: activation_domain must be \"\", ai.graphcore or ai.graft, got '{}'", n.describe(), dom);
   ir::Attributes a;
   std::vector<ir::Tensor*> in{t};
   if (dom.empty() && act == "Clip") {

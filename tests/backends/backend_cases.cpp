@@ -46,6 +46,11 @@ ir::Attributes activationAttrs(const std::string& act) {
     a.set("activation_domain", std::string("ai.graphcore"));
     return a;
   }
+  if (act == "GeluErf") {  // ai.graft's exact Gelu (fuse-gelu writes it)
+    a.set("activation", act);
+    a.set("activation_domain", std::string("ai.graft"));
+    return a;
+  }
   a.set("activation", act);
   if (act == "LeakyRelu") a.set("activation_alpha", 0.1f);
   if (act == "Elu") a.set("activation_alpha", 0.8f);
@@ -79,7 +84,7 @@ NDArray sprinkled(const NDArray& x) {
 }
 
 const std::vector<std::string> kActivations = {"",          "Relu",        "LeakyRelu", "Sigmoid",  "Tanh", "Elu",
-                                               "HardSwish", "HardSigmoid", "Clip",      "Softplus", "Gelu"};
+                                               "HardSwish", "HardSigmoid", "Clip",      "Softplus", "Gelu", "GeluErf"};
 
 void convCases() {
   struct G {

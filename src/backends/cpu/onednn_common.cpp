@@ -287,6 +287,7 @@ bool activationAfterPrimitive(const ir::Node& n) {
   if (dom.empty() && act == "LeakyRelu") return n.attrFloat("activation_alpha", 0.f) == 0.f;
   if (dom.empty() && act == "HardSwish") return false;
   if (dom == "ai.graphcore" && act == "Gelu") return false;
+  if (dom == "ai.graft" && act == "GeluErf") return false;
   return true;
 }
 
