@@ -397,8 +397,10 @@ TEST(CpuLayoutTraining, TrainingIsChannelsLastWhereverInferenceIsBlocked) {
   setenv("GRAFT_CPU_LAYOUT", "auto", 1);
   int inference = backends::cpu::onednn::activationLayout(), training = backends::cpu::onednn::trainingLayout();
   unsetenv("GRAFT_CPU_LAYOUT");
-  if (inference == 0) EXPECT_EQ(training, 0);
-  else EXPECT_EQ(training, backends::cpu::onednn::kChannelsLast) << "inference layout " << inference;
+  if (inference == 0)
+    EXPECT_EQ(training, 0);
+  else
+    EXPECT_EQ(training, backends::cpu::onednn::kChannelsLast) << "inference layout " << inference;
   setenv("GRAFT_CPU_LAYOUT", "plain", 1);
   EXPECT_EQ(backends::cpu::onednn::trainingLayout(), 0);
   setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
