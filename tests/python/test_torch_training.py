@@ -251,6 +251,27 @@ def test_two_stage_pipeline_matches_plain_run():
     assert_state_close(piped, plain, "pipelined")
 
 
+def test_pipelined_cnn_channels_last_matches_plain_layout(monkeypatch):
+    """A batch-norm CNN split into two pipeline stages with channels-last training graphs
+    (cpu-layout-training, forced) trains as the unsplit CNN with plain layouts."""
+    data = batches((6, 1, 8, 8), 6, seed=7)
+    plain = WithLoss(cnn())
+    piped = copy.deepcopy(plain)
+    piped.net[5] = poptorch.BeginBlock(piped.net[5], "second", ipu_id=1)
+    results = []
+    for net, layout in ((plain, "plain"), (piped, "nhwc")):
+        monkeypatch.setenv("GRAFT_CPU_LAYOUT", layout)
+        opts = poptorch.Options().Training.gradientAccumulation(3)
+        if net is piped:
+            opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.SameAsIpu))
+        model = poptorch.trainingModel(net, opts, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9))
+        losses = [float(model(torch.cat([d[0] for d in data[i:i + 3]]), torch.cat([d[1] for d in data[i:i + 3]]))[1])
+                  for i in range(0, 6, 3)]
+        results.append(losses)
+    np.testing.assert_allclose(results[1], results[0], atol=ATOL, rtol=RTOL)
+    assert_state_close(piped, plain, "pipelined, channels last")
+
+
 def test_pipeline_needs_popTorchs_accumulation_and_iterations():
     """PopTorch's rule for PipelinedExecution: training with N stages runs 2N - 1 (the backward
     stages added), and needs gradientAccumulation >= 2N - 1; inference needs deviceIterations >= N."""
