@@ -104,6 +104,15 @@ struct Layout {
   }
 };
 
+// The statistics of a channel from its sums s1 = sum(x - k), s2 = sum((x - k)^2) over `count`
+// values shifted by k: the mean and the biased variance (NaN for an empty batch, as the reference).
+void finishStats(double k, double s1, double s2, double count, double& mean, double& var) {
+  double d = s1 / count;
+  double v = s2 / count - d * d;
+  mean = k + d;
+  var = v < 0 ? 0.0 : v;  // rounding may leave a tiny negative; NaN stays NaN
+}
+
 // The batch mean and biased variance of channels [c0, c1) (NaN for an empty batch, as the
 // reference), from one pass. Each channel folds its rows in order, whatever the block.
 void blockStats(const float* x, const Layout& l, int64_t c0, int64_t c1, double* mean, double* var) {
@@ -115,12 +124,7 @@ void blockStats(const float* x, const Layout& l, int64_t c0, int64_t c1, double*
   std::vector<double> s1(static_cast<size_t>(c1 - c0), 0.0);
   for (int64_t r = 0; r < l.rows; ++r)
     for (int64_t ch = c0; ch < c1; ++ch) shiftedSums(x + l.offset(ch, r), l.len, mean[ch], s1[ch - c0], var[ch]);
-  for (int64_t ch = c0; ch < c1; ++ch) {
-    double d = s1[ch - c0] / l.count;
-    double v = var[ch] / l.count - d * d;
-    mean[ch] += d;
-    var[ch] = v < 0 ? 0.0 : v;  // rounding may leave a tiny negative; NaN stays NaN
-  }
+  for (int64_t ch = c0; ch < c1; ++ch) finishStats(mean[ch], s1[ch - c0], var[ch], l.count, mean[ch], var[ch]);
 }
 
 const float* channelParam(const NDArray& p, int64_t C, const std::string& what, const char* name) {
@@ -128,6 +132,37 @@ const float* channelParam(const NDArray& p, int64_t C, const std::string& what, 
   GRAFT_CHECK(p.rank() == 1 && p.dim(0) == C, "{}: {} must have shape [{}] (one value per channel), got {}", what, name,
               C, shapeToString(p.shape()));
   return p.data<float>();
+}
+
+// Training-mode BatchNormalization's per-channel values, from a channel's batch statistics: the
+// normalisation y = (x - mean) a + B with a = scale / sqrt(var + eps), and the running outputs
+// input * momentum + statistic * (1 - momentum) (each when wanted).
+struct TrainChannel {
+  float mean, a;
+};
+TrainChannel trainChannel(double mean, double var, float scale, float inMean, float inVar, double eps, double momentum,
+                          float* rm, float* rv) {
+  if (rm) *rm = static_cast<float>(static_cast<double>(inMean) * momentum + mean * (1 - momentum));
+  if (rv) *rv = static_cast<float>(static_cast<double>(inVar) * momentum + var * (1 - momentum));
+  return {static_cast<float>(mean), static_cast<float>(static_cast<double>(scale) / std::sqrt(var + eps))};
+}
+
+// BatchNormalizationGrad's per-channel values, from a channel's statistics and its sums sDy =
+// sum(dy), sDyX = sum(dy (x - mean)) over `count` values: dx = a dy - k (x - mean) - c, and dScale,
+// dB (each when wanted). An empty batch has no rows to write and zero sums, whatever its (NaN)
+// statistics.
+struct GradChannel {
+  float mean, a, k, c;
+};
+GradChannel gradChannel(double mean, double var, double sDy, double sDyX, float scale, double count, double eps,
+                        float* dScale, float* dB) {
+  double inv = count > 0 ? 1.0 / std::sqrt(var + eps) : 0.0;
+  double ds = sDyX * inv;
+  double a = static_cast<double>(scale) * inv;
+  if (dScale) *dScale = static_cast<float>(ds);
+  if (dB) *dB = static_cast<float>(sDy);
+  return {static_cast<float>(mean), static_cast<float>(a), static_cast<float>(count > 0 ? a * inv * ds / count : 0.0),
+          static_cast<float>(count > 0 ? a * sDy / count : 0.0)};
 }
 
 // BatchNormalization(X, scale, B, input_mean, input_var) -> Y[, running_mean, running_var] in
@@ -154,20 +189,17 @@ ops::KernelFn batchNormTrainKernel(ops::CompileContext& c) {
     const float* xp = x.data<float>();
     float* yp = y.data<float>();
     std::vector<double> mean(static_cast<size_t>(l.C)), var(static_cast<size_t>(l.C));
-    std::vector<float> meanF(static_cast<size_t>(l.C)), a(static_cast<size_t>(l.C));
+    std::vector<TrainChannel> tc(static_cast<size_t>(l.C));
     parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
       for (int64_t b0 = c0, b1; b0 < c1; b0 = b1) {
         b1 = std::min(c1, b0 + l.block(1));
         blockStats(xp, l, b0, b1, mean.data(), var.data());
-        for (int64_t ch = b0; ch < b1; ++ch) {
-          meanF[ch] = static_cast<float>(mean[ch]);
-          a[ch] = static_cast<float>(static_cast<double>(scale[ch]) / std::sqrt(var[ch] + eps));
-          if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean[ch] * (1 - momentum));
-          if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var[ch] * (1 - momentum));
-        }
+        for (int64_t ch = b0; ch < b1; ++ch)
+          tc[ch] = trainChannel(mean[ch], var[ch], scale[ch], inMean[ch], inVar[ch], eps, momentum,
+                                rm ? rm + ch : nullptr, rv ? rv + ch : nullptr);
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch)
-            normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, meanF[ch], a[ch], bias[ch]);
+            normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, tc[ch].mean, tc[ch].a, bias[ch]);
       }
     });
   };
@@ -201,7 +233,7 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
     float* dxp = dx.data<float>();
     std::vector<double> mean(static_cast<size_t>(l.C), 0.0), var(static_cast<size_t>(l.C), 0.0);
     std::vector<double> sDy(static_cast<size_t>(l.C), 0.0), sDyX(static_cast<size_t>(l.C), 0.0);
-    std::vector<float> coef(static_cast<size_t>(l.C) * 4);  // mean, a, k, c per channel
+    std::vector<GradChannel> gc(static_cast<size_t>(l.C));
     parallelRanges(k.pool(), l.C, l.grain(), [&](int64_t c0, int64_t c1) {
       for (int64_t b0 = c0, b1; b0 < c1; b0 = b1) {
         b1 = std::min(c1, b0 + l.block(2));
@@ -214,24 +246,13 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch)
             gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean[ch], sDy[ch], sDyX[ch]);
-        for (int64_t ch = b0; ch < b1; ++ch) {
-          // An empty batch has no rows to write and zero sums, whatever its (NaN) statistics.
-          double inv = l.count > 0 ? 1.0 / std::sqrt(var[ch] + eps) : 0.0;
-          double ds = sDyX[ch] * inv;
-          double a = static_cast<double>(scale[ch]) * inv;
-          float* cf = coef.data() + ch * 4;
-          cf[0] = static_cast<float>(mean[ch]);
-          cf[1] = static_cast<float>(a);
-          cf[2] = static_cast<float>(l.count > 0 ? a * inv * ds / l.count : 0.0);
-          cf[3] = static_cast<float>(l.count > 0 ? a * sDy[ch] / l.count : 0.0);
-          if (dScale) dScale[ch] = static_cast<float>(ds);
-          if (dB) dB[ch] = static_cast<float>(sDy[ch]);
-        }
+        for (int64_t ch = b0; ch < b1; ++ch)
+          gc[ch] = gradChannel(mean[ch], var[ch], sDy[ch], sDyX[ch], scale[ch], l.count, eps,
+                               dScale ? dScale + ch : nullptr, dB ? dB + ch : nullptr);
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch) {
-            const float* cf = coef.data() + ch * 4;
-            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, cf[0], cf[1], cf[2],
-                    cf[3]);
+            const GradChannel& g = gc[ch];
+            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, g.mean, g.a, g.k, g.c);
           }
       }
     });
@@ -330,13 +351,7 @@ void rowStats(support::ThreadPool& pool, const float* x, const RowsLayout& l, st
       s1, s2);
   mean.resize(static_cast<size_t>(l.C));
   var.resize(static_cast<size_t>(l.C));
-  double count = static_cast<double>(l.rows);
-  for (int64_t c = 0; c < l.C; ++c) {
-    double d = s1[c] / count;
-    double v = s2[c] / count - d * d;
-    mean[c] = k[c] + d;
-    var[c] = v < 0 ? 0.0 : v;
-  }
+  for (int64_t c = 0; c < l.C; ++c) finishStats(k[c], s1[c], s2[c], static_cast<double>(l.rows), mean[c], var[c]);
 }
 
 // Rows [0, rows) split over the pool for an elementwise pass.
@@ -367,13 +382,13 @@ ops::KernelFn batchNormTrainNhwcKernel(ops::CompileContext& c) {
     float* yp = y.data<float>();
     std::vector<double> mean, var;
     rowStats(k.pool(), xp, l, mean, var);
+    // rowsNormalize reads the per-channel values as arrays (one vector lane per channel).
     std::vector<float> meanF(static_cast<size_t>(C)), a(static_cast<size_t>(C));
     for (int64_t ch = 0; ch < C; ++ch) {
-      if (l.rows == 0) mean[ch] = var[ch] = std::nan("");
-      meanF[ch] = static_cast<float>(mean[ch]);
-      a[ch] = static_cast<float>(static_cast<double>(scale[ch]) / std::sqrt(var[ch] + eps));
-      if (rm) rm[ch] = static_cast<float>(static_cast<double>(inMean[ch]) * momentum + mean[ch] * (1 - momentum));
-      if (rv) rv[ch] = static_cast<float>(static_cast<double>(inVar[ch]) * momentum + var[ch] * (1 - momentum));
+      TrainChannel t = trainChannel(mean[ch], var[ch], scale[ch], inMean[ch], inVar[ch], eps, momentum,
+                                    rm ? rm + ch : nullptr, rv ? rv + ch : nullptr);
+      meanF[ch] = t.mean;
+      a[ch] = t.a;
     }
     overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
       rowsNormalize(xp + r0 * C, yp + r0 * C, r1 - r0, C, meanF.data(), a.data(), bias);
@@ -417,19 +432,13 @@ ops::KernelFn batchNormGradNhwcKernel(ops::CompileContext& c) {
           rowGradSums(dyp + r0 * C, xp + r0 * C, l.end(i) - r0, C, mean.data(), a, b);
         },
         sDy, sDyX);
-    double count = static_cast<double>(l.rows);
+    // rowsGrad reads the per-channel values as arrays (one vector lane per channel).
     std::vector<float> cm(static_cast<size_t>(C)), ca(static_cast<size_t>(C)), ck(static_cast<size_t>(C)),
         cc(static_cast<size_t>(C));
     for (int64_t ch = 0; ch < C; ++ch) {
-      double inv = count > 0 ? 1.0 / std::sqrt(var[ch] + eps) : 0.0;
-      double ds = sDyX[ch] * inv;
-      double a = static_cast<double>(scale[ch]) * inv;
-      cm[ch] = static_cast<float>(mean[ch]);
-      ca[ch] = static_cast<float>(a);
-      ck[ch] = static_cast<float>(count > 0 ? a * inv * ds / count : 0.0);
-      cc[ch] = static_cast<float>(count > 0 ? a * sDy[ch] / count : 0.0);
-      if (dScale) dScale[ch] = static_cast<float>(ds);
-      if (dB) dB[ch] = static_cast<float>(sDy[ch]);
+      GradChannel g = gradChannel(mean[ch], var[ch], sDy[ch], sDyX[ch], scale[ch], static_cast<double>(l.rows), eps,
+                                  dScale ? dScale + ch : nullptr, dB ? dB + ch : nullptr);
+      cm[ch] = g.mean, ca[ch] = g.a, ck[ch] = g.k, cc[ch] = g.c;
     }
     overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
       rowsGrad(dyp + r0 * C, xp + r0 * C, dxp + r0 * C, r1 - r0, C, cm.data(), ca.data(), ck.data(), cc.data());
