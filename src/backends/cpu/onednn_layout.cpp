@@ -79,7 +79,7 @@ class CpuLayout : public passes::Pass {
       else if (isOnnx(n, "Concat")) concatNode(n);
       else if (training_ &&
                (isGraft(n, "BatchNormalizationGrad") || isGraft(n, "MaxPoolGrad") || isGraft(n, "AveragePoolGrad")))
-        bnGradNode(n);
+        gradNode(n);
       else if (training_ && (isGraft(n, "ConvGradInput") || isGraft(n, "ConvGradWeight")))
         convGradNode(n);
       else if (n->numOutputs() == 1) elementwiseNode(n);
@@ -93,9 +93,8 @@ class CpuLayout : public passes::Pass {
   int64_t blockOf(const ir::Tensor* t) const { return blockFor(layout_, channelsOf(t)); }
 
   // The blocked twin of plain tensor t, converting when it has none yet.
-  ir::Tensor* blocked(ir::Tensor* t, bool* fresh = nullptr) {
+  ir::Tensor* blocked(ir::Tensor* t) {
     auto it = twin_.find(t);
-    if (fresh) *fresh = it == twin_.end();
     if (it != twin_.end()) return it->second;
     ir::Attributes a;
     a.set("block", blockOf(t));
@@ -157,26 +156,11 @@ class CpuLayout : public passes::Pass {
     bool extraOutputs = training_ && isOnnx(n, "BatchNormalization") && n->attrInt("training_mode", 0) != 0;
     for (size_t i = 1; i < n->numOutputs(); ++i)
       if (n->output(i) && !extraOutputs) return;
-    std::vector<ir::Tensor*> in = n->inputs();
-    in[0] = it->second;
     ir::Attributes a = n->attrs();
     a.set("op", n->type());
     a.set("block", blockOf(x));
     a.set("channels", channelsOf(x));
-    ir::Node* fresh = addLike(n, "ChannelBlocked", ops::kGraftDomain, in, a);
-    try {
-      ops::inferNode(*fresh, false);
-    } catch (const Error&) {
-      g_->removeNode(fresh);
-      return;
-    }
-    if (!CpuKernelRegistry::instance().find(*fresh)) {
-      ir::Tensor* out = fresh->output(0);
-      g_->removeNode(fresh);
-      g_->removeTensor(out);
-      return;
-    }
-    commit(n, fresh);
+    tryBlocked(n, a, {0}, true);
   }
 
   // Elementwise ops whose tensor inputs all have blocked twins of one logical shape. In training
@@ -219,7 +203,7 @@ class CpuLayout : public passes::Pass {
   // BatchNormalizationGrad(dY, X, scale[, mean, var]) -> dX, dScale, dB with dY and X channels
   // last (dX too; dScale, dB plain), when either has a twin; MaxPoolGrad / AveragePoolGrad (dY,
   // X) -> dX likewise (dY then has the pooled shape).
-  void bnGradNode(ir::Node* n) {
+  void gradNode(ir::Node* n) {
     bool pool = n->type() != "BatchNormalizationGrad";
     if (n->numInputs() < (pool ? 2u : 3u) || !n->input(0) || !n->input(1) || !n->output(0)) return;
     if (!twin_.count(n->input(0)) && !twin_.count(n->input(1))) return;
@@ -274,27 +258,21 @@ class CpuLayout : public passes::Pass {
 
   // Replaces n by ChannelBlocked(attrs) reading the twins of inputs `act` (converting those that
   // have none), when a kernel takes it (a fast oneDNN one with needFast); output 0 blocked when
-  // blockedOut, else every output keeps its tensor.
+  // blockedOut, else every output keeps its tensor. Nothing changes when no kernel takes it.
   void tryBlocked(ir::Node* n, const ir::Attributes& attrs, const std::vector<size_t>& act, bool blockedOut,
                   bool needFast = false) {
     std::vector<ir::Tensor*> in = n->inputs();
-    std::vector<ir::Tensor*> made;
+    std::vector<ir::Tensor*> converted;  // the plain inputs given a conversion here
     for (size_t i : act) {
-      auto it = twin_.find(in[i]);
-      if (it != twin_.end()) {
-        in[i] = it->second;
-        continue;
-      }
-      bool fresh = true;
-      in[i] = blocked(in[i], &fresh);
-      if (fresh) made.push_back(in[i]);
+      if (!twin_.count(in[i])) converted.push_back(in[i]);
+      in[i] = blocked(in[i]);
     }
-    if (!g_->otherOpsets.count(ops::kGraftDomain)) g_->otherOpsets[ops::kGraftDomain] = 1;
     auto accepted = [&](const ir::Node& f) {
       return CpuKernelRegistry::instance().find(f) && (!needFast || convGradLayoutFast(f));
     };
     if (!blockedOut) {
       // Every output keeps its tensor: move them over, and put the node back if no kernel takes it.
+      if (!g_->otherOpsets.count(ops::kGraftDomain)) g_->otherOpsets[ops::kGraftDomain] = 1;
       std::string type = n->type(), domain = n->domain(), name = n->name();
       ir::Attributes oldAttrs = n->attrs();
       std::vector<ir::Tensor*> oldIn = n->inputs(), keep = n->outputs();
@@ -311,12 +289,10 @@ class CpuLayout : public passes::Pass {
       ir::Node* back = g_->addNode(type, domain, oldIn, std::vector<std::string>(keep.size(), ""), oldAttrs, name);
       for (size_t i = 0; i < keep.size(); ++i)
         if (keep[i]) g_->setOutput(back, i, keep[i]);
-      for (ir::Tensor* t : made) dropConversion(t);
+      for (ir::Tensor* t : converted) dropConversion(t);
       return;
     }
-    std::vector<std::string> outs{g_->uniqueId(n->output(0)->id() + "_blocked")};
-    for (size_t i = 1; i < n->numOutputs(); ++i) outs.push_back("");
-    ir::Node* fresh = g_->addNode("ChannelBlocked", ops::kGraftDomain, in, outs, attrs, n->name());
+    ir::Node* fresh = addLike(n, "ChannelBlocked", ops::kGraftDomain, in, attrs);
     bool ok = true;
     try {
       ops::inferNode(*fresh, false);
@@ -328,19 +304,16 @@ class CpuLayout : public passes::Pass {
       ir::Tensor* out = fresh->output(0);
       g_->removeNode(fresh);
       if (out) g_->removeTensor(out);
-      for (ir::Tensor* t : made) dropConversion(t);
+      for (ir::Tensor* t : converted) dropConversion(t);
       return;
     }
     commit(n, fresh);
   }
 
-  // Undoes blocked() for a conversion nobody took.
-  void dropConversion(ir::Tensor* t) {
-    for (auto it = twin_.begin(); it != twin_.end(); ++it)
-      if (it->second == t) {
-        twin_.erase(it);
-        break;
-      }
+  // Undoes blocked(plain) for a conversion nobody took.
+  void dropConversion(ir::Tensor* plain) {
+    ir::Tensor* t = twin_.at(plain);
+    twin_.erase(plain);
     if (ir::Node* p = t->producer()) g_->removeNode(p);
     g_->removeTensor(t);
   }
