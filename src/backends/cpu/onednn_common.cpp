@@ -1,7 +1,7 @@
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/fused_activation.hpp"
 
 #include <mutex>
-#include "backends/cpu/fused_activation.hpp"
 
 #include <omp.h>
 
@@ -273,6 +273,17 @@ std::optional<std::pair<Shape, int>> blockedInput(const ir::Node& n, size_t i) {
     return std::make_pair(u, b);
   }
   return std::make_pair(p, 0);
+}
+
+std::optional<std::pair<Shape, int>> blockedOutput(const ir::Node& n) {
+  const Shape& p = n.output(0)->info().shape();
+  if (!n.attrInt("blocked_output", 1)) return std::make_pair(p, 0);
+  int b = static_cast<int>(n.attrInt("block", 0));
+  int64_t channels = n.attrInt("channels", 0);
+  if (b <= 0 || channels <= 0 || p.size() < 4 || p.back() != b) return std::nullopt;
+  Shape u = unblockedShape(p, channels);
+  if (blockedShape(u, b) != p) return std::nullopt;
+  return std::make_pair(u, b);
 }
 
 bool activationAfterPrimitive(const ir::Node& n) {

@@ -136,6 +136,9 @@ NodeLayout nodeLayout(const ir::Node& n);
 /// Input i of an ai.graft::ChannelBlocked node: its logical shape and channel block (0 when the
 /// input is plain, per "blocked_inputs" / "input_channels"), or nullopt when inconsistent.
 std::optional<std::pair<Shape, int>> blockedInput(const ir::Node& n, size_t i);
+/// Output 0 of an ai.graft::ChannelBlocked node: its logical shape and block ("block" and
+/// "channels"; block 0 when "blocked_output" is 0), or nullopt when inconsistent.
+std::optional<std::pair<Shape, int>> blockedOutput(const ir::Node& n);
 /// Resolves auto_pad/pads/strides/dilations for input spatial extents `in` and kernel extents
 /// `kernel`; `ceilMode` extends padEnd so that oneDNN's floor formula gives ONNX's ceil output.
 /// Returns nullopt when the attributes are invalid or the window does not fit (the reference

@@ -385,15 +385,10 @@ std::optional<ConvGradConfig> convGradConfig(const ir::Node& n) {
     c.y = in0->first;
     c.yBlock = in0->second;
     c.w = in1->first;
-    const Shape& xp = n.output(0)->info().shape();
-    if (wrapped && n.attrInt("blocked_output", 1)) {
-      c.xBlock = static_cast<int>(n.attrInt("block", 0));
-      if (c.xBlock <= 0 || xp.size() < 4 || xp.back() != c.xBlock) return std::nullopt;
-      c.x = unblockedShape(xp, n.attrInt("channels", 0));
-      if (blockedShape(c.x, c.xBlock) != xp) return std::nullopt;
-    } else {
-      c.x = xp;
-    }
+    auto out = wrapped ? blockedOutput(n) : std::make_optional(std::make_pair(n.output(0)->info().shape(), 0));
+    if (!out) return std::nullopt;
+    c.x = out->first;
+    c.xBlock = out->second;
   } else {
     if (wrapped && n.attrInt("blocked_output", 1)) return std::nullopt;  // dW stays plain
     c.x = in0->first;

@@ -176,13 +176,14 @@ std::optional<PoolConfig> poolGradConfig(const ir::Node& n) {
   c.y = n.input(0)->info().shape();
   Shape dx = n.output(0)->info().shape();
   if (wrapped) {
-    auto y = blockedInput(n, 0), x = blockedInput(n, 1);
-    c.block = static_cast<int>(n.attrInt("block", 0));
-    if (!x || !y || x->second != c.block || y->second != c.block || c.block <= 0) return std::nullopt;
-    if (blockedShape(x->first, c.block) != dx) return std::nullopt;
+    auto y = blockedInput(n, 0), x = blockedInput(n, 1), out = blockedOutput(n);
+    if (!x || !y || !out || out->second <= 0 || x->second != out->second || y->second != out->second ||
+        out->first != x->first)
+      return std::nullopt;
+    c.block = out->second;
     c.x = x->first;
     c.y = y->first;
-    dx = c.x;
+    dx = out->first;
   }
   if (c.x.size() < 3 || c.x.size() > 5 || c.y.size() != c.x.size() || dx != c.x) return std::nullopt;
   for (int64_t d : c.x)
