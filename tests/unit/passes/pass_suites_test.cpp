@@ -359,9 +359,11 @@ TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
     EXPECT_EQ(wrapped["ConvGradInput"], 2);
     EXPECT_EQ(wrapped["ConvGradWeight"], 2);
   }
-  for (const ir::Node* n : t.b.g->nodes())
-    if (n->type() == "ChannelBlocked" && n->attrString("op") == "BatchNormalizationGrad")
+  for (const ir::Node* n : t.b.g->nodes()) {
+    if (n->type() == "ChannelBlocked" && n->attrString("op") == "BatchNormalizationGrad") {
       EXPECT_EQ(n->input(0)->info().shape(), (Shape{2, 1, 10, 10, 32}));
+    }
+  }
   // The reference kernels of the rewritten graph, then the cpu backend's.
   for (bool reference : {true, false}) {
     SCOPED_TRACE(reference ? "reference" : "cpu");
@@ -376,7 +378,9 @@ TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
   backends::cpu::resetReorderStats();
   runGraph(*plain, t.in);
   int64_t before = backends::cpu::reorderStats().count;
-  if (fast) EXPECT_LT(blocked, before);
+  if (fast) {
+    EXPECT_LT(blocked, before);
+  }
   // The kernels: graft's channels-last batch norms, oneDNN's backward convolutions.
   auto cpu = backends::makeCpuBackend(2);
   support::ThreadPool pool(cpu->numThreads());
