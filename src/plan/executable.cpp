@@ -114,6 +114,9 @@ std::unique_ptr<Executable> compile(const ir::Graph& g, KernelProvider& provider
       st.kernel = choice.kernel;
       st.implementation = choice.implementation;
       st.kernelLabel = st.implementation.empty() ? st.kernel : st.kernel + " (" + st.implementation + ")";
+      st.profileType = n->type();
+      if (n->type() == "ChannelBlocked" && n->domain() == ops::kGraftDomain)
+        st.profileType += "(" + n->attrString("op", "") + ")";
     } catch (const Error& e) {
       throw Error(withNode(n, e.what()));
     }
@@ -271,12 +274,8 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
         auto t0 = std::chrono::steady_clock::now();
         st.fn(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // A ChannelBlocked node is named with the op it wraps: "ChannelBlocked(ConvGradInput)".
-        std::string type = st.node->type();
-        if (type == "ChannelBlocked" && st.node->domain() == ops::kGraftDomain)
-          type += "(" + st.node->attrString("op", "") + ")";
-        auto& e = profile_[type];
-        e.opType = type;
+        auto& e = profile_[st.profileType];
+        e.opType = st.profileType;
         e.calls++;
         e.seconds += dt;
         e.kernels.insert(st.kernelLabel);

@@ -46,6 +46,9 @@ struct Step {
   /// inside it ("" when none).
   std::string kernel, implementation;
   std::string kernelLabel;  ///< "kernel" or "kernel (implementation)": what profiles show
+  /// The op type profiles file the step under: the node's type, a ChannelBlocked one with the op
+  /// it wraps ("ChannelBlocked(ConvGradInput)").
+  std::string profileType;
   /// Per output: its region of the arena (data set once the arena exists).
   std::vector<ops::PlannedOutput> planned;
   std::vector<int64_t> plannedOffset;  ///< -1: not planned
