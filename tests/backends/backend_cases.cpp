@@ -86,13 +86,30 @@ NDArray sprinkled(const NDArray& x) {
 const std::vector<std::string> kActivations = {"",          "Relu",        "LeakyRelu", "Sigmoid",  "Tanh", "Elu",
                                                "HardSwish", "HardSigmoid", "Clip",      "Softplus", "Gelu", "GeluErf"};
 
+// A convolution's geometry: X's and W's shapes, the window attributes, a name.
+struct ConvGeo {
+  Shape x, w;
+  ir::Attributes a;
+  std::string tag;
+};
+
+// Its backward ops' view: dY's shape, ConvGradWeight's attributes and ConvGradInput's.
+struct ConvGradGeo {
+  Shape ys;
+  ir::Attributes weight, input;
+};
+ConvGradGeo convGradGeo(const ConvGeo& g) {
+  ConvGradGeo r;
+  r.ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+  r.weight = g.a;
+  r.weight.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
+  r.input = r.weight;
+  r.input.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+  return r;
+}
+
 void convCases() {
-  struct G {
-    Shape x, w;
-    ir::Attributes a;
-    std::string tag;
-  };
-  std::vector<G> geos = {
+  std::vector<ConvGeo> geos = {
       {{1, 3, 9, 9}, {8, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "2d_pad1"},
       {{2, 16, 8, 8}, {16, 16, 1, 1}, {}, "2d_1x1"},
       {{1, 8, 10, 7}, {12, 8, 3, 3}, attrs({{"strides", Ints{2, 2}}}), "2d_stride2"},
@@ -114,7 +131,7 @@ void convCases() {
       {{1, 4, 6, 5, 4}, {4, 2, 2, 2, 2}, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 1, 2}}}), "3d_group"},
       {{1, 17, 6, 6}, {9, 17, 3, 3}, attrs({{"kernel_shape", Ints{3, 3}}}), "2d_odd_channels"},
   };
-  for (const G& g : geos) {
+  for (const ConvGeo& g : geos) {
     for (int variant = 0; variant < 3; ++variant) {
       std::string n = "Conv_" + g.tag +
                       (variant == 0   ? "_bias_constw"
@@ -126,20 +143,16 @@ void convCases() {
     }
   }
   // The backward pass (ai.graft ConvGradInput / ConvGradWeight) of the same geometries.
-  for (const G& g : geos) {
-    Shape ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
-    ir::Attributes a = g.a;
-    a.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
-    ir::Attributes ai = a;
-    ai.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+  for (const ConvGeo& g : geos) {
+    ConvGradGeo b = convGradGeo(g);
     for (bool constw : {true, false}) {
       std::string n = "ConvGradInput_" + g.tag + (constw ? "_constw" : "_runtimew");
-      OpCase c{"ConvGradInput", {rnd(ys, n + "dy"), rnd(g.w, n + "w")}, ai, 1, "ai.graft"};
+      OpCase c{"ConvGradInput", {rnd(b.ys, n + "dy"), rnd(g.w, n + "w")}, b.input, 1, "ai.graft"};
       add(n, c, {false, constw});
     }
     for (int outs : {1, 2}) {
       std::string n = "ConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
-      add(n, OpCase{"ConvGradWeight", {rnd(g.x, n + "x"), rnd(ys, n + "dy")}, a, outs, "ai.graft"});
+      add(n, OpCase{"ConvGradWeight", {rnd(g.x, n + "x"), rnd(b.ys, n + "dy")}, b.weight, outs, "ai.graft"});
     }
   }
   // A double convolution: the cpu backend runs the reference kernel.
@@ -776,31 +789,24 @@ void channelsLastTrainingCases() {
           wrapped("BatchNormalizationGrad", in, attrs({{"epsilon", 1e-3f}}), C, C, {0, 1}, {C, C}, true, 3));
     }
   }
-  struct G {
-    Shape x, w;
-    ir::Attributes a;
-    std::string tag;
-  };
-  std::vector<G> geos = {
+  std::vector<ConvGeo> geos = {
       {{2, 16, 8, 8}, {32, 16, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "3x3"},
       {{2, 32, 9, 9}, {16, 32, 1, 1}, attrs({{"strides", Ints{2, 2}}}), "1x1_s2"},
       {{1, 32, 8, 8}, {32, 1, 3, 3}, attrs({{"group", int64_t{32}}, {"pads", Ints{1, 1, 1, 1}}}), "depthwise"},
       {{1, 3, 12, 12}, {16, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "stem"},
   };
-  for (const G& g : geos) {
-    Shape ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+  for (const ConvGeo& g : geos) {
+    ConvGradGeo b = convGradGeo(g);
     int64_t C = g.x[1], M = g.w[0];
-    ir::Attributes a = g.a;
-    a.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
-    ir::Attributes ai = a;
-    ai.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
     std::string n = "NhwcConvGradInput_" + g.tag;
-    add(n, wrapped("ConvGradInput", {blockOf(rnd(ys, n + "dy"), M), rnd(g.w, n + "w")}, ai, C, C, {0}, {M}, true, 1),
+    add(n,
+        wrapped("ConvGradInput", {blockOf(rnd(b.ys, n + "dy"), M), rnd(g.w, n + "w")}, b.input, C, C, {0}, {M}, true,
+                1),
         {false, true});
     for (int outs : {1, 2}) {
       std::string nw = "NhwcConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
-      add(nw, wrapped("ConvGradWeight", {blockOf(rnd(g.x, nw + "x"), C), blockOf(rnd(ys, nw + "dy"), M)}, a, C, C,
-                      {0, 1}, {C, M}, false, outs));
+      add(nw, wrapped("ConvGradWeight", {blockOf(rnd(g.x, nw + "x"), C), blockOf(rnd(b.ys, nw + "dy"), M)}, b.weight, C,
+                      C, {0, 1}, {C, M}, false, outs));
     }
   }
   for (const char* op : {"MaxPool", "AveragePool"}) {
