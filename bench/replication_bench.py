@@ -56,8 +56,8 @@ BUCKET_BYTES = None  # --bucket-bytes: SessionOptions.gradientBucketBytes (None:
 SHARD = False  # --shard: SessionOptions.shardOptimizerState (each replica updates its shard)
 
 
-def bucket_args():
-    """--bucket-bytes for the mpirun ranks, as this process was given it."""
+def rank_args():
+    """--bucket-bytes and --shard for the mpirun ranks, as this process was given them."""
     return ([] if BUCKET_BYTES is None else ["--bucket-bytes", str(BUCKET_BYTES)]) + (["--shard"] if SHARD else [])
 
 
@@ -215,7 +215,7 @@ def zoo_main(a):
         rows, grad_bytes = three_configurations(
             lambda replicas, threads: measure_zoo(name, batches[name], a.zoo, a.steps, replicas, threads),
             ["--models", name, "--zoo", a.zoo, "--steps", str(a.steps), "--batch", str(batches[name])] +
-            bucket_args())
+            rank_args())
         results[name] = {"rows": rows, "grad_bytes": grad_bytes, "batch": batches[name]}
         print(f"\n{name}, global batch {batches[name]}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
         print_rows(rows, batches[name])
@@ -266,7 +266,7 @@ def main():
     rows, grad_bytes = three_configurations(
         lambda replicas, threads: measure(a.batch, a.width, a.layers, a.steps, replicas, threads),
         ["--steps", str(a.steps), "--batch", str(a.batch), "--width", str(a.width), "--layers", str(a.layers)] +
-        bucket_args())
+        rank_args())
     print(f"MLP {a.layers} x {a.width}, global batch {a.batch}, SGD; {grad_bytes / 1e6:.2f} MB of gradients")
     print_rows(rows, a.batch)
     # The cost model: backward ~ 2/3 of the step; the all-reduce hides behind it while shorter.
