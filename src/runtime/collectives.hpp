@@ -12,6 +12,19 @@
 
 namespace graft::collectives {
 
+/// Memory the processes of one host share (Communicator::shareWithLocalProcesses): a segment of
+/// the same size for each of them, mapped in every one. Unmapped on destruction; nothing waits.
+class SharedSegments {
+ public:
+  virtual ~SharedSegments() = default;
+  /// The segment of local process `i` (0 .. localSize() - 1), page-aligned, zero at first.
+  virtual char* segment(int i) const = 0;
+  /// Bytes in each segment.
+  virtual size_t bytes() const = 0;
+  virtual int localRank() const = 0;
+  virtual int localSize() const = 0;
+};
+
 /// The processes of a distributed session.
 class Communicator {
  public:
@@ -42,6 +55,14 @@ class Communicator {
   virtual std::vector<uint8_t> allgatherBytes(const void* data, size_t bytes, const std::string& what) = 0;
   /// Seconds an operation may take before it fails.
   virtual void setTimeout(double seconds) = 0;
+  virtual double timeout() const = 0;
+  /// `bytes` of memory for each process on this host, shared by all of them (collective over
+  /// them, with the timeout); `what` names it in messages. Null, in every one of them, when there
+  /// is a single local process or the host cannot provide it (then a warning says why).
+  virtual std::unique_ptr<SharedSegments> shareWithLocalProcesses(size_t bytes, const std::string& what) {
+    (void)bytes, (void)what;
+    return nullptr;
+  }
 };
 
 /// True when graft was built with MPI.

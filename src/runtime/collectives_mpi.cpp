@@ -1,14 +1,25 @@
 // MPI's world as a Communicator. Every collective is non-blocking (MPI_Iallreduce, MPI_Ibcast,
 // MPI_Iallgather) and polled with MPI_Testall until a deadline: a blocking call would wait forever
 // for a peer that died, and MPI has no timeout of its own.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "runtime/collectives.hpp"
 #include "support/check.hpp"
+#include "support/logging.hpp"
 
 #ifdef GRAFT_HAVE_MPI
 // The C API only (OpenMPI would otherwise pull in its deprecated C++ bindings).
@@ -56,12 +67,14 @@ class MpiWorld : public Communicator {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     // The processes that share this host (and its memory): replicas pin their threads to cores
     // disjoint from the other local processes' (replication.cpp). A failure only costs the pinning.
-    MPI_Comm node = MPI_COMM_NULL;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
-        node != MPI_COMM_NULL) {
-      MPI_Comm_rank(node, &localRank_);
-      MPI_Comm_size(node, &localSize_);
-      MPI_Comm_free(&node);
+    // They may also share memory (shareWithLocalProcesses).
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_) == MPI_SUCCESS &&
+        node_ != MPI_COMM_NULL) {
+      MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(node_, &localRank_);
+      MPI_Comm_size(node_, &localSize_);
+    } else {
+      node_ = MPI_COMM_NULL;
     }
   }
 
@@ -70,6 +83,94 @@ class MpiWorld : public Communicator {
   int localRank() const override { return localRank_; }
   int localSize() const override { return localSize_; }
   void setTimeout(double seconds) override { timeout_ = seconds; }
+  double timeout() const override { return timeout_; }
+
+  // A POSIX shared-memory object (in /dev/shm) that local process 0 creates and reserves
+  // (posix_fallocate: a full /dev/shm fails here, not with SIGBUS at a later write), the others
+  // open once its name has reached them, and process 0 unlinks once every one has it mapped. Not
+  // an MPI-3 window (MPI_Win_allocate_shared): MPI_Win_free is collective, and a process whose
+  // peer died would wait in it for ever.
+  std::unique_ptr<SharedSegments> shareWithLocalProcesses(size_t bytes, const std::string& what) override {
+    if (localSize_ <= 1 || node_ == MPI_COMM_NULL) return nullptr;
+    checkUsable(what);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t seg = std::max<size_t>(page, (bytes + page - 1) / page * page);
+    const size_t total = seg * static_cast<size_t>(localSize_);
+    struct Offer {
+      char name[64];
+      char error[192];
+      int ok;
+    } offer{};
+    int fd = -1;
+    bool created = false;
+    auto failed = [&](const char* step) {
+      std::snprintf(offer.error, sizeof offer.error, "%s: %s", step, std::strerror(errno));
+      offer.ok = 0;
+    };
+    if (localRank_ == 0) {
+      static std::atomic<int> counter{0};
+      std::snprintf(offer.name, sizeof offer.name, "/graft-%d-%d", static_cast<int>(getpid()), counter++);
+      offer.ok = 1;
+      fd = shm_open(offer.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      created = fd >= 0;
+      if (fd < 0) {
+        failed("shm_open");
+      } else if (int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
+        errno = e;
+        failed("posix_fallocate");
+      }
+    }
+    // The name goes once every process has mapped the object (or failed, or timed out).
+    struct Unlink {
+      const char* name;
+      const bool& created;
+      ~Unlink() {
+        if (created) shm_unlink(name);
+      }
+    } unlink{offer.name, created};
+    {
+      std::unique_lock<std::recursive_mutex> lock(mu_);
+      MPI_Request req;
+      int rc = MPI_Ibcast(&offer, sizeof offer, MPI_BYTE, 0, node_, &req);
+      failIf(rc, what);
+      lock.unlock();
+      poll({req}, what + " (sharing memory between the processes of this host)");
+    }
+    if (localRank_ != 0 && offer.ok) {
+      fd = shm_open(offer.name, O_RDWR, 0600);
+      if (fd < 0) failed("shm_open");
+    }
+    void* base = MAP_FAILED;
+    if (offer.ok) {
+      base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) failed("mmap");
+    }
+    if (fd >= 0) close(fd);
+    std::vector<int> oks(localSize_);
+    try {
+      std::unique_lock<std::recursive_mutex> lock(mu_);
+      MPI_Request req;
+      int rc = MPI_Iallgather(&offer.ok, 1, MPI_INT, oks.data(), 1, MPI_INT, node_, &req);
+      failIf(rc, what);
+      lock.unlock();
+      poll({req}, what + " (sharing memory between the processes of this host)");
+    } catch (...) {
+      if (base != MAP_FAILED) munmap(base, total);
+      throw;
+    }
+    int missing = -1;
+    for (int i = 0; i < localSize_; ++i)
+      if (!oks[i]) missing = missing < 0 ? i : missing;
+    if (missing >= 0) {
+      if (base != MAP_FAILED) munmap(base, total);
+      GRAFT_LOG_WARN(
+          "{}: the {} processes on this host could not share {} MB of memory (local process {}{}{}); they "
+          "exchange it through MPI instead",
+          what, localSize_, total >> 20, missing, offer.ok ? "" : ": ", offer.ok ? "" : offer.error);
+      return nullptr;
+    }
+    return std::make_unique<Segments>(static_cast<char*>(base), seg, localRank_, localSize_);
+  }
 
   void startAllreduceSum(NDArray a, const std::string& what) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -153,6 +254,23 @@ class MpiWorld : public Communicator {
   }
 
  private:
+  class Segments : public SharedSegments {
+   public:
+    Segments(char* base, size_t seg, int rank, int size) : base_(base), seg_(seg), rank_(rank), size_(size) {}
+    ~Segments() override { munmap(base_, seg_ * static_cast<size_t>(size_)); }
+    Segments(const Segments&) = delete;
+    Segments& operator=(const Segments&) = delete;
+    char* segment(int i) const override { return base_ + seg_ * static_cast<size_t>(i); }
+    size_t bytes() const override { return seg_; }
+    int localRank() const override { return rank_; }
+    int localSize() const override { return size_; }
+
+   private:
+    char* base_;
+    size_t seg_;
+    int rank_, size_;
+  };
+
   struct Pending {
     MPI_Request req;
     NDArray keep;
@@ -222,6 +340,7 @@ class MpiWorld : public Communicator {
   /// Serialises the MPI calls of all threads (MPI_THREAD_SERIALIZED); never held while waiting.
   std::recursive_mutex mu_;
   MPI_Comm opsComm_ = MPI_COMM_NULL;
+  MPI_Comm node_ = MPI_COMM_NULL;  ///< the processes of this host
 };
 
 }  // namespace

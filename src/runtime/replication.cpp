@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "ops/dtype_dispatch.hpp"
 #include "ops/registry.hpp"
 #include "ops/replica_context.hpp"
+#include "optim/optimizer_graph.hpp"
 #include "passes/training_mode.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
@@ -85,6 +87,10 @@ struct Session::Impl::Plan::Reduction {
   /// Accumulate runs per accumulator in one weight update: micro-batches x local replicas.
   int target = 0;
   std::mutex commMutex;  ///< MPI calls come from several workers, one at a time
+  /// Over MPI with every process on this host (Impl::localReduce): the buckets' places in the
+  /// shared segments; the buckets are then summed there, not by MPI.
+  bool local = false;
+  std::vector<LocalReduce::Bucket> localBuckets;
   /// The step's timeline (events: each gradient complete, each bucket's all-reduce started).
   pipeline::Timeline* timeline = nullptr;
 
@@ -331,11 +337,9 @@ void Session::Impl::formBuckets(Plan& p) {
   close();
   for (size_t b = 0; b < red.buckets.size(); ++b) {
     auto& bucket = red.buckets[b];
-    int64_t elems = 0;
     std::vector<std::string> names;
     for (size_t k : bucket.members) {
       red.bucketOf[k] = b;
-      elems += acc[k].numel();
       names.push_back(p.accumulatorIds[k]);
     }
     bucket.name = fmt::format("bucket {} ({})", b, fmt::join(names, ", "));
@@ -343,8 +347,35 @@ void Session::Impl::formBuckets(Plan& p) {
     bucket.program = w.program;
     bucket.step = w.step;
     bucket.node = w.node;
-    if (comm && bucket.members.size() > 1) bucket.packed = NDArray(acc[bucket.members[0]].dtype(), {elems});
   }
+  // Every process must take the same path for this plan's buckets: the shared one only where
+  // every accumulator lies in the shared segment in every process.
+  if (localReduce) {
+    bool inShared = true;
+    for (auto& bucket : red.buckets) {
+      LocalReduce::Bucket spans;
+      for (size_t k : bucket.members) {
+        int64_t at = localReduce->offsetOf(acc[k].rawData(), acc[k].nbytes());
+        inShared = inShared && at >= 0;
+        spans.push_back({static_cast<size_t>(std::max<int64_t>(at, 0)), acc[k].numel(), acc[k].dtype()});
+      }
+      red.localBuckets.push_back(std::move(spans));
+    }
+    auto all = comm->allgather(inShared ? 1 : 0, "the check that every process sums its gradients in shared memory");
+    red.local = std::all_of(all.begin(), all.end(), [](uint64_t v) { return v == 1; });
+    if (!red.local) {
+      red.localBuckets.clear();
+      GRAFT_LOG_WARN(
+          "distributed replication: the gradient accumulators of a plan are not all in the memory the processes "
+          "of this host share; its gradients are all-reduced through MPI");
+    }
+  }
+  if (comm && !red.local)
+    for (auto& bucket : red.buckets) {
+      int64_t elems = 0;
+      for (size_t k : bucket.members) elems += acc[k].numel();
+      if (bucket.members.size() > 1) bucket.packed = NDArray(acc[bucket.members[0]].dtype(), {elems});
+    }
   red.pending.reset(new std::atomic<int>[red.buckets.size()]);
   red.started.reset(new std::atomic<bool>[red.buckets.size()]);
   red.reset();
@@ -352,7 +383,10 @@ void Session::Impl::formBuckets(Plan& p) {
 
 void Session::Impl::afterReplicaNode(Plan& p, const ir::Node& n, int replica) {
   // The all-reduces already started move on between the kernels, not only when the next starts.
-  if (comm) comm->progress();
+  if (p.reduction->local)
+    localReduce->progress();
+  else if (comm)
+    comm->progress();
   if (n.type() != "Accumulate" || n.numInputs() < 1 || !n.input(0)) return;
   Plan::Reduction& red = *p.reduction;
   auto it = red.index.find(n.input(0)->id());
@@ -389,7 +423,9 @@ void Session::Impl::startBucket(Plan& p, size_t b, int replica) {
       if (a.nbytes() && !overwritesAccumulators()) std::memset(a.rawData(), 0, a.nbytes());
     }
   }
-  if (comm) {
+  if (red.local) {
+    localReduce->ready(b);  // the sums start as soon as every process has this bucket
+  } else if (comm) {
     NDArray target = p.replicas[0]->accumulators[bucket.members[0]];
     if (bucket.members.size() > 1) {
       auto* dst = static_cast<char*>(bucket.packed.rawData());
@@ -411,7 +447,9 @@ void Session::Impl::reduceGradients(Plan& p) {
   Plan::Reduction& red = *p.reduction;
   // Buckets whose last Accumulate did not report (none should) are reduced here.
   for (size_t b = 0; b < red.buckets.size(); ++b) startBucket(p, b, -1);
-  if (comm) {
+  if (red.local) {
+    localReduce->wait();
+  } else if (comm) {
     std::lock_guard<std::mutex> lock(red.commMutex);
     comm->waitAll();
     for (auto& bucket : red.buckets) {
@@ -462,6 +500,42 @@ void Session::Impl::broadcastWeights() {
     comm->broadcast(*t->mutableData(), 0, id);
   }
   weightsBroadcast = true;
+}
+
+void Session::Impl::shareAccumulators(const std::vector<TensorId>& weights) {
+  if (!comm || comm->size() < 2 || comm->localSize() != comm->size()) return;  // across hosts: MPI
+  const char* env = std::getenv("GRAFT_LOCAL_REDUCE");
+  const bool wanted = !(env && std::string(env) == "0");
+  std::vector<ir::Tensor*> accs;
+  for (const TensorId& w : weights)
+    if (ir::Tensor* t = model.graph->findTensor(optim::stateId("Accum", w)); t && t->data()) accs.push_back(t);
+  const size_t header = LocalReduce::headerBytes(accs.size());
+  std::vector<size_t> offsets;
+  size_t bytes = header;
+  for (ir::Tensor* t : accs) {
+    offsets.push_back(bytes);
+    bytes += (t->data()->nbytes() + 63) / 64 * 64;
+  }
+  // Every process decides alike: the same model (its accumulators' bytes) and nobody opting out.
+  auto all = comm->allgather(wanted ? bytes : 0, "the check that every process can share its gradient accumulators");
+  if (accs.empty() || std::any_of(all.begin(), all.end(), [&](uint64_t v) { return v != all[0] || v == 0; })) {
+    if (std::any_of(all.begin(), all.end(), [](uint64_t v) { return v == 0; }))
+      GRAFT_LOG_INFO("distributed replication: GRAFT_LOCAL_REDUCE=0 in a process: gradients go through MPI");
+    return;  // (processes with different models fail at prepareDevice, saying so)
+  }
+  auto memory = comm->shareWithLocalProcesses(bytes, "the gradient accumulators");
+  if (!memory) return;
+  localReduce = std::make_shared<LocalReduce>(std::move(memory), accs.size(), options.collectiveTimeoutSeconds);
+  for (size_t k = 0; k < accs.size(); ++k) {
+    const NDArray& old = *accs[k]->data();
+    NDArray a = localReduce->array(offsets[k], old.dtype(), old.shape());
+    a.copyFrom(old);
+    accs[k]->setData(a);
+  }
+  GRAFT_LOG_INFO(
+      "distributed replication: the {} processes on this host sum their gradients in shared memory ({:.1f} MB "
+      "each)",
+      comm->localSize(), static_cast<double>(bytes) / 1e6);
 }
 
 void Session::Impl::checkPeersAgree() {
@@ -523,12 +597,20 @@ void Session::Impl::runReplicated(IStepIO& io) {
       p = &planFor(shapes);
       lastPlan = p;
       p->reduction->timeline = lastTimeline.get();
+      if (p->reduction->local && localReducePlan != p) {
+        std::vector<std::string> names;
+        for (const auto& bucket : p->reduction->buckets) names.push_back(bucket.name);
+        localReduce->setBuckets(p->reduction->localBuckets, std::move(names));
+        localReducePlan = p;
+      }
       GRAFT_ASSERT(static_cast<int>(p->replicas.size()) == r, "a replicated session compiled {} replicas, not {}",
                    p->replicas.size(), r);
     }
     // A failed step leaves no partial gradient sums behind: the session stays usable.
     auto discardGradients = [&] {
-      if (comm && p->reduction) {
+      if (p->reduction && p->reduction->local) {
+        localReduce->discard();  // the others may still be summing this process's accumulators
+      } else if (comm && p->reduction) {
         std::lock_guard<std::mutex> lock(p->reduction->commMutex);
         comm->waitAll();  // the all-reduces already started must not write into the next step
       }

@@ -15,6 +15,7 @@
 #include "passes/pipeline_stages.hpp"
 #include "plan/executable.hpp"
 #include "runtime/collectives.hpp"
+#include "runtime/local_reduce.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/replica_exchange.hpp"
 #include "support/thread_pool.hpp"
@@ -118,6 +119,14 @@ struct Session::Impl {
   std::vector<std::unique_ptr<pipeline::VirtualDevices>> replicaDevices;
   /// Distributed replication: the processes (MPI's world).
   std::shared_ptr<collectives::Communicator> comm;
+  /// Distributed replication with every process on this host: the gradient accumulators live in
+  /// memory the processes share, and are summed there (local_reduce.hpp), not through MPI.
+  std::shared_ptr<LocalReduce> localReduce;
+  /// The plan whose buckets localReduce holds.
+  const void* localReducePlan = nullptr;
+  /// Training over MPI: moves the accumulators into memory shared with the other processes of
+  /// this host, when every process is on it (collective; GRAFT_LOCAL_REDUCE=0 turns it off).
+  void shareAccumulators(const std::vector<TensorId>& weights);
   /// Replication: the collective ops' rendezvous; each replica's workers carry its context.
   std::unique_ptr<ReplicaExchange> exchange;
   /// Distributed replication: whether weights were broadcast from rank 0 yet.

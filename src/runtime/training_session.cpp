@@ -395,6 +395,7 @@ std::unique_ptr<TrainingSession> TrainingSession::createFromOnnxModel(
                              !impl->usesStages() && !clips && !lamb;
   optim::createState(*impl->optimizer, *impl->model.graph, impl->weights,
                      impl->accumulationFactor() > 1 || impl->replicated());
+  if (impl->replicated()) impl->shareAccumulators(impl->weights);
   return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(impl)));
 }
 

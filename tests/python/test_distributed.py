@@ -31,20 +31,24 @@ def clean_env(**extra):
     return env
 
 
-def mpirun(np_, args, timeout, replicas=None):
+SHARED = "sum their gradients in shared memory"  # graft's info line when the ranks do
+
+
+def mpirun(np_, args, timeout, replicas=None, **extra):
     assert MPIRUN, "these tests need OpenMPI's mpirun: scripts/setup.sh installs openmpi-bin"
     cmd = [MPIRUN, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     env = clean_env(GRAFT_NUM_INSTANCES=str(np_), GRAFT_NUM_REPLICAS=str(replicas or np_),
-                    OMPI_MCA_btl_vader_single_copy_mechanism="none")
+                    OMPI_MCA_btl_vader_single_copy_mechanism="none", GRAFT_LOG_LEVEL="info", **extra)
     t0 = time.monotonic()
     p = subprocess.run(cmd + [sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=timeout, env=env)
     return p, time.monotonic() - t0
 
 
-def in_process(steps, opt, accum, replicas=2):
-    """The same training as one process with `replicas` replicas."""
+def in_process(steps, opt, accum, replicas=2, data_of=None):
+    """The same training as one process with `replicas` replicas; `data_of` = (replicas, accum):
+    the micro-batches of that run instead (the same samples, grouped differently)."""
     model, x, label, loss, weights = mlp(B, seed=0)  # rank 0's weights
     o = graft.SessionOptions(enableReplicatedGraphs=True, replicatedGraphCount=replicas,
                              enableGradientAccumulation=True, accumulationFactor=accum,
@@ -54,7 +58,7 @@ def in_process(steps, opt, accum, replicas=2):
                               userOptions=o)
     s.prepareDevice()
     s.weightsFromHost()
-    xs, ys = data(steps, replicas, accum)
+    xs, ys = data(steps, *(data_of or (replicas, accum)))
     for step in range(steps):
         lead = [d for d in (accum, replicas) if d > 1]
         s.run(graft.PyStepIO({x: xs[step].reshape(lead + [B, IN]), label: ys[step].reshape(lead + [B])},
@@ -62,12 +66,17 @@ def in_process(steps, opt, accum, replicas=2):
     return read(s, weights), weights
 
 
-@pytest.mark.parametrize("opt,accum", [("adam", 2), ("sgd", 1)])
-def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, accum):
+# The two ranks of one host sum their gradients in memory they share (runtime/local_reduce.cpp);
+# GRAFT_LOCAL_REDUCE=0 sends them through MPI_Iallreduce, as between hosts.
+@pytest.mark.parametrize("opt,accum,path", [("adam", 2, "shared"), ("sgd", 1, "shared"), ("sgd", 1, "mpi"),
+                                            ("adam", 2, "mpi")])
+def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, accum, path):
     out = str(tmp_path / "run")
     steps = 3
-    p, _ = mpirun(2, ["train", out, str(steps), opt, str(accum)], timeout=240)
+    p, _ = mpirun(2, ["train", out, str(steps), opt, str(accum)], timeout=240,
+                  GRAFT_LOCAL_REDUCE="1" if path == "shared" else "0")
     assert p.returncode == 0, p.stdout + p.stderr
+    assert (SHARED in p.stderr) == (path == "shared"), p.stderr
     want, weights = in_process(steps, opt, accum)
     ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
     for w in weights:
@@ -87,6 +96,21 @@ def test_two_processes_train_as_one_process_with_two_replicas(tmp_path, opt, acc
         assert all(pinned), p.stdout
         cpus = [set(int(c) for c in m.group(1).split(",") if c.strip()) for m in pinned]
         assert cpus[0] and cpus[1] and not cpus[0] & cpus[1], cpus
+
+
+def test_two_processes_of_two_replicas_sum_in_shared_memory_as_one_process_of_four(tmp_path):
+    # Each process first sums its two replicas' gradients, then the processes sum theirs in the
+    # memory they share.
+    out = str(tmp_path / "run")
+    p, _ = mpirun(2, ["train", out, "2", "adam", "2"], timeout=240, replicas=4)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert SHARED in p.stderr, p.stderr
+    # (One process of 2 replicas accumulating 4 micro-batches: the same 8 micro-batches a step.)
+    want, weights = in_process(2, "adam", 4, replicas=2, data_of=(4, 2))
+    ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+    for w in weights:
+        np.testing.assert_array_equal(ranks[0][w], ranks[1][w], err_msg=w)
+        np.testing.assert_allclose(ranks[0][w], want[w], rtol=2e-5, atol=2e-6, err_msg=w)
 
 
 @pytest.mark.parametrize("options", ["bucket=1073741824", "bucket=1,shard"])
@@ -142,8 +166,10 @@ def _initializer(model_bytes, name):
     raise KeyError(name)
 
 
-def test_a_peer_that_hangs_makes_the_other_fail_within_the_timeout(tmp_path):
-    p, seconds = mpirun(2, ["hang", str(tmp_path / "run"), "3"], timeout=120)
+@pytest.mark.parametrize("path", ["shared", "mpi"])
+def test_a_peer_that_hangs_makes_the_other_fail_within_the_timeout(tmp_path, path):
+    p, seconds = mpirun(2, ["hang", str(tmp_path / "run"), "3"], timeout=120,
+                        GRAFT_LOCAL_REDUCE="1" if path == "shared" else "0")
     assert p.returncode != 0
     assert "did not complete within 3 s (SessionOptions.collectiveTimeoutSeconds)" in p.stdout, p.stdout + p.stderr
     assert "rank 0: graft.Error" in p.stdout
