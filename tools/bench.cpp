@@ -70,6 +70,7 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
   std::vector<TensorId> outputs = graphOutputs(o.model);
   SessionOptions opts;
   opts.numThreads = o.threads;
+  opts.autoThreads = !o.exactThreads;
   opts.enableProfiling = o.profile;
   opts.enableBf16 = o.dtype == "bf16";
   int bps = o.batchesPerStep;
@@ -147,6 +148,14 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
                      humanSeconds(*std::min_element(times.begin(), times.end())),
                      humanSeconds(*std::max_element(times.begin(), times.end())))
       << "\n";
+  if (session->kernelThreads() != session->device().threadsPerVirtualDevice() && o.threads == 0)
+    out << fmt::format("threads   {} (SessionOptions.autoThreads: faster than {} for this model)\n",
+                       session->kernelThreads(), session->device().threadsPerVirtualDevice());
+  else if (o.threads > 0 && session->kernelThreads() != o.threads)
+    out << fmt::format(
+        "threads   {} of --threads {} (SessionOptions.autoThreads: one thread was faster for this "
+        "model; --exact-threads keeps {})\n",
+        session->kernelThreads(), o.threads, o.threads);
   if (bps > 1) out << "batch     " << humanSeconds(med / bps) << fmt::format(" ({} batches per step)", bps) << "\n";
   out << fmt::format("rate      {:.2f} batches/s\n", bps / med);
 

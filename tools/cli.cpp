@@ -182,6 +182,8 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   bench->add_option("--device", bo.device, "cpu (fast kernels) or reference (golden model)")
       ->check(CLI::IsMember({"cpu", "reference"}));
   bench->add_option("--threads", bo.threads, "Kernel threads (0: all cores)")->check(integerAtLeast(0));
+  bench->add_flag("--exact-threads", bo.exactThreads,
+                  "Run on --threads threads even where one thread is faster (SessionOptions.autoThreads off)");
   bench->add_option("--warmup", bo.warmup, "Untimed steps before timing")->check(integerAtLeast(0));
   bench->add_option("--steps", bo.steps, "Timed steps (at least; the median is reported)")->check(integerAtLeast(1));
   bench->add_option("--min-time", bo.minSeconds, "Keep timing steps for at least this many seconds")

@@ -70,6 +70,7 @@ struct BenchOptions {
   int batchesPerStep = 1;
   std::string device = "cpu";
   int threads = 0;         ///< 0: the device's default
+  bool exactThreads = false;  ///< SessionOptions.autoThreads off
   int warmup = 2;          ///< untimed steps after prepareDevice
   int steps = 20;          ///< timed steps (at least)
   double minSeconds = 0;   ///< keep timing steps until this much time has passed

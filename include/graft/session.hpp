@@ -112,6 +112,9 @@ class Session {
   double lastRunSeconds() const;
   /// Time taken by the last compilation (prepareDevice, or a run that compiled).
   double lastCompileSeconds() const;
+  /// The kernel threads the last run's plan runs on (each virtual device's, with virtual graphs
+  /// or replicas): numThreads, or 1 where SessionOptions::autoThreads found one thread faster.
+  int kernelThreads() const;
   /// Per-op-type kernel times, slowest first (needs SessionOptions::enableProfiling).
   std::vector<OpProfile> profile() const;
   /// The compiled graph as text (after prepareDevice); with virtual graphs, one graph per program.

@@ -300,6 +300,7 @@ void bindOptions(pyb::module_& m) {
           })
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
       .def_readwrite("enableBf16", &SessionOptions::enableBf16)
+      .def_readwrite("autoThreads", &SessionOptions::autoThreads)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)
       .def_readwrite("dumpGraphAfterPass", &SessionOptions::dumpGraphAfterPass)
       .def_readwrite("logDir", &SessionOptions::logDir)

@@ -293,6 +293,7 @@ void bindSession(pyb::module_& m) {
       .def("getDevice", [](const Session& s) { return s.device().str(); })
       .def("lastRunSeconds", &Session::lastRunSeconds)
       .def("lastCompileSeconds", &Session::lastCompileSeconds)
+      .def("kernelThreads", &Session::kernelThreads)
       .def("profile", &Session::profile)
       .def("graphText", &Session::graphText)
       .def("_serializedIr", &Session::serializedIr)

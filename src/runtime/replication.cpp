@@ -26,7 +26,7 @@
 namespace graft {
 namespace {
 
-int kernelThreads(const SessionOptions& o, const DeviceInfo& d) {
+int replicaThreads(const SessionOptions& o, const DeviceInfo& d) {
   if (d.type() == DeviceType::Reference) return 1;
   return o.numThreads > 0 ? o.numThreads : d.threadsPerVirtualDevice();
 }
@@ -126,7 +126,7 @@ void Session::Impl::checkReplication() {
                 "SessionOptions.replicatedGraphCount = {}: each replica runs on its own virtual device, so the "
                 "device needs {} virtual devices (DeviceManager().createCpuDevice({})), it has {}",
                 r, r, r, nvd);
-  const int threads = kernelThreads(o, *device);
+  const int threads = replicaThreads(o, *device);
   const int cores = support::ThreadPool::hardwareThreads();
   GRAFT_CHECK(r * threads <= cores,
               "SessionOptions.replicatedGraphCount = {} replicas x {} kernel thread{} each need {} "
@@ -188,7 +188,7 @@ Session::Impl::Plan::Replica::~Replica() {
 void Session::Impl::compileReplicated(Plan& p) {
   const int r = localReplicas();
   const int per = usesStages() ? virtualDevicesPerReplica() : 1;
-  const int threads = kernelThreads(options, *device);
+  const int threads = replicaThreads(options, *device);
   if (replicaDevices.empty()) {
     // Over MPI the processes of one host each see all its cores: each takes its own block of
     // them (without this every process would pin its replicas to the first cores).

@@ -34,6 +34,9 @@ struct Session::Impl {
   std::shared_ptr<DeviceInfo> device;
   SessionOptions options;
   std::unique_ptr<backends::Backend> backend;
+  /// SessionOptions::autoThreads: a one-thread backend and pool for small inference plans.
+  std::unique_ptr<backends::Backend> backend1;
+  std::unique_ptr<support::ThreadPool> pool1;
   std::unique_ptr<support::ThreadPool> pool;
   std::vector<TensorId> inputIds;
   std::map<TensorId, TensorInfo> inputInfos;
@@ -41,6 +44,10 @@ struct Session::Impl {
   struct Plan {
     std::unique_ptr<ir::Graph> graph;
     std::unique_ptr<plan::Executable> exe;
+    /// SessionOptions::autoThreads: whether the first step timed `exe` against a one-thread
+    /// copy, and the kernel threads of the one kept (0: the backend's).
+    bool threadsTried = false;
+    int threads = 0;
     /// Training with gradient accumulation: the optimizer step, run once every
     /// accumulationFactor micro-batches.
     std::unique_ptr<ir::Graph> applyGraph;
@@ -264,6 +271,9 @@ struct Session::Impl {
   /// One batch through the plan for these inputs (tensors, sequences or optionals, in
   /// inputIds order); returns the anchors in DataFlow order. `shapes` keys the plan cache.
   std::vector<ops::Value> execute(std::vector<ops::Value> inputs);
+  /// The first step of plan p (SessionOptions::autoThreads): times p.exe against a one-thread
+  /// copy on these inputs, keeps the faster, and runs the step on it.
+  std::vector<ops::Value> tryFewerThreads(Plan& p, std::vector<ops::Value> inputs);
   Plan& anyPlan() const;
 };
 

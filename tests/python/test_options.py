@@ -9,7 +9,7 @@ import graft.options
 
 def test_graft_fields():
     o = graft.SessionOptions()
-    assert o.constantWeights is True and o.numThreads == 0
+    assert o.constantWeights is True and o.numThreads == 0 and o.autoThreads is True
     o.numThreads = 2
     o.enableProfiling = True
     o.virtualGraphMode = graft.VirtualGraphMode.Manual
@@ -25,7 +25,8 @@ def test_graft_fields():
                      "meanAccumulationAndReplicationReductionStrategy", "enableDistributedReplicatedGraphs",
                      "globalReplicationFactor", "globalReplicaOffset", "collectiveTimeoutSeconds", "gradientBucketBytes",
                      "shardOptimizerState",
-                     "numThreads", "enableProfiling", "enableBf16", "verifyPasses", "dumpGraphAfterPass", "logDir",
+                     "numThreads", "autoThreads", "enableProfiling", "enableBf16", "verifyPasses", "dumpGraphAfterPass",
+                     "logDir",
                      "timelinePath", "pipelineDepth", "detectNonFinite"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):
         o.numThreads = "four"

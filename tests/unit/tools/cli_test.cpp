@@ -210,6 +210,16 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
   EXPECT_TRUE(contains(r.out, "onednn_matmul (")) << r.out;  // with oneDNN's implementation name
   // The layout conversions of the timed steps (none here: a dense model has no activation layouts).
   EXPECT_TRUE(contains(r.out, "reorders  0.0 per step, 0.00 MB")) << r.out;
+  // SessionOptions.autoThreads, forced to keep its one-thread plan: bench says so; --exact-threads
+  // keeps --threads.
+  setenv("GRAFT_AUTO_THREADS", "1", 1);
+  r = cli({"bench", model, "--dim", "batch=4", "--steps", "2", "--threads", "2"});
+  Result exact = cli({"bench", model, "--dim", "batch=4", "--steps", "2", "--threads", "2", "--exact-threads"});
+  unsetenv("GRAFT_AUTO_THREADS");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "threads   1 of --threads 2 (SessionOptions.autoThreads")) << r.out;
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  EXPECT_FALSE(contains(exact.out, "threads   ")) << exact.out;
   r = cli({"bench", model, "--steps", "2", "--device", "reference", "--profile", "--batches-per-step", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   // Every step of the reference device ran the reference kernel (as recorded when compiling).
