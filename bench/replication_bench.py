@@ -1,9 +1,10 @@
 """Training throughput (samples/s) of data parallelism on 2 cores, for an MLP at a global batch of
-64 (docs/replication.md):
+256 (--batch; docs/replication.md):
 
-  1 process, 1 replica, 2 kernel threads           (createCpuDevice(1, 2), batch 64)
-  1 process, 2 in-process replicas x 1 thread      (createCpuDevice(2, 1), 2 x 32)
-  mpirun -np 2, 1 replica x 1 thread per process   (2 x 32, gradients all-reduced over MPI)
+  1 process, 1 replica, 2 kernel threads           (createCpuDevice(1, 2), batch 256)
+  1 process, 2 in-process replicas x 1 thread      (createCpuDevice(2, 1), 2 x 128)
+  mpirun -np 2, 1 replica x 1 thread per process   (2 x 128, gradients summed between the processes:
+                                                    in shared memory on one host, else over MPI)
 
 then the cost model of the all-reduce for 2 -> 64 hosts from the model's gradient bytes and the
 measured step time. Not a test: run it on an otherwise idle machine.
@@ -12,8 +13,10 @@ measured step time. Not a test: run it on an otherwise idle machine.
 
 With --models mlp,resnet18,bert4 it measures the zoo's models instead (bench/zoo.py: PyTorch
 definitions exported to ONNX with their loss by bench/export.py, run in the benchmark venv
-.venv-bench that `make bench` makes), each at the global batch --zoo-batches gives (default mlp 64,
-resnet18 8, bert4 4), the same three configurations, SGD.
+.venv-bench that `make bench` makes), each at the global batch --zoo-batches gives (default mlp 512,
+resnet18 8, bert4 4), the same three configurations, SGD. (The MLPs' defaults were 64 until
+2026-12-04: a step of under 1 ms, or one bound by memory bandwidth, which no split between two
+cores can speed up: docs/replication.md, "What the machine allows".)
 """
 import argparse
 import json
@@ -114,7 +117,7 @@ def measure(global_batch, width, layers, steps, replicas, threads, distributed=F
     return t, sum(int(np.prod(s.getInfo(w).shape())) * 4 for w in weights)
 
 
-ZOO_BATCHES = {"mlp": 64, "resnet18": 8, "bert4": 4}
+ZOO_BATCHES = {"mlp": 512, "resnet18": 8, "bert4": 4}
 
 
 def export_zoo(names, batches, zoo_dir):
@@ -237,7 +240,7 @@ def ring_allreduce_seconds(nbytes, hosts, gbit=25.0, latency=20e-6):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--json")
