@@ -56,6 +56,13 @@ class Communicator {
   /// Seconds an operation may take before it fails.
   virtual void setTimeout(double seconds) = 0;
   virtual double timeout() const = 0;
+  /// The processes with this process's local rank, one on each host (collective, with the
+  /// timeout): a hierarchical reduction sums over a host in shared memory, then across hosts
+  /// here. Null where there is no host split.
+  virtual std::shared_ptr<Communicator> acrossHosts(const std::string& what) {
+    (void)what;
+    return nullptr;
+  }
   /// `bytes` of memory for each process on this host, shared by all of them (collective over
   /// them, with the timeout); `what` names it in messages. Null, in every one of them, when there
   /// is a single local process or the host cannot provide it (then a warning says why).

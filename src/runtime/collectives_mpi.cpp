@@ -65,6 +65,7 @@ class MpiWorld : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    comm_ = MPI_COMM_WORLD;
     // The processes that share this host (and its memory): replicas pin their threads to cores
     // disjoint from the other local processes' (replication.cpp). A failure only costs the pinning.
     // They may also share memory (shareWithLocalProcesses).
@@ -78,12 +79,39 @@ class MpiWorld : public Communicator {
     }
   }
 
+  /// A sub-communicator of the world's (acrossHosts): no host split of its own.
+  MpiWorld(MPI_Comm comm, double timeout) : timeout_(timeout), comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int localRank() const override { return localRank_; }
   int localSize() const override { return localSize_; }
   void setTimeout(double seconds) override { timeout_ = seconds; }
   double timeout() const override { return timeout_; }
+
+  std::shared_ptr<Communicator> acrossHosts(const std::string& what) override {
+    if (node_ == MPI_COMM_NULL) return nullptr;
+    checkUsable(what);
+    // MPI_Comm_split blocks until every process calls it: a barrier polled against the timeout
+    // first, so that a dead peer makes this fail instead of hang.
+    {
+      std::unique_lock<std::recursive_mutex> lock(mu_);
+      MPI_Request req;
+      int rc = MPI_Ibarrier(comm_, &req);
+      failIf(rc, what);
+      lock.unlock();
+      poll({req}, what + " (splitting the processes by host)");
+    }
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    MPI_Comm across = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(comm_, localRank_, rank_, &across);
+    failIf(rc, what + " (splitting the processes by host)");
+    return std::make_shared<MpiWorld>(across, timeout_);
+  }
 
   // A POSIX shared-memory object (in /dev/shm) that local process 0 creates and reserves
   // (posix_fallocate: a full /dev/shm fails here, not with SIGBUS at a later write), the others
@@ -180,7 +208,7 @@ class MpiWorld : public Communicator {
     GRAFT_CHECK(a.numel() <= INT_MAX, "all-reduce of '{}': {} elements is more than MPI's int count", what, a.numel());
     MPI_Request req;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, a.rawData(), static_cast<int>(a.numel()),
-                            a.dtype() == DataType::Float ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+                            a.dtype() == DataType::Float ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_, &req);
     failIf(rc, "all-reduce of '" + what + "'");
     pending_.push_back({req, std::move(a), what});
     testPending();  // the earlier buckets move on while the backward pass goes on
@@ -211,7 +239,7 @@ class MpiWorld : public Communicator {
     GRAFT_CHECK(a.nbytes() <= static_cast<size_t>(INT_MAX), "broadcast of '{}': {} bytes is more than MPI's int count",
                 what, a.nbytes());
     MPI_Request req;
-    int rc = MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    int rc = MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, comm_, &req);
     failIf(rc, "broadcast of '" + what + "'");
     lock.unlock();
     poll({req}, "broadcast of '" + what + "'");
@@ -222,7 +250,7 @@ class MpiWorld : public Communicator {
     checkUsable(what);
     std::vector<uint64_t> all(size_);
     MPI_Request req;
-    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
+    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &req);
     failIf(rc, what);
     lock.unlock();
     poll({req}, what);
@@ -236,7 +264,7 @@ class MpiWorld : public Communicator {
     if (opsComm_ == MPI_COMM_NULL) {
       // Created on first use (every process reaches its first collective op in the same order).
       MPI_Request req;
-      int rc = MPI_Comm_idup(MPI_COMM_WORLD, &opsComm_, &req);
+      int rc = MPI_Comm_idup(comm_, &opsComm_, &req);
       failIf(rc, what);
       lock.unlock();
       poll({req}, what + " (creating the collective ops' communicator)");
@@ -341,6 +369,7 @@ class MpiWorld : public Communicator {
   std::recursive_mutex mu_;
   MPI_Comm opsComm_ = MPI_COMM_NULL;
   MPI_Comm node_ = MPI_COMM_NULL;  ///< the processes of this host
+  MPI_Comm comm_ = MPI_COMM_NULL;  ///< all of them (the world), or those of acrossHosts()
 };
 
 }  // namespace

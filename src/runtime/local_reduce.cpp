@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "ops/dtype_dispatch.hpp"
@@ -24,9 +25,9 @@ int64_t boundary(int64_t total, int part, int parts) {
   return std::min(total, at / 16 * 16);
 }
 
-// sum = p[0] + p[1] + ... (in this order, in ComputeType), written back to every p[r].
+// sum = p[0] + p[1] + ... (in this order, in ComputeType), written to p[r] for every r in `to`.
 template <class T>
-void sumEverywhere(const std::vector<T*>& p, int64_t n) {
+void sumInto(const std::vector<T*>& p, const std::vector<int>& to, int64_t n) {
   using C = ops::ComputeType<T>;
   constexpr int64_t kChunk = 1024;
   C buf[kChunk];
@@ -38,15 +39,18 @@ void sumEverywhere(const std::vector<T*>& p, int64_t n) {
       const T* q = p[r] + i0;
       for (int64_t i = 0; i < m; ++i) buf[i] += static_cast<C>(q[i]);
     }
-    for (T* q : p)
-      for (int64_t i = 0; i < m; ++i) q[i0 + i] = static_cast<T>(buf[i]);
+    for (int r : to) {
+      T* q = p[r] + i0;
+      for (int64_t i = 0; i < m; ++i) q[i] = static_cast<T>(buf[i]);
+    }
   }
 }
 
 }  // namespace
 
-LocalReduce::LocalReduce(std::unique_ptr<collectives::SharedSegments> memory, size_t maxBuckets, double timeoutSeconds)
-    : memory_(std::move(memory)), maxBuckets_(maxBuckets), timeout_(timeoutSeconds) {
+LocalReduce::LocalReduce(std::unique_ptr<collectives::SharedSegments> memory, size_t maxBuckets, double timeoutSeconds,
+                         std::shared_ptr<collectives::Communicator> across)
+    : memory_(std::move(memory)), across_(std::move(across)), maxBuckets_(maxBuckets), timeout_(timeoutSeconds) {
   GRAFT_ASSERT(memory_ && memory_->bytes() >= headerBytes(maxBuckets_),
                "shared memory of {} bytes for the flags of {} buckets", memory_ ? memory_->bytes() : 0, maxBuckets_);
 }
@@ -111,16 +115,27 @@ void LocalReduce::sumSlice(size_t b) {
   int64_t total = 0;
   for (const Span& s : bucket) total += s.numel;
   const int64_t lo = boundary(total, localRank(), localSize()), hi = boundary(total, localRank() + 1, localSize());
+  // Across hosts the host's sum stays in this process's segment until the hosts have summed it.
+  std::vector<int> to;
+  for (int r = 0; r < localSize(); ++r)
+    if (!across_ || r == localRank()) to.push_back(r);
   int64_t base = 0;  // the bucket's element index where span s starts
   for (const Span& s : bucket) {
     const int64_t a = std::max(lo, base), e = std::min(hi, base + s.numel);
-    if (a < e)
+    if (a < e) {
       ops::dispatch<ops::kFloats>(s.dtype, "the all-reduce of " + names_[b], [&](auto tag) {
         using T = typename decltype(tag)::type;
         std::vector<T*> p(localSize());
         for (int r = 0; r < localSize(); ++r) p[r] = reinterpret_cast<T*>(memory_->segment(r) + s.offset) + (a - base);
-        sumEverywhere(p, e - a);
+        sumInto(p, to, e - a);
       });
+      if (across_) {
+        const size_t es = dtypeSize(s.dtype), offset = s.offset + static_cast<size_t>(a - base) * es;
+        across_->startAllreduceSum(NDArray::wrap(memory_->segment(localRank()) + offset, s.dtype, {e - a}, memory_),
+                                   names_[b]);
+        crossed_.push_back({b, offset, static_cast<size_t>(e - a) * es});
+      }
+    }
     base += s.numel;
   }
 }
@@ -131,8 +146,10 @@ void LocalReduce::progressLocked() {
     if (summed_[b] || !mine_[b] || !allAt(b, kReady)) continue;
     sumSlice(b);
     summed_[b] = true;
-    std::atomic_ref<int64_t>(flag(localRank(), b, kDone)).store(generation_, std::memory_order_release);
+    // (Across hosts the slice is done once the other hosts' sums are in: finishAcross.)
+    if (!across_) std::atomic_ref<int64_t>(flag(localRank(), b, kDone)).store(generation_, std::memory_order_release);
   }
+  if (across_) across_->progress();
 }
 
 void LocalReduce::progress() {
@@ -140,32 +157,50 @@ void LocalReduce::progress() {
   if (lock.owns_lock()) progressLocked();
 }
 
-void LocalReduce::waitFor(const std::vector<size_t>& buckets) {
+void LocalReduce::finishAcross() {
+  if (!across_) return;
+  try {
+    across_->waitAll();  // with its own timeout and error
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+  for (const Region& r : crossed_)
+    for (int p = 0; p < localSize(); ++p)
+      if (p != localRank())
+        std::memcpy(memory_->segment(p) + r.offset, memory_->segment(localRank()) + r.offset, r.bytes);
+  crossed_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (summed_[b]) std::atomic_ref<int64_t>(flag(localRank(), b, kDone)).store(generation_, std::memory_order_release);
+}
+
+void LocalReduce::timedOut(size_t b) {
+  broken_ = true;
+  // The first process that has not completed its gradients, else the first that has not summed
+  // its slice.
+  auto first = [&](int which) {
+    for (int r = 0; r < localSize(); ++r)
+      if (std::atomic_ref<int64_t>(flag(r, b, which)).load(std::memory_order_acquire) < generation_) return r;
+    return -1;
+  };
+  const int notReady = first(kReady);
+  const bool lateReady = notReady < 0;
+  const int late = lateReady ? std::max(first(kDone), 0) : notReady;
+  GRAFT_THROW(
+      "the all-reduce of {} between the {} processes of this host did not complete within {} s "
+      "(SessionOptions.collectiveTimeoutSeconds): local process {} {} (a peer process died, hangs, or runs "
+      "a different number of steps)",
+      names_[b], localSize(), timeout_, late, lateReady ? "did not sum its slice" : "did not complete its gradients");
+}
+
+void LocalReduce::waitFor(const std::vector<size_t>& buckets, int which) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(timeout_);
   for (size_t b : buckets) {
     for (;;) {
       progressLocked();
-      if (allAt(b, kDone)) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        broken_ = true;
-        // The first process that has not completed its gradients, else the first that has not
-        // summed its slice.
-        auto first = [&](int which) {
-          for (int r = 0; r < localSize(); ++r)
-            if (std::atomic_ref<int64_t>(flag(r, b, which)).load(std::memory_order_acquire) < generation_) return r;
-          return -1;
-        };
-        const int notReady = first(kReady);
-        const bool lateReady = notReady < 0;
-        const int late = lateReady ? std::max(first(kDone), 0) : notReady;
-        GRAFT_THROW(
-            "the all-reduce of {} between the {} processes of this host did not complete within {} s "
-            "(SessionOptions.collectiveTimeoutSeconds): local process {} {} (a peer process died, hangs, or runs "
-            "a different number of steps)",
-            names_[b], localSize(), timeout_, late,
-            lateReady ? "did not sum its slice" : "did not complete its gradients");
-      }
+      if (allAt(b, which)) break;
+      if (std::chrono::steady_clock::now() > deadline) timedOut(b);
       // The same schedule as the MPI waits (collectives_mpi.cpp): a core's worth of polling for
       // the first 50 ms (yielding to any other thread), then a test per millisecond.
       if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(50))
@@ -174,6 +209,7 @@ void LocalReduce::waitFor(const std::vector<size_t>& buckets) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+  progressLocked();  // every bucket ready everywhere: this process's slices are summed now
 }
 
 void LocalReduce::wait() {
@@ -183,7 +219,9 @@ void LocalReduce::wait() {
                "waiting for a reduction whose buckets are not all ready");
   std::vector<size_t> all(buckets_.size());
   for (size_t b = 0; b < all.size(); ++b) all[b] = b;
-  waitFor(all);
+  waitFor(all, kReady);
+  finishAcross();
+  waitFor(all, kDone);
   ++generation_;
   mine_.assign(buckets_.size(), false);
   summed_.assign(buckets_.size(), false);
@@ -196,7 +234,9 @@ void LocalReduce::discard() {
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (mine_[b]) made.push_back(b);
   if (made.empty()) return;  // nobody reads this process's accumulators: the generation stays
-  waitFor(made);
+  waitFor(made, kReady);
+  finishAcross();
+  waitFor(made, kDone);
   ++generation_;
   mine_.assign(buckets_.size(), false);
   summed_.assign(buckets_.size(), false);

@@ -8,6 +8,10 @@
 // MPI. Flags at the start of each segment say how far each process is: a bucket's "ready" flag
 // (its accumulators are complete) and its "done" flag (this process's slice of it is summed
 // everywhere), each set to the step's generation, which counts the reductions.
+// With processes on other hosts too (`across`: the processes of this local rank, one per host),
+// local process j sums slice j over its host into its own segment, all-reduces that slice with
+// its peers on the other hosts over MPI, and writes the result into the other local segments
+// once that completes (in wait()).
 #include <graft/ndarray.hpp>
 
 #include <cstdint>
@@ -32,7 +36,10 @@ class LocalReduce {
 
   /// Flags for up to `maxBuckets` buckets at the start of each segment; `timeoutSeconds` bounds
   /// every wait for the other processes.
-  LocalReduce(std::unique_ptr<collectives::SharedSegments> memory, size_t maxBuckets, double timeoutSeconds);
+  LocalReduce(std::unique_ptr<collectives::SharedSegments> memory, size_t maxBuckets, double timeoutSeconds,
+              std::shared_ptr<collectives::Communicator> across = nullptr);
+  /// True when the reduction continues across hosts.
+  bool hierarchical() const { return across_ != nullptr; }
   /// The bytes of flags for `maxBuckets` buckets (where the accumulators may start).
   static size_t headerBytes(size_t maxBuckets);
   int localRank() const { return memory_->localRank(); }
@@ -61,11 +68,22 @@ class LocalReduce {
   int64_t& flag(int process, size_t b, int which) const;
   void checkUsable() const;
   bool allAt(size_t b, int which) const;
+  /// Sums this process's slice of bucket b over the host: into every segment, or (across hosts)
+  /// into its own, then starts the slice's all-reduce across hosts.
   void sumSlice(size_t b);
   void progressLocked();
-  void waitFor(const std::vector<size_t>& buckets);
+  void waitFor(const std::vector<size_t>& buckets, int which);
+  [[noreturn]] void timedOut(size_t b);
+  /// Across hosts: the slices summed here and all-reduced across hosts, then copied into the
+  /// other local segments; the done flags follow.
+  void finishAcross();
 
   std::shared_ptr<collectives::SharedSegments> memory_;
+  std::shared_ptr<collectives::Communicator> across_;
+  struct Region {
+    size_t b, offset, bytes;
+  };
+  std::vector<Region> crossed_;  ///< this generation's slices all-reduced across hosts
   size_t maxBuckets_;
   double timeout_;
   std::vector<Bucket> buckets_;

@@ -503,7 +503,7 @@ void Session::Impl::broadcastWeights() {
 }
 
 void Session::Impl::shareAccumulators(const std::vector<TensorId>& weights) {
-  if (!comm || comm->size() < 2 || comm->localSize() != comm->size()) return;  // across hosts: MPI
+  if (!comm || comm->size() < 2) return;
   const char* env = std::getenv("GRAFT_LOCAL_REDUCE");
   const bool wanted = !(env && std::string(env) == "0");
   std::vector<ir::Tensor*> accs;
@@ -516,16 +516,30 @@ void Session::Impl::shareAccumulators(const std::vector<TensorId>& weights) {
     offsets.push_back(bytes);
     bytes += (t->data()->nbytes() + 63) / 64 * 64;
   }
-  // Every process decides alike: the same model (its accumulators' bytes) and nobody opting out.
-  auto all = comm->allgather(wanted ? bytes : 0, "the check that every process can share its gradient accumulators");
-  if (accs.empty() || std::any_of(all.begin(), all.end(), [&](uint64_t v) { return v != all[0] || v == 0; })) {
-    if (std::any_of(all.begin(), all.end(), [](uint64_t v) { return v == 0; }))
-      GRAFT_LOG_INFO("distributed replication: GRAFT_LOCAL_REDUCE=0 in a process: gradients go through MPI");
+  // Every process decides alike: the same model (its accumulators' bytes), nobody opting out, and
+  // the same number of processes on every host (more than one), so that local process j of each
+  // host sums the same slices.
+  const std::string what = "the check that every process can share its gradient accumulators";
+  auto all = comm->allgather(wanted ? bytes : 0, what);
+  auto locals = comm->allgather(static_cast<uint64_t>(comm->localSize()), what);
+  if (std::any_of(all.begin(), all.end(), [](uint64_t v) { return v == 0; }))
+    GRAFT_LOG_INFO("distributed replication: GRAFT_LOCAL_REDUCE=0 in a process: gradients go through MPI");
+  if (accs.empty() || std::any_of(all.begin(), all.end(), [&](uint64_t v) { return v != all[0] || v == 0; }) ||
+      std::any_of(locals.begin(), locals.end(), [&](uint64_t v) { return v != locals[0]; }) || locals[0] < 2)
     return;  // (processes with different models fail at prepareDevice, saying so)
-  }
   auto memory = comm->shareWithLocalProcesses(bytes, "the gradient accumulators");
-  if (!memory) return;
-  localReduce = std::make_shared<LocalReduce>(std::move(memory), accs.size(), options.collectiveTimeoutSeconds);
+  // Every host, or none: otherwise the hosts would reduce in different ways.
+  auto shared = comm->allgather(memory ? 1 : 0, "the check that every host shares its gradient accumulators");
+  if (std::any_of(shared.begin(), shared.end(), [](uint64_t v) { return v == 0; })) return;
+  const bool hosts = comm->localSize() < comm->size();
+  std::shared_ptr<collectives::Communicator> across;
+  if (hosts) {
+    across = comm->acrossHosts("the gradient all-reduce across hosts");
+    GRAFT_ASSERT(across, "no communicator across hosts where the processes of a host share memory");
+    across->setTimeout(options.collectiveTimeoutSeconds);
+  }
+  localReduce = std::make_shared<LocalReduce>(std::move(memory), accs.size(), options.collectiveTimeoutSeconds,
+                                              std::move(across));
   for (size_t k = 0; k < accs.size(); ++k) {
     const NDArray& old = *accs[k]->data();
     NDArray a = localReduce->array(offsets[k], old.dtype(), old.shape());
@@ -534,8 +548,11 @@ void Session::Impl::shareAccumulators(const std::vector<TensorId>& weights) {
   }
   GRAFT_LOG_INFO(
       "distributed replication: the {} processes on this host sum their gradients in shared memory ({:.1f} MB "
-      "each)",
-      comm->localSize(), static_cast<double>(bytes) / 1e6);
+      "each){}",
+      comm->localSize(), static_cast<double>(bytes) / 1e6,
+      hosts ? fmt::format(", then each its slice with the other {} host{} over MPI",
+                          comm->size() / comm->localSize() - 1, comm->size() / comm->localSize() == 2 ? "" : "s")
+            : "");
 }
 
 void Session::Impl::checkPeersAgree() {
