@@ -80,7 +80,8 @@ class MpiWorld : public Communicator {
   }
 
   /// A sub-communicator of the world's (acrossHosts): no host split of its own.
-  MpiWorld(MPI_Comm comm, double timeout) : timeout_(timeout), comm_(comm) {
+  MpiWorld(MPI_Comm comm, double timeout, std::shared_ptr<std::recursive_mutex> mutex)
+      : timeout_(timeout), mutex_(std::move(mutex)), comm_(comm) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -110,7 +111,7 @@ class MpiWorld : public Communicator {
     MPI_Comm across = MPI_COMM_NULL;
     int rc = MPI_Comm_split(comm_, localRank_, rank_, &across);
     failIf(rc, what + " (splitting the processes by host)");
-    return std::make_shared<MpiWorld>(across, timeout_);
+    return std::make_shared<MpiWorld>(across, timeout_, mutex_);
   }
 
   // A POSIX shared-memory object (in /dev/shm) that local process 0 creates and reserves
@@ -366,7 +367,10 @@ class MpiWorld : public Communicator {
   double timeout_ = 60;
   std::vector<Pending> pending_;
   /// Serialises the MPI calls of all threads (MPI_THREAD_SERIALIZED); never held while waiting.
-  std::recursive_mutex mu_;
+  /// (Shared with the communicators made from this one, acrossHosts: MPI_THREAD_SERIALIZED
+  /// serialises the calls of the whole process, whichever communicator they are on.)
+  std::shared_ptr<std::recursive_mutex> mutex_ = std::make_shared<std::recursive_mutex>();
+  std::recursive_mutex& mu_ = *mutex_;
   MPI_Comm opsComm_ = MPI_COMM_NULL;
   MPI_Comm node_ = MPI_COMM_NULL;  ///< the processes of this host
   MPI_Comm comm_ = MPI_COMM_NULL;  ///< all of them (the world), or those of acrossHosts()

@@ -87,8 +87,8 @@ struct Session::Impl::Plan::Reduction {
   /// Accumulate runs per accumulator in one weight update: micro-batches x local replicas.
   int target = 0;
   std::mutex commMutex;  ///< MPI calls come from several workers, one at a time
-  /// Over MPI with every process on this host (Impl::localReduce): the buckets' places in the
-  /// shared segments; the buckets are then summed there, not by MPI.
+  /// Over MPI where the processes of each host share memory (Impl::localReduce): the buckets'
+  /// places in the shared segments; the buckets are summed there (then across hosts by slices).
   bool local = false;
   std::vector<LocalReduce::Bucket> localBuckets;
   /// The step's timeline (events: each gradient complete, each bucket's all-reduce started).

@@ -126,13 +126,14 @@ struct Session::Impl {
   std::vector<std::unique_ptr<pipeline::VirtualDevices>> replicaDevices;
   /// Distributed replication: the processes (MPI's world).
   std::shared_ptr<collectives::Communicator> comm;
-  /// Distributed replication with every process on this host: the gradient accumulators live in
-  /// memory the processes share, and are summed there (local_reduce.hpp), not through MPI.
+  /// Distributed replication where the processes of each host can share memory: the gradient
+  /// accumulators live there and are summed there (local_reduce.hpp), then across hosts by slices.
   std::shared_ptr<LocalReduce> localReduce;
   /// The plan whose buckets localReduce holds.
   const void* localReducePlan = nullptr;
   /// Training over MPI: moves the accumulators into memory shared with the other processes of
-  /// this host, when every process is on it (collective; GRAFT_LOCAL_REDUCE=0 turns it off).
+  /// this host, when every host has the same number of them, more than one (collective;
+  /// GRAFT_LOCAL_REDUCE=0 turns it off).
   void shareAccumulators(const std::vector<TensorId>& weights);
   /// Replication: the collective ops' rendezvous; each replica's workers carry its context.
   std::unique_ptr<ReplicaExchange> exchange;
