@@ -213,6 +213,7 @@ int cliMain(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   launch->add_option("command", lo.command, "The command each instance runs (after --)")->required();
 
   std::vector<const char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(a.c_str());
   if (argv.empty()) argv.push_back("graft");
   try {
