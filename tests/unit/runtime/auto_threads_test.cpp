@@ -10,6 +10,7 @@
 #include <graft/graft.hpp>
 
 #include <cstdlib>
+#include <utility>
 
 #include "../unit_test_util.hpp"
 
@@ -24,7 +25,7 @@ using testing::randomVec;
 std::string convModel(bool random, TensorId& out) {
   Builder b;
   TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, 3, 8, 8}), "x");
-  std::vector<float> w = randomVec(4 * 3 * 9, 11, 0.5f);
+  std::vector<float> w = randomVec(size_t{108}, 11, 0.5f);  // 4 x 3 x 3 x 3
   TensorId wt = b.addInitializedInputTensor(testing::fromVec(w, {4, 3, 3, 3}), "w");
   TensorId c = b.addOp("Conv", "", 17, {x, wt}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}).at(0);
   TensorId y = b.addOp("Relu", "", 17, {c}).at(0);
@@ -50,9 +51,9 @@ class AutoThreads : public ::testing::Test {
     o.enableProfiling = true;
     TensorId y;
     std::string model = convModel(random, y);
-    auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, {y}), device, {}, o);
+    auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, {y}), std::move(device), {}, o);
     s->prepareDevice();
-    std::vector<float> x = randomVec(2 * 3 * 8 * 8, 5);
+    std::vector<float> x = randomVec(size_t{384}, 5);  // 2 x 3 x 8 x 8
     auto anchors = s->initAnchorArrays();
     Result r;
     for (int i = 0; i < steps; ++i) {

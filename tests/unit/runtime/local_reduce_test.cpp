@@ -66,6 +66,7 @@ TEST(LocalReduce, EveryProcessGetsTheSumOfEveryBucketInEveryGeneration) {
   for (int gen = 1; gen <= 3; ++gen) {
     std::vector<std::thread> threads;
     std::vector<std::string> errors(n);
+    threads.reserve(n);
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
         LocalReduce& me = *procs[r];
@@ -120,6 +121,7 @@ TEST(LocalReduce, AFailedStepIsDiscardedAndTheNextOneSumsAgain) {
   for (auto& p : procs) p->discard();
   // Both processes failed after bucket 1: each waits for the other's slice of it, then both go on.
   std::vector<std::thread> threads;
+  threads.reserve(2);
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       procs[r]->ready(1);
