@@ -26,9 +26,10 @@ class Bf16Scope {
 };
 
 /// What a kernel records as its implementation under bf16Compute(): oneDNN's name and ", bf16"
-/// when the primitive computes in bf16, or ", f32: oneDNN has no fast bf16 implementation" when
-/// the kernel fell back to float32 for this node.
-std::string bf16ImplementationNote(const std::string& impl, bool ranBf16);
+/// when the primitive computes in bf16, or ", f32: <why>" when the kernel runs this node in
+/// float32 (by default: oneDNN has no fast bf16 implementation).
+std::string bf16ImplementationNote(const std::string& impl, bool ranBf16,
+                                   const std::string& why = "oneDNN has no fast bf16 implementation");
 
 /// True for oneDNN's reference implementations ("ref:any", "ref_int8:..."): a bf16 primitive that
 /// gets one is slower than the float32 kernel, so kernels fall back to float32 then.

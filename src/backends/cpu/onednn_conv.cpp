@@ -19,6 +19,9 @@
 namespace graft::backends::cpu::onednn {
 namespace {
 
+// Why a depthwise convolution stays float32 under enableBf16 (the recorded implementation says it).
+constexpr const char* kDepthwiseStaysF32 = "depthwise convolutions stay float32 (bound by memory, not FMAs)";
+
 Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
 
 // Conv, FusedConv: X [N, C, in...], W [M, C/group, k...], B [M], Sum (FusedConv) like Y.
@@ -168,6 +171,10 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
+  // A depthwise convolution is bound by memory, not by FMAs: in bf16 it gains nothing and its
+  // input's conversion costs a pass (mobilenet_v2 b8 under enableBf16: 31 ms with them in float32,
+  // 35 in bf16, 35 all float32; docs/cpu-backend.md, bf16).
+  const bool depthwise = c.group > 1 && c.group == c.x[1] && c.group == c.y[1];
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     memory::desc xPrim = pinned && !bf16 ? xUser : memory::desc(toDims(c.x), dt, any);
@@ -181,7 +188,9 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
       CF::primitive_desc pd(d, attr, engine());
       std::string impl = pd.impl_info_str();
       if (bf16 && isReferenceImplementation(impl)) return false;
-      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      noteImplementation(!bf16Compute() ? impl
+                         : depthwise    ? bf16ImplementationNote(impl, false, kDepthwiseStaysF32)
+                                        : bf16ImplementationNote(impl, bf16));
       st->prim = CF(pd);
       st->src.init(xUser, pd.src_desc(), true, false);
       st->dst.init(yUser, pd.dst_desc(), c.sum, true);
@@ -191,7 +200,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!createPreferringBf16(create)) return decline();
+  if (!(depthwise ? create(false) : createPreferringBf16(create))) return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);

@@ -7,6 +7,7 @@
 // avx512_bf16.
 #include <gtest/gtest.h>
 
+#include <graft/builder.hpp>
 #include <graft/graft.hpp>
 
 #include <cmath>
@@ -248,6 +249,46 @@ TEST(Bf16, TrainingKeepsFloat32MasterWeights) {
     EXPECT_LE(bf16Valued, w0[id].size() / 10) << id << ": the weights hold bf16 values";
     EXPECT_LT(rms(diff), 0.1 * rms(updF)) << id;
   }
+}
+
+// A depthwise convolution (group = channels) stays float32 under enableBf16, saying why, while the
+// 1x1 convolution after it runs bf16; the depthwise one's output equals a float32 session's.
+TEST(Bf16, DepthwiseConvolutionsStayFloat32) {
+  SKIP_WITHOUT_BF16();
+  Builder b;
+  TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, 32, 10, 10}), "x");
+  TensorId wd = b.addInitializedInputTensor(fromVec(randomVec(size_t{288}, 3), {32, 1, 3, 3}), "wd");  // 32 x 1 x 3 x 3
+  TensorId wp = b.addInitializedInputTensor(fromVec(randomVec(size_t{2048}, 4), {64, 32, 1, 1}), "wp");
+  TensorId dw =
+      b.addOp("Conv", "", 17, {x, wd}, {{"group", int64_t{32}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}).at(0);
+  TensorId y = b.addOp("Conv", "", 17, {dw, wp}).at(0);
+  b.addOutputTensor(dw);
+  b.addOutputTensor(y);
+  std::string model = b.getModelProto();
+  std::vector<float> xv = randomVec(size_t{6400}, 5);  // 2 x 32 x 10 x 10
+  auto run = [&](bool bf16, std::vector<std::string>& kernels) {
+    auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, std::vector<TensorId>{dw, y}), cpu(), {},
+                                                   options(bf16));
+    s->prepareDevice();
+    auto anchors = s->initAnchorArrays();
+    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {2, 32, 10, 10})}}, anchors);
+    s->run(io);
+    kernels = kernelsOf(*s, "Conv");  // (or FusedConv, as the cpu pipeline may rewrite them)
+    auto fused = kernelsOf(*s, "FusedConv");
+    kernels.insert(kernels.end(), fused.begin(), fused.end());
+    const NDArray& d = anchors.at(dw);
+    return std::vector<float>(d.data<float>(), d.data<float>() + d.numel());
+  };
+  std::vector<std::string> k32, k16;
+  std::vector<float> f32 = run(false, k32), bf = run(true, k16);
+  ASSERT_EQ(k16.size(), 2u);
+  const bool dwFirst = k16[0].find("depthwise") != std::string::npos;
+  const std::string& depthwise = dwFirst ? k16[0] : k16[1];
+  const std::string& pointwise = dwFirst ? k16[1] : k16[0];
+  EXPECT_NE(depthwise.find(", f32: depthwise convolutions stay float32"), std::string::npos) << depthwise;
+  EXPECT_NE(pointwise.find(", bf16)"), std::string::npos) << pointwise;
+  ASSERT_EQ(bf.size(), f32.size());
+  for (size_t i = 0; i < f32.size(); ++i) ASSERT_EQ(bf[i], f32[i]) << i;
 }
 
 }  // namespace
