@@ -219,9 +219,13 @@ void LocalReduce::wait() {
                "waiting for a reduction whose buckets are not all ready");
   std::vector<size_t> all(buckets_.size());
   for (size_t b = 0; b < all.size(); ++b) all[b] = b;
-  waitFor(all, kReady);
+  complete(all);
+}
+
+void LocalReduce::complete(const std::vector<size_t>& buckets) {
+  waitFor(buckets, kReady);
   finishAcross();
-  waitFor(all, kDone);
+  waitFor(buckets, kDone);
   ++generation_;
   mine_.assign(buckets_.size(), false);
   summed_.assign(buckets_.size(), false);
@@ -234,12 +238,7 @@ void LocalReduce::discard() {
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (mine_[b]) made.push_back(b);
   if (made.empty()) return;  // nobody reads this process's accumulators: the generation stays
-  waitFor(made, kReady);
-  finishAcross();
-  waitFor(made, kDone);
-  ++generation_;
-  mine_.assign(buckets_.size(), false);
-  summed_.assign(buckets_.size(), false);
+  complete(made);
 }
 
 }  // namespace graft

@@ -77,6 +77,8 @@ class LocalReduce {
   /// Across hosts: the slices summed here and all-reduced across hosts, then copied into the
   /// other local segments; the done flags follow.
   void finishAcross();
+  /// Waits until `buckets` are summed everywhere, then starts the next generation.
+  void complete(const std::vector<size_t>& buckets);
 
   std::shared_ptr<collectives::SharedSegments> memory_;
   std::shared_ptr<collectives::Communicator> across_;
