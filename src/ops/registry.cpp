@@ -19,6 +19,11 @@ const OpDef* Registry::find(const std::string& domain, const std::string& type) 
   return it == ops_.end() ? nullptr : &it->second;
 }
 
+bool repeatable(const ir::Node& n) {
+  const OpDef* d = Registry::instance().find(n);
+  return d && !d->traits.nondeterministic && !d->traits.sideEffects && n.subgraphs().empty();
+}
+
 std::vector<const OpDef*> Registry::all() const {
   std::vector<const OpDef*> out;
   for (const auto& [k, d] : ops_) out.push_back(&d);

@@ -79,6 +79,12 @@ class Registry {
   std::map<std::pair<std::string, std::string>, OpDef> ops_;
 };
 
+/// True when running node n once more gives the same results and changes nothing else: its op is
+/// registered, neither nondeterministic (random, collective) nor writing state, and the node has
+/// no subgraphs (whose nodes could be either). Folding, merging, recomputing and timing trial
+/// runs rely on it.
+bool repeatable(const ir::Node& n);
+
 /// Domain of PopART's extra ops (nllloss, gelu, ...), accepted in models and the Builder.
 inline constexpr const char* kGraphcoreDomain = "ai.graphcore";
 /// Domain of graft's internal ops (gradient ops, fused ops).

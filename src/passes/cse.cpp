@@ -85,9 +85,8 @@ size_t hashNode(const ir::Node& n) {
 }
 
 bool eligible(const ir::Node& n, const std::unordered_map<const ir::Node*, int>& dependents) {
-  const ops::OpDef* d = ops::Registry::instance().find(n);
-  if (!d || d->traits.nondeterministic || d->traits.sideEffects) return false;
-  if (!n.subgraphs().empty() || !n.implicitInputs().empty() || !n.runsAfter().empty() || dependents.count(&n)) return false;
+  if (!ops::repeatable(n)) return false;
+  if (!n.implicitInputs().empty() || !n.runsAfter().empty() || dependents.count(&n)) return false;
   for (const ir::Tensor* t : n.outputs()) {
     if (!t) continue;
     if (t->isGraphOutput()) return false;

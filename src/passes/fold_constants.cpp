@@ -81,8 +81,7 @@ class FoldConstants : public Pass {
         continue;
       }
       const ops::OpDef* def = ops::Registry::instance().find(*n);
-      if (!def || !def->reference || def->traits.nondeterministic || def->traits.sideEffects || !n->subgraphs().empty())
-        continue;
+      if (!def || !def->reference || !ops::repeatable(*n)) continue;
       bool allOutputsTensors = true;
       for (ir::Tensor* t : n->outputs())
         if (t && t->type().known() && !t->type().isTensor()) allOutputsTensors = false;

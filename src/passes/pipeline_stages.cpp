@@ -337,9 +337,7 @@ ProgramAssignment assignPrograms(const ir::Graph& g, const StageConfig& c, const
         for (const ir::Tensor* t : readsOf(n)) {
           const ir::Node* p = t->producer();
           if (!p || prog[pos[p]] != fwd || !seen.insert(p).second) continue;
-          const ops::OpDef* def = ops::Registry::instance().find(*p);
-          bool pure = def && !def->traits.nondeterministic && !def->traits.sideEffects && p->subgraphs().empty();
-          if (!pure) continue;
+          if (!ops::repeatable(*p)) continue;
           auto& progs = a.nodePrograms[p];
           if (std::find(progs.begin(), progs.end(), b) == progs.end()) progs.push_back(b);
           stack.push_back(p);

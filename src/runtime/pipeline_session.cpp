@@ -42,8 +42,7 @@ Session::Impl::Plan::Staged::~Staged() {
 
 void Session::Impl::compileStaged(Plan& p) {
   if (!virtualDevices) {
-    int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
-    if (device->type() == DeviceType::Reference) threads = 1;
+    const int threads = threadsPerDevice();
     int count = device->numVirtualDevices();
     virtualDevices = std::make_unique<pipeline::VirtualDevices>(
         device->type(), count, threads, pipeline::VirtualDevices::cpuBlocks(count, threads), options.enableBf16);

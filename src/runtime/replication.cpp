@@ -26,11 +26,6 @@
 namespace graft {
 namespace {
 
-int replicaThreads(const SessionOptions& o, const DeviceInfo& d) {
-  if (d.type() == DeviceType::Reference) return 1;
-  return o.numThreads > 0 ? o.numThreads : d.threadsPerVirtualDevice();
-}
-
 void addInto(NDArray& acc, const NDArray& v, const std::string& what) {
   ops::dispatch<ops::kFloats>(acc.dtype(), what, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -126,7 +121,7 @@ void Session::Impl::checkReplication() {
                 "SessionOptions.replicatedGraphCount = {}: each replica runs on its own virtual device, so the "
                 "device needs {} virtual devices (DeviceManager().createCpuDevice({})), it has {}",
                 r, r, r, nvd);
-  const int threads = replicaThreads(o, *device);
+  const int threads = threadsPerDevice();
   const int cores = support::ThreadPool::hardwareThreads();
   GRAFT_CHECK(r * threads <= cores,
               "SessionOptions.replicatedGraphCount = {} replicas x {} kernel thread{} each need {} "
@@ -188,7 +183,7 @@ Session::Impl::Plan::Replica::~Replica() {
 void Session::Impl::compileReplicated(Plan& p) {
   const int r = localReplicas();
   const int per = usesStages() ? virtualDevicesPerReplica() : 1;
-  const int threads = replicaThreads(options, *device);
+  const int threads = threadsPerDevice();
   if (replicaDevices.empty()) {
     // Over MPI the processes of one host each see all its cores: each takes its own block of
     // them (without this every process would pin its replicas to the first cores).
@@ -534,9 +529,8 @@ void Session::Impl::shareAccumulators(const std::vector<TensorId>& weights) {
   const bool hosts = comm->localSize() < comm->size();
   std::shared_ptr<collectives::Communicator> across;
   if (hosts) {
-    across = comm->acrossHosts("the gradient all-reduce across hosts");
+    across = comm->acrossHosts("the gradient all-reduce across hosts");  // (with the world's timeout)
     GRAFT_ASSERT(across, "no communicator across hosts where the processes of a host share memory");
-    across->setTimeout(options.collectiveTimeoutSeconds);
   }
   localReduce = std::make_shared<LocalReduce>(std::move(memory), accs.size(), options.collectiveTimeoutSeconds,
                                               std::move(across));

@@ -97,7 +97,7 @@ void Session::Impl::init(const std::string& modelArg, const DataFlow& df, std::s
                 "SessionOptions.enableBf16: the reference device computes in float32 only (it is the golden model); "
                 "bf16 matmuls and convolutions run on DeviceManager().createCpuDevice()");
   }
-  int threads = options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
+  int threads = threadsPerDevice();
   // In a replicated session this backend runs only the optimizer step, while every replica's
   // threads wait for it: it takes the cores of all the local replicas' virtual devices.
   if (replicated())
@@ -467,25 +467,21 @@ std::vector<ops::Value> Session::Impl::execute(std::vector<ops::Value> inputs) {
   for (const auto& v : inputs) shapes.push_back(v.isTensor() ? v.tensor.shape() : Shape{-1});
   Plan& p = planFor(shapes);
   lastPlan = &p;
-  if (!p.threadsTried) return tryFewerThreads(p, std::move(inputs));
+  if (p.threads == 0) return tryFewerThreads(p, std::move(inputs));
   return p.exe->run(std::move(inputs));
 }
 
 std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops::Value> inputs) {
-  p.threadsTried = true;
   p.threads = backend->numThreads();
   const char* env = std::getenv("GRAFT_AUTO_THREADS");
   const std::string mode = env ? env : "";
   GRAFT_CHECK(mode.empty() || mode == "0" || mode == "1",
               "GRAFT_AUTO_THREADS is '{}': 0 (off), 1 (keep the one-thread plan) or unset", mode);
-  // Only where running a step twice more changes nothing: inference graphs without ops that
-  // draw random numbers or write state.
-  bool pure = !isTraining() && device->type() != DeviceType::Reference;
-  for (const ir::Node* n : p.graph->nodes()) {
-    const ops::OpDef* def = ops::Registry::instance().find(*n);
-    pure = pure && def && !def->traits.sideEffects && n->type().rfind("Random", 0) != 0 && n->type() != "Bernoulli" &&
-           n->type() != "Multinomial" && n->type() != "Dropout";
-  }
+  // Only where running a step a few more times changes nothing: inference graphs whose every
+  // node is repeatable (no random or collective ops, no state written, no subgraphs).
+  const std::vector<ir::Node*> nodes = p.graph->nodes();
+  const bool pure = !isTraining() && device->type() != DeviceType::Reference &&
+                    std::all_of(nodes.begin(), nodes.end(), [](const ir::Node* n) { return ops::repeatable(*n); });
   if (!options.autoThreads || mode == "0" || !pure || p.threads <= 1) return p.exe->run(std::move(inputs));
   auto copy = [&] {
     std::vector<ops::Value> c = inputs;
@@ -662,9 +658,7 @@ double Session::lastCompileSeconds() const { return impl_->lastCompileSeconds; }
 int Session::kernelThreads() const {
   std::lock_guard<std::recursive_mutex> lock(impl_->mutex);
   if (impl_->lastPlan && impl_->lastPlan->threads > 0) return impl_->lastPlan->threads;
-  if (impl_->device->type() == DeviceType::Reference) return 1;
-  if (impl_->replicated() || impl_->usesStages())
-    return impl_->options.numThreads > 0 ? impl_->options.numThreads : impl_->device->threadsPerVirtualDevice();
+  if (impl_->replicated() || impl_->usesStages()) return impl_->threadsPerDevice();
   return impl_->backend->numThreads();
 }
 

@@ -44,9 +44,8 @@ struct Session::Impl {
   struct Plan {
     std::unique_ptr<ir::Graph> graph;
     std::unique_ptr<plan::Executable> exe;
-    /// SessionOptions::autoThreads: whether the first step timed `exe` against a one-thread
-    /// copy, and the kernel threads of the one kept (0: the backend's).
-    bool threadsTried = false;
+    /// The kernel threads `exe` runs on, set by its first step (SessionOptions::autoThreads may
+    /// have kept a one-thread copy); 0 until then, and for replicated and staged plans.
     int threads = 0;
     /// Training with gradient accumulation: the optimizer step, run once every
     /// accumulationFactor micro-batches.
@@ -272,6 +271,12 @@ struct Session::Impl {
   /// One batch through the plan for these inputs (tensors, sequences or optionals, in
   /// inputIds order); returns the anchors in DataFlow order. `shapes` keys the plan cache.
   std::vector<ops::Value> execute(std::vector<ops::Value> inputs);
+  /// Kernel threads of each virtual device: SessionOptions::numThreads, else the device's; 1 on
+  /// the reference device, whose kernels are single-threaded.
+  int threadsPerDevice() const {
+    if (device->type() == DeviceType::Reference) return 1;
+    return options.numThreads > 0 ? options.numThreads : device->threadsPerVirtualDevice();
+  }
   /// The first step of plan p (SessionOptions::autoThreads): times p.exe against a one-thread
   /// copy on these inputs, keeps the faster, and runs the step on it.
   std::vector<ops::Value> tryFewerThreads(Plan& p, std::vector<ops::Value> inputs);
