@@ -55,7 +55,6 @@ class Communicator {
   virtual std::vector<uint8_t> allgatherBytes(const void* data, size_t bytes, const std::string& what) = 0;
   /// Seconds an operation may take before it fails.
   virtual void setTimeout(double seconds) = 0;
-  virtual double timeout() const = 0;
   /// The processes with this process's local rank, one on each host (collective, with the
   /// timeout): a hierarchical reduction sums over a host in shared memory, then across hosts
   /// here. Null where there is no host split.

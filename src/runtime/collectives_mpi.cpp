@@ -92,21 +92,13 @@ class MpiWorld : public Communicator {
   int localRank() const override { return localRank_; }
   int localSize() const override { return localSize_; }
   void setTimeout(double seconds) override { timeout_ = seconds; }
-  double timeout() const override { return timeout_; }
 
   std::shared_ptr<Communicator> acrossHosts(const std::string& what) override {
     if (node_ == MPI_COMM_NULL) return nullptr;
     checkUsable(what);
     // MPI_Comm_split blocks until every process calls it: a barrier polled against the timeout
     // first, so that a dead peer makes this fail instead of hang.
-    {
-      std::unique_lock<std::recursive_mutex> lock(mu_);
-      MPI_Request req;
-      int rc = MPI_Ibarrier(comm_, &req);
-      failIf(rc, what);
-      lock.unlock();
-      poll({req}, what + " (splitting the processes by host)");
-    }
+    await([&](MPI_Request* req) { return MPI_Ibarrier(comm_, req); }, what + " (splitting the processes by host)");
     std::lock_guard<std::recursive_mutex> lock(mu_);
     MPI_Comm across = MPI_COMM_NULL;
     int rc = MPI_Comm_split(comm_, localRank_, rank_, &across);
@@ -157,14 +149,8 @@ class MpiWorld : public Communicator {
         if (created) shm_unlink(name);
       }
     } unlink{offer.name, created};
-    {
-      std::unique_lock<std::recursive_mutex> lock(mu_);
-      MPI_Request req;
-      int rc = MPI_Ibcast(&offer, sizeof offer, MPI_BYTE, 0, node_, &req);
-      failIf(rc, what);
-      lock.unlock();
-      poll({req}, what + " (sharing memory between the processes of this host)");
-    }
+    const std::string sharing = what + " (sharing memory between the processes of this host)";
+    await([&](MPI_Request* req) { return MPI_Ibcast(&offer, sizeof offer, MPI_BYTE, 0, node_, req); }, sharing);
     if (localRank_ != 0 && offer.ok) {
       fd = shm_open(offer.name, O_RDWR, 0600);
       if (fd < 0) failed("shm_open");
@@ -177,20 +163,14 @@ class MpiWorld : public Communicator {
     if (fd >= 0) close(fd);
     std::vector<int> oks(localSize_);
     try {
-      std::unique_lock<std::recursive_mutex> lock(mu_);
-      MPI_Request req;
-      int rc = MPI_Iallgather(&offer.ok, 1, MPI_INT, oks.data(), 1, MPI_INT, node_, &req);
-      failIf(rc, what);
-      lock.unlock();
-      poll({req}, what + " (sharing memory between the processes of this host)");
+      await([&](MPI_Request* req) { return MPI_Iallgather(&offer.ok, 1, MPI_INT, oks.data(), 1, MPI_INT, node_, req); },
+            sharing);
     } catch (...) {
       if (base != MAP_FAILED) munmap(base, total);
       throw;
     }
-    int missing = -1;
-    for (int i = 0; i < localSize_; ++i)
-      if (!oks[i]) missing = missing < 0 ? i : missing;
-    if (missing >= 0) {
+    const auto missing = std::find(oks.begin(), oks.end(), 0) - oks.begin();
+    if (missing < localSize_) {
       if (base != MAP_FAILED) munmap(base, total);
       GRAFT_LOG_WARN(
           "{}: the {} processes on this host could not share {} MB of memory (local process {}{}{}); they "
@@ -235,26 +215,24 @@ class MpiWorld : public Communicator {
   }
 
   void broadcast(NDArray a, int root, const std::string& what) override {
-    std::unique_lock<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     GRAFT_CHECK(a.nbytes() <= static_cast<size_t>(INT_MAX), "broadcast of '{}': {} bytes is more than MPI's int count",
                 what, a.nbytes());
-    MPI_Request req;
-    int rc = MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, comm_, &req);
-    failIf(rc, "broadcast of '" + what + "'");
-    lock.unlock();
-    poll({req}, "broadcast of '" + what + "'");
+    await(
+        [&](MPI_Request* req) {
+          return MPI_Ibcast(a.rawData(), static_cast<int>(a.nbytes()), MPI_BYTE, root, comm_, req);
+        },
+        "broadcast of '" + what + "'");
   }
 
   std::vector<uint64_t> allgather(uint64_t value, const std::string& what) override {
-    std::unique_lock<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     std::vector<uint64_t> all(size_);
-    MPI_Request req;
-    int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, &req);
-    failIf(rc, what);
-    lock.unlock();
-    poll({req}, what);
+    await(
+        [&](MPI_Request* req) {
+          return MPI_Iallgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_, req);
+        },
+        what);
     return all;
   }
 
@@ -316,6 +294,18 @@ class MpiWorld : public Communicator {
       int rc = MPI_Test(&p.req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) failIf(rc, "all-reduce of '" + p.what + "'");
     }
+  }
+
+  // One non-blocking operation to its end: `start` (an MPI_I... call that fills the request and
+  // returns MPI's code) under the lock, then polled against the timeout without it.
+  template <class Start>
+  void await(Start start, const std::string& what) {
+    MPI_Request req;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      failIf(start(&req), what);
+    }
+    poll({req}, what);
   }
 
   void checkUsable(const std::string& what) const {

@@ -94,10 +94,18 @@ void LocalReduce::checkUsable() const {
               "out); this process cannot take part in it any more");
 }
 
-bool LocalReduce::allAt(size_t b, int which) const {
+bool LocalReduce::reached(int process, size_t b, int which) const {
+  return std::atomic_ref<int64_t>(flag(process, b, which)).load(std::memory_order_acquire) >= generation_;
+}
+
+void LocalReduce::raise(size_t b, int which) {
+  std::atomic_ref<int64_t>(flag(localRank(), b, which)).store(generation_, std::memory_order_release);
+}
+
+int LocalReduce::firstBehind(size_t b, int which) const {
   for (int r = 0; r < localSize(); ++r)
-    if (std::atomic_ref<int64_t>(flag(r, b, which)).load(std::memory_order_acquire) < generation_) return false;
-  return true;
+    if (!reached(r, b, which)) return r;
+  return -1;
 }
 
 void LocalReduce::ready(size_t b) {
@@ -105,8 +113,7 @@ void LocalReduce::ready(size_t b) {
   checkUsable();
   GRAFT_ASSERT(b < buckets_.size() && !mine_[b], "bucket {} made ready twice or out of range", b);
   mine_[b] = true;
-  // Everything this process wrote into the bucket's accumulators is visible to whoever sees it.
-  std::atomic_ref<int64_t>(flag(localRank(), b, kReady)).store(generation_, std::memory_order_release);
+  raise(b, kReady);  // what this process wrote into the bucket's accumulators goes with it
   progressLocked();
 }
 
@@ -133,7 +140,7 @@ void LocalReduce::sumSlice(size_t b) {
         const size_t es = dtypeSize(s.dtype), offset = s.offset + static_cast<size_t>(a - base) * es;
         across_->startAllreduceSum(NDArray::wrap(memory_->segment(localRank()) + offset, s.dtype, {e - a}, memory_),
                                    names_[b]);
-        crossed_.push_back({b, offset, static_cast<size_t>(e - a) * es});
+        crossed_.push_back({offset, static_cast<size_t>(e - a) * es});
       }
     }
     base += s.numel;
@@ -143,11 +150,11 @@ void LocalReduce::sumSlice(size_t b) {
 void LocalReduce::progressLocked() {
   if (broken_) return;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (summed_[b] || !mine_[b] || !allAt(b, kReady)) continue;
+    if (summed_[b] || !mine_[b] || firstBehind(b, kReady) >= 0) continue;
     sumSlice(b);
     summed_[b] = true;
     // (Across hosts the slice is done once the other hosts' sums are in: finishAcross.)
-    if (!across_) std::atomic_ref<int64_t>(flag(localRank(), b, kDone)).store(generation_, std::memory_order_release);
+    if (!across_) raise(b, kDone);
   }
   if (across_) across_->progress();
 }
@@ -171,21 +178,16 @@ void LocalReduce::finishAcross() {
         std::memcpy(memory_->segment(p) + r.offset, memory_->segment(localRank()) + r.offset, r.bytes);
   crossed_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (summed_[b]) std::atomic_ref<int64_t>(flag(localRank(), b, kDone)).store(generation_, std::memory_order_release);
+    if (summed_[b]) raise(b, kDone);
 }
 
 void LocalReduce::timedOut(size_t b) {
   broken_ = true;
   // The first process that has not completed its gradients, else the first that has not summed
   // its slice.
-  auto first = [&](int which) {
-    for (int r = 0; r < localSize(); ++r)
-      if (std::atomic_ref<int64_t>(flag(r, b, which)).load(std::memory_order_acquire) < generation_) return r;
-    return -1;
-  };
-  const int notReady = first(kReady);
+  const int notReady = firstBehind(b, kReady);
   const bool lateReady = notReady < 0;
-  const int late = lateReady ? std::max(first(kDone), 0) : notReady;
+  const int late = lateReady ? std::max(firstBehind(b, kDone), 0) : notReady;
   GRAFT_THROW(
       "the all-reduce of {} between the {} processes of this host did not complete within {} s "
       "(SessionOptions.collectiveTimeoutSeconds): local process {} {} (a peer process died, hangs, or runs "
@@ -199,7 +201,7 @@ void LocalReduce::waitFor(const std::vector<size_t>& buckets, int which) {
   for (size_t b : buckets) {
     for (;;) {
       progressLocked();
-      if (allAt(b, which)) break;
+      if (firstBehind(b, which) < 0) break;
       if (std::chrono::steady_clock::now() > deadline) timedOut(b);
       // The same schedule as the MPI waits (collectives_mpi.cpp): a core's worth of polling for
       // the first 50 ms (yielding to any other thread), then a test per millisecond.

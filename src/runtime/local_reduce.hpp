@@ -66,8 +66,14 @@ class LocalReduce {
 
  private:
   int64_t& flag(int process, size_t b, int which) const;
+  /// Whether `process` has raised its flag `which` of bucket b in this generation (acquire).
+  bool reached(int process, size_t b, int which) const;
+  /// Raises this process's flag `which` of bucket b to this generation (release: what it wrote
+  /// before is visible to whoever sees the flag).
+  void raise(size_t b, int which);
   void checkUsable() const;
-  bool allAt(size_t b, int which) const;
+  /// The first process that has not reached flag `which` of bucket b in this generation, or -1.
+  int firstBehind(size_t b, int which) const;
   /// Sums this process's slice of bucket b over the host: into every segment, or (across hosts)
   /// into its own, then starts the slice's all-reduce across hosts.
   void sumSlice(size_t b);
@@ -83,7 +89,7 @@ class LocalReduce {
   std::shared_ptr<collectives::SharedSegments> memory_;
   std::shared_ptr<collectives::Communicator> across_;
   struct Region {
-    size_t b, offset, bytes;
+    size_t offset, bytes;
   };
   std::vector<Region> crossed_;  ///< this generation's slices all-reduced across hosts
   size_t maxBuckets_;
