@@ -148,14 +148,14 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
                      humanSeconds(*std::min_element(times.begin(), times.end())),
                      humanSeconds(*std::max_element(times.begin(), times.end())))
       << "\n";
-  if (session->kernelThreads() != session->device().threadsPerVirtualDevice() && o.threads == 0)
-    out << fmt::format("threads   {} (SessionOptions.autoThreads: faster than {} for this model)\n",
-                       session->kernelThreads(), session->device().threadsPerVirtualDevice());
-  else if (o.threads > 0 && session->kernelThreads() != o.threads)
+  // SessionOptions.autoThreads kept a one-thread plan (the reference device's kernels are
+  // single-threaded anyway).
+  const int asked = o.threads > 0 ? o.threads : session->device().threadsPerVirtualDevice();
+  if (session->device().type() != DeviceType::Reference && session->kernelThreads() < asked)
     out << fmt::format(
-        "threads   {} of --threads {} (SessionOptions.autoThreads: one thread was faster for this "
-        "model; --exact-threads keeps {})\n",
-        session->kernelThreads(), o.threads, o.threads);
+        "threads   {} of {}{} (SessionOptions.autoThreads: one thread was faster for this model; --exact-threads "
+        "keeps {})\n",
+        session->kernelThreads(), o.threads > 0 ? "--threads " : "", asked, asked);
   if (bps > 1) out << "batch     " << humanSeconds(med / bps) << fmt::format(" ({} batches per step)", bps) << "\n";
   out << fmt::format("rate      {:.2f} batches/s\n", bps / med);
 
