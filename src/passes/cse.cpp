@@ -45,6 +45,7 @@ bool sameAttr(const ir::AttrValue& a, const ir::AttrValue& b) {
         using V = std::decay_t<decltype(x)>;
         const V& y = std::get<V>(b);
         if constexpr (std::is_same_v<V, float>) {
+          // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): bitwise on purpose (NaN equals NaN, 0 and -0 differ)
           return std::memcmp(&x, &y, sizeof(float)) == 0;
         } else if constexpr (std::is_same_v<V, std::vector<float>>) {
           return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);

@@ -127,6 +127,7 @@ void Session::Impl::runStaged(IStepIO& io) {
   // The first micro-batch's shapes choose the plan; the others of the step must have them too.
   std::vector<ops::Value> first = readInputs(io);
   std::vector<Shape> shapes;
+  shapes.reserve(first.size());
   for (const auto& v : first) shapes.push_back(v.isTensor() ? v.tensor.shape() : Shape{-1});
   Plan& p = planFor(shapes);
   lastPlan = &p;
