@@ -17,6 +17,7 @@
 #include "run_util.hpp"
 #include "runtime/session_impl.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
 #include "support/limits.hpp"
 
 namespace graft::tools {
@@ -111,6 +112,12 @@ void benchCommand(const BenchOptions& o, std::ostream& out) {
 
   out << "model     " << o.model << "\n";
   out << "device    " << device->str() << (o.threads ? fmt::format(" (--threads {})", o.threads) : "") << "\n";
+  if (device->type() != DeviceType::Reference) {
+    // The ISA the cpu kernels use: oneDNN's and graft's loop variants (support::vecLoopIsa()).
+    const support::CpuFeatures& f = support::cpuFeatures();
+    out << "isa       " << f.isaName() << (f.avx512bf16 ? " with avx512_bf16" : "")
+        << (support::cpuIsaLimit() == support::CpuIsa::Native ? "" : " (limited by GRAFT_CPU_ISA)") << "\n";
+  }
   for (const auto& l : lines) out << "input     " << l << "\n";
   out.flush();
 

@@ -25,6 +25,8 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.x86_64_v3 = __builtin_cpu_supports("x86-64-v3");
+  f.x86_64_v4 = __builtin_cpu_supports("x86-64-v4");
   // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (f.avx512f && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a >> 5) & 1;
@@ -34,8 +36,9 @@ CpuFeatures detect() {
 
 CpuFeatures limited(const CpuFeatures& host, CpuIsa isa) {
   CpuFeatures f = host;
-  if (isa < CpuIsa::Avx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = false;
-  if (isa < CpuIsa::Avx2) f.avx = f.avx2 = f.fma = f.f16c = false;
+  if (isa < CpuIsa::Avx512)
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.x86_64_v4 = false;
+  if (isa < CpuIsa::Avx2) f.avx = f.avx2 = f.fma = f.f16c = f.x86_64_v3 = false;
   return f;
 }
 
@@ -48,6 +51,12 @@ struct State {
     current = limited(host, limit);
   }
 };
+
+CpuIsa loopIsaOf(const CpuFeatures& f) {
+  if (f.x86_64_v4) return CpuIsa::Avx512;
+  if (f.x86_64_v3) return CpuIsa::Avx2;
+  return CpuIsa::Baseline;
+}
 
 State& state() {
   static State s;
@@ -70,6 +79,13 @@ void setCpuIsaLimit(CpuIsa isa) {
   State& s = state();
   s.limit = isa;
   s.current = limited(s.host, isa);
+  detail::vecLoopIsaCache.store(static_cast<int>(loopIsaOf(s.current)), std::memory_order_relaxed);
+}
+
+CpuIsa detail::detectVecLoopIsa() {
+  CpuIsa isa = loopIsaOf(state().current);
+  vecLoopIsaCache.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return isa;
 }
 
 CpuIsa parseCpuIsa(const std::string& name) {

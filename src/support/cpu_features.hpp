@@ -2,9 +2,9 @@
 // The CPU's instruction-set features, detected once, and the ISA limit that lets every kernel
 // variant run on any host: GRAFT_CPU_ISA=baseline|avx2|avx512 (environment, read at the first
 // call) or setCpuIsaLimit (tests) hides the features above that level, so predicates that read
-// cpuFeatures() pick the lower path, and oneDNN is capped the same way (backends/cpu/onednn_common.cpp).
-// GRAFT_VEC_CLONES loops (target_clones) are chosen by the loader from the real CPU and are not
-// affected.
+// cpuFeatures() pick the lower path, oneDNN is capped the same way (backends/cpu/onednn_common.cpp),
+// and the vectorised loops run their variant of vecLoopIsa() (backends/cpu/vec_common.hpp).
+#include <atomic>
 #include <string>
 
 namespace graft::support {
@@ -22,6 +22,9 @@ struct CpuFeatures {
   bool avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false;
+  /// The whole x86-64-v3 / x86-64-v4 levels (what the vectorised loops' AVX2 / AVX-512 variants are
+  /// compiled for: v3 adds BMI1/2, LZCNT and MOVBE to AVX2+FMA+F16C, v4 AVX-512CD to F/BW/VL/DQ).
+  bool x86_64_v3 = false, x86_64_v4 = false;
   /// The highest level fully present ("baseline", "avx2", "avx512").
   std::string isaName() const;
 };
@@ -35,7 +38,22 @@ CpuIsa cpuIsaLimit();
 /// Sets the limit (tests: run the AVX2 path on an AVX-512 host). Kernels compiled afterwards see
 /// it; oneDNN reads its own limit once, before its first primitive.
 void setCpuIsaLimit(CpuIsa isa);
+/// The variant of the vectorised loops that runs (backends/cpu/vec_common.hpp, GRAFT_VEC_RUN):
+/// Avx512 where the features below the limit make x86-64-v4, Avx2 where x86-64-v3, else Baseline.
+/// Read at every call of a loop, so a limit set later applies to the next call.
+CpuIsa vecLoopIsa();
+
 /// Parses "baseline", "avx2", "avx512" or "native"; throws graft::Error naming GRAFT_CPU_ISA otherwise.
 CpuIsa parseCpuIsa(const std::string& name);
+
+namespace detail {
+inline std::atomic<int> vecLoopIsaCache{-1};  // a CpuIsa; -1 until the first call
+CpuIsa detectVecLoopIsa();
+}  // namespace detail
+
+inline CpuIsa vecLoopIsa() {
+  int v = detail::vecLoopIsaCache.load(std::memory_order_relaxed);
+  return v < 0 ? detail::detectVecLoopIsa() : static_cast<CpuIsa>(v);
+}
 
 }  // namespace graft::support

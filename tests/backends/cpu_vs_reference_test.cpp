@@ -10,6 +10,12 @@
 // case meant to fail names the error it expects (expectError): both backends must throw a
 // graft::Error saying it; any other throw of the reference fails the case.
 //
+// KernelVsReference.EveryCaseMatches/cpu_avx2_<kernel> and cpu_baseline_<kernel> run the cases of
+// each of graft's vectorised kernels (vec_*) again under an ISA limit of AVX2 and of the x86-64
+// baseline, so that every variant of their loops (GRAFT_VEC_RUN, backends/cpu/vec_common.hpp) and
+// of the F16C conversions is checked on any host; the cases that select another kernel under that
+// limit are left out, and the test fails when none is left.
+//
 // KernelVsReference.EveryCaseMatches/cpu_bf16_<kernel> runs the cases of each kernel that
 // honours bf16 (CpuKernelDef::bf16) on a bf16 cpu backend (SessionOptions.enableBf16) against
 // the reference run on the operands rounded to bf16, and checks that bf16 really ran (the
@@ -128,7 +134,20 @@ const std::vector<MatrixCase>& matrixCases() {
   return all;
 }
 
-// The kernel each case selects (nullptr: none; a case that shape inference refuses selects none).
+// The kernel a case selects under the current ISA limit (nullptr: none; a case that shape
+// inference refuses selects none).
+const backends::cpu::CpuKernelDef* selectedKernel(const MatrixCase& mc) {
+  try {
+    auto graph = mc.b ? singleNodeGraph(mc.op(), mc.b->constant) : singleNodeGraph(mc.op());
+    passes::PassContext ctx;
+    passes::runPipeline(*graph, {"infer-shapes"}, ctx);
+    return backends::cpu::CpuKernelRegistry::instance().find(*graph->nodes()[0]);
+  } catch (const Error&) {
+    return nullptr;  // refused by shape inference: an expected-error case (checked when it runs)
+  }
+}
+
+// The kernel each case selects.
 const std::map<const backends::cpu::CpuKernelDef*, Group>& groups() {
   static const std::map<const backends::cpu::CpuKernelDef*, Group> g = [] {
     std::map<const backends::cpu::CpuKernelDef*, Group> out;
@@ -136,17 +155,8 @@ const std::map<const backends::cpu::CpuKernelDef*, Group>& groups() {
     out[nullptr].kernel = nullptr;
     const auto& cases = matrixCases();
     for (size_t i = 0; i < cases.size(); ++i) {
-      const backends::cpu::CpuKernelDef* d = nullptr;
       CaseIsa isa(cases[i].b ? cases[i].b->isa : support::CpuIsa::Native);
-      try {
-        auto graph = cases[i].b ? singleNodeGraph(cases[i].op(), cases[i].b->constant) : singleNodeGraph(cases[i].op());
-        passes::PassContext ctx;
-        passes::runPipeline(*graph, {"infer-shapes"}, ctx);
-        d = backends::cpu::CpuKernelRegistry::instance().find(*graph->nodes()[0]);
-      } catch (const Error&) {
-        // Refused by shape inference: an expected-error case (checked when it runs).
-      }
-      out[d].cases.push_back(i);
+      out[selectedKernel(cases[i])].cases.push_back(i);
     }
     return out;
   }();
@@ -295,6 +305,7 @@ struct Param {
   std::string backend;
   const backends::cpu::CpuKernelDef* kernel;
   std::string name;  ///< the test's name: backend and kernel (a count where one repeats)
+  support::CpuIsa isa = support::CpuIsa::Native;  ///< the ISA limit the test runs under
 };
 
 class KernelVsReference : public ::testing::TestWithParam<Param> {};
@@ -328,19 +339,37 @@ TEST_P(KernelVsReference, EveryCaseMatches) {
     }
     return;
   }
+  support::CpuIsa limit = GetParam().isa;
+  CaseIsa scope(limit);
+  if (limit != support::CpuIsa::Native) {
+    // The loops run the variant of the limit (or a lower one, on a host without that level).
+    support::CpuIsa want =
+        limit == support::CpuIsa::Avx2 && !support::hostCpuFeatures().x86_64_v3 ? support::CpuIsa::Baseline : limit;
+    ASSERT_EQ(static_cast<int>(support::vecLoopIsa()), static_cast<int>(want));
+  }
+  int ran = 0;
   for (size_t i : g.cases) {
     const MatrixCase& mc = matrixCases()[i];
     SCOPED_TRACE(mc.name);
+    bool ownLimit = mc.b && mc.b->isa != support::CpuIsa::Native;
+    if (limit != support::CpuIsa::Native && (ownLimit || selectedKernel(mc) != g.kernel)) continue;
     if (!g.kernel && mc.expectFast() && mc.expectError().empty())
       ADD_FAILURE() << "the cpu backend picks no fast kernel";
     checkCase(mc, *cpu, *ref);
+    ++ran;
   }
+  EXPECT_GT(ran, 0) << "no case of " << kernelName(g.kernel) << " selects it under the ISA limit";
 }
 
 std::vector<Param> params() {
   std::vector<Param> p;
   for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all()) p.push_back({"cpu", d, ""});
   p.push_back({"cpu", nullptr, ""});
+  // The AVX2 and baseline variants of graft's vectorised kernels.
+  for (auto isa : {support::CpuIsa::Avx2, support::CpuIsa::Baseline})
+    for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
+      if (d->name.rfind("vec_", 0) == 0)
+        p.push_back({isa == support::CpuIsa::Avx2 ? "cpu_avx2" : "cpu_baseline", d, "", isa});
   // The bf16 variant of every kernel that honours bf16.
   for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
     if (d->bf16) p.push_back({"cpu_bf16", d, ""});

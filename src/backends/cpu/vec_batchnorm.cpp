@@ -25,7 +25,7 @@ constexpr int kLanes = 16;
 
 // sum(x - k) and sum((x - k)^2) over n positions, in one pass. The shift k (a value of the
 // channel) keeps the variance from cancelling when the mean is large against the spread.
-GRAFT_VEC_CLONES void shiftedSums(const float* p, int64_t n, double k, double& s1, double& s2) {
+GRAFT_VEC_LOOP void shiftedSums(const float* p, int64_t n, double k, double& s1, double& s2) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -46,7 +46,7 @@ GRAFT_VEC_CLONES void shiftedSums(const float* p, int64_t n, double k, double& s
 }
 
 // sum(dy) and sum(dy * (x - mean)) over n positions.
-GRAFT_VEC_CLONES void gradSums(const float* dy, const float* x, int64_t n, double mean, double& sDy, double& sDyX) {
+GRAFT_VEC_LOOP void gradSums(const float* dy, const float* x, int64_t n, double mean, double& sDy, double& sDyX) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -66,13 +66,13 @@ GRAFT_VEC_CLONES void gradSums(const float* dy, const float* x, int64_t n, doubl
   sDyX += b[0];
 }
 
-GRAFT_VEC_CLONES void normalize(const float* x, float* y, int64_t n, float mean, float a, float b) {
+GRAFT_VEC_LOOP void normalize(const float* x, float* y, int64_t n, float mean, float a, float b) {
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * a + b;
 }
 
 // dx = a * dy - k * (x - mean) - c.
-GRAFT_VEC_CLONES void gradRow(const float* dy, const float* x, float* dx, int64_t n, float mean, float a, float k,
-                              float c) {
+GRAFT_VEC_LOOP void gradRow(const float* dy, const float* x, float* dx, int64_t n, float mean, float a, float k,
+                            float c) {
   for (int64_t i = 0; i < n; ++i) dx[i] = a * dy[i] - k * (x[i] - mean) - c;
 }
 
@@ -123,7 +123,8 @@ void blockStats(const float* x, const Layout& l, int64_t c0, int64_t c1, double*
   }
   std::vector<double> s1(static_cast<size_t>(c1 - c0), 0.0);
   for (int64_t r = 0; r < l.rows; ++r)
-    for (int64_t ch = c0; ch < c1; ++ch) shiftedSums(x + l.offset(ch, r), l.len, mean[ch], s1[ch - c0], var[ch]);
+    for (int64_t ch = c0; ch < c1; ++ch)
+      GRAFT_VEC_RUN(shiftedSums(x + l.offset(ch, r), l.len, mean[ch], s1[ch - c0], var[ch]));
   for (int64_t ch = c0; ch < c1; ++ch) finishStats(mean[ch], s1[ch - c0], var[ch], l.count, mean[ch], var[ch]);
 }
 
@@ -199,7 +200,8 @@ ops::KernelFn batchNormTrainKernel(ops::CompileContext& c) {
                                 rm ? rm + ch : nullptr, rv ? rv + ch : nullptr);
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch)
-            normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, tc[ch].mean, tc[ch].a, bias[ch]);
+            GRAFT_VEC_RUN(
+                normalize(xp + l.offset(ch, r), yp + l.offset(ch, r), l.len, tc[ch].mean, tc[ch].a, bias[ch]));
       }
     });
   };
@@ -245,14 +247,15 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
         }
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch)
-            gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean[ch], sDy[ch], sDyX[ch]);
+            GRAFT_VEC_RUN(gradSums(dyp + l.offset(ch, r), xp + l.offset(ch, r), l.len, mean[ch], sDy[ch], sDyX[ch]));
         for (int64_t ch = b0; ch < b1; ++ch)
           gc[ch] = gradChannel(mean[ch], var[ch], sDy[ch], sDyX[ch], scale[ch], l.count, eps,
                                dScale ? dScale + ch : nullptr, dB ? dB + ch : nullptr);
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t ch = b0; ch < b1; ++ch) {
             const GradChannel& g = gc[ch];
-            gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, g.mean, g.a, g.k, g.c);
+            GRAFT_VEC_RUN(gradRow(dyp + l.offset(ch, r), xp + l.offset(ch, r), dxp + l.offset(ch, r), l.len, g.mean,
+                                  g.a, g.k, g.c));
           }
       }
     });
@@ -265,7 +268,7 @@ ops::KernelFn batchNormGradKernel(ops::CompileContext& c) {
 // in chunk order, so results do not depend on the thread count either.
 
 // s1[c] += x[r][c] - k[c], s2[c] += (x[r][c] - k[c])^2 over rows [0, n).
-GRAFT_VEC_CLONES void rowSums(const float* x, int64_t n, int64_t C, const double* k, double* s1, double* s2) {
+GRAFT_VEC_LOOP void rowSums(const float* x, int64_t n, int64_t C, const double* k, double* s1, double* s2) {
   for (int64_t r = 0; r < n; ++r) {
     const float* p = x + r * C;
     for (int64_t c = 0; c < C; ++c) {
@@ -277,8 +280,8 @@ GRAFT_VEC_CLONES void rowSums(const float* x, int64_t n, int64_t C, const double
 }
 
 // s1[c] += dy[r][c], s2[c] += dy[r][c] (x[r][c] - mean[c]).
-GRAFT_VEC_CLONES void rowGradSums(const float* dy, const float* x, int64_t n, int64_t C, const double* mean, double* s1,
-                                  double* s2) {
+GRAFT_VEC_LOOP void rowGradSums(const float* dy, const float* x, int64_t n, int64_t C, const double* mean, double* s1,
+                                double* s2) {
   for (int64_t r = 0; r < n; ++r) {
     const float* g = dy + r * C;
     const float* p = x + r * C;
@@ -291,15 +294,15 @@ GRAFT_VEC_CLONES void rowGradSums(const float* dy, const float* x, int64_t n, in
 }
 
 // y = (x - mean) a + b per channel.
-GRAFT_VEC_CLONES void rowsNormalize(const float* x, float* y, int64_t n, int64_t C, const float* mean, const float* a,
-                                    const float* b) {
+GRAFT_VEC_LOOP void rowsNormalize(const float* x, float* y, int64_t n, int64_t C, const float* mean, const float* a,
+                                  const float* b) {
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - mean[c]) * a[c] + b[c];
 }
 
 // dx = a dy - k (x - mean) - c0 per channel (coefficients as gradRow's).
-GRAFT_VEC_CLONES void rowsGrad(const float* dy, const float* x, float* dx, int64_t n, int64_t C, const float* mean,
-                               const float* a, const float* k, const float* c0) {
+GRAFT_VEC_LOOP void rowsGrad(const float* dy, const float* x, float* dx, int64_t n, int64_t C, const float* mean,
+                             const float* a, const float* k, const float* c0) {
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < C; ++c) {
       int64_t i = r * C + c;
@@ -346,7 +349,7 @@ void rowStats(support::ThreadPool& pool, const float* x, const RowsLayout& l, st
   chunkedSums(
       pool, l,
       [&](int64_t i, double* a, double* b) {
-        rowSums(x + i * l.chunk * l.C, l.end(i) - i * l.chunk, l.C, k.data(), a, b);
+        GRAFT_VEC_RUN(rowSums(x + i * l.chunk * l.C, l.end(i) - i * l.chunk, l.C, k.data(), a, b));
       },
       s1, s2);
   mean.resize(static_cast<size_t>(l.C));
@@ -391,7 +394,7 @@ ops::KernelFn batchNormTrainNhwcKernel(ops::CompileContext& c) {
       a[ch] = t.a;
     }
     overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
-      rowsNormalize(xp + r0 * C, yp + r0 * C, r1 - r0, C, meanF.data(), a.data(), bias);
+      GRAFT_VEC_RUN(rowsNormalize(xp + r0 * C, yp + r0 * C, r1 - r0, C, meanF.data(), a.data(), bias));
     });
   };
 }
@@ -429,7 +432,7 @@ ops::KernelFn batchNormGradNhwcKernel(ops::CompileContext& c) {
         k.pool(), l,
         [&](int64_t i, double* a, double* b) {
           int64_t r0 = i * l.chunk;
-          rowGradSums(dyp + r0 * C, xp + r0 * C, l.end(i) - r0, C, mean.data(), a, b);
+          GRAFT_VEC_RUN(rowGradSums(dyp + r0 * C, xp + r0 * C, l.end(i) - r0, C, mean.data(), a, b));
         },
         sDy, sDyX);
     // rowsGrad reads the per-channel values as arrays (one vector lane per channel).
@@ -441,7 +444,8 @@ ops::KernelFn batchNormGradNhwcKernel(ops::CompileContext& c) {
       cm[ch] = g.mean, ca[ch] = g.a, ck[ch] = g.k, cc[ch] = g.c;
     }
     overRows(k.pool(), l, [&](int64_t r0, int64_t r1) {
-      rowsGrad(dyp + r0 * C, xp + r0 * C, dxp + r0 * C, r1 - r0, C, cm.data(), ca.data(), ck.data(), cc.data());
+      GRAFT_VEC_RUN(
+          rowsGrad(dyp + r0 * C, xp + r0 * C, dxp + r0 * C, r1 - r0, C, cm.data(), ca.data(), ck.data(), cc.data()));
     });
   };
 }

@@ -105,7 +105,7 @@ GRAFT_COMPARE(XorF, !=)
 // ---- loops -----------------------------------------------------------------------------------
 
 template <int SA, int SB, class R, class F>
-GRAFT_VEC_CLONES void zipFloat(const float* a, const float* b, R* o, int64_t n, F f) {
+GRAFT_VEC_LOOP void zipFloat(const float* a, const float* b, R* o, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) o[i] = f(a[i * SA], b[i * SB]);
 }
 
@@ -118,10 +118,14 @@ void zipPlain(const T* a, const T* b, R* o, int64_t n, F f) {
 template <class T, class R, class F>
 void zipRun(const T* a, int64_t sa, const T* b, int64_t sb, R* o, int64_t n, F f) {
   if constexpr (std::is_same_v<T, float>) {
-    if (sa && sb) zipFloat<1, 1>(a, b, o, n, f);
-    else if (sa) zipFloat<1, 0>(a, b, o, n, f);
-    else if (sb) zipFloat<0, 1>(a, b, o, n, f);
-    else zipFloat<0, 0>(a, b, o, n, f);
+    if (sa && sb)
+      GRAFT_VEC_RUN(zipFloat<1, 1>(a, b, o, n, f));
+    else if (sa)
+      GRAFT_VEC_RUN(zipFloat<1, 0>(a, b, o, n, f));
+    else if (sb)
+      GRAFT_VEC_RUN(zipFloat<0, 1>(a, b, o, n, f));
+    else
+      GRAFT_VEC_RUN(zipFloat<0, 0>(a, b, o, n, f));
   } else if constexpr (kIsHalfType<T>) {
     float fa[kBlock], fb[kBlock], fo[kBlock];
     if (!sa) fa[0] = static_cast<float>(a[0]);
@@ -259,7 +263,7 @@ ops::KernelFactory variadic(F f, bool mean) {
 // ---- Where -----------------------------------------------------------------------------------
 
 template <int SC, int SX, int SY, class U>
-GRAFT_VEC_CLONES void selectRun(const bool* c, const U* x, const U* y, U* o, int64_t n) {
+GRAFT_VEC_LOOP void selectRun(const bool* c, const U* x, const U* y, U* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = c[i * SC] ? x[i * SX] : y[i * SY];
 }
 
@@ -267,14 +271,30 @@ template <class U>
 void selectAny(const bool* c, int64_t sc, const U* x, int64_t sx, const U* y, int64_t sy, U* o, int64_t n) {
   int code = (sc ? 4 : 0) | (sx ? 2 : 0) | (sy ? 1 : 0);
   switch (code) {
-    case 0: selectRun<0, 0, 0>(c, x, y, o, n); break;
-    case 1: selectRun<0, 0, 1>(c, x, y, o, n); break;
-    case 2: selectRun<0, 1, 0>(c, x, y, o, n); break;
-    case 3: selectRun<0, 1, 1>(c, x, y, o, n); break;
-    case 4: selectRun<1, 0, 0>(c, x, y, o, n); break;
-    case 5: selectRun<1, 0, 1>(c, x, y, o, n); break;
-    case 6: selectRun<1, 1, 0>(c, x, y, o, n); break;
-    default: selectRun<1, 1, 1>(c, x, y, o, n); break;
+    case 0:
+      GRAFT_VEC_RUN(selectRun<0, 0, 0>(c, x, y, o, n));
+      break;
+    case 1:
+      GRAFT_VEC_RUN(selectRun<0, 0, 1>(c, x, y, o, n));
+      break;
+    case 2:
+      GRAFT_VEC_RUN(selectRun<0, 1, 0>(c, x, y, o, n));
+      break;
+    case 3:
+      GRAFT_VEC_RUN(selectRun<0, 1, 1>(c, x, y, o, n));
+      break;
+    case 4:
+      GRAFT_VEC_RUN(selectRun<1, 0, 0>(c, x, y, o, n));
+      break;
+    case 5:
+      GRAFT_VEC_RUN(selectRun<1, 0, 1>(c, x, y, o, n));
+      break;
+    case 6:
+      GRAFT_VEC_RUN(selectRun<1, 1, 0>(c, x, y, o, n));
+      break;
+    default:
+      GRAFT_VEC_RUN(selectRun<1, 1, 1>(c, x, y, o, n));
+      break;
   }
 }
 

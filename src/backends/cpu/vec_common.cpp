@@ -71,11 +71,11 @@ __attribute__((target("avx,f16c"))) void floatToHalfF16C(const float* src, Half*
 }
 #endif
 
-GRAFT_VEC_CLONES void bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+GRAFT_VEC_LOOP void bf16ToFloat(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
 }
 
-GRAFT_VEC_CLONES void floatToBf16(const float* src, uint16_t* dst, int64_t n) {
+GRAFT_VEC_LOOP void floatToBf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x = std::bit_cast<uint32_t>(src[i]);
     bool nan = (x & 0x7fffffffu) > 0x7f800000u;
@@ -88,7 +88,7 @@ GRAFT_VEC_CLONES void floatToBf16(const float* src, uint16_t* dst, int64_t n) {
 
 namespace {
 // Blocks of 1024: the OR of (x != x) over a block vectorises; a block that holds a NaN ends it.
-GRAFT_VEC_CLONES bool anyNaNIn(const float* p, int64_t n) {
+GRAFT_VEC_LOOP bool anyNaNIn(const float* p, int64_t n) {
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t e = std::min(n, b + kBlock);
     int nan = 0;
@@ -102,7 +102,8 @@ GRAFT_VEC_CLONES bool anyNaNIn(const float* p, int64_t n) {
 bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool) {
   std::atomic<bool> found{false};
   parallelRanges(pool, n, 4 * kGrainCheap, [&](int64_t b, int64_t e) {
-    if (!found.load(std::memory_order_relaxed) && anyNaNIn(p + b, e - b)) found.store(true, std::memory_order_relaxed);
+    if (!found.load(std::memory_order_relaxed) && GRAFT_VEC_RUN(anyNaNIn(p + b, e - b)))
+      found.store(true, std::memory_order_relaxed);
   });
   return found.load();
 }
@@ -123,9 +124,11 @@ void fromFloat(const float* src, Half* dst, int64_t n) {
 
 void toFloat(const BFloat16* src, float* dst, int64_t n) {
   static_assert(sizeof(BFloat16) == 2);
-  bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, n);
+  GRAFT_VEC_RUN(bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, n));
 }
 
-void fromFloat(const float* src, BFloat16* dst, int64_t n) { floatToBf16(src, reinterpret_cast<uint16_t*>(dst), n); }
+void fromFloat(const float* src, BFloat16* dst, int64_t n) {
+  GRAFT_VEC_RUN(floatToBf16(src, reinterpret_cast<uint16_t*>(dst), n));
+}
 
 }  // namespace graft::backends::cpu

@@ -1,8 +1,9 @@
 #pragma once
 // Shared machinery of the cpu backend's vectorised kernels (vec_*.cpp):
-// - GRAFT_VEC_CLONES compiles a hot loop for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and the
-//   baseline, chosen once at load time by the CPU it runs on (GCC function multiversioning), so
-//   that one binary is both fast here and safe on older x86-64 machines;
+// - GRAFT_VEC_RUN compiles a hot loop (a GRAFT_VEC_LOOP function) for AVX-512 (x86-64-v4), AVX2
+//   (x86-64-v3) and the x86-64 baseline, and runs the variant support::vecLoopIsa() names, so
+//   that one binary is both fast here and safe on older x86-64 machines, and GRAFT_CPU_ISA runs
+//   the lower variants on any host (the backend tests run each);
 // - data-parallel helpers over the session's thread pool, with grain sizes that keep small
 //   tensors on one thread;
 // - broadcasting with adjacent dimensions merged, so that most patterns run as long contiguous
@@ -23,16 +24,54 @@
 #include "ir/graph.hpp"
 #include "ops/dtype_dispatch.hpp"
 #include "ops/kernel.hpp"
+#include "support/cpu_features.hpp"
 #include "support/float16.hpp"
 #include "support/thread_pool.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(GRAFT_NO_VEC_CLONES)
-#define GRAFT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// ---- ISA variants of the hot loops ------------------------------------------------------------
+// A hot loop is a function marked GRAFT_VEC_LOOP (always inlined), called as GRAFT_VEC_RUN(call).
+// The call is compiled three times with the loop inlined: in a function for x86-64-v4 (AVX-512),
+// one for x86-64-v3 (AVX2, FMA) and in place (the baseline the library is built for). Which runs
+// is read at every call from support::vecLoopIsa(): the CPU's level below GRAFT_CPU_ISA or
+// setCpuIsaLimit. (GCC's target_clones, used before, let the loader choose from the real CPU, so
+// only one variant was ever tested, and its ifunc resolvers crashed ThreadSanitizer's start-up.)
+#define GRAFT_VEC_LOOP __attribute__((always_inline)) inline
+#define GRAFT_VEC_RUN(...) ::graft::backends::cpu::vecRun([&]() __attribute__((always_inline)) { return __VA_ARGS__; })
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define GRAFT_VEC_VARIANTS 1
 #else
-#define GRAFT_VEC_CLONES
+#define GRAFT_VEC_VARIANTS 0
 #endif
 
 namespace graft::backends::cpu {
+
+#if GRAFT_VEC_VARIANTS
+template <class Body>
+__attribute__((noinline, target("arch=x86-64-v4"))) auto vecRunAvx512(const Body& body) {
+  return body();
+}
+template <class Body>
+__attribute__((noinline, target("arch=x86-64-v3"))) auto vecRunAvx2(const Body& body) {
+  return body();
+}
+#endif
+
+/// Runs body (a GRAFT_VEC_RUN lambda) in the variant for support::vecLoopIsa().
+template <class Body>
+inline auto vecRun(const Body& body) {
+#if GRAFT_VEC_VARIANTS
+  switch (support::vecLoopIsa()) {
+    case support::CpuIsa::Avx512:
+      return vecRunAvx512(body);
+    case support::CpuIsa::Avx2:
+      return vecRunAvx2(body);
+    default:
+      break;
+  }
+#endif
+  return body();
+}
 
 /// The threads of one OpenMP team agree that a step of a sequential loop (a recurrence's time
 /// step) is done: spin, then yield, so that a team on an oversubscribed machine still makes

@@ -21,8 +21,8 @@ constexpr int64_t kFuseBlock = 256;
 // out[0..n) = code(a, b, c) elementwise; every operand is a full block. Each code's formula is
 // its row's in the elementwise table, with vecmath's functions for float.
 template <class C>
-GRAFT_VEC_CLONES void apply(Code code, const C* __restrict a, const C* __restrict b, const C* __restrict c,
-                            C* __restrict o, int64_t n, C imm) {
+GRAFT_VEC_LOOP void apply(Code code, const C* __restrict a, const C* __restrict b, const C* __restrict c,
+                          C* __restrict o, int64_t n, C imm) {
   switch (code) {
 #define GRAFT_EW_X(Id, ...)                                                                    \
   case Code::Id:                                                                               \
@@ -157,7 +157,7 @@ void runFused(const Compiled& cp, ops::KernelContext& k, const std::string& what
             C s[3] = {0, 0, 0}, res;
             for (int q = 0; q < 3; ++q)
               if (ops[q] >= 0) s[q] = scalar[ops[q]];
-            apply<C>(in.code, &s[0], &s[1], &s[2], &res, 1, static_cast<C>(in.imm));
+            apply<C>(in.code, &s[0], &s[1], &s[2], &res, 1, static_cast<C>(in.imm));  // one value: no variant
             scalar[r] = res;
             continue;
           }
@@ -173,7 +173,7 @@ void runFused(const Compiled& cp, ops::KernelContext& k, const std::string& what
             }
           }
           C* dst = scratch.data() + cp.slot[r] * kFuseBlock;
-          apply<C>(in.code, operand[0], operand[1], operand[2], dst, len, static_cast<C>(in.imm));
+          GRAFT_VEC_RUN(apply<C>(in.code, operand[0], operand[1], operand[2], dst, len, static_cast<C>(in.imm)));
           reg[r] = dst;
         }
         for (size_t o = 0; o < p.outputs.size(); ++o) {

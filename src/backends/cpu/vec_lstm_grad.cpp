@@ -177,8 +177,8 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
 
 // The cell for batch rows [n0, n1) over the whole sequence, in processing order, from the gate
 // pre-activations in sv [T, N, 5H] (Saved's layout of one direction); c0: the initial state [N, H].
-GRAFT_VEC_CLONES void cellSequence(float* sv, const float* c0, int64_t T, int64_t N, int64_t H, bool backward,
-                                   int64_t n0, int64_t n1) {
+GRAFT_VEC_LOOP void cellSequence(float* sv, const float* c0, int64_t T, int64_t N, int64_t H, bool backward, int64_t n0,
+                                 int64_t n1) {
   for (int64_t step = 0; step < T; ++step) {
     int64_t t = backward ? T - 1 - step : step;
     int64_t tp = backward ? t + 1 : t - 1;  // the step before, in time
@@ -191,8 +191,8 @@ GRAFT_VEC_CLONES void cellSequence(float* sv, const float* c0, int64_t T, int64_
 
 // One step of the forward for all N rows, units [j0, j1): g [N, 5H], previous cell states cp
 // (row stride cps), new hidden states h [N, H].
-GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h, int64_t N, int64_t H, int64_t j0,
-                               int64_t j1) {
+GRAFT_VEC_LOOP void cellStep(float* g, const float* cp, int64_t cps, float* h, int64_t N, int64_t H, int64_t j0,
+                             int64_t j1) {
   for (int64_t n = 0; n < N; ++n) cellRow(g + n * 5 * H, cp + n * cps, h + n * H, H, j0, j1);
 }
 
@@ -220,8 +220,8 @@ GRAFT_VEC_CLONES void cellStep(float* g, const float* cp, int64_t cps, float* h,
 
 // One step backwards for all N rows, units [j0, j1): g [N, 5H], dh, dc, cp (previous cell
 // states, row stride cps), dg [N, 4H].
-GRAFT_VEC_CLONES void cellBackward(const float* g, const float* dh, float* dc, const float* cp, int64_t cps, float* dg,
-                                   int64_t N, int64_t H, int64_t j0, int64_t j1) {
+GRAFT_VEC_LOOP void cellBackward(const float* g, const float* dh, float* dc, const float* cp, int64_t cps, float* dg,
+                                 int64_t N, int64_t H, int64_t j0, int64_t j1) {
   for (int64_t n = 0; n < N; ++n)
     cellRowBackward(g + n * 5 * H, dh + n * H, dc + n * H, cp + n * cps, dg + n * 4 * H, H, j0, j1);
 }
@@ -253,7 +253,7 @@ void onTeam(int team, const Body& body) {
 }
 
 // Column sums of a [rows, cols] matrix into out[cols], for columns [c0, c1).
-GRAFT_VEC_CLONES void columnSums(const float* a, int64_t rows, int64_t cols, float* out, int64_t c0, int64_t c1) {
+GRAFT_VEC_LOOP void columnSums(const float* a, int64_t rows, int64_t cols, float* out, int64_t c0, int64_t c1) {
   std::fill(out + c0, out + c1, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = a + r * cols;
@@ -343,7 +343,7 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
           if (u1 > u0) {
             for (int64_t q = 0; q < 4; ++q)
               sgemm('N', 'N', N, u1 - u0, H, hp, H, rt.data() + q * H + u0, G, 1.0f, g + q * H + u0, 5 * H);
-            cellStep(g, cp, cps, h, N, H, u0, u1);
+            GRAFT_VEC_RUN(cellStep(g, cp, cps, h, N, H, u0, u1));
           }
           if (barrier) barrier->wait();
           hp = h;
@@ -424,10 +424,10 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
 #pragma omp parallel num_threads(rowThreads)
           {
             int tid = omp_get_thread_num(), team = omp_get_num_threads();
-            cellSequence(rv, c0d, T, N, H, backward, N * tid / team, N * (tid + 1) / team);
+            GRAFT_VEC_RUN(cellSequence(rv, c0d, T, N, H, backward, N * tid / team, N * (tid + 1) / team));
           }
         } else {
-          cellSequence(rv, c0d, T, N, H, backward, 0, N);
+          GRAFT_VEC_RUN(cellSequence(rv, c0d, T, N, H, backward, 0, N));
         }
       }
       // Backwards through the steps. A small step's product runs on one thread: at batch 1 each
@@ -454,7 +454,8 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
           }
           const float* cp = step == 0 ? c0d : sv + (backward ? t + 1 : t - 1) * N * 5 * H + 4 * H;
           float* dgt = dgates.data() + t * N * G;
-          cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H, u0, u1);
+          GRAFT_VEC_RUN(
+              cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H, u0, u1));
           if (barrier) barrier->wait();
           if (u1 > u0) sgemm('N', 'N', N, u1 - u0, G, dgt, G, rd + u0, H, 0.0f, dh.data() + u0, H);
         }
@@ -473,10 +474,10 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
 #pragma omp parallel num_threads(nt)
           {
             int tid = omp_get_thread_num(), team = omp_get_num_threads();
-            columnSums(dg, TN, G, dbd, G * tid / team, G * (tid + 1) / team);
+            GRAFT_VEC_RUN(columnSums(dg, TN, G, dbd, G * tid / team, G * (tid + 1) / team));
           }
         } else {
-          columnSums(dg, TN, G, dbd, 0, G);
+          GRAFT_VEC_RUN(columnSums(dg, TN, G, dbd, 0, G));
         }
         std::memcpy(dbd + G, dbd, sizeof(float) * G);  // dRb = dWb
       }

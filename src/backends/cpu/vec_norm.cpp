@@ -14,7 +14,7 @@
 namespace graft::backends::cpu {
 namespace {
 
-GRAFT_VEC_CLONES double rowSum(const float* p, int64_t n) {
+GRAFT_VEC_LOOP double rowSum(const float* p, int64_t n) {
   constexpr int kW = 16;
   double acc[kW] = {};
   int64_t i = 0;
@@ -26,7 +26,7 @@ GRAFT_VEC_CLONES double rowSum(const float* p, int64_t n) {
   return acc[0];
 }
 
-GRAFT_VEC_CLONES double rowSquaredDeviation(const float* p, int64_t n, double mean) {
+GRAFT_VEC_LOOP double rowSquaredDeviation(const float* p, int64_t n, double mean) {
   constexpr int kW = 16;
   double acc[kW] = {};
   int64_t i = 0;
@@ -44,8 +44,8 @@ GRAFT_VEC_CLONES double rowSquaredDeviation(const float* p, int64_t n, double me
   return acc[0];
 }
 
-GRAFT_VEC_CLONES void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean,
-                                   float inv) {
+GRAFT_VEC_LOOP void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean,
+                                 float inv) {
   for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * inv * g[j] + b[j];
 }
 
@@ -92,10 +92,11 @@ ops::KernelFn layerNormKernel(ops::CompileContext& c) {
     parallelRanges(k.pool(), rows, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* row = xp + r * cols;
-        double m = cols ? rowSum(row, cols) / static_cast<double>(cols) : 0.0;
-        double var = cols ? rowSquaredDeviation(row, cols, m) / static_cast<double>(cols) : 0.0;
+        double m = cols ? GRAFT_VEC_RUN(rowSum(row, cols)) / static_cast<double>(cols) : 0.0;
+        double var = cols ? GRAFT_VEC_RUN(rowSquaredDeviation(row, cols, m)) / static_cast<double>(cols) : 0.0;
         double inv = 1.0 / std::sqrt(var + eps);
-        normalizeRow(row, yp + r * cols, g.data(), b.data(), cols, static_cast<float>(m), static_cast<float>(inv));
+        GRAFT_VEC_RUN(
+            normalizeRow(row, yp + r * cols, g.data(), b.data(), cols, static_cast<float>(m), static_cast<float>(inv)));
         if (meanOut) meanOut[r] = static_cast<float>(m);
         if (invOut) invOut[r] = static_cast<float>(inv);
       }
@@ -106,7 +107,7 @@ ops::KernelFn layerNormKernel(ops::CompileContext& c) {
 // ---- Softmax, LogSoftmax ---------------------------------------------------------------------
 
 // exp(x - m) into e; returns the sum (in double, 16 interleaved accumulators).
-GRAFT_VEC_CLONES double expShiftSum(const float* x, float* e, int64_t n, float m) {
+GRAFT_VEC_LOOP double expShiftSum(const float* x, float* e, int64_t n, float m) {
   for (int64_t j = 0; j < n; ++j) e[j] = vecmath::exp(x[j] - m);
   constexpr int kW = 16;
   double acc[kW] = {};
@@ -120,7 +121,7 @@ GRAFT_VEC_CLONES double expShiftSum(const float* x, float* e, int64_t n, float m
 }
 
 // The maximum as std::max folds it (NaNs are skipped), in 16 lanes so that it vectorises.
-GRAFT_VEC_CLONES float rowMax(const float* x, int64_t n) {
+GRAFT_VEC_LOOP float rowMax(const float* x, int64_t n) {
   constexpr int kW = 16;
   float m[kW];
   for (int l = 0; l < kW; ++l) m[l] = -vecmath::kInf;
@@ -133,13 +134,13 @@ GRAFT_VEC_CLONES float rowMax(const float* x, int64_t n) {
   return r;
 }
 
-GRAFT_VEC_CLONES void scaleRow(float* y, int64_t n, float s) {
+GRAFT_VEC_LOOP void scaleRow(float* y, int64_t n, float s) {
   for (int64_t j = 0; j < n; ++j) y[j] *= s;
 }
 
 // (x - m) - log(s): subtracting m + log(s) in one step would round that sum at the magnitude of
 // m (rows of large values, [10000, 10003], would lose their fraction).
-GRAFT_VEC_CLONES void logSoftmaxRow(const float* x, float* y, int64_t n, float m, float logS) {
+GRAFT_VEC_LOOP void logSoftmaxRow(const float* x, float* y, int64_t n, float m, float logS) {
   for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - m) - logS;
 }
 
@@ -171,13 +172,13 @@ ops::KernelFactory softmaxKernel(bool log) {
             row = in.data();
             dst = out.data();
           }
-          float m = rowMax(row, len);
+          float m = GRAFT_VEC_RUN(rowMax(row, len));
           if (std::isinf(m)) m = 0;  // an infinite maximum propagates, as in the reference
-          double s = expShiftSum(row, dst, len, m);
+          double s = GRAFT_VEC_RUN(expShiftSum(row, dst, len, m));
           if (log)
-            logSoftmaxRow(row, dst, len, m, static_cast<float>(std::log(s)));
+            GRAFT_VEC_RUN(logSoftmaxRow(row, dst, len, m, static_cast<float>(std::log(s))));
           else
-            scaleRow(dst, len, static_cast<float>(1.0 / s));
+            GRAFT_VEC_RUN(scaleRow(dst, len, static_cast<float>(1.0 / s)));
           if (inner > 1)
             for (int64_t j = 0; j < len; ++j) yp[base + j * inner] = out[j];
         }

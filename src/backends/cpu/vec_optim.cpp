@@ -46,7 +46,7 @@ inline double unscaled(double g, const SgdParams& p) {
 }
 
 template <bool Reciprocal, class T>
-GRAFT_VEC_CLONES void sgdPlain(T* w, const T* g, int64_t n, SgdParams p) {
+GRAFT_VEC_LOOP void sgdPlain(T* w, const T* g, int64_t n, SgdParams p) {
   const double k = p.lr * (1 - p.dm);
   for (int64_t i = 0; i < n; ++i) {
     double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
@@ -55,7 +55,7 @@ GRAFT_VEC_CLONES void sgdPlain(T* w, const T* g, int64_t n, SgdParams p) {
 }
 
 template <bool Reciprocal, class T>
-GRAFT_VEC_CLONES void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p, bool nesterov) {
+GRAFT_VEC_LOOP void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p, bool nesterov) {
   const double step = p.lr / p.vs;
   for (int64_t i = 0; i < n; ++i) {
     double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
@@ -88,13 +88,13 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
         T* vp = momentum ? v.data<T>() : nullptr;
         parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
           if (momentum && reciprocal)
-            sgdMomentum<true>(wp + b, gp + b, vp + b, e - b, p, nesterov);
+            GRAFT_VEC_RUN(sgdMomentum<true>(wp + b, gp + b, vp + b, e - b, p, nesterov));
           else if (momentum)
-            sgdMomentum<false>(wp + b, gp + b, vp + b, e - b, p, nesterov);
+            GRAFT_VEC_RUN(sgdMomentum<false>(wp + b, gp + b, vp + b, e - b, p, nesterov));
           else if (reciprocal)
-            sgdPlain<true>(wp + b, gp + b, e - b, p);
+            GRAFT_VEC_RUN(sgdPlain<true>(wp + b, gp + b, e - b, p));
           else
-            sgdPlain<false>(wp + b, gp + b, e - b, p);
+            GRAFT_VEC_RUN(sgdPlain<false>(wp + b, gp + b, e - b, p));
         });
       } else {
         GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
@@ -127,7 +127,7 @@ inline double adamDirection(const T* w, const T* g, T* m, T* v, int64_t i, const
 }
 
 template <class T>
-GRAFT_VEC_CLONES void adamRange(T* w, const T* g, T* m, T* v, int64_t n, AdamParams p) {
+GRAFT_VEC_LOOP void adamRange(T* w, const T* g, T* m, T* v, int64_t n, AdamParams p) {
   for (int64_t i = 0; i < n; ++i) {
     double xi = adamDirection(w, g, m, v, i, p);
     w[i] = static_cast<T>(static_cast<double>(w[i]) - p.lr * xi);
@@ -152,8 +152,9 @@ ops::KernelFn adamKernel(ops::CompileContext& c) {
         const T* gp = g.data<T>();
         int64_t n = w.numel();
         if (!lamb) {
-          parallelRanges(k.pool(), n, kUpdateGrain,
-                         [&](int64_t b, int64_t e) { adamRange(wp + b, gp + b, mp + b, vp + b, e - b, p); });
+          parallelRanges(k.pool(), n, kUpdateGrain, [&](int64_t b, int64_t e) {
+            GRAFT_VEC_RUN(adamRange(wp + b, gp + b, mp + b, vp + b, e - b, p));
+          });
           return;
         }
         // Lamb scales the step by ||w|| / ||x||: directions first, norms over fixed blocks.
@@ -196,7 +197,7 @@ struct AdaptiveParams {
 };
 
 template <class T>
-GRAFT_VEC_CLONES void adaptiveRange(T* w, const T* g, T* p1, T* p2, T* p3, int64_t n, AdaptiveParams q) {
+GRAFT_VEC_LOOP void adaptiveRange(T* w, const T* g, T* p1, T* p2, T* p3, int64_t n, AdaptiveParams q) {
   for (int64_t i = 0; i < n; ++i) {
     double wi = static_cast<double>(w[i]);
     double s = static_cast<double>(g[i]) / q.ls;
@@ -259,7 +260,7 @@ ops::KernelFn adaptiveKernel(ops::CompileContext& c) {
         T* a3 = v3.valid() ? v3.data<T>() : nullptr;
         const T* gp = g.data<T>();
         parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-          adaptiveRange(wp + b, gp + b, a1 + b, a2 ? a2 + b : nullptr, a3 ? a3 + b : nullptr, e - b, q);
+          GRAFT_VEC_RUN(adaptiveRange(wp + b, gp + b, a1 + b, a2 ? a2 + b : nullptr, a3 ? a3 + b : nullptr, e - b, q));
         });
       } else {
         GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
@@ -271,7 +272,7 @@ ops::KernelFn adaptiveKernel(ops::CompileContext& c) {
 // ---- gradient helpers ------------------------------------------------------------------------
 
 template <class T>
-GRAFT_VEC_CLONES void addInto(T* a, const T* b, int64_t n) {
+GRAFT_VEC_LOOP void addInto(T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] + b[i];
 }
 
@@ -293,7 +294,7 @@ ops::KernelFn accumulateKernel(ops::CompileContext& c) {
           if (overwrite)
             std::memcpy(a + s, b + s, static_cast<size_t>(e - s) * sizeof(T));
           else
-            addInto(a + s, b + s, e - s);
+            GRAFT_VEC_RUN(addInto(a + s, b + s, e - s));
         });
       } else {
         GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(acc.dtype()));
@@ -316,7 +317,7 @@ ops::KernelFn zerosLikeKernel(ops::CompileContext&) {
 // Sums the R rows of the row-major [R, C] array `g` into `y` ([C]), each column in row order
 // in double (as reduceAxes does), so the result does not depend on how columns are split.
 template <class T>
-GRAFT_VEC_CLONES void sumRowsInto(const T* g, int64_t R, int64_t C, int64_t c0, int64_t c1, T* y) {
+GRAFT_VEC_LOOP void sumRowsInto(const T* g, int64_t R, int64_t C, int64_t c0, int64_t c1, T* y) {
   constexpr int64_t kW = 256;
   double acc[kW];
   for (int64_t b = c0; b < c1; b += kW) {
@@ -368,7 +369,7 @@ ops::KernelFn unbroadcastKernel(ops::CompileContext& c) {
           // Threads only for large gradients: a bias gradient is typically a few hundred
           // thousand elements, read once, cheaper than waking a worker.
           parallelRanges(k.pool(), C, std::max<int64_t>(256, (int64_t{1} << 19) / std::max<int64_t>(1, R)),
-                         [&](int64_t b, int64_t e) { sumRowsInto(gp, R, C, b, e, yp); });
+                         [&](int64_t b, int64_t e) { GRAFT_VEC_RUN(sumRowsInto(gp, R, C, b, e, yp)); });
           return;
         }
         std::vector<double> acc(static_cast<size_t>(y.numel()));

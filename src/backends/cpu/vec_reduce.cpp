@@ -45,7 +45,7 @@ struct MinOp {
 
 // Fold of a contiguous run with 16 interleaved accumulators, combined in a fixed tree.
 template <class Op, class T>
-GRAFT_VEC_CLONES double foldRun(const T* p, int64_t n, Op op) {
+GRAFT_VEC_LOOP double foldRun(const T* p, int64_t n, Op op) {
   constexpr int kW = 16;
   double acc[kW];
   for (int l = 0; l < kW; ++l) acc[l] = Op::init;
@@ -60,7 +60,7 @@ GRAFT_VEC_CLONES double foldRun(const T* p, int64_t n, Op op) {
 }
 
 template <class Op, class T>
-GRAFT_VEC_CLONES void foldColumns(double* acc, const T* p, int64_t n, Op op) {
+GRAFT_VEC_LOOP void foldColumns(double* acc, const T* p, int64_t n, Op op) {
   for (int64_t j = 0; j < n; ++j) acc[j] = op(acc[j], static_cast<double>(p[j]));
 }
 
@@ -94,7 +94,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
       int64_t nb = (inner + kB - 1) / kB;
       std::vector<double> part(static_cast<size_t>(nb));
       parallelRanges(pool, nb, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) part[i] = foldRun(in + i * kB, std::min(kB, inner - i * kB), op);
+        for (int64_t i = b; i < e; ++i) part[i] = GRAFT_VEC_RUN(foldRun(in + i * kB, std::min(kB, inner - i * kB), op));
       });
       double acc = Op::init;
       for (double v : part) acc = op.combine(acc, v);
@@ -105,7 +105,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
     parallelRanges(pool, numOut, grain, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         double acc = Op::init;
-        for (int64_t ro : roffs) acc = op.combine(acc, foldRun(in + bases[o] + ro, inner, op));
+        for (int64_t ro : roffs) acc = op.combine(acc, GRAFT_VEC_RUN(foldRun(in + bases[o] + ro, inner, op)));
         out[o] = acc;
       }
     });
@@ -121,7 +121,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
       int64_t g = t / chunks, c0 = (t % chunks) * kChunk, len = std::min(kChunk, inner - c0);
       double* acc = out + g * inner + c0;
       for (int64_t j = 0; j < len; ++j) acc[j] = Op::init;
-      for (int64_t ro : roffs) foldColumns(acc, in + bases[g] + ro + c0, len, op);
+      for (int64_t ro : roffs) GRAFT_VEC_RUN(foldColumns(acc, in + bases[g] + ro + c0, len, op));
     }
   });
 }

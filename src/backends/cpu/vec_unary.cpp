@@ -52,20 +52,20 @@ struct ClipF {
 // ---- loops -----------------------------------------------------------------------------------
 
 template <class F>
-GRAFT_VEC_CLONES void mapFloat(const float* x, float* y, int64_t n, F f) {
+GRAFT_VEC_LOOP void mapFloat(const float* x, float* y, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 
 template <class T, class F>
 void mapRange(const T* x, T* y, int64_t n, F f) {
   if constexpr (std::is_same_v<T, float>) {
-    mapFloat(x, y, n, f);
+    GRAFT_VEC_RUN(mapFloat(x, y, n, f));
   } else if constexpr (kIsHalfType<T>) {
     float buf[kBlock];
     for (int64_t b = 0; b < n; b += kBlock) {
       int64_t len = std::min(kBlock, n - b);
       toFloat(x + b, buf, len);
-      mapFloat(buf, buf, len, f);
+      GRAFT_VEC_RUN(mapFloat(buf, buf, len, f));
       fromFloat(buf, y + b, len);
     }
   } else {
@@ -193,7 +193,7 @@ namespace {
 template <class F>
 ActivationFn inPlace(F f, int64_t grain) {
   return [f, grain](support::ThreadPool& pool, float* y, int64_t count) {
-    parallelRanges(pool, count, grain, [&](int64_t b, int64_t e) { mapFloat(y + b, y + b, e - b, f); });
+    parallelRanges(pool, count, grain, [&](int64_t b, int64_t e) { GRAFT_VEC_RUN(mapFloat(y + b, y + b, e - b, f)); });
   };
 }
 

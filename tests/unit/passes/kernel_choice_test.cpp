@@ -96,6 +96,44 @@ TEST(CpuFeatures, IsaLimitTurnsTheAvx2SgemmOffOnAnyHost) {
   }
 }
 
+// The vectorised loops (backends/cpu/vec_common.hpp, GRAFT_VEC_RUN) run the variant of the limit:
+// the baseline under Baseline on any host, AVX2 under Avx2 where the CPU is x86-64-v3, AVX-512 with
+// no limit where it is x86-64-v4; and the loops' results are the same in every variant.
+TEST(CpuFeatures, IsaLimitPicksTheVecLoopVariant) {
+  const auto& host = support::hostCpuFeatures();
+  {
+    IsaLimit limit(support::CpuIsa::Baseline);
+    EXPECT_EQ(support::vecLoopIsa(), support::CpuIsa::Baseline);
+    EXPECT_FALSE(support::cpuFeatures().x86_64_v3);
+  }
+  {
+    IsaLimit limit(support::CpuIsa::Avx2);
+    EXPECT_EQ(support::vecLoopIsa(), host.x86_64_v3 ? support::CpuIsa::Avx2 : support::CpuIsa::Baseline);
+    EXPECT_FALSE(support::cpuFeatures().x86_64_v4);
+  }
+  {
+    IsaLimit limit(support::CpuIsa::Native);
+    support::CpuIsa want = host.x86_64_v4   ? support::CpuIsa::Avx512
+                           : host.x86_64_v3 ? support::CpuIsa::Avx2
+                                            : support::CpuIsa::Baseline;
+    EXPECT_EQ(support::vecLoopIsa(), want);
+  }
+  // Tanh over a tensor in each variant, against the reference.
+  GraphBuilder b;
+  NDArray x = randomFloats({3, 1000}, 7);
+  b.outputs({b.op("Tanh", {b.input({3, 1000})})});
+  auto ref = backends::makeReferenceBackend();
+  NDArray want;
+  compiledKernels(*b.g, *ref, x.clone(), &want);
+  for (auto isa : {support::CpuIsa::Baseline, support::CpuIsa::Avx2, support::CpuIsa::Native}) {
+    IsaLimit limit(isa);
+    auto cpu = backends::makeCpuBackend(1);
+    NDArray got;
+    EXPECT_EQ(kernelOf(compiledKernels(*b.g, *cpu, x.clone(), &got), "Tanh"), "vec_unary");
+    EXPECT_TRUE(close(got, want, 1e-5, 1e-6)) << "variant " << static_cast<int>(support::vecLoopIsa());
+  }
+}
+
 TEST(CpuFeatures, UnknownIsaNamesTheVariable) {
   try {
     support::parseCpuIsa("avx9000");

@@ -210,6 +210,8 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
   EXPECT_TRUE(contains(r.out, "onednn_matmul (")) << r.out;  // with oneDNN's implementation name
   // The layout conversions of the timed steps (none here: a dense model has no activation layouts).
   EXPECT_TRUE(contains(r.out, "reorders  0.0 per step, 0.00 MB")) << r.out;
+  // The ISA the kernels use, with the limit where one is set.
+  EXPECT_TRUE(contains(r.out, "isa       " + support::cpuFeatures().isaName())) << r.out;
   // SessionOptions.autoThreads, forced to keep its one-thread plan: bench says so; --exact-threads
   // keeps --threads.
   setenv("GRAFT_AUTO_THREADS", "1", 1);
@@ -241,6 +243,9 @@ TEST_F(Cli, BenchTimesStepsAndProfilesKernels) {
     support::CpuIsa saved = support::cpuIsaLimit();
     support::setCpuIsaLimit(support::CpuIsa::Avx2);
     fails({"bench", model, "--dtype", "bf16"}, "SessionOptions.enableBf16: this CPU has no avx512_bf16");
+    Result limited = cli({"bench", model, "--steps", "1"});
+    EXPECT_TRUE(contains(limited.out, "isa       " + support::cpuFeatures().isaName() + " (limited by GRAFT_CPU_ISA)"))
+        << limited.out;
     support::setCpuIsaLimit(saved);
   }
   if (support::cpuFeatures().avx512bf16) {
