@@ -237,26 +237,16 @@ class MpiWorld : public Communicator {
   }
 
   std::vector<uint8_t> allgatherBytes(const void* data, size_t bytes, const std::string& what) override {
-    std::unique_lock<std::recursive_mutex> lock(mu_);
     checkUsable(what);
     GRAFT_CHECK(bytes <= static_cast<size_t>(INT_MAX), "{}: {} bytes is more than MPI's int count", what, bytes);
-    if (opsComm_ == MPI_COMM_NULL) {
-      // Created on first use (every process reaches its first collective op in the same order).
-      MPI_Request req;
-      int rc = MPI_Comm_idup(comm_, &opsComm_, &req);
-      failIf(rc, what);
-      lock.unlock();
-      poll({req}, what + " (creating the collective ops' communicator)");
-      lock.lock();
-      MPI_Comm_set_errhandler(opsComm_, MPI_ERRORS_RETURN);
-    }
+    MPI_Comm ops = opsComm(what);
     std::vector<uint8_t> all(bytes * size_);
-    MPI_Request req;
-    int rc = MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE,
-                            opsComm_, &req);
-    failIf(rc, what);
-    lock.unlock();
-    poll({req}, what);
+    await(
+        [&](MPI_Request* req) {
+          return MPI_Iallgather(data, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE,
+                                ops, req);
+        },
+        what);
     return all;
   }
 
@@ -294,6 +284,24 @@ class MpiWorld : public Communicator {
       int rc = MPI_Test(&p.req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) failIf(rc, "all-reduce of '" + p.what + "'");
     }
+  }
+
+  // The communicator of the in-graph collective ops, created on first use (every process reaches
+  // its first collective op in the same order). A second thread that comes while the first is
+  // creating it waits for it (creating): it never starts a second MPI_Comm_idup, nor reads a
+  // handle MPI has not finished writing (the idup writes opsCommMade_, published when complete).
+  MPI_Comm opsComm(const std::string& what) {
+    std::lock_guard<std::mutex> creating(opsCommCreation_);  // taken before mu_, never inside it
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      if (opsComm_ != MPI_COMM_NULL) return opsComm_;
+    }
+    await([&](MPI_Request* req) { return MPI_Comm_idup(comm_, &opsCommMade_, req); },
+          what + " (creating the collective ops' communicator)");
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    MPI_Comm_set_errhandler(opsCommMade_, MPI_ERRORS_RETURN);
+    opsComm_ = opsCommMade_;
+    return opsComm_;
   }
 
   // One non-blocking operation to its end: `start` (an MPI_I... call that fills the request and
@@ -361,7 +369,9 @@ class MpiWorld : public Communicator {
   /// serialises the calls of the whole process, whichever communicator they are on.)
   std::shared_ptr<std::recursive_mutex> mutex_ = std::make_shared<std::recursive_mutex>();
   std::recursive_mutex& mu_ = *mutex_;
-  MPI_Comm opsComm_ = MPI_COMM_NULL;
+  MPI_Comm opsComm_ = MPI_COMM_NULL;      ///< see opsComm(); read and written under mu_
+  MPI_Comm opsCommMade_ = MPI_COMM_NULL;  ///< what MPI_Comm_idup writes, until it completes
+  std::mutex opsCommCreation_;
   MPI_Comm node_ = MPI_COMM_NULL;  ///< the processes of this host
   MPI_Comm comm_ = MPI_COMM_NULL;  ///< all of them (the world), or those of acrossHosts()
 };
