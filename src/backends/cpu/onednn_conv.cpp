@@ -439,6 +439,31 @@ dnnl::convolution_forward::primitive_desc forwardHint(const ConvGradConfig& c, c
   return CF::primitive_desc(fd, engine());
 }
 
+// The backward-data primitive: dX in x, W in w, dY in y; its forward hint reads hintX.
+dnnl::convolution_backward_data::primitive_desc gradInputPrimitive(const ConvGradConfig& c, const memory::desc& x,
+                                                                   const memory::desc& w, const memory::desc& y,
+                                                                   const memory::desc& hintX) {
+  using CB = dnnl::convolution_backward_data;
+  auto hint = forwardHint(c, hintX, w, nullptr, y);
+  CB::desc d(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
+  return CB::primitive_desc(d, engine(), hint);
+}
+
+// The backward-weights primitive: X in x, dW in w, dB in *bias (none when null), dY in y; its
+// forward hint's weights are hintW.
+dnnl::convolution_backward_weights::primitive_desc gradWeightPrimitive(const ConvGradConfig& c, const memory::desc& x,
+                                                                       const memory::desc& w, const memory::desc* bias,
+                                                                       const memory::desc& y,
+                                                                       const memory::desc& hintW) {
+  using CW = dnnl::convolution_backward_weights;
+  auto hint = forwardHint(c, x, hintW, bias, y);
+  auto d = bias ? CW::desc(dnnl::algorithm::convolution_direct, x, w, *bias, y, c.win.strides, c.win.dilation,
+                           c.win.padBegin, c.win.padEnd)
+                : CW::desc(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin,
+                           c.win.padEnd);
+  return CW::primitive_desc(d, engine(), hint);
+}
+
 struct ConvGradState {
   dnnl::primitive prim;
   Adapter a, b, out;      // data operands: a/b the inputs (b unused for dX), out the result
@@ -478,15 +503,11 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
     memory::desc yAny = pinned ? layoutDesc(c.y, c.yBlock) : memory::desc(toDims(c.y), dt, any);
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
-      using CB = dnnl::convolution_backward_data;
-      auto hint = forwardHint(c, pinned ? xAny : memory::desc(toDims(c.x), dt, any), wAny, nullptr, yAny);
-      CB::desc d(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation, c.win.padBegin,
-                 c.win.padEnd);
-      CB::primitive_desc pd(d, engine(), hint);
+      auto pd = gradInputPrimitive(c, xAny, wAny, yAny, pinned ? xAny : memory::desc(toDims(c.x), dt, any));
       std::string impl = pd.impl_info_str();
       if (bf16 && isReferenceImplementation(impl)) return false;
       noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
-      st->prim = CB(pd);
+      st->prim = dnnl::convolution_backward_data(pd);
       st->a.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
       st->out.init(layoutDesc(c.x, c.xBlock), pd.diff_src_desc(), false, true);
       st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
@@ -530,19 +551,13 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     memory::desc yAny = pinned ? layoutDesc(c.y, c.yBlock) : memory::desc(toDims(c.y), dt, any);
     memory::desc wAny(weightDims(c.w, c.group), f32, any);
     try {
-      using CW = dnnl::convolution_backward_weights;
-      auto hint =
-          forwardHint(c, xAny, memory::desc(weightDims(c.w, c.group), dt, any), c.bias ? &st->biasDesc : nullptr, yAny);
-      auto d = c.bias ? CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, st->biasDesc, yAny, c.win.strides,
-                                 c.win.dilation, c.win.padBegin, c.win.padEnd)
-                      : CW::desc(dnnl::algorithm::convolution_direct, xAny, wAny, yAny, c.win.strides, c.win.dilation,
-                                 c.win.padBegin, c.win.padEnd);
-      CW::primitive_desc pd(d, engine(), hint);
+      auto pd = gradWeightPrimitive(c, xAny, wAny, c.bias ? &st->biasDesc : nullptr, yAny,
+                                    memory::desc(weightDims(c.w, c.group), dt, any));
       std::string impl = pd.impl_info_str();
       if (bf16 && isReferenceImplementation(impl)) return false;
       if (c.bias && pd.diff_bias_desc() != st->biasDesc) return false;
       noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
-      st->prim = CW(pd);
+      st->prim = dnnl::convolution_backward_weights(pd);
       st->a.init(layoutDesc(c.x, c.xBlock), pd.src_desc(), true, false);
       st->b.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
       st->dwUser = plainWeights(c.w, c.group);
@@ -632,19 +647,9 @@ bool convGradLayoutFast(const ir::Node& n) {
   memory::desc x = layoutDesc(c.x, c.xBlock), y = layoutDesc(c.y, c.yBlock);
   memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any);
   try {
-    auto hint = forwardHint(c, x, w, nullptr, y);
-    std::string impl;
-    if (n.attrString("op", "") == "ConvGradInput") {
-      using CB = dnnl::convolution_backward_data;
-      CB::desc d(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin,
-                 c.win.padEnd);
-      impl = CB::primitive_desc(d, engine(), hint).impl_info_str();
-    } else {
-      using CW = dnnl::convolution_backward_weights;
-      CW::desc d(dnnl::algorithm::convolution_direct, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin,
-                 c.win.padEnd);
-      impl = CW::primitive_desc(d, engine(), hint).impl_info_str();
-    }
+    std::string impl = n.attrString("op", "") == "ConvGradInput"
+                           ? gradInputPrimitive(c, x, w, y, x).impl_info_str()
+                           : gradWeightPrimitive(c, x, w, nullptr, y, w).impl_info_str();
     return !isReferenceImplementation(impl);
   } catch (const dnnl::error&) {
     return false;

@@ -3,8 +3,10 @@
 // adjacent dimensions (vec_common.hpp), so that same-shape, scalar, row and column patterns all
 // run as inner loops whose operands are contiguous (stride 1) or scalars (stride 0).
 // Integer arithmetic wraps around instead of overflowing (no undefined behaviour).
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/vec_common.hpp"
@@ -267,35 +269,21 @@ GRAFT_VEC_LOOP void selectRun(const bool* c, const U* x, const U* y, U* o, int64
   for (int64_t i = 0; i < n; ++i) o[i] = c[i * SC] ? x[i * SX] : y[i * SY];
 }
 
+// selectRun with condition, x and y strides given by the bits of Code (4, 2, 1).
+template <class U, int Code>
+void selectStrided(const bool* c, const U* x, const U* y, U* o, int64_t n) {
+  GRAFT_VEC_RUN(selectRun<(Code >> 2) & 1, (Code >> 1) & 1, Code & 1>(c, x, y, o, n));
+}
+
+template <class U, int... Codes>
+constexpr auto selectTable(std::integer_sequence<int, Codes...>) {
+  return std::array{&selectStrided<U, Codes>...};
+}
+
 template <class U>
 void selectAny(const bool* c, int64_t sc, const U* x, int64_t sx, const U* y, int64_t sy, U* o, int64_t n) {
-  int code = (sc ? 4 : 0) | (sx ? 2 : 0) | (sy ? 1 : 0);
-  switch (code) {
-    case 0:
-      GRAFT_VEC_RUN(selectRun<0, 0, 0>(c, x, y, o, n));
-      break;
-    case 1:
-      GRAFT_VEC_RUN(selectRun<0, 0, 1>(c, x, y, o, n));
-      break;
-    case 2:
-      GRAFT_VEC_RUN(selectRun<0, 1, 0>(c, x, y, o, n));
-      break;
-    case 3:
-      GRAFT_VEC_RUN(selectRun<0, 1, 1>(c, x, y, o, n));
-      break;
-    case 4:
-      GRAFT_VEC_RUN(selectRun<1, 0, 0>(c, x, y, o, n));
-      break;
-    case 5:
-      GRAFT_VEC_RUN(selectRun<1, 0, 1>(c, x, y, o, n));
-      break;
-    case 6:
-      GRAFT_VEC_RUN(selectRun<1, 1, 0>(c, x, y, o, n));
-      break;
-    default:
-      GRAFT_VEC_RUN(selectRun<1, 1, 1>(c, x, y, o, n));
-      break;
-  }
+  static constexpr auto kVariants = selectTable<U>(std::make_integer_sequence<int, 8>{});
+  kVariants[(sc ? 4 : 0) | (sx ? 2 : 0) | (sy ? 1 : 0)](c, x, y, o, n);
 }
 
 ops::KernelFn whereKernel(ops::CompileContext& c) {
