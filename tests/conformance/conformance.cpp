@@ -45,6 +45,12 @@ namespace fs = std::filesystem;
 using namespace graft;
 
 namespace {
+// In an expected-failures reason: the case draws unseeded random numbers that can match the stored
+// ones, so its passing does not make the entry stale.
+constexpr const char* kMayPassByChance = "may pass by chance";
+}  // namespace
+
+namespace {
 
 std::string readAll(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -305,6 +311,7 @@ int main(int argc, char** argv) {
     }
   }
   std::map<std::string, std::string> expected;
+  std::set<std::string> byChance;  // entries that may pass by chance (kMayPassByChance)
   if (!expectedFile.empty()) {
     std::ifstream f(expectedFile);
     if (!f) {
@@ -333,6 +340,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       expected[name] = why;
+      if (why.find(kMayPassByChance) != std::string::npos) byChance.insert(name);
     }
   }
   const std::vector<std::string> folders = {"node", "simple", "pytorch-converted", "pytorch-operator", "light"};
@@ -342,7 +350,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::map<std::string, std::pair<int, int>> rate;  // folder -> (passed, total)
-  std::vector<std::string> unexpectedFailures, unexpectedPasses, failures, crashes;
+  std::vector<std::string> unexpectedFailures, unexpectedPasses, chancePasses, failures, crashes;
   for (const auto& folder : folders) {
     fs::path root = fs::path(dataDir) / folder;
     if (!fs::exists(root)) continue;
@@ -361,7 +369,7 @@ int main(int argc, char** argv) {
       if (!o.pass) failures.push_back(name + ": " + oneLine(o.message));
       if (o.crashed) crashes.push_back(name + ": " + oneLine(o.message));
       if (!o.pass && !isExpected) unexpectedFailures.push_back(name + ": " + oneLine(o.message));
-      if (o.pass && isExpected) unexpectedPasses.push_back(name);
+      if (o.pass && isExpected) (byChance.count(name) ? chancePasses : unexpectedPasses).push_back(name);
     }
   }
   std::ostringstream report;
@@ -384,6 +392,12 @@ int main(int argc, char** argv) {
     std::cout << "\n" << unexpectedPasses.size() << " case(s) on the expected-failures list now pass (remove them):\n";
     for (const auto& n : unexpectedPasses) std::cout << "  " << n << "\n";
   }
+  if (!chancePasses.empty()) {
+    std::cout << "\n"
+              << chancePasses.size() << " case(s) on the list passed this time by chance (random draws that"
+              << " matched the stored ones; marked '" << kMayPassByChance << "'):\n";
+    for (const auto& n : chancePasses) std::cout << "  " << n << "\n";
+  }
   if (!reportFile.empty()) {
     std::ofstream f(reportFile);
     f << report.str();
@@ -403,8 +417,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   // --fail-on-stale keeps the list honest: a listed case that passes fails the run until its
-  // entry goes. (No listed case passes by chance: the random ops' entries compare against draws
-  // no implementation can reproduce.) With --filter, only the cases run are judged.
+  // entry goes. Entries whose reason says kMayPassByChance are left out: unseeded random ops whose
+  // fresh draws can match the stored ones (Bernoulli's 10 draws: 1 run in 164 each, 4 such cases on two
+  // devices: about 1 make test in 20 failed, as on 2026-12-05). With --filter, only the cases run
+  // are judged.
   if (failOnStale && !unexpectedPasses.empty()) return 1;
   return 0;
 }
