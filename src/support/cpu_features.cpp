@@ -19,16 +19,30 @@ CpuFeatures detect() {
   f.avx = __builtin_cpu_supports("avx");
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.x86_64_v3 = __builtin_cpu_supports("x86-64-v3");
-  f.x86_64_v4 = __builtin_cpu_supports("x86-64-v4");
-  // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
+  // The rest from CPUID itself: clang 14's __builtin_cpu_supports knows neither "f16c" nor the
+  // "x86-64-v3"/"x86-64-v4" levels. (The OS's support of the AVX and AVX-512 registers is in the
+  // builtin's avx/avx512f answers, which these follow.)
   unsigned a = 0, b = 0, c = 0, d = 0;
+  bool f16c = false, movbe = false, bmi1 = false, bmi2 = false, lzcnt = false, avx512cd = false;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    f16c = (c >> 29) & 1;
+    movbe = (c >> 22) & 1;
+  }
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    bmi1 = (b >> 3) & 1;
+    bmi2 = (b >> 8) & 1;
+    avx512cd = (b >> 28) & 1;
+  }
+  if (__get_cpuid(0x80000001u, &a, &b, &c, &d)) lzcnt = (c >> 5) & 1;
+  f.f16c = f.avx && f16c;
+  f.x86_64_v3 = f.avx2 && f.fma && f.f16c && bmi1 && bmi2 && lzcnt && movbe;
+  f.x86_64_v4 = f.x86_64_v3 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && avx512cd;
+  // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
   if (f.avx512f && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a >> 5) & 1;
 #endif
   return f;

@@ -332,7 +332,9 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
       // oneDNN runs sequentially inside a parallel region) and cell; a spinning barrier ends
       // the step, since the next one reads every unit of h.
       onTeam(stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
-        auto [u0, u1] = unitRange(H, tid, team);
+        // (Not a structured binding: GRAFT_VEC_RUN's lambda captures them, which clang 14 refuses.)
+        const std::pair<int64_t, int64_t> units = unitRange(H, tid, team);
+        const int64_t u0 = units.first, u1 = units.second;
         const float* hp = h0 ? h0 + d * NH : zeros.data();
         const float* cp = c0 ? c0 + d * NH : zeros.data();
         int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
@@ -444,7 +446,9 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       else
         std::fill(dc.begin(), dc.end(), 0.0f);
       onTeam(2.0 * N * G * H >= kParallelStepFlops ? nt : 1, [&](int tid, int team, SpinBarrier* barrier) {
-        auto [u0, u1] = unitRange(H, tid, team);
+        // (Not a structured binding: GRAFT_VEC_RUN's lambda captures them, which clang 14 refuses.)
+        const std::pair<int64_t, int64_t> units = unitRange(H, tid, team);
+        const int64_t u0 = units.first, u1 = units.second;
         for (int64_t step = T - 1; step >= 0; --step) {
           int64_t t = backward ? T - 1 - step : step;
           if (dy) {

@@ -134,6 +134,19 @@ TEST(CpuFeatures, IsaLimitPicksTheVecLoopVariant) {
   }
 }
 
+// graft reads f16c and the x86-64-v3/v4 levels from CPUID itself (clang 14's builtin knows
+// neither): they agree with GCC's __builtin_cpu_supports on this host.
+TEST(CpuFeatures, LevelsAgreeWithTheCompilersBuiltin) {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+  const auto& host = support::hostCpuFeatures();
+  EXPECT_EQ(host.f16c, __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") != 0);
+  EXPECT_EQ(host.x86_64_v3, __builtin_cpu_supports("x86-64-v3") != 0);
+  EXPECT_EQ(host.x86_64_v4, __builtin_cpu_supports("x86-64-v4") != 0);
+#else
+  GTEST_SKIP() << "needs GCC's __builtin_cpu_supports levels (GCC 12+ on x86-64)";
+#endif
+}
+
 TEST(CpuFeatures, UnknownIsaNamesTheVariable) {
   try {
     support::parseCpuIsa("avx9000");
