@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/bf16.hpp"
+#include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/reorder_stats.hpp"
 #include "ops/conv_util.hpp"
 #include "ops/elementwise_table.hpp"
@@ -343,6 +345,15 @@ memory PackedOperand::get(const NDArray& a) {
   if (!reorder_) return wrap(user_, a);
   if (!constant_) execute(reorderPrim_, {{DNNL_ARG_FROM, wrap(user_, a)}, {DNNL_ARG_TO, packed_}});
   return packed_;
+}
+
+bool acceptImplementation(const std::string& impl, bool bf16, const char* f32Why) {
+  if (bf16 && isReferenceImplementation(impl)) return false;
+  if (!bf16Compute())
+    noteImplementation(impl);
+  else
+    noteImplementation(f32Why ? bf16ImplementationNote(impl, bf16, f32Why) : bf16ImplementationNote(impl, bf16));
+  return true;
 }
 
 }  // namespace graft::backends::cpu::onednn

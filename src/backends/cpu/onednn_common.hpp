@@ -61,6 +61,12 @@ bool createPreferringBf16(const Create& create) {
   return (bf16Compute() && create(true)) || create(false);
 }
 
+/// In a create(bf16) of createPreferringBf16, given the implementation oneDNN picked: false where
+/// a bf16 attempt got oneDNN's reference loops (the float32 attempt follows); otherwise records it
+/// for the step (in a bf16 backend with bf16ImplementationNote's ", bf16", or ", f32: " and
+/// f32Why or the default reason) and returns true.
+bool acceptImplementation(const std::string& impl, bool bf16, const char* f32Why = nullptr);
+
 /// The channel block oneDNN's direct convolutions use on this machine (8 with AVX2, 16 with
 /// AVX-512), found by asking oneDNN which layout it prefers; 0 when it prefers none.
 int preferredChannelBlock();

@@ -112,6 +112,25 @@ struct Adapter {
   }
   // Scratch in the primitive's layout (allocated per run: it lives only for this node).
   NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(prim.get_size())}); }
+  // Input a as the primitive reads it: a itself, or its copy into `keep` in the primitive's layout.
+  memory input(const NDArray& a, NDArray& keep) const {
+    memory m = wrap(user, a);
+    if (!needed) return m;
+    keep = scratch();
+    memory p = wrap(prim, keep);
+    execute(toPrim, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, p}});
+    return p;
+  }
+  // Where the primitive writes output y: y itself, or `keep` in its layout (then written()).
+  memory output(NDArray& y, NDArray& keep) const {
+    if (!needed) return wrap(user, y);
+    keep = scratch();
+    return wrap(prim, keep);
+  }
+  // After the primitive wrote `m` (output()'s): y from it, where it was a scratch.
+  void written(const memory& m, NDArray& y) const {
+    if (needed) execute(toUser, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, wrap(user, y)}});
+  }
 };
 
 struct ConvState {
@@ -186,11 +205,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
                       : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
                                  yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
       CF::primitive_desc pd(d, attr, engine());
-      std::string impl = pd.impl_info_str();
-      if (bf16 && isReferenceImplementation(impl)) return false;
-      noteImplementation(!bf16Compute() ? impl
-                         : depthwise    ? bf16ImplementationNote(impl, false, kDepthwiseStaysF32)
-                                        : bf16ImplementationNote(impl, bf16));
+      if (!acceptImplementation(pd.impl_info_str(), bf16, depthwise ? kDepthwiseStaysF32 : nullptr)) return false;
       st->prim = CF(pd);
       st->src.init(xUser, pd.src_desc(), true, false);
       st->dst.init(yUser, pd.dst_desc(), c.sum, true);
@@ -206,18 +221,9 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     const NDArray& x = k.input(0);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
     NDArray xs, ys;
-    memory src = wrap(st->src.user, x), dst = wrap(st->dst.user, y);
-    if (st->src.needed) {
-      xs = st->src.scratch();
-      memory m = wrap(st->src.prim, xs);
-      execute(st->src.toPrim, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}});
-      src = m;
-    }
+    memory src = st->src.input(x, xs), dst = st->dst.output(y, ys);
     if (st->dst.needed) {
-      ys = st->dst.scratch();
-      memory m = wrap(st->dst.prim, ys);
-      if (st->sum) execute(st->dst.toPrim, {{DNNL_ARG_FROM, wrap(st->dst.user, k.input(3))}, {DNNL_ARG_TO, m}});
-      dst = m;
+      if (st->sum) execute(st->dst.toPrim, {{DNNL_ARG_FROM, wrap(st->dst.user, k.input(3))}, {DNNL_ARG_TO, dst}});
     } else if (st->sum && y.rawData() != k.input(3).rawData()) {
       // (The memory plan usually gives Y the residual's buffer: nothing to copy then.)
       std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
@@ -226,7 +232,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
     execute(st->prim, args);
-    if (st->dst.needed) execute(st->dst.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->dst.user, y)}});
+    st->dst.written(dst, y);
     if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
     if (st->padRows) rezeroPadding(*st, y.data<float>());
   };
@@ -323,9 +329,7 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
                       : DF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, xPrim, wAny,
                                  yPrim, c.strides, c.dilation, c.padBegin, c.padEnd);
       DF::primitive_desc pd(d, engine());
-      std::string impl = pd.impl_info_str();
-      if (bf16 && isReferenceImplementation(impl)) return false;
-      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      if (!acceptImplementation(pd.impl_info_str(), bf16)) return false;
       st->prim = DF(pd);
       st->src.init(xUser, pd.src_desc(), true, false);
       st->dst.init(yUser, pd.dst_desc(), false, true);
@@ -340,22 +344,12 @@ ops::KernelFn makeDeconv(ops::CompileContext& ctx) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
     NDArray xs, ys;
-    memory src = wrap(st->src.user, k.input(0)), dst = wrap(st->dst.user, y);
-    if (st->src.needed) {
-      xs = st->src.scratch();
-      memory m = wrap(st->src.prim, xs);
-      execute(st->src.toPrim, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, m}});
-      src = m;
-    }
-    if (st->dst.needed) {
-      ys = st->dst.scratch();
-      dst = wrap(st->dst.prim, ys);
-    }
+    memory src = st->src.input(k.input(0), xs), dst = st->dst.output(y, ys);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
     if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
     execute(st->prim, args);
-    if (st->dst.needed) execute(st->dst.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->dst.user, y)}});
+    st->dst.written(dst, y);
   };
 }
 
@@ -476,16 +470,6 @@ struct ConvGradState {
   int threads = 1;
 };
 
-// Wraps input `a` for the primitive, reordering into `scratch` when the layouts differ.
-memory toPrim(const Adapter& ad, const NDArray& a, NDArray& scratch) {
-  memory m = wrap(ad.user, a);
-  if (!ad.needed) return m;
-  scratch = ad.scratch();
-  memory p = wrap(ad.prim, scratch);
-  execute(ad.toPrim, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, p}});
-  return p;
-}
-
 ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convGradConfig(n);
@@ -504,9 +488,7 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       auto pd = gradInputPrimitive(c, xAny, wAny, yAny, pinned ? xAny : memory::desc(toDims(c.x), dt, any));
-      std::string impl = pd.impl_info_str();
-      if (bf16 && isReferenceImplementation(impl)) return false;
-      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      if (!acceptImplementation(pd.impl_info_str(), bf16)) return false;
       st->prim = dnnl::convolution_backward_data(pd);
       st->a.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
       st->out.init(layoutDesc(c.x, c.xBlock), pd.diff_src_desc(), false, true);
@@ -521,15 +503,10 @@ ops::KernelFn makeConvGradInput(ops::CompileContext& ctx) {
     setThreads(st->threads);
     NDArray& dx = k.allocOutputUninit(0, DataType::Float, st->outShape);
     NDArray dyScratch, dxScratch;
-    memory dy = toPrim(st->a, k.input(0), dyScratch);
-    memory dst = wrap(st->out.user, dx);
-    if (st->out.needed) {
-      dxScratch = st->out.scratch();
-      dst = wrap(st->out.prim, dxScratch);
-    }
+    memory dy = st->a.input(k.input(0), dyScratch), dst = st->out.output(dx, dxScratch);
     execute(st->prim,
             {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DIFF_SRC, dst}});
-    if (st->out.needed) execute(st->out.toUser, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(st->out.user, dx)}});
+    st->out.written(dst, dx);
   };
 }
 
@@ -553,10 +530,8 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     try {
       auto pd = gradWeightPrimitive(c, xAny, wAny, c.bias ? &st->biasDesc : nullptr, yAny,
                                     memory::desc(weightDims(c.w, c.group), dt, any));
-      std::string impl = pd.impl_info_str();
-      if (bf16 && isReferenceImplementation(impl)) return false;
       if (c.bias && pd.diff_bias_desc() != st->biasDesc) return false;
-      noteImplementation(bf16Compute() ? bf16ImplementationNote(impl, bf16) : impl);
+      if (!acceptImplementation(pd.impl_info_str(), bf16)) return false;
       st->prim = dnnl::convolution_backward_weights(pd);
       st->a.init(layoutDesc(c.x, c.xBlock), pd.src_desc(), true, false);
       st->b.init(layoutDesc(c.y, c.yBlock), pd.diff_dst_desc(), true, false);
@@ -576,8 +551,7 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
     setThreads(st->threads);
     NDArray& dw = k.allocOutputUninit(0, DataType::Float, st->outShape);
     NDArray xScratch, dyScratch, dwScratch;
-    memory x = toPrim(st->a, k.input(0), xScratch);
-    memory dy = toPrim(st->b, k.input(1), dyScratch);
+    memory x = st->a.input(k.input(0), xScratch), dy = st->b.input(k.input(1), dyScratch);
     memory dwm = wrap(st->dwUser, dw);
     if (st->dwReorder) {
       dwScratch = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(st->dwPrim.get_size())});

@@ -16,6 +16,7 @@ Broadcast Broadcast::make(const Shape& out, const std::vector<const Shape*>& inp
   size_t nk = inputs.size();
   b.numel = shapeNumel(out);
   std::vector<std::vector<int64_t>> full;
+  full.reserve(nk);
   for (const Shape* s : inputs) full.push_back(ops::broadcastStrides(*s, out));
   // Innermost first; size-1 dimensions carry no information and are dropped.
   std::vector<int64_t> dims;

@@ -101,6 +101,7 @@ void runFused(const Compiled& cp, ops::KernelContext& k, const std::string& what
     shapes.push_back(x.shape());
   }
   Shape os = ops::broadcastShapes(shapes, what);
+  shapePtrs.reserve(shapes.size());
   for (const Shape& s : shapes) shapePtrs.push_back(&s);
   std::vector<T*> outs;
   for (size_t o = 0; o < p.outputs.size(); ++o) outs.push_back(k.allocOutputUninit(o, p.dtype, os).template data<T>());

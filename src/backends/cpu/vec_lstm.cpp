@@ -130,7 +130,7 @@ GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h
       for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 4
         for (int q = 0; q < kParts; ++q) {
-          V w = *reinterpret_cast<const VU*>(rg[g] + k * kLanes + q * W);
+          V w = *reinterpret_cast<const VU*>(rg[g] + k * kLanes + q * int64_t{W});
 #pragma GCC unroll 4
           for (int n = 0; n < N; ++n) acc[n][g][q] += h[n * H + k] * w;
         }

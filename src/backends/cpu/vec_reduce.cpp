@@ -17,28 +17,28 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct SumOp {
-  static constexpr double init = 0;
+  static constexpr double kInit = 0;
   double operator()(double a, double x) const { return a + x; }
   double combine(double a, double b) const { return a + b; }
 };
 struct SumSquareOp {
-  static constexpr double init = 0;
+  static constexpr double kInit = 0;
   double operator()(double a, double x) const { return a + x * x; }
   double combine(double a, double b) const { return a + b; }
 };
 struct L1Op {
-  static constexpr double init = 0;
+  static constexpr double kInit = 0;
   double operator()(double a, double x) const { return a + std::fabs(x); }
   double combine(double a, double b) const { return a + b; }
 };
 // NaN wins: once the accumulator is NaN no comparison replaces it.
 struct MaxOp {
-  static constexpr double init = -kInf;
+  static constexpr double kInit = -kInf;
   double operator()(double a, double x) const { return (x > a || x != x) ? x : a; }
   double combine(double a, double b) const { return (*this)(a, b); }
 };
 struct MinOp {
-  static constexpr double init = kInf;
+  static constexpr double kInit = kInf;
   double operator()(double a, double x) const { return (x < a || x != x) ? x : a; }
   double combine(double a, double b) const { return (*this)(a, b); }
 };
@@ -48,7 +48,7 @@ template <class Op, class T>
 GRAFT_VEC_LOOP double foldRun(const T* p, int64_t n, Op op) {
   constexpr int kW = 16;
   double acc[kW];
-  for (int l = 0; l < kW; ++l) acc[l] = Op::init;
+  for (int l = 0; l < kW; ++l) acc[l] = Op::kInit;
   int64_t i = 0;
   for (; i + kW <= n; i += kW)
     for (int l = 0; l < kW; ++l) acc[l] = op(acc[l], static_cast<double>(p[i + l]));
@@ -88,7 +88,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
   auto numOut = static_cast<int64_t>(bases.size());
   auto numRuns = static_cast<int64_t>(roffs.size());
   if (red.back()) {
-    if (numOut == 1 && numRuns == 1 && inner > 2 * 65536) {
+    if (numOut == 1 && numRuns == 1 && inner > int64_t{2} * 65536) {
       // One long contiguous reduction: fixed blocks folded in parallel, combined in order.
       constexpr int64_t kB = 65536;
       int64_t nb = (inner + kB - 1) / kB;
@@ -96,7 +96,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
       parallelRanges(pool, nb, 1, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) part[i] = GRAFT_VEC_RUN(foldRun(in + i * kB, std::min(kB, inner - i * kB), op));
       });
-      double acc = Op::init;
+      double acc = Op::kInit;
       for (double v : part) acc = op.combine(acc, v);
       out[0] = acc;
       return;
@@ -104,7 +104,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
     int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, inner * numRuns));
     parallelRanges(pool, numOut, grain, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
-        double acc = Op::init;
+        double acc = Op::kInit;
         for (int64_t ro : roffs) acc = op.combine(acc, GRAFT_VEC_RUN(foldRun(in + bases[o] + ro, inner, op)));
         out[o] = acc;
       }
@@ -120,7 +120,7 @@ void reduceWith(support::ThreadPool& pool, const T* in, const Shape& shape, cons
     for (int64_t t = b; t < e; ++t) {
       int64_t g = t / chunks, c0 = (t % chunks) * kChunk, len = std::min(kChunk, inner - c0);
       double* acc = out + g * inner + c0;
-      for (int64_t j = 0; j < len; ++j) acc[j] = Op::init;
+      for (int64_t j = 0; j < len; ++j) acc[j] = Op::kInit;
       for (int64_t ro : roffs) GRAFT_VEC_RUN(foldColumns(acc, in + bases[g] + ro + c0, len, op));
     }
   });

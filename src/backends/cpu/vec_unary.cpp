@@ -173,13 +173,13 @@ bool numericInput(const ir::Node& n) { return typeIn(n.input(0), ops::kNumeric);
 // Registers row R's kernel when it is a unary op (Set: its element types).
 template <ops::ew::Op R, uint32_t Set, class Add>
 void addRow(Add& add, int64_t grain) {
-  constexpr const ops::ew::Row& row = ops::ew::row(R);
-  if constexpr (row.arity == 1 && row.type[0] != 0) {
+  constexpr const ops::ew::Row& kRow = ops::ew::row(R);
+  if constexpr (kRow.arity == 1 && kRow.type[0] != 0) {
     auto pred = [](const ir::Node& n) { return typeIn(n.input(0), Set); };
-    add(row.type, row.domain, pred,
+    add(kRow.type, kRow.domain, pred,
         unaryWith<Set>(
             [](const ir::Node& n) {
-              ops::ew::Row::Params p = ops::ew::params(row, n);
+              ops::ew::Row::Params p = ops::ew::params(kRow, n);
               return ops::ew::Unary<R, VecMath>{p.p0, p.p1};
             },
             grain));
@@ -200,9 +200,9 @@ ActivationFn inPlace(F f, int64_t grain) {
 // Row R's formula as a fused activation (the rows that fuse: unary, with a post-op).
 template <ops::ew::Op R>
 ActivationFn rowActivation(float alpha, float beta) {
-  constexpr const ops::ew::Row& row = ops::ew::row(R);
-  if constexpr (row.arity == 1 && row.postOp())
-    return inPlace(ops::ew::Unary<R, VecMath>{alpha, beta}, row.costly ? kGrainCostly : kGrainCheap);
+  constexpr const ops::ew::Row& kRow = ops::ew::row(R);
+  if constexpr (kRow.arity == 1 && kRow.postOp())
+    return inPlace(ops::ew::Unary<R, VecMath>{alpha, beta}, kRow.costly ? kGrainCostly : kGrainCheap);
   else
     return {};
 }
@@ -237,10 +237,10 @@ GRAFT_REGISTER_CPU_KERNELS(vec_unary) {
   addRow<ops::ew::Op::Id, ops::k##Ty>(add, Cost ? kGrainCostly : kGrainCheap);
   GRAFT_EW_ALL(GRAFT_EW_X)
 #undef GRAFT_EW_X
-  constexpr auto F = ops::kFloats;
-  add("Round", "", floatInput, unary<F>(RoundF{}, kGrainCheap));
+  constexpr auto kF = ops::kFloats;
+  add("Round", "", floatInput, unary<kF>(RoundF{}, kGrainCheap));
   add("Celu", "", floatInput,
-      unaryWith<F>(
+      unaryWith<kF>(
           [](const ir::Node& n) {
             float a = n.attrFloat("alpha", 1.0f);
             GRAFT_CHECK(a != 0.0f, "{}: alpha must not be 0", n.describe());
