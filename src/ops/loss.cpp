@@ -121,7 +121,9 @@ KernelFn nllKernel(CompileContext& c) {
   return [=](KernelContext& k) {
     const NDArray& p = k.input(0);
     const NDArray& labels = k.input(1);
-    auto [rows, classes] = nllShapes(p, labels, what);
+    // Not a structured binding: the dispatch lambda below captures them (clang 14 refuses that).
+    const std::pair<int64_t, int64_t> shapes = nllShapes(p, labels, what);
+    const int64_t rows = shapes.first, classes = shapes.second;
     dispatch<kFloats>(p.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       std::vector<double> v(static_cast<size_t>(rows), 0.0);
@@ -147,7 +149,9 @@ KernelFn nllGradKernel(CompileContext& c) {
     const NDArray& p = k.input(0);
     const NDArray& labels = k.input(1);
     const NDArray& dy = k.input(2);
-    auto [rows, classes] = nllShapes(p, labels, what);
+    // Not a structured binding: the dispatch lambda below captures them (clang 14 refuses that).
+    const std::pair<int64_t, int64_t> shapes = nllShapes(p, labels, what);
+    const int64_t rows = shapes.first, classes = shapes.second;
     dispatch<kFloats>(p.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = ComputeType<T>;

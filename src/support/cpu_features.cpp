@@ -96,6 +96,9 @@ void setCpuIsaLimit(CpuIsa isa) {
   detail::vecLoopIsaCache.store(static_cast<int>(loopIsaOf(s.current)), std::memory_order_relaxed);
 }
 
+// Constant-initialised (std::atomic's constexpr constructor): valid before any static constructor.
+std::atomic<int> detail::vecLoopIsaCache{-1};
+
 CpuIsa detail::detectVecLoopIsa() {
   CpuIsa isa = loopIsaOf(state().current);
   vecLoopIsaCache.store(static_cast<int>(isa), std::memory_order_relaxed);

@@ -47,7 +47,7 @@ CpuIsa vecLoopIsa();
 CpuIsa parseCpuIsa(const std::string& name);
 
 namespace detail {
-inline std::atomic<int> vecLoopIsaCache{-1};  // a CpuIsa; -1 until the first call
+extern std::atomic<int> vecLoopIsaCache;  // a CpuIsa; -1 until the first call (cpu_features.cpp)
 CpuIsa detectVecLoopIsa();
 }  // namespace detail
 
