@@ -5,6 +5,9 @@
 //   FusedConv(X, W, B?, Sum?)      Y = act(Conv(X, W, B) + Sum); Conv's attributes, plus the
 //                                  activation attributes below and x_block / y_block: X (and
 //                                  Y, Sum) channel-blocked with that block when non-zero.
+//                                  X and Sum may be BFLOAT16, and y_dtype (FLOAT, default, or
+//                                  BFLOAT16) is Y's type: computed in float32, then rounded
+//                                  (the bf16 activations of enableBf16 sessions).
 //   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A', B') + Bias)' where A' = Transpose(A, perm_a),
 //                                  B' = Transpose(B, perm_b) and the result is transposed
 //                                  with perm_y, each when that attribute is present (folded
@@ -170,10 +173,24 @@ int64_t outChannels(const ir::Node& n, const ir::Tensor* w) {
   return w->info().dims()[0].value;
 }
 
+// t as FLOAT where it is a BFLOAT16 activation (FusedConv's X and Sum may be: exact).
+ir::Tensor* asFloat(ir::Graph& g, ir::Tensor* t) {
+  if (!t || t->info().dataType() != DataType::BFloat16) return t;
+  ir::Attributes a;
+  a.set("to", static_cast<int64_t>(DataType::Float));
+  return addInner(g, "Cast", "", {t}, a);
+}
+
 std::vector<ir::Tensor*> fusedConv(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
   int64_t xb = n.attrInt("x_block", 0), yb = n.attrInt("y_block", 0);
   GRAFT_CHECK(xb >= 0 && yb >= 0, "{}: x_block and y_block must be >= 0", n.describe());
-  ir::Tensor* x = in.at(0);
+  // y_dtype: the type Y is stored in, FLOAT (1, the default) or BFLOAT16 (16: rounded to nearest
+  // even); the arithmetic is float32's either way.
+  const auto kFloat = static_cast<int64_t>(DataType::Float), kBf16 = static_cast<int64_t>(DataType::BFloat16);
+  int64_t yType = n.attrInt("y_dtype", kFloat);
+  GRAFT_CHECK(yType == kFloat || yType == kBf16, "{}: y_dtype must be {} (FLOAT) or {} (BFLOAT16), got {}",
+              n.describe(), kFloat, kBf16, yType);
+  ir::Tensor* x = asFloat(g, in.at(0));
   GRAFT_CHECK(x && in.size() >= 2 && in[1], "{}: FusedConv needs X and W", n.describe());
   if (xb) {
     const auto& w = in[1]->info();
@@ -184,10 +201,15 @@ std::vector<ir::Tensor*> fusedConv(const ir::Node& n, ir::Graph& g, const std::v
   if (in.size() > 2 && in[2]) convIn.push_back(in[2]);
   ir::Tensor* y = addInner(g, "Conv", "", convIn, pick(n, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}));
   if (in.size() > 3 && in[3]) {
-    ir::Tensor* s = yb ? unblock(g, in[3], outChannels(n, in[1])) : in[3];
+    ir::Tensor* s = asFloat(g, yb ? unblock(g, in[3], outChannels(n, in[1])) : in[3]);
     y = addInner(g, "Add", "", {y, s});
   }
   y = activation(n, g, y);
+  if (yType != kFloat) {
+    ir::Attributes a;
+    a.set("to", yType);
+    y = addInner(g, "Cast", "", {y}, a);
+  }
   if (yb) y = block(g, y, yb);
   return {y};
 }

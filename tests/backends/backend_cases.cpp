@@ -38,6 +38,11 @@ NDArray blockOf(const NDArray& x, int64_t b) {
   return runReference(c).at(0);
 }
 
+// x (float32) rounded to bf16, as a BFLOAT16 array (the reference's Cast: to nearest even).
+NDArray toBf16(const NDArray& x) {
+  return runReference(OpCase{"Cast", {x}, attrs({{"to", static_cast<int64_t>(DataType::BFloat16)}})}).at(0);
+}
+
 ir::Attributes activationAttrs(const std::string& act) {
   ir::Attributes a;
   if (act.empty()) return a;
@@ -209,6 +214,32 @@ void convCases() {
       if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
       add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
     }
+  // bf16 activations (y_dtype BFLOAT16, as the cpu-bf16-activations pass of enableBf16 sessions
+  // writes them): X float32 or bf16, Sum bf16, channels-last and 16-channel blocks; Relu (applied
+  // after the primitive, in its bf16 form), LeakyRelu (a post-op) or none; NaN and infinities in
+  // a bf16 X. Y is rounded to bf16, so results one bf16 step (2^-8 of the value) apart where the
+  // float32 sums straddle a rounding boundary are equal here: tolerance 1e-2.
+  for (bool blocked : {false, true})
+    for (bool xBf16 : {false, true})
+      for (bool sum : {false, true})
+        for (std::string act : {"Relu", "LeakyRelu", ""}) {
+          const int64_t C = 16, M = 32, xb = blocked ? 16 : C, yb = blocked ? 16 : M;
+          std::string n = std::string("FusedConv_bf16y_") + (blocked ? "b16" : "nhwc") + (xBf16 ? "_xbf16" : "_xf32") +
+                          (sum ? "_sum" : "") + "_" + (act.empty() ? "none" : act);
+          ir::Attributes a = activationAttrs(act);
+          a.set("pads", Ints{1, 1, 1, 1});
+          a.set("x_block", xb);
+          a.set("y_block", yb);
+          a.set("y_dtype", static_cast<int64_t>(DataType::BFloat16));
+          NDArray x = blockOf(rnd({2, C, 7, 7}, n + "x", -2, 2), xb);
+          std::vector<NDArray> in{xBf16 ? toBf16(x) : x, rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+          if (sum) in.push_back(toBf16(blockOf(rnd({2, M, 7, 7}, n + "s", -4, 4), yb)));
+          add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, 1e-2);
+          if (xBf16 && act == "Relu") {
+            in[0] = toBf16(blockOf(sprinkled(rnd({2, C, 7, 7}, n + "x", -2, 2)), xb));
+            add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, 1e-2);
+          }
+        }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},

@@ -82,6 +82,17 @@ const std::vector<std::string>& inferencePasses() {
   return p;
 }
 
+// Inference on a bf16 backend (SessionOptions.enableBf16): the same, then activations between
+// bf16 convolutions held in bf16 (bf16_activations.cpp).
+const std::vector<std::string>& bf16InferencePasses() {
+  static const std::vector<std::string> p = [] {
+    std::vector<std::string> q = inferencePasses();
+    q.push_back("cpu-bf16-activations");
+    return q;
+  }();
+  return p;
+}
+
 // A training step (forward, backward and optimizer graph): no weight freezing, and fusions that
 // keep every value the backward pass reads; in-place reuse is decided by the memory plan.
 const std::vector<std::string>& trainingPasses() {
@@ -112,7 +123,8 @@ class CpuBackend : public Backend {
     return (d && d->reference) || cpu::CpuKernelRegistry::instance().find(n);
   }
   const std::vector<std::string>& passes(PassMode mode) const override {
-    return mode == PassMode::Training ? trainingPasses() : inferencePasses();
+    if (mode == PassMode::Training) return trainingPasses();
+    return bf16_ ? bf16InferencePasses() : inferencePasses();
   }
   // The registered kernels that support the node, in priority order (in a bf16 backend, those
   // that honour bf16 first): the first whose factory does not decline (an empty KernelFn) runs

@@ -120,6 +120,14 @@ memory wrap(const memory::desc& d, const NDArray& a);
 /// implementation for that combination): the backend moves on to the next kernel.
 inline ops::KernelFn decline() { return {}; }
 
+/// What a FusedConv can do with bf16 activations (convBf16Support, onednn_conv.cpp; for the
+/// cpu-bf16-activations pass): `reads`: it runs a bf16 primitive that takes X as a bf16 tensor in
+/// its layout; `writes`: that primitive can also write Y as bf16.
+struct Bf16ConvSupport {
+  bool reads = false, writes = false;
+};
+Bf16ConvSupport convBf16Support(const ir::Node& n);
+
 /// Sliding-window geometry resolved from ONNX attributes against static shapes. oneDNN's
 /// dilation is ONNX's minus one.
 struct Window {

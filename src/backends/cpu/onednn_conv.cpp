@@ -5,7 +5,9 @@
 // compile time; combinations oneDNN has no implementation for run the reference kernel.
 // Under bf16Compute() (SessionOptions.enableBf16) every one of them reads bf16 operands (the
 // float32 activations converted where they enter, weights once when constant) and accumulates
-// and writes float32; float32 where oneDNN has no fast bf16 implementation for the node.
+// and writes float32; float32 where oneDNN has no fast bf16 implementation for the node. A
+// FusedConv's X, Sum and Y may also be bf16 tensors (y_dtype; the cpu-bf16-activations pass):
+// read and written as they are by a bf16 primitive, converted at the node by a float32 one.
 #include <cstring>
 
 #include "backends/cpu/bf16.hpp"
@@ -15,6 +17,7 @@
 #include "ops/conv_util.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
+#include "support/cpu_features.hpp"
 
 namespace graft::backends::cpu::onednn {
 namespace {
@@ -31,13 +34,25 @@ struct ConvConfig {
   Window win;
   int xBlock = 0, yBlock = 0;
   bool bias = false, sum = false;
+  memory::data_type xType = memory::data_type::f32, yType = memory::data_type::f32;  // Sum: like Y
 };
+
+// A FusedConv's activations (X, Sum, Y) may be float32 or bf16 tensors.
+std::optional<memory::data_type> activationType(const ir::Tensor* t, bool fused) {
+  if (isStaticFloat(t)) return memory::data_type::f32;
+  if (fused && t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::BFloat16)
+    return memory::data_type::bf16;
+  return std::nullopt;
+}
 
 std::optional<ConvConfig> convConfig(const ir::Node& n) {
   bool fused = n.domain() == ops::kGraftDomain;
-  if (!isStaticFloat(n.input(0)) || !isStaticFloat(n.input(1)) || !isStaticFloat(n.output(0))) return std::nullopt;
+  auto xType = activationType(n.input(0), fused), yType = activationType(n.output(0), fused);
+  if (!xType || !isStaticFloat(n.input(1)) || !yType) return std::nullopt;
   if (n.numOutputs() != 1) return std::nullopt;
   ConvConfig c;
+  c.xType = *xType;
+  c.yType = *yType;
   c.group = n.attrInt("group", 1);
   c.xBlock = fused ? static_cast<int>(n.attrInt("x_block", 0)) : 0;
   c.yBlock = fused ? static_cast<int>(n.attrInt("y_block", 0)) : 0;
@@ -66,7 +81,8 @@ std::optional<ConvConfig> convConfig(const ir::Node& n) {
     c.bias = true;
   }
   if (fused && n.hasInput(3)) {
-    if (!isStaticFloat(n.input(3)) || n.input(3)->info().shape() != n.output(0)->info().shape()) return std::nullopt;
+    if (activationType(n.input(3), fused) != c.yType || n.input(3)->info().shape() != n.output(0)->info().shape())
+      return std::nullopt;
     c.sum = true;
   }
   if (n.numInputs() > (fused ? 4u : 3u)) return std::nullopt;
@@ -139,9 +155,11 @@ struct ConvState {
   memory::desc biasDesc;
   Adapter src, dst;
   Shape yShape;
+  DataType yType = DataType::Float;
   bool bias = false, sum = false;
   int threads = 1;
   ActivationFn act;  // applied after the primitive (activationAfterPrimitive)
+  bool reluBf16 = false;  // Relu after the primitive on a bf16 Y (reluBf16InPlace)
   // A channel-blocked output whose last block of channels is partial: its padding lanes (from
   // padLanes on) are zeroed after the primitive and the activation.
   int64_t padRows = 0, padBlock = 0, padLanes = 0, padSpatial = 0, padBlocks = 0;
@@ -159,6 +177,23 @@ void rezeroPadding(const ConvState& st, float* y) {
   }
 }
 
+bool isPlainRelu(const ir::Node& n) {
+  return n.attrString("activation", "") == "Relu" && n.attrString("activation_domain", "").empty();
+}
+
+// Relu's formula (x < 0 ? 0 : x: NaN and -0 kept) over n bf16 values in place: the negative
+// finite values and -inf become +0.
+void reluBf16InPlace(support::ThreadPool& pool, uint16_t* y, int64_t n) {
+  pool.parallelFor(n, 1 << 14, [y](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      uint16_t v = y[i];
+      uint16_t mag = v & 0x7fffu;
+      bool negative = (v & 0x8000u) && static_cast<uint16_t>(mag - 1u) < 0x7f80u;
+      y[i] = negative ? uint16_t{0} : v;
+    }
+  });
+}
+
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convConfig(n);
@@ -167,13 +202,12 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   st->bias = c.bias;
   st->sum = c.sum;
   st->yShape = n.output(0)->info().shape();
-  memory::desc xUser = layoutDesc(c.x, c.xBlock), yUser = layoutDesc(c.y, c.yBlock);
+  memory::desc xUser = layoutDesc(c.x, c.xBlock, c.xType), yUser = layoutDesc(c.y, c.yBlock, c.yType);
   // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
-  // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A bf16
-  // source is converted at the node anyway: into the layout oneDNN picks.
+  // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A float32
+  // source of a bf16 primitive is converted at the node anyway: into the layout oneDNN picks.
   bool pinned = c.xBlock || c.yBlock;
   auto any = memory::format_tag::any;
-  memory::desc yPrim = pinned ? yUser : memory::desc(toDims(c.y), memory::data_type::f32, any);
   st->biasDesc = plainDesc({c.w[0]});
   dnnl::post_ops po;
   if (c.sum) po.append_sum(1.f);
@@ -188,6 +222,16 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     st->padLanes = c.y[1] % c.yBlock;
     st->padSpatial = shapeNumel(spatial(c.y));
   }
+  // A bf16 Y: the padding's re-zeroing writes float32, and of the activations applied after the
+  // primitive only Relu has its bf16 form here (it commutes with rounding: exact).
+  const bool bf16Out = c.yType == memory::data_type::bf16;
+  if (bf16Out && st->act) {
+    if (!isPlainRelu(n)) return decline();
+    st->act = {};
+    st->reluBf16 = true;
+  }
+  if (bf16Out && st->padRows) return decline();
+  st->yType = bf16Out ? DataType::BFloat16 : DataType::Float;
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   // A depthwise convolution is bound by memory, not by FMAs: in bf16 it gains nothing and its
@@ -196,7 +240,12 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const bool depthwise = c.group > 1 && c.group == c.x[1] && c.group == c.y[1];
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    memory::desc xPrim = pinned && !bf16 ? xUser : memory::desc(toDims(c.x), dt, any);
+    // Pinned activations in the primitive's data type: as given where the tensor has it, else
+    // converted at the node (into the same layout when pinned).
+    memory::desc xPrim =
+        pinned && (!bf16 || c.xType == dt) ? layoutDesc(c.x, c.xBlock, dt) : memory::desc(toDims(c.x), dt, any);
+    memory::desc yPrim = pinned ? layoutDesc(c.y, c.yBlock, bf16 ? c.yType : memory::data_type::f32)
+                                : memory::desc(toDims(c.y), memory::data_type::f32, any);
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       using CF = dnnl::convolution_forward;
@@ -219,7 +268,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
-    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    NDArray& y = k.allocOutputUninit(0, st->yType, st->yShape);
     NDArray xs, ys;
     memory src = st->src.input(x, xs), dst = st->dst.output(y, ys);
     if (st->dst.needed) {
@@ -234,6 +283,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     execute(st->prim, args);
     st->dst.written(dst, y);
     if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
+    if (st->reluBf16) reluBf16InPlace(k.pool(), static_cast<uint16_t*>(y.rawData()), y.numel());
     if (st->padRows) rezeroPadding(*st, y.data<float>());
   };
 }
@@ -610,6 +660,43 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
   for (bool x : {xFirst, !xFirst})
     if (fast(impl(x ? xT : plainDesc(c.x), yT, nullptr))) return std::make_pair(x, true);
   return std::nullopt;
+}
+
+// For the cpu-bf16-activations pass: whether FusedConv `n` (channel-blocked output) runs a bf16
+// primitive that reads X as a bf16 tensor in its assigned layout (oneDNN has a fast bf16
+// implementation for it, and it is not depthwise: those stay float32), and whether it can also
+// write Y as bf16 (nothing after the primitive writes float32: no activation oneDNN cannot fuse
+// other than Relu, no partial channel block).
+Bf16ConvSupport convBf16Support(const ir::Node& n) {
+  if (n.domain() != ops::kGraftDomain || !support::cpuFeatures().avx512bf16) return {};
+  auto cfg = convConfig(n);
+  if (!cfg || !cfg->yBlock || cfg->x.size() < 3) return {};
+  const ConvConfig& c = *cfg;
+  if (c.group > 1 && c.group == c.x[1] && c.group == c.y[1]) return {};
+  bool writes = c.y[1] % c.yBlock == 0 && (!activationAfterPrimitive(n) || isPlainRelu(n));
+
+  auto bf16 = memory::data_type::bf16;
+  dnnl::post_ops po;
+  if (c.sum) po.append_sum(1.f);
+  appendActivation(n, po);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  memory::desc x =
+      c.xBlock ? layoutDesc(c.x, c.xBlock, bf16) : memory::desc(toDims(c.x), bf16, memory::format_tag::any);
+  memory::desc w(weightDims(c.w, c.group), bf16, memory::format_tag::any);
+  try {
+    using CF = dnnl::convolution_forward;
+    memory::desc y = layoutDesc(c.y, c.yBlock, bf16);
+    auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w,
+                               plainDesc({c.w[0]}), y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
+                    : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y,
+                               c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
+    CF::primitive_desc pd(d, attr, engine());
+    if (isReferenceImplementation(pd.impl_info_str())) return {};
+    return {true, writes};
+  } catch (const dnnl::error&) {
+    return {};
+  }
 }
 
 // For the cpu-layout-training pass: whether oneDNN has an implementation other than its reference

@@ -17,6 +17,7 @@
 #include "onnx/model_io.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
+#include "support/cpu_features.hpp"
 
 namespace graft {
 namespace {
@@ -369,6 +370,135 @@ TEST(CpuPipeline, WrittenWeightsReachPackedKernels) {
     bool differs = false;
     for (int64_t i = 0; i < a0.numel(); ++i) differs |= std::abs(a0.data<float>()[i] - a1.data<float>()[i]) > 1e-6;
     EXPECT_TRUE(differs) << "constantWeights=" << constant;
+  }
+}
+
+// ---- cpu-bf16-activations (the inference pipeline of a bf16 backend) ---------------------------
+
+// A small ResNet: stem conv + Relu, two residual blocks (conv + Relu, conv + Sum + Relu), a conv
+// whose output only a pooling reads, the pooled features out.
+std::unique_ptr<ir::Graph> residualModel() {
+  auto b = std::make_unique<Builder>();
+  ir::Tensor* x = b->input("x", {2, 16, 14, 14});
+  ir::Tensor* s = b->op("Relu", {b->conv(x, 16, 32, 3, 1)});
+  for (int block = 0; block < 2; ++block) {
+    ir::Tensor* h = b->op("Relu", {b->conv(s, 32, 32, 3, 1)});
+    s = b->op("Relu", {b->op("Add", {b->conv(h, 32, 32, 3, 1), s})});
+  }
+  ir::Tensor* last = b->op("Relu", {b->conv(s, 32, 32, 1, 1)});
+  b->g.addOutput(b->op("GlobalAveragePool", {last}));
+  return ir::cloneGraph(b->g);
+}
+
+bool isBf16(const ir::Tensor* t) { return t && t->info().dataType() == DataType::BFloat16; }
+
+// The pass's rules on the graph it leaves: every bf16 tensor is a FusedConv's output (y_dtype
+// BFLOAT16) that only FusedConvs read, as X or Sum; no graph output is bf16; a Sum has its
+// convolution's output type. Returns the number of bf16 tensors.
+int checkBf16Rules(const ir::Graph& g) {
+  int count = 0;
+  for (const ir::Node* n : g.nodes()) {
+    for (size_t i = 0; i < n->numOutputs(); ++i) {
+      const ir::Tensor* t = n->output(i);
+      if (!isBf16(t)) continue;
+      ++count;
+      EXPECT_EQ(n->type(), "FusedConv") << t->id();
+      EXPECT_EQ(n->attrInt("y_dtype", 1), static_cast<int64_t>(DataType::BFloat16)) << t->id();
+      EXPECT_FALSE(t->isGraphOutput()) << t->id();
+      for (const ir::Use& u : t->uses()) {
+        EXPECT_EQ(u.node->type(), "FusedConv") << t->id() << " read by " << u.node->describe();
+        EXPECT_TRUE(u.index == 0 || u.index == 3) << t->id() << " read as input " << u.index;
+      }
+    }
+    if (n->type() == "FusedConv" && n->hasInput(3)) {
+      EXPECT_EQ(isBf16(n->input(3)), isBf16(n->output(0))) << n->describe();
+    }
+  }
+  return count;
+}
+
+// The inference pipeline of a bf16 backend without its last pass (cpu-bf16-activations).
+std::vector<std::string> withoutBf16Activations(const std::vector<std::string>& pipeline) {
+  std::vector<std::string> p = pipeline;
+  EXPECT_EQ(p.back(), "cpu-bf16-activations");
+  p.pop_back();
+  return p;
+}
+
+TEST(CpuBf16Activations, HoldsActivationsBetweenBf16ConvolutionsInBf16) {
+  if (!support::cpuFeatures().avx512bf16) GTEST_SKIP() << "bf16 convolutions need avx512_bf16, which this host lacks";
+  auto g = residualModel();
+  auto bf16 = backends::makeCpuBackend(2, /*bf16=*/true);
+  auto ref = backends::makeReferenceBackend();
+  NDArray x = randomArray({2, 16, 14, 14}, 11);
+  const auto& pipeline = bf16->passes(backends::PassMode::Inference);
+  std::unique_ptr<ir::Graph> with, without;
+  backends::cpu::resetReorderStats();
+  auto got = runGraph(*g, pipeline, true, *bf16, {x}, nullptr, &with);
+  int64_t reordersWith = backends::cpu::reorderStats().count;
+  backends::cpu::resetReorderStats();
+  auto plain = runGraph(*g, withoutBf16Activations(pipeline), true, *bf16, {x}, nullptr, &without);
+  int64_t reordersWithout = backends::cpu::reorderStats().count;
+  auto want = runGraph(*g, passes::commonPrefix(), true, *ref, {x});
+
+  int held = checkBf16Rules(*with);
+  EXPECT_EQ(checkBf16Rules(*without), 0);
+  if (backends::cpu::onednn::activationLayout() == backends::cpu::onednn::kChannelsLast) {
+    // oneDNN 2.6's bf16 brgemm convolutions take every convolution here in NHWC: the stem's and
+    // both blocks' outputs (the residual stream) and the blocks' inner activations are bf16;
+    // the last convolution's output, which the pooling reads, stays float32.
+    EXPECT_EQ(held, 5) << ir::printGraph(*with);
+  } else {
+    EXPECT_GE(held, 0) << ir::printGraph(*with);
+  }
+  // Fewer conversions per step: each bf16 activation saves its reader's.
+  if (held > 0) {
+    EXPECT_LT(reordersWith, reordersWithout);
+  }
+  ASSERT_EQ(got.at(0).dtype(), DataType::Float);
+  // The convolutions read the same values either way (float32 rounded to nearest even), except
+  // the residual Sums, which add the rounded stream: bf16's error, as against float32.
+  double scale = 0;
+  for (int64_t i = 0; i < want[0].numel(); ++i) scale = std::max(scale, std::abs(double(want[0].data<float>()[i])));
+  expectClose(got[0], plain[0], 2e-2 * scale);
+  expectClose(got[0], want[0], 3e-2 * scale);
+}
+
+// Tensors that any other op reads, and graph outputs, stay float32: in the conv model above the
+// residual block's output feeds a MaxPool, so neither it nor the Sum it pairs with is bf16, and
+// the depthwise convolution (float32 under bf16) and the Concat's operands are float32.
+TEST(CpuBf16Activations, LeavesWhatOtherOpsReadFloat32) {
+  if (!support::cpuFeatures().avx512bf16) GTEST_SKIP() << "bf16 convolutions need avx512_bf16, which this host lacks";
+  auto g = convModel(2);
+  auto bf16 = backends::makeCpuBackend(2, true);
+  auto ref = backends::makeReferenceBackend();
+  NDArray x = randomArray({2, 3, 16, 16}, 12);
+  std::unique_ptr<ir::Graph> compiled;
+  auto got = runGraph(*g, bf16->passes(backends::PassMode::Inference), true, *bf16, {x}, nullptr, &compiled);
+  auto want = runGraph(*g, passes::commonPrefix(), true, *ref, {x});
+  int held = checkBf16Rules(*compiled);
+  EXPECT_LE(held, 1) << ir::printGraph(*compiled);  // at most the block's inner activation
+  expectClose(got[0], want[0], 3e-2);
+}
+
+// y_dtype is FLOAT or BFLOAT16; anything else is refused, naming the attribute.
+TEST(CpuBf16Activations, FusedConvRefusesOtherOutputTypes) {
+  Builder b;
+  ir::Tensor* x = b.input("x", {1, 4, 5, 5});
+  ir::Attributes a;
+  a.set("y_dtype", static_cast<int64_t>(DataType::Float16));
+  b.g.otherOpsets["ai.graft"] = 1;
+  ir::Tensor* y = b.op("FusedConv", {x, b.weight({4, 4, 3, 3})}, a, "ai.graft");
+  b.g.addOutput(y);
+  passes::PassContext ctx;
+  try {
+    passes::runPipeline(b.g, {"infer-shapes"}, ctx);
+    FAIL() << "a FusedConv with y_dtype FLOAT16 was accepted";
+  } catch (const InternalError& e) {
+    FAIL() << "internal error instead of a user error: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("y_dtype must be 1 (FLOAT) or 16 (BFLOAT16), got 10"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -177,8 +177,11 @@ TEST(CpuLayout, ConvOutputsStayChannelBlockedBetweenOneDnnOps) {
   } else {
     EXPECT_EQ(ops["Conv"], 0);
     ASSERT_EQ(ops["FusedConv"], 1);
-    for (const ir::Node* n : c.b.g->nodes())
-      if (n->type() == "FusedConv") EXPECT_EQ(n->attrInt("y_block", 0), backends::cpu::onednn::blockFor(layout, 64));
+    for (const ir::Node* n : c.b.g->nodes()) {
+      if (n->type() == "FusedConv") {
+        EXPECT_EQ(n->attrInt("y_block", 0), backends::cpu::onednn::blockFor(layout, 64));
+      }
+    }
     EXPECT_EQ(ops["ChannelBlocked"], 1);  // the pool runs on blocked data
     EXPECT_EQ(ops["FromBlocked"], 1);     // one conversion, at the graph output
   }
