@@ -1,8 +1,12 @@
 // Large convolution and matmul layers through graft's cpu backend (the cpu inference pipeline,
-// compiled plan, oneDNN kernels), reporting GFLOP/s against the machine's sgemm roof. Not a
-// test: timings depend on the machine and its load.
+// compiled plan, oneDNN kernels), reporting GFLOP/s against the host's FMA roof. Not a test:
+// timings depend on the machine and its load.
 //
 //   layers_bench [--threads N] [--repeats R] [--roof GFLOPS] [--filter SUBSTR]
+//
+// The roof is measured first, on the same threads (bench/fma_roof.hpp: chains of FMAs in
+// registers with the widest vectors the kernels may use: AVX-512, or AVX2 where the CPU or
+// GRAFT_CPU_ISA stops there); --roof gives it instead.
 //
 // Each layer is compiled once, run a few times to warm up, then timed `repeats` times (each a
 // batch of runs lasting >= 0.2 s); the median and the best per-run times are reported. The layer's
@@ -20,9 +24,11 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "fma_roof.hpp"
 #include "ir/graph.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
+#include "support/cpu_features.hpp"
 
 namespace {
 
@@ -93,7 +99,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int threads = 0, repeats = 7;
-  double roof = 200;
+  double roof = 0;  // measured unless given
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -128,8 +134,19 @@ int main(int argc, char** argv) {
 
   auto backend = backends::makeCpuBackend(threads);
   support::ThreadPool pool(backend->numThreads());
-  std::printf("graft cpu backend, %d threads, roof %.0f GFLOP/s; median and best of %d timings\n\n",
-              backend->numThreads(), roof, repeats);
+  std::string roofFrom = "given";
+  if (roof <= 0) {
+    const support::CpuFeatures& f = support::cpuFeatures();  // below GRAFT_CPU_ISA
+    if (!(f.avx2 && f.fma)) {
+      std::fprintf(stderr, "layers_bench: this CPU (or GRAFT_CPU_ISA) has no AVX2+FMA: give the roof with --roof\n");
+      return 2;
+    }
+    bool wide = f.avx512f;
+    roof = fma_roof::bestRate(backend->numThreads(), 0.3, wide);
+    roofFrom = std::string("measured, ") + (wide ? "AVX-512" : "AVX2") + " FMAs";
+  }
+  std::printf("graft cpu backend, %d threads, FMA roof %.0f GFLOP/s (%s); median and best of %d timings\n\n",
+              backend->numThreads(), roof, roofFrom.c_str(), repeats);
   std::printf(
       "| layer | GFLOP | median ms | best ms | median GFLOP/s | best GFLOP/s | %% of roof (median) | edge reorders ms "
       "|\n");
