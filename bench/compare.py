@@ -38,6 +38,9 @@ def entries(report):
             for fw, res in (row.get(mode) or {}).items():
                 if isinstance(res, dict) and res.get("median_s"):
                     out[(row["model"], row["batch"], mode, fw)] = res
+        bf16 = row.get("infer_bf16")  # the bf16 table's runs (hosts with avx512_bf16)
+        if isinstance(bf16, dict) and bf16.get("median_s"):
+            out[(row["model"], row["batch"], "infer", "graft_bf16")] = bf16
     return out
 
 

@@ -176,6 +176,9 @@ def main():
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--no-spin-table", action="store_true",
                     help="skip the second inference table with spinning threads (the libraries' defaults)")
+    ap.add_argument("--no-bf16", action="store_true",
+                    help="skip the bf16 table (SessionOptions.enableBf16 at each model's largest batch; only on "
+                         "hosts with avx512_bf16)")
     a = ap.parse_args()
     models = a.models.split(",")
     global SPIN
@@ -193,6 +196,9 @@ def main():
     print(f"== host: {isa['class']} ({', '.join(isa['flags'])}); FMA roof {isa.get('fma_roof_gflops')} GFLOP/s "
           f"({a.threads} threads)", flush=True)
     spin_table = not a.spin and not a.no_spin_table
+    bf16_table = isa.get("bf16") and not a.no_bf16
+    if not isa.get("bf16") and not a.no_bf16:
+        print("== no bf16 table: this CPU has no avx512_bf16 (SessionOptions.enableBf16 is refused here)", flush=True)
 
     rows = []
     profiles = {}
@@ -221,6 +227,10 @@ def main():
                     r = run_child([fw, "infer", a.zoo, name, batch, a.threads, budget, reps], a.threads, 900, spin=True)
                     row["infer_spin"][fw] = summarize(r, m["flops_infer"])
                     print(f"   {stem:22s} infer {fw + ' spin':13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
+            if bf16_table and batch == large:
+                r = run_child(["graft_bf16", "infer", a.zoo, name, batch, a.threads, budget, reps], a.threads, 900)
+                row["infer_bf16"] = summarize(r, m["flops_infer"])
+                print(f"   {stem:22s} infer {'graft bf16':13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}", flush=True)
             if not a.no_train:
                 for fw in ["graft", "torch"] + (["torch_compile"] if a.compile else []):
                     r = run_child([fw, "train", a.zoo, name, batch, a.threads, budget, max(3, reps // 2)], a.threads, 900)
@@ -277,6 +287,8 @@ def make_report(rows, a, sgemm, total):
             sp = row["infer_spin"]
             row["spin_ort_over_graft"] = ratio(sp.get("ort"), sp.get("graft"))
             row["spin_torch_over_graft"] = ratio(best_torch([sp.get("torch"), sp.get("torch_compile")]), sp.get("graft"))
+        if row.get("infer_bf16"):
+            row["bf16_speedup"] = ratio(inf.get("graft"), row["infer_bf16"])
         tr = row["train"]
         if tr:
             tt = best_torch([tr.get("torch"), tr.get("torch_compile")])
@@ -299,6 +311,7 @@ def make_report(rows, a, sgemm, total):
                                                  default=None),
             "spin_infer_geomean_torch_over_graft": geomean([r["spin_torch_over_graft"] for r in rows
                                                             if r.get("spin_torch_over_graft")]),
+            "bf16_geomean_speedup": geomean([r["bf16_speedup"] for r in rows if r.get("bf16_speedup")]),
         },
         "rows": rows,
     }
@@ -371,6 +384,30 @@ def write_outputs(rep, out):
             pct = f"{100 * gf / roof:.0f}%" if gf and roof else "-"
             L.append(f"| {r['model']} | {r['batch']} | {fmt_ms(g)} | {fmt_ms(o)} | {fmt_ms(t)} | "
                      f"{f2(r.get('spin_ort_over_graft'))} | {f2(r.get('spin_torch_over_graft'))} | {f2(gf, '.1f')} | {pct} |")
+    if any(r.get("infer_bf16") for r in rep["rows"]):
+        L.append("\n## bf16 inference (SessionOptions.enableBf16, largest batch)\n")
+        L.append("Matmuls and convolutions in bf16 with float32 accumulation (docs/cpu-backend.md, bf16), against "
+                 "graft's float32 run of the first table. Errors and argmax are against PyTorch's float32 output: "
+                 "max |bf16 - ref| / max |ref|, and the rows (samples; tokens or time steps for bert4 and lstm2) "
+                 "whose argmax over the last axis matches. "
+                 f"Geometric mean float32 / bf16 = {f2(s.get('bf16_geomean_speedup'))}.\n")
+        L.append("| model | batch | float32 ms | bf16 ms | float32 / bf16 | bf16 GFLOP/s | max rel err float32 / bf16 | "
+                 "argmax agreement float32 / bf16 |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for r in rep["rows"]:
+            b = r.get("infer_bf16")
+            if not b:
+                continue
+            g = r["infer"].get("graft") or {}
+
+            def err(e):
+                return f"{e['max_rel_err']:.1e}" if "max_rel_err" in e else e.get("error", "-")[:60]
+
+            def agree(e):
+                return f"{e['argmax_agree']}/{e['argmax_rows']}" if "argmax_rows" in e else "-"
+
+            L.append(f"| {r['model']} | {r['batch']} | {fmt_ms(g)} | {fmt_ms(b)} | {f2(r.get('bf16_speedup'))} | "
+                     f"{f2(b.get('gflops'), '.1f')} | {err(g)} / {err(b)} | {agree(g)} / {agree(b)} |")
     if any(r["train"] for r in rep["rows"]):
         L.append("\n## Training step (forward, backward, SGD update)\n")
         L.append("| model | batch | GFLOP | graft ms | PyTorch ms | PyTorch/graft | graft GFLOP/s | PyTorch GFLOP/s | "
@@ -390,6 +427,8 @@ def write_outputs(rep, out):
                      f"{f2((t or {}).get('gflops'), '.1f')} | {mb(g)} / {mb(t)} | {gl} / {r['torch_first_loss']:.4g} | {st} |")
     errs = [(r["model"], r["batch"], fw, e["error"]) for r in rep["rows"] for mode in ("infer", "train")
             for fw, e in r[mode].items() if "error" in e and not (mode == "train" and fw == "graft")]
+    errs += [(r["model"], r["batch"], "graft bf16", r["infer_bf16"]["error"]) for r in rep["rows"]
+             if "error" in (r.get("infer_bf16") or {})]
     if errs:
         L.append("\n## Errors\n")
         for m, b, fw, e in errs:
