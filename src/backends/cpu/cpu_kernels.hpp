@@ -27,7 +27,7 @@ struct CpuKernelDef {
   ops::KernelFactory factory;
   int priority = 0;
   /// Honours bf16Compute() (backends/cpu/bf16.hpp). In a bf16 backend, the kernels that do are
-  /// tried before the others of the same op.
+  /// tried before the others of the same op and priority.
   bool bf16 = false;
 };
 

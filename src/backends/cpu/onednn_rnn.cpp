@@ -18,6 +18,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
@@ -250,10 +251,44 @@ struct RnnCommon {
   }
 };
 
+// Converts an activation between its float32 form and the primitive's bf16 one (a oneDNN
+// reorder, counted with the others), in the same layout.
+struct Bf16Conversion {
+  memory::desc f32, bf16;
+  dnnl::reorder toBf16, toF32;
+  void init(const memory::desc& d) {
+    f32 = d;
+    const auto& strides = d.data.format_desc.blocking.strides;
+    bf16 = memory::desc(d.dims(), memory::data_type::bf16, memory::dims(strides, strides + d.data.ndims));
+    toBf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), f32, engine(), bf16));
+    toF32 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), bf16, engine(), f32));
+  }
+  NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(bf16.get_size())}); }
+  // a (float32) as bf16, in `keep`.
+  memory in(const NDArray& a, NDArray& keep) const {
+    keep = scratch();
+    memory m = wrap(bf16, keep);
+    execute(toBf16, {{DNNL_ARG_FROM, wrap(f32, a)}, {DNNL_ARG_TO, m}});
+    return m;
+  }
+  // Where the primitive writes bf16 (then back() into the float32 array).
+  memory out(NDArray& keep) const {
+    keep = scratch();
+    return wrap(bf16, keep);
+  }
+  void back(const memory& m, const NDArray& a) const {
+    execute(toF32, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, wrap(f32, a)}});
+  }
+};
+
 struct RnnState : RnnCommon {
   dnnl::primitive prim;
   PackedOperand wl, wi;
   bool constant = false;
+  // Under bf16Compute(): the primitive reads X and h0 and writes Y and h_T in bf16 (the cell
+  // states, bias and peepholes stay float32), converted at the node.
+  bool bf16 = false;
+  Bf16Conversion x, h, y;
 };
 
 ops::KernelFn makeRnn(ops::CompileContext& ctx) {
@@ -263,66 +298,81 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
   auto st = std::make_shared<RnnState>();
   st->init(*cfg, ctx);
   const RnnConfig& c = st->c;
-  auto f32 = memory::data_type::f32;
   using tag = memory::format_tag;
-  memory::desc wlAny({1, c.D, c.I, c.G, c.H}, f32, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, f32, tag::any);
-  memory::desc h = st->hDesc;
   bool lstm = c.cell == Cell::Lstm;
-  // Initial states default to zero (an empty descriptor), final ones are computed when read.
-  memory::desc srcIter = c.h0 ? h : memory::desc(), srcIterC = c.c0 ? h : memory::desc();
-  memory::desc dstIter = n.hasOutput(1) ? h : memory::desc(), dstIterC = lstm && n.hasOutput(2) ? h : memory::desc();
   auto prop = dnnl::prop_kind::forward_inference;
   const NDArray *W = ctx.constantInput(1), *R = ctx.constantInput(2), *B = c.bias ? ctx.constantInput(3) : nullptr,
                 *P = c.peephole ? ctx.constantInput(7) : nullptr;
   st->constant = W && R && (!c.bias || B) && (!c.peephole || P);
-  try {
-    memory::desc wlWant, wiWant;
-    switch (c.cell) {
-      case Cell::Rnn: {
-        dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc,
-                                          dstIter);
-        dnnl::vanilla_rnn_forward::primitive_desc pd(d, engine());
-        noteImplementation(pd.impl_info_str());
-        st->prim = dnnl::vanilla_rnn_forward(pd);
-        wlWant = pd.weights_layer_desc();
-        wiWant = pd.weights_iter_desc();
-        break;
-      }
-      case Cell::Gru: {
-        dnnl::gru_forward::desc d(prop, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc, dstIter);
-        dnnl::gru_forward::primitive_desc pd(d, engine());
-        noteImplementation(pd.impl_info_str());
-        st->prim = dnnl::gru_forward(pd);
-        wlWant = pd.weights_layer_desc();
-        wiWant = pd.weights_iter_desc();
-        break;
-      }
-      case Cell::LbrGru: {
-        dnnl::lbr_gru_forward::desc d(prop, c.dir, st->xDesc, srcIter, wlAny, wiAny, st->bDesc, st->yDesc, dstIter);
-        dnnl::lbr_gru_forward::primitive_desc pd(d, engine());
-        noteImplementation(pd.impl_info_str());
-        st->prim = dnnl::lbr_gru_forward(pd);
-        wlWant = pd.weights_layer_desc();
-        wiWant = pd.weights_iter_desc();
-        break;
-      }
-      case Cell::Lstm: {
-        dnnl::lstm_forward::desc d(prop, c.dir, st->xDesc, srcIter, srcIterC, wlAny, wiAny, st->pDesc, st->bDesc,
-                                   st->yDesc, dstIter, dstIterC);
-        dnnl::lstm_forward::primitive_desc pd(d, engine());
-        noteImplementation(pd.impl_info_str());
-        st->prim = dnnl::lstm_forward(pd);
-        wlWant = pd.weights_layer_desc();
-        wiWant = pd.weights_iter_desc();
-        break;
-      }
+  if (st->constant) st->pack(*W, *R, B, P);
+  auto create = [&](bool bf16) {
+    auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    st->bf16 = bf16;
+    if (bf16) {
+      st->x.init(st->xDesc);
+      st->h.init(st->hDesc);
+      st->y.init(st->yDesc);
     }
-    if (st->constant) st->pack(*W, *R, B, P);
-    st->wl.init(st->wlUser, wlWant, st->constant ? &st->wlPlain : nullptr);
-    st->wi.init(st->wiUser, wiWant, st->constant ? &st->wiPlain : nullptr);
-  } catch (const dnnl::error&) {
-    return decline();
-  }
+    const memory::desc& x = bf16 ? st->x.bf16 : st->xDesc;
+    const memory::desc& h = bf16 ? st->h.bf16 : st->hDesc;
+    const memory::desc& y = bf16 ? st->y.bf16 : st->yDesc;
+    memory::desc wlAny({1, c.D, c.I, c.G, c.H}, dt, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, dt, tag::any);
+    // Initial states default to zero (an empty descriptor), final ones are computed when read.
+    // LSTM's cell states stay float32.
+    memory::desc srcIter = c.h0 ? h : memory::desc(), srcIterC = c.c0 ? st->hDesc : memory::desc();
+    memory::desc dstIter = n.hasOutput(1) ? h : memory::desc();
+    memory::desc dstIterC = lstm && n.hasOutput(2) ? st->hDesc : memory::desc();
+    try {
+      memory::desc wlWant, wiWant;
+      std::string impl;
+      switch (c.cell) {
+        case Cell::Rnn: {
+          dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
+          dnnl::vanilla_rnn_forward::primitive_desc pd(d, engine());
+          impl = pd.impl_info_str();
+          st->prim = dnnl::vanilla_rnn_forward(pd);
+          wlWant = pd.weights_layer_desc();
+          wiWant = pd.weights_iter_desc();
+          break;
+        }
+        case Cell::Gru: {
+          dnnl::gru_forward::desc d(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
+          dnnl::gru_forward::primitive_desc pd(d, engine());
+          impl = pd.impl_info_str();
+          st->prim = dnnl::gru_forward(pd);
+          wlWant = pd.weights_layer_desc();
+          wiWant = pd.weights_iter_desc();
+          break;
+        }
+        case Cell::LbrGru: {
+          dnnl::lbr_gru_forward::desc d(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
+          dnnl::lbr_gru_forward::primitive_desc pd(d, engine());
+          impl = pd.impl_info_str();
+          st->prim = dnnl::lbr_gru_forward(pd);
+          wlWant = pd.weights_layer_desc();
+          wiWant = pd.weights_iter_desc();
+          break;
+        }
+        case Cell::Lstm: {
+          dnnl::lstm_forward::desc d(prop, c.dir, x, srcIter, srcIterC, wlAny, wiAny, st->pDesc, st->bDesc, y, dstIter,
+                                     dstIterC);
+          dnnl::lstm_forward::primitive_desc pd(d, engine());
+          impl = pd.impl_info_str();
+          st->prim = dnnl::lstm_forward(pd);
+          wlWant = pd.weights_layer_desc();
+          wiWant = pd.weights_iter_desc();
+          break;
+        }
+      }
+      if (!acceptImplementation(impl, bf16)) return false;
+      st->wl.init(st->wlUser, wlWant, st->constant ? &st->wlPlain : nullptr);
+      st->wi.init(st->wiUser, wiWant, st->constant ? &st->wiPlain : nullptr);
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  };
+  if (!createPreferringBf16(create)) return decline();
   return [st](ops::KernelContext& k) {
     const RnnConfig& c = st->c;
     if (c.seqLens) {
@@ -343,19 +393,27 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     else
       yScratch = NDArray::uninitialized(DataType::Float, {c.T, c.N, c.D * c.H});
     const NDArray& yArr = y ? *y : yScratch;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, wrap(st->xDesc, k.input(0))},
-                                         {DNNL_ARG_WEIGHTS_LAYER, st->wl.get(st->wlPlain)},
-                                         {DNNL_ARG_WEIGHTS_ITER, st->wi.get(st->wiPlain)},
-                                         {DNNL_ARG_BIAS, wrap(st->bDesc, st->bPlain)},
-                                         {DNNL_ARG_DST_LAYER, wrap(st->yDesc, yArr)}};
-    if (c.h0) args[DNNL_ARG_SRC_ITER] = wrap(st->hDesc, k.input(5));
+    // bf16: X and h0 converted in, Y and h_T written as bf16 and converted out after the run.
+    NDArray xB, h0B, yB, hTB;
+    memory yMem = st->bf16 ? st->y.out(yB) : wrap(st->yDesc, yArr);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC_LAYER, st->bf16 ? st->x.in(k.input(0), xB) : wrap(st->xDesc, k.input(0))},
+        {DNNL_ARG_WEIGHTS_LAYER, st->wl.get(st->wlPlain)},
+        {DNNL_ARG_WEIGHTS_ITER, st->wi.get(st->wiPlain)},
+        {DNNL_ARG_BIAS, wrap(st->bDesc, st->bPlain)},
+        {DNNL_ARG_DST_LAYER, yMem}};
+    if (c.h0) args[DNNL_ARG_SRC_ITER] = st->bf16 ? st->h.in(k.input(5), h0B) : wrap(st->hDesc, k.input(5));
     if (c.c0) args[DNNL_ARG_SRC_ITER_C] = wrap(st->hDesc, k.input(6));
     if (c.peephole) args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(st->pDesc, st->pPlain);
-    if (k.wantsOutput(1))
-      args[DNNL_ARG_DST_ITER] = wrap(st->hDesc, k.allocOutputUninit(1, DataType::Float, {c.D, c.N, c.H}));
+    NDArray* hT = k.wantsOutput(1) ? &k.allocOutputUninit(1, DataType::Float, {c.D, c.N, c.H}) : nullptr;
+    if (hT) args[DNNL_ARG_DST_ITER] = st->bf16 ? st->h.out(hTB) : wrap(st->hDesc, *hT);
     if (lstm && k.wantsOutput(2))
       args[DNNL_ARG_DST_ITER_C] = wrap(st->hDesc, k.allocOutputUninit(2, DataType::Float, {c.D, c.N, c.H}));
     execute(st->prim, args);
+    if (st->bf16) {
+      st->y.back(yMem, yArr);
+      if (hT) st->h.back(args.at(DNNL_ARG_DST_ITER), *hT);
+    }
     if (k.wantsOutput(0) && c.D == 2) {
       NDArray& out = k.allocOutputUninit(0, DataType::Float, {c.T, 2, c.N, c.H});
       const float* src = yScratch.data<float>();
@@ -577,9 +635,11 @@ ops::KernelFn makeRnnGrad(ops::CompileContext& ctx) {
 
 GRAFT_REGISTER_CPU_KERNELS(onednn_rnn) {
   using namespace graft::backends::cpu::onednn;
-  r.add({"", "RNN", "onednn_rnn", supportsRnn, makeRnn});
+  // RNN and LSTM honour bf16Compute() (the last field); oneDNN 2.6's bf16 GRU is only its
+  // reference implementation, so GRU stays float32.
+  r.add({"", "RNN", "onednn_rnn", supportsRnn, makeRnn, 0, true});
   r.add({"", "GRU", "onednn_gru", supportsRnn, makeRnn});
-  r.add({"", "LSTM", "onednn_lstm", supportsRnn, makeRnn});
+  r.add({"", "LSTM", "onednn_lstm", supportsRnn, makeRnn, 0, true});
   r.add({graft::ops::kGraftDomain, "RNNGrad", "onednn_rnn_grad", supportsRnn, makeRnnGrad});
   r.add({graft::ops::kGraftDomain, "GRUGrad", "onednn_gru_grad", supportsRnn, makeRnnGrad});
   r.add({graft::ops::kGraftDomain, "LSTMGrad", "onednn_lstm_grad", supportsRnn, makeRnnGrad});

@@ -291,5 +291,54 @@ TEST(Bf16, DepthwiseConvolutionsStayFloat32) {
   for (size_t i = 0; i < f32.size(); ++i) ASSERT_EQ(bf[i], f32[i]) << i;
 }
 
+// LSTM under enableBf16: oneDNN's bf16 LSTM where oneDNN runs the node (batch 8), graft's float32
+// small-batch LSTM at batch 1 (a higher-priority kernel goes before the bf16 ones: it measured
+// faster); both track float32 within bf16's error along a 6-step sequence.
+TEST(Bf16, LstmRunsBf16ExceptWhereGraftsSmallBatchKernelIsFaster) {
+  SKIP_WITHOUT_BF16();
+  constexpr int64_t kT = 6, kI = 24, kHid = 32;
+  for (int64_t batch : {int64_t{1}, int64_t{8}}) {
+    SCOPED_TRACE(batch);
+    Builder b;
+    TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{kT, batch, kI}), "x");
+    TensorId w =
+        b.addInitializedInputTensor(fromVec(randomVec(size_t{4 * kHid * kI}, 7, 0.3f), {1, 4 * kHid, kI}), "w");
+    TensorId r =
+        b.addInitializedInputTensor(fromVec(randomVec(size_t{4 * kHid * kHid}, 8, 0.3f), {1, 4 * kHid, kHid}), "r");
+    TensorId y = b.addOp("LSTM", "", 14, {x, w, r}, {{"hidden_size", kHid}}).at(0);
+    b.addOutputTensor(y);
+    std::string model = b.getModelProto();
+    std::vector<float> xv = randomVec(static_cast<size_t>(kT * batch * kI), 9);
+    auto run = [&](bool bf16, std::vector<std::string>& kernels) {
+      auto s =
+          InferenceSession::createFromOnnxModel(model, DataFlow(1, std::vector<TensorId>{y}), cpu(), {}, options(bf16));
+      s->prepareDevice();
+      auto anchors = s->initAnchorArrays();
+      StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {kT, batch, kI})}}, anchors);
+      s->run(io);
+      kernels = kernelsOf(*s, "LSTM");
+      const NDArray& a = anchors.at(y);
+      return std::vector<float>(a.data<float>(), a.data<float>() + a.numel());
+    };
+    std::vector<std::string> k32, k16;
+    std::vector<float> f32 = run(false, k32), bf = run(true, k16);
+    ASSERT_EQ(k16.size(), 1u);
+    if (batch == 1) {
+      EXPECT_EQ(k16[0], "vec_lstm_small_batch") << k16[0];
+    } else {
+      EXPECT_NE(k16[0].find("onednn_lstm ("), std::string::npos) << k16[0];
+      EXPECT_NE(k16[0].find(", bf16)"), std::string::npos) << k16[0];
+    }
+    ASSERT_EQ(bf.size(), f32.size());
+    double worst = 0;
+    for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, double(std::abs(bf[i] - f32[i])));
+    if (batch == 1)
+      EXPECT_EQ(worst, 0.0);  // the same float32 kernel
+    else
+      EXPECT_GT(worst, 0.0);  // bf16 ran
+    EXPECT_LT(worst, 2e-2);   // |h| < 1
+  }
+}
+
 }  // namespace
 }  // namespace graft
