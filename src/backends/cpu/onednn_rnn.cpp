@@ -291,6 +291,16 @@ struct RnnState : RnnCommon {
   Bf16Conversion x, h, y;
 };
 
+// The primitive of descriptor d, with the weight layouts it wants; returns its implementation.
+template <class Prim>
+std::string adopt(const typename Prim::desc& d, dnnl::primitive& prim, memory::desc& wl, memory::desc& wi) {
+  typename Prim::primitive_desc pd(d, engine());
+  prim = Prim(pd);
+  wl = pd.weights_layer_desc();
+  wi = pd.weights_iter_desc();
+  return pd.impl_info_str();
+}
+
 ops::KernelFn makeRnn(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = rnnConfig(n);
@@ -326,43 +336,26 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
       memory::desc wlWant, wiWant;
       std::string impl;
       switch (c.cell) {
-        case Cell::Rnn: {
-          dnnl::vanilla_rnn_forward::desc d(prop, c.act, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
-          dnnl::vanilla_rnn_forward::primitive_desc pd(d, engine());
-          impl = pd.impl_info_str();
-          st->prim = dnnl::vanilla_rnn_forward(pd);
-          wlWant = pd.weights_layer_desc();
-          wiWant = pd.weights_iter_desc();
+        case Cell::Rnn:
+          impl = adopt<dnnl::vanilla_rnn_forward>(
+              dnnl::vanilla_rnn_forward::desc(prop, c.act, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter),
+              st->prim, wlWant, wiWant);
           break;
-        }
-        case Cell::Gru: {
-          dnnl::gru_forward::desc d(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
-          dnnl::gru_forward::primitive_desc pd(d, engine());
-          impl = pd.impl_info_str();
-          st->prim = dnnl::gru_forward(pd);
-          wlWant = pd.weights_layer_desc();
-          wiWant = pd.weights_iter_desc();
+        case Cell::Gru:
+          impl = adopt<dnnl::gru_forward>(
+              dnnl::gru_forward::desc(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter), st->prim, wlWant,
+              wiWant);
           break;
-        }
-        case Cell::LbrGru: {
-          dnnl::lbr_gru_forward::desc d(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter);
-          dnnl::lbr_gru_forward::primitive_desc pd(d, engine());
-          impl = pd.impl_info_str();
-          st->prim = dnnl::lbr_gru_forward(pd);
-          wlWant = pd.weights_layer_desc();
-          wiWant = pd.weights_iter_desc();
+        case Cell::LbrGru:
+          impl = adopt<dnnl::lbr_gru_forward>(
+              dnnl::lbr_gru_forward::desc(prop, c.dir, x, srcIter, wlAny, wiAny, st->bDesc, y, dstIter), st->prim,
+              wlWant, wiWant);
           break;
-        }
-        case Cell::Lstm: {
-          dnnl::lstm_forward::desc d(prop, c.dir, x, srcIter, srcIterC, wlAny, wiAny, st->pDesc, st->bDesc, y, dstIter,
-                                     dstIterC);
-          dnnl::lstm_forward::primitive_desc pd(d, engine());
-          impl = pd.impl_info_str();
-          st->prim = dnnl::lstm_forward(pd);
-          wlWant = pd.weights_layer_desc();
-          wiWant = pd.weights_iter_desc();
+        case Cell::Lstm:
+          impl = adopt<dnnl::lstm_forward>(dnnl::lstm_forward::desc(prop, c.dir, x, srcIter, srcIterC, wlAny, wiAny,
+                                                                    st->pDesc, st->bDesc, y, dstIter, dstIterC),
+                                           st->prim, wlWant, wiWant);
           break;
-        }
       }
       if (!acceptImplementation(impl, bf16)) return false;
       st->wl.init(st->wlUser, wlWant, st->constant ? &st->wlPlain : nullptr);
