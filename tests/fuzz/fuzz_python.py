@@ -458,7 +458,19 @@ def main(argv):
                 for k, s in enumerate(seed_inputs()):
                     with open(os.path.join(d, f"seed{k}"), "wb") as f:
                         f.write(s)
-        atheris.Setup([argv[0]] + argv[2:], test_one_input)
+        # The inputs run in this process: work in the scratch folder, as the forked modes' children
+        # do, so that a file a hostile case names with a relative path (a timeline called
+        # b"\xff\xfe", seen 2026-12-05) lands there. Paths given here are made absolute first.
+        def absolute(a):
+            for flag in ("-artifact_prefix=", "-exact_artifact_path=", "-dict="):
+                if a.startswith(flag):
+                    v = a[len(flag):]
+                    return flag + os.path.abspath(v) + ("/" if v.endswith("/") else "")
+            return a if a.startswith("-") else os.path.abspath(a)
+
+        args = [absolute(a) for a in argv[2:]]
+        os.chdir(TMP)
+        atheris.Setup([argv[0]] + args, test_one_input)
         atheris.Fuzz()
         return 0
     if mode == "replay":
