@@ -259,7 +259,8 @@ std::vector<TensorId> Builder::addOp(const std::string& opType, const std::strin
     AttributeKind kind = AttributeKind::Other;
     if (sig && !sig->attributes.empty()) {
       const std::string& key = name;  // (clang 14 refuses a lambda capture of the structured binding)
-      auto it = std::find_if(sig->attributes.begin(), sig->attributes.end(), [&](const auto& a) { return a.name == key; });
+      auto it =
+          std::find_if(sig->attributes.begin(), sig->attributes.end(), [&](const auto& a) { return a.name == key; });
       if (it == sig->attributes.end()) {
         std::vector<std::string> names;
         for (const auto& a : sig->attributes) names.push_back(a.name);

@@ -110,7 +110,8 @@ int64_t labelAt(const NDArray& labels, int64_t i) {
   int64_t v = 0;
   dispatch<kInts>(labels.dtype(), "labels", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    v = static_cast<int64_t>(labels.data<T>()[i]);
+    // Sign-extended on purpose: INT8 labels are signed class indices (a negative ignore_index).
+    v = static_cast<int64_t>(labels.data<T>()[i]);  // NOLINT(bugprone-signed-char-misuse)
   });
   return v;
 }
