@@ -127,8 +127,8 @@ class CpuBackend : public Backend {
     return bf16_ ? bf16InferencePasses() : inferencePasses();
   }
   // The registered kernels that support the node, in priority order (in a bf16 backend, those
-  // that honour bf16 first within a priority): the first whose factory does not decline (an empty KernelFn) runs
-  // it; the op's reference kernel when all decline.
+  // that honour bf16 first within a priority): the first whose factory does not decline (an
+  // empty KernelFn) runs it; the op's reference kernel when all decline.
   ops::KernelFn chooseKernel(ops::CompileContext& ctx, plan::KernelChoice& choice) override {
     cpu::Bf16Scope bf16(bf16_);
     auto candidates = cpu::CpuKernelRegistry::instance().candidates(ctx.node());

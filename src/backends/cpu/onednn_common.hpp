@@ -120,6 +120,44 @@ memory wrap(const memory::desc& d, const NDArray& a);
 /// implementation for that combination): the backend moves on to the next kernel.
 inline ops::KernelFn decline() { return {}; }
 
+/// Moves an activation between graft's layout (and type) and the primitive's when they differ
+/// (plain convolutions outside the cpu-layout pass, bf16 primitives on float32 tensors); a no-op
+/// otherwise.
+struct Adapter {
+  memory::desc user, prim;
+  dnnl::reorder toPrim, toUser;
+  bool needed = false;
+  void init(const memory::desc& u, const memory::desc& p, bool in, bool out) {
+    user = u;
+    prim = p;
+    needed = u != p;
+    if (!needed) return;
+    if (in) toPrim = dnnl::reorder(memory(u, engine(), DNNL_MEMORY_NONE), memory(p, engine(), DNNL_MEMORY_NONE));
+    if (out) toUser = dnnl::reorder(memory(p, engine(), DNNL_MEMORY_NONE), memory(u, engine(), DNNL_MEMORY_NONE));
+  }
+  /// Scratch in the primitive's layout (allocated per run: it lives only for this node).
+  NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(prim.get_size())}); }
+  /// Input a as the primitive reads it: a itself, or its copy into `keep` in the primitive's layout.
+  memory input(const NDArray& a, NDArray& keep) const {
+    memory m = wrap(user, a);
+    if (!needed) return m;
+    keep = scratch();
+    memory p = wrap(prim, keep);
+    execute(toPrim, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, p}});
+    return p;
+  }
+  /// Where the primitive writes output y: y itself, or `keep` in its layout (then written()).
+  memory output(NDArray& y, NDArray& keep) const {
+    if (!needed) return wrap(user, y);
+    keep = scratch();
+    return wrap(prim, keep);
+  }
+  /// After the primitive wrote `m` (output()'s): y from it, where it was a scratch.
+  void written(const memory& m, NDArray& y) const {
+    if (needed) execute(toUser, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, wrap(user, y)}});
+  }
+};
+
 /// What a FusedConv can do with bf16 activations (convBf16Support, onednn_conv.cpp; for the
 /// cpu-bf16-activations pass): `reads`: it runs a bf16 primitive that takes X as a bf16 tensor in
 /// its layout; `writes`: that primitive can also write Y as bf16.

@@ -112,43 +112,6 @@ memory::desc plainWeights(const Shape& w, int64_t group) {
   return memory::desc(d, memory::data_type::f32, strides);
 }
 
-// Moves an activation between graft's layout and the primitive's when they differ (plain
-// convolutions outside the cpu-layout pass); a no-op otherwise.
-struct Adapter {
-  memory::desc user, prim;
-  dnnl::reorder toPrim, toUser;
-  bool needed = false;
-  void init(const memory::desc& u, const memory::desc& p, bool in, bool out) {
-    user = u;
-    prim = p;
-    needed = u != p;
-    if (!needed) return;
-    if (in) toPrim = dnnl::reorder(memory(u, engine(), DNNL_MEMORY_NONE), memory(p, engine(), DNNL_MEMORY_NONE));
-    if (out) toUser = dnnl::reorder(memory(p, engine(), DNNL_MEMORY_NONE), memory(u, engine(), DNNL_MEMORY_NONE));
-  }
-  // Scratch in the primitive's layout (allocated per run: it lives only for this node).
-  NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(prim.get_size())}); }
-  // Input a as the primitive reads it: a itself, or its copy into `keep` in the primitive's layout.
-  memory input(const NDArray& a, NDArray& keep) const {
-    memory m = wrap(user, a);
-    if (!needed) return m;
-    keep = scratch();
-    memory p = wrap(prim, keep);
-    execute(toPrim, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, p}});
-    return p;
-  }
-  // Where the primitive writes output y: y itself, or `keep` in its layout (then written()).
-  memory output(NDArray& y, NDArray& keep) const {
-    if (!needed) return wrap(user, y);
-    keep = scratch();
-    return wrap(prim, keep);
-  }
-  // After the primitive wrote `m` (output()'s): y from it, where it was a scratch.
-  void written(const memory& m, NDArray& y) const {
-    if (needed) execute(toUser, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, wrap(user, y)}});
-  }
-};
-
 struct ConvState {
   dnnl::primitive prim;
   PackedOperand weights;
@@ -194,6 +157,37 @@ void reluBf16InPlace(support::ThreadPool& pool, uint16_t* y, int64_t n) {
   });
 }
 
+bool isDepthwise(const ConvConfig& c) { return c.group > 1 && c.group == c.x[1] && c.group == c.y[1]; }
+
+// The post-ops of convolution n: the residual sum, then (FusedConv) the activations oneDNN
+// applies itself (appendActivation leaves out those graft applies after the primitive).
+dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c) {
+  dnnl::post_ops po;
+  if (c.sum) po.append_sum(1.f);
+  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  return attr;
+}
+
+// c's forward-inference descriptor on these activation and weight descriptors, with `bias` when
+// given.
+dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
+                                            const memory::desc* bias, const memory::desc& y) {
+  using CF = dnnl::convolution_forward;
+  auto prop = dnnl::prop_kind::forward_inference;
+  auto alg = dnnl::algorithm::convolution_direct;
+  return bias ? CF::desc(prop, alg, x, w, *bias, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
+              : CF::desc(prop, alg, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
+}
+
+// Whether the kernel can write Y as bf16: what runs after the primitive writes float32 (the
+// re-zeroing of a partial channel block; the activations graft applies itself), except Relu,
+// which has its bf16 form (reluBf16InPlace; it commutes with rounding: exact).
+bool canWriteBf16(const ir::Node& n, const ConvConfig& c) {
+  return !(c.yBlock && c.y[1] % c.yBlock != 0) && (!activationAfterPrimitive(n) || isPlainRelu(n));
+}
+
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convConfig(n);
@@ -209,12 +203,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   bool pinned = c.xBlock || c.yBlock;
   auto any = memory::format_tag::any;
   st->biasDesc = plainDesc({c.w[0]});
-  dnnl::post_ops po;
-  if (c.sum) po.append_sum(1.f);
-  if (n.domain() == ops::kGraftDomain) {
-    appendActivation(n, po);
-    if (activationAfterPrimitive(n)) st->act = fusedActivation(n);
-  }
+  if (activationAfterPrimitive(n)) st->act = fusedActivation(n);
   if (c.yBlock && c.y[1] % c.yBlock != 0) {
     st->padRows = c.y[0];
     st->padBlock = c.yBlock;
@@ -222,22 +211,18 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     st->padLanes = c.y[1] % c.yBlock;
     st->padSpatial = shapeNumel(spatial(c.y));
   }
-  // A bf16 Y: the padding's re-zeroing writes float32, and of the activations applied after the
-  // primitive only Relu has its bf16 form here (it commutes with rounding: exact).
   const bool bf16Out = c.yType == memory::data_type::bf16;
-  if (bf16Out && st->act) {
-    if (!isPlainRelu(n)) return decline();
+  if (bf16Out && !canWriteBf16(n, c)) return decline();
+  if (bf16Out && st->act) {  // Relu, in its bf16 form
     st->act = {};
     st->reluBf16 = true;
   }
-  if (bf16Out && st->padRows) return decline();
   st->yType = bf16Out ? DataType::BFloat16 : DataType::Float;
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
+  dnnl::primitive_attr attr = postOpsAttr(n, c);
   // A depthwise convolution is bound by memory, not by FMAs: in bf16 it gains nothing and its
   // input's conversion costs a pass (mobilenet_v2 b8 under enableBf16: 31 ms with them in float32,
   // 35 in bf16, 35 all float32; docs/cpu-backend.md, bf16).
-  const bool depthwise = c.group > 1 && c.group == c.x[1] && c.group == c.y[1];
+  const bool depthwise = isDepthwise(c);
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     // Pinned activations in the primitive's data type: as given where the tensor has it, else
@@ -249,11 +234,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       using CF = dnnl::convolution_forward;
-      auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
-                                 st->biasDesc, yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
-                      : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, xPrim, wAny,
-                                 yPrim, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
-      CF::primitive_desc pd(d, attr, engine());
+      CF::primitive_desc pd(forwardDesc(c, xPrim, wAny, c.bias ? &st->biasDesc : nullptr, yPrim), attr, engine());
       if (!acceptImplementation(pd.impl_info_str(), bf16, depthwise ? kDepthwiseStaysF32 : nullptr)) return false;
       st->prim = CF(pd);
       st->src.init(xUser, pd.src_desc(), true, false);
@@ -631,11 +612,7 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
   const ConvConfig& c = *cfg;
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
-  dnnl::post_ops po;
-  if (c.sum) po.append_sum(1.f);
-  if (n.domain() == ops::kGraftDomain) appendActivation(n, po);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
+  dnnl::primitive_attr attr = postOpsAttr(n, c);
   memory::desc xT = layoutDesc(c.x, static_cast<int>(blockFor(layout, c.x[1])));
   memory::desc yT = layoutDesc(c.y, static_cast<int>(blockFor(layout, c.y[1])));
   memory::desc w(weightDims(c.w, c.group), f32, any);
@@ -643,9 +620,7 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
   // The implementation oneDNN picks for these activation layouts, or "" when it has none.
   auto impl = [&](const memory::desc& x, const memory::desc& y, memory::desc* src) -> std::string {
     try {
-      CF::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y, c.win.strides,
-                 c.win.dilation, c.win.padBegin, c.win.padEnd);
-      CF::primitive_desc pd(d, attr, engine());
+      CF::primitive_desc pd(forwardDesc(c, x, w, nullptr, y), attr, engine());
       if (src) *src = pd.src_desc();
       return pd.impl_info_str();
     } catch (const dnnl::error&) {
@@ -670,30 +645,17 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
 Bf16ConvSupport convBf16Support(const ir::Node& n) {
   if (n.domain() != ops::kGraftDomain || !support::cpuFeatures().avx512bf16) return {};
   auto cfg = convConfig(n);
-  if (!cfg || !cfg->yBlock || cfg->x.size() < 3) return {};
+  if (!cfg || !cfg->yBlock || isDepthwise(*cfg)) return {};
   const ConvConfig& c = *cfg;
-  if (c.group > 1 && c.group == c.x[1] && c.group == c.y[1]) return {};
-  bool writes = c.y[1] % c.yBlock == 0 && (!activationAfterPrimitive(n) || isPlainRelu(n));
-
   auto bf16 = memory::data_type::bf16;
-  dnnl::post_ops po;
-  if (c.sum) po.append_sum(1.f);
-  appendActivation(n, po);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
   memory::desc x =
       c.xBlock ? layoutDesc(c.x, c.xBlock, bf16) : memory::desc(toDims(c.x), bf16, memory::format_tag::any);
-  memory::desc w(weightDims(c.w, c.group), bf16, memory::format_tag::any);
+  memory::desc w(weightDims(c.w, c.group), bf16, memory::format_tag::any), bias = plainDesc({c.w[0]});
   try {
-    using CF = dnnl::convolution_forward;
-    memory::desc y = layoutDesc(c.y, c.yBlock, bf16);
-    auto d = c.bias ? CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w,
-                               plainDesc({c.w[0]}), y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
-                    : CF::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w, y,
-                               c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
-    CF::primitive_desc pd(d, attr, engine());
+    dnnl::convolution_forward::primitive_desc pd(
+        forwardDesc(c, x, w, c.bias ? &bias : nullptr, layoutDesc(c.y, c.yBlock, bf16)), postOpsAttr(n, c), engine());
     if (isReferenceImplementation(pd.impl_info_str())) return {};
-    return {true, writes};
+    return {true, canWriteBf16(n, c)};
   } catch (const dnnl::error&) {
     return {};
   }

@@ -251,44 +251,20 @@ struct RnnCommon {
   }
 };
 
-// Converts an activation between its float32 form and the primitive's bf16 one (a oneDNN
-// reorder, counted with the others), in the same layout.
-struct Bf16Conversion {
-  memory::desc f32, bf16;
-  dnnl::reorder toBf16, toF32;
-  void init(const memory::desc& d) {
-    f32 = d;
-    const auto& strides = d.data.format_desc.blocking.strides;
-    bf16 = memory::desc(d.dims(), memory::data_type::bf16, memory::dims(strides, strides + d.data.ndims));
-    toBf16 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), f32, engine(), bf16));
-    toF32 = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), bf16, engine(), f32));
-  }
-  NDArray scratch() const { return NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(bf16.get_size())}); }
-  // a (float32) as bf16, in `keep`.
-  memory in(const NDArray& a, NDArray& keep) const {
-    keep = scratch();
-    memory m = wrap(bf16, keep);
-    execute(toBf16, {{DNNL_ARG_FROM, wrap(f32, a)}, {DNNL_ARG_TO, m}});
-    return m;
-  }
-  // Where the primitive writes bf16 (then back() into the float32 array).
-  memory out(NDArray& keep) const {
-    keep = scratch();
-    return wrap(bf16, keep);
-  }
-  void back(const memory& m, const NDArray& a) const {
-    execute(toF32, {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, wrap(f32, a)}});
-  }
-};
+// d (float32, a plain layout given by its strides) with bf16 elements.
+memory::desc asBf16(const memory::desc& d) {
+  const auto& strides = d.data.format_desc.blocking.strides;
+  return memory::desc(d.dims(), memory::data_type::bf16, memory::dims(strides, strides + d.data.ndims));
+}
 
 struct RnnState : RnnCommon {
   dnnl::primitive prim;
   PackedOperand wl, wi;
   bool constant = false;
-  // Under bf16Compute(): the primitive reads X and h0 and writes Y and h_T in bf16 (the cell
-  // states, bias and peepholes stay float32), converted at the node.
-  bool bf16 = false;
-  Bf16Conversion x, h, y;
+  // X, h (h0 in, h_T out) and Y as the primitive takes them: as they are, or under
+  // bf16Compute() converted at the node to and from bf16 (the cell states, bias and peepholes stay
+  // float32).
+  Adapter x, h, y;
 };
 
 // The primitive of descriptor d, with the weight layouts it wants; returns its implementation.
@@ -317,15 +293,8 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
   if (st->constant) st->pack(*W, *R, B, P);
   auto create = [&](bool bf16) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    st->bf16 = bf16;
-    if (bf16) {
-      st->x.init(st->xDesc);
-      st->h.init(st->hDesc);
-      st->y.init(st->yDesc);
-    }
-    const memory::desc& x = bf16 ? st->x.bf16 : st->xDesc;
-    const memory::desc& h = bf16 ? st->h.bf16 : st->hDesc;
-    const memory::desc& y = bf16 ? st->y.bf16 : st->yDesc;
+    memory::desc x = bf16 ? asBf16(st->xDesc) : st->xDesc, h = bf16 ? asBf16(st->hDesc) : st->hDesc,
+                 y = bf16 ? asBf16(st->yDesc) : st->yDesc;
     memory::desc wlAny({1, c.D, c.I, c.G, c.H}, dt, tag::any), wiAny({1, c.D, c.H, c.G, c.H}, dt, tag::any);
     // Initial states default to zero (an empty descriptor), final ones are computed when read.
     // LSTM's cell states stay float32.
@@ -358,6 +327,9 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
           break;
       }
       if (!acceptImplementation(impl, bf16)) return false;
+      st->x.init(st->xDesc, x, true, false);
+      st->h.init(st->hDesc, h, true, true);
+      st->y.init(st->yDesc, y, false, true);
       st->wl.init(st->wlUser, wlWant, st->constant ? &st->wlPlain : nullptr);
       st->wi.init(st->wiUser, wiWant, st->constant ? &st->wiPlain : nullptr);
     } catch (const dnnl::error&) {
@@ -378,35 +350,31 @@ ops::KernelFn makeRnn(ops::CompileContext& ctx) {
     if (!st->constant)
       st->pack(k.input(1), k.input(2), c.bias ? &k.input(3) : nullptr, c.peephole ? &k.input(7) : nullptr);
     bool lstm = c.cell == Cell::Lstm;
-    NDArray yScratch, hScratch, cScratch;
+    NDArray yScratch;
     NDArray* y = nullptr;
     // Y is [T, D, N, H]; oneDNN writes [T, N, D*H]: the same bytes for one direction.
     if (k.wantsOutput(0) && c.D == 1)
       y = &k.allocOutputUninit(0, DataType::Float, {c.T, 1, c.N, c.H});
     else
       yScratch = NDArray::uninitialized(DataType::Float, {c.T, c.N, c.D * c.H});
-    const NDArray& yArr = y ? *y : yScratch;
-    // bf16: X and h0 converted in, Y and h_T written as bf16 and converted out after the run.
-    NDArray xB, h0B, yB, hTB;
-    memory yMem = st->bf16 ? st->y.out(yB) : wrap(st->yDesc, yArr);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC_LAYER, st->bf16 ? st->x.in(k.input(0), xB) : wrap(st->xDesc, k.input(0))},
-        {DNNL_ARG_WEIGHTS_LAYER, st->wl.get(st->wlPlain)},
-        {DNNL_ARG_WEIGHTS_ITER, st->wi.get(st->wiPlain)},
-        {DNNL_ARG_BIAS, wrap(st->bDesc, st->bPlain)},
-        {DNNL_ARG_DST_LAYER, yMem}};
-    if (c.h0) args[DNNL_ARG_SRC_ITER] = st->bf16 ? st->h.in(k.input(5), h0B) : wrap(st->hDesc, k.input(5));
+    NDArray& yArr = y ? *y : yScratch;
+    NDArray xB, h0B, yB, hTB;  // the conversions' scratch, where there are conversions
+    memory yMem = st->y.output(yArr, yB);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_LAYER, st->x.input(k.input(0), xB)},
+                                         {DNNL_ARG_WEIGHTS_LAYER, st->wl.get(st->wlPlain)},
+                                         {DNNL_ARG_WEIGHTS_ITER, st->wi.get(st->wiPlain)},
+                                         {DNNL_ARG_BIAS, wrap(st->bDesc, st->bPlain)},
+                                         {DNNL_ARG_DST_LAYER, yMem}};
+    if (c.h0) args[DNNL_ARG_SRC_ITER] = st->h.input(k.input(5), h0B);
     if (c.c0) args[DNNL_ARG_SRC_ITER_C] = wrap(st->hDesc, k.input(6));
     if (c.peephole) args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(st->pDesc, st->pPlain);
     NDArray* hT = k.wantsOutput(1) ? &k.allocOutputUninit(1, DataType::Float, {c.D, c.N, c.H}) : nullptr;
-    if (hT) args[DNNL_ARG_DST_ITER] = st->bf16 ? st->h.out(hTB) : wrap(st->hDesc, *hT);
+    if (hT) args[DNNL_ARG_DST_ITER] = st->h.output(*hT, hTB);
     if (lstm && k.wantsOutput(2))
       args[DNNL_ARG_DST_ITER_C] = wrap(st->hDesc, k.allocOutputUninit(2, DataType::Float, {c.D, c.N, c.H}));
     execute(st->prim, args);
-    if (st->bf16) {
-      st->y.back(yMem, yArr);
-      if (hT) st->h.back(args.at(DNNL_ARG_DST_ITER), *hT);
-    }
+    st->y.written(yMem, yArr);
+    if (hT) st->h.written(args.at(DNNL_ARG_DST_ITER), *hT);
     if (k.wantsOutput(0) && c.D == 2) {
       NDArray& out = k.allocOutputUninit(0, DataType::Float, {c.T, 2, c.N, c.H});
       const float* src = yScratch.data<float>();
