@@ -8,6 +8,8 @@
 //                                  X and Sum may be BFLOAT16, and y_dtype (FLOAT, default, or
 //                                  BFLOAT16) is Y's type: computed in float32, then rounded
 //                                  (the bf16 activations of enableBf16 sessions).
+//                                  winograd = 1: a hint to the cpu device (its Winograd
+//                                  kernel; the result is the same up to rounding).
 //   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A', B') + Bias)' where A' = Transpose(A, perm_a),
 //                                  B' = Transpose(B, perm_b) and the result is transposed
 //                                  with perm_y, each when that attribute is present (folded
@@ -23,6 +25,9 @@
 //   ToBlocked(X)                   [N, C, spatial...] -> [N, ceil(C/block), spatial..., block],
 //                                  channels beyond C zero
 //   FromBlocked(X)                 the inverse; "channels" is C
+//   Reblock(X)                     [N, ceil(C/b), spatial..., b] -> [N, ceil(C/block),
+//                                  spatial..., block]: FromBlocked then ToBlocked in one
+//                                  ("channels" C, "block"); channels beyond C zero
 //
 // Activations: "activation" (an op type; "" for none), "activation_domain" ("", ai.graphcore
 // or ai.graft), "activation_alpha" and "activation_beta": Clip's min and max, or an activation of
@@ -98,6 +103,18 @@ std::vector<ir::ValueType> inferFromBlocked(const ir::Node& n, const std::vector
   return {t};
 }
 
+std::vector<ir::ValueType> inferReblock(const ir::Node& n, const std::vector<ir::ValueType>& in,
+                                        const std::vector<const NDArray*>&) {
+  ir::ValueType t = in.at(0);
+  if (t.info.isStatic()) {
+    Shape plain = fromBlockedShape(n.describe(), t.info.shape(), attrPositive(n, "channels"));
+    t.info = TensorInfo(t.info.dataType(), toBlockedShape(n.describe(), plain, attrPositive(n, "block")));
+  } else {
+    t.info = TensorInfo::unranked(t.info.dataType());
+  }
+  return {t};
+}
+
 KernelFn toBlockedKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   int64_t block = attrPositive(n, "block");
@@ -121,6 +138,22 @@ KernelFn fromBlockedKernel(CompileContext& c) {
     int64_t S = 1;
     for (size_t i = 2; i < s.size(); ++i) S *= s[i];
     reblock(x, y, s[0], channels, S, x.shape().back(), false);
+  };
+}
+
+KernelFn reblockKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  int64_t channels = attrPositive(n, "channels"), block = attrPositive(n, "block");
+  return [channels, block, what = n.describe()](KernelContext& k) {
+    const NDArray& x = k.input(0);
+    GRAFT_CHECK(x.dtype() != DataType::String, "{}: string tensors cannot be blocked", what);
+    Shape s = fromBlockedShape(what, x.shape(), channels);
+    int64_t S = 1;
+    for (size_t i = 2; i < s.size(); ++i) S *= s[i];
+    NDArray plain = NDArray::uninitialized(x.dtype(), s);
+    reblock(x, plain, s[0], channels, S, x.shape().back(), false);
+    NDArray& y = k.allocOutput(0, x.dtype(), toBlockedShape(what, s, block));  // zero-filled padding
+    reblock(plain, y, s[0], channels, S, block, true);
   };
 }
 
@@ -278,6 +311,7 @@ KernelFactory referenceOf(const CompositeBuilder& b) {
 GRAFT_REGISTER_OPS(fused) {
   r.add("ToBlocked", kGraftDomain).setInfer(inferToBlocked).setReference(toBlockedKernel);
   r.add("FromBlocked", kGraftDomain).setInfer(inferFromBlocked).setReference(fromBlockedKernel);
+  r.add("Reblock", kGraftDomain).setInfer(inferReblock).setReference(reblockKernel);
   // Y may take over Sum's buffer (the residual input, dead after it): the sum is then done in place.
   r.add("FusedConv", kGraftDomain)
       .setInfer(inferOf(fusedConv))

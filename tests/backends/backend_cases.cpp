@@ -135,6 +135,8 @@ void convCases() {
       {{1, 4, 5, 5, 5}, {8, 4, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}}), "3d"},
       {{1, 4, 6, 5, 4}, {4, 2, 2, 2, 2}, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 1, 2}}}), "3d_group"},
       {{1, 17, 6, 6}, {9, 17, 3, 3}, attrs({{"kernel_shape", Ints{3, 3}}}), "2d_odd_channels"},
+      // Winograd's shape (3x3, stride 1; 16-channel multiples; 10 = two 4-wide tiles and a part).
+      {{2, 16, 10, 10}, {32, 16, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "2d_winograd"},
   };
   for (const ConvGeo& g : geos) {
     for (int variant = 0; variant < 3; ++variant) {
@@ -240,6 +242,36 @@ void convCases() {
             add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, 1e-2);
           }
         }
+  // Winograd's shapes (3x3, stride 1, 16-channel multiples; the cpu_winograd variant of the
+  // matrix runs them on oneDNN's Winograd kernels): plain, channels-last and 16-channel blocks,
+  // with and without a residual sum; Relu; 9x9 and 14x14 outputs (whole and partial 4x4 tiles);
+  // NaN and infinities in X.
+  for (int layout : {0, -1, 16})
+    for (bool sum : {false, true})
+      for (int64_t H : {9, 14}) {
+        const int64_t C = 32, M = 48;
+        int64_t xb = layout < 0 ? C : layout, yb = layout < 0 ? M : layout;
+        std::string n = std::string("FusedConv_winograd_") +
+                        (layout == 0  ? "plain"
+                         : layout < 0 ? "nhwc"
+                                      : "b16") +
+                        "_H" + std::to_string(H) + (sum ? "_sum" : "");
+        ir::Attributes a = activationAttrs("Relu");
+        a.set("pads", Ints{1, 1, 1, 1});
+        if (layout) {
+          a.set("x_block", xb);
+          a.set("y_block", yb);
+        }
+        NDArray x = rnd({2, C, H, H}, n + "x", -2, 2), s = rnd({2, M, H, H}, n + "s");
+        auto lay = [&](const NDArray& v, int64_t b) { return layout ? blockOf(v, b) : v; };
+        std::vector<NDArray> in{lay(x, xb), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+        if (sum) in.push_back(lay(s, yb));
+        add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+        if (H == 9 && !sum) {
+          in[0] = lay(sprinkled(x), xb);
+          add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+        }
+      }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
@@ -583,6 +615,15 @@ void reorderCases() {
       OpCase from{"FromBlocked", {blockOf(x, b)}, attrs({{"channels", s[1]}})};
       from.domain = "ai.graft";
       add("FromBlocked" + n, from);
+    }
+  // Between layouts: 16-channel blocks <-> channels last (the cpu-layout pass's Winograd
+  // convolutions), 8 <-> 16.
+  for (const Shape& s : std::vector<Shape>{{2, 32, 5, 5}, {1, 20, 3, 4}, {1, 16, 2, 3, 4}})
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{16, s[1]}, {s[1], 16}, {8, 16}, {16, 8}}) {
+      std::string n = "Reblock_" + std::to_string(from) + "_to_" + std::to_string(to) + shapeToString(s);
+      OpCase c{"Reblock", {blockOf(rnd(s, n), from)}, attrs({{"channels", s[1]}, {"block", to}})};
+      c.domain = "ai.graft";
+      add(n, c);
     }
 }
 

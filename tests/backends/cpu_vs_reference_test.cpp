@@ -16,6 +16,10 @@
 // of the F16C conversions is checked on any host; the cases that select another kernel under that
 // limit are left out, and the test fails when none is left.
 //
+// KernelVsReference.EveryCaseMatches/cpu_winograd_onednn_conv_* runs onednn_conv's cases with
+// oneDNN's Winograd kernels wherever it has them (GRAFT_CONV_WINOGRAD=on), and fails unless some
+// ran there; it skips on hosts without AVX-512.
+//
 // KernelVsReference.EveryCaseMatches/cpu_bf16_<kernel> runs the cases of each kernel that
 // honours bf16 (CpuKernelDef::bf16) on a bf16 cpu backend (SessionOptions.enableBf16) against
 // the reference run on the operands rounded to bf16, and checks that bf16 really ran (the
@@ -35,6 +39,7 @@
 #include "backend_cases.hpp"
 #include "backends/backend.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/onednn_common.hpp"
 #include "passes/pass.hpp"
 #include "plan/executable.hpp"
 #include "support/cpu_features.hpp"
@@ -341,7 +346,36 @@ struct Param {
 
 class KernelVsReference : public ::testing::TestWithParam<Param> {};
 
+// The cpu_winograd variant: onednn_conv's cases with Winograd wherever oneDNN has it
+// (WinogradMode::On); it fails unless some ran on a Winograd kernel (the recorded implementation).
+void checkWinograd(const Group& g) {
+  if (!support::cpuFeatures().avx512f)
+    GTEST_SKIP() << "oneDNN's Winograd convolutions need AVX-512, which this host (below GRAFT_CPU_ISA) does not have";
+  backends::cpu::onednn::WinogradScope on(backends::cpu::onednn::WinogradMode::On);
+  auto cpu = backends::makeCpuBackend(2);
+  auto ref = backends::makeReferenceBackend();
+  int winograd = 0;
+  for (size_t i : g.cases) {
+    const MatrixCase& mc = matrixCases()[i];
+    if (!mc.b || !mc.expectError().empty()) continue;
+    SCOPED_TRACE(mc.name);
+    std::vector<plan::StepKernel> kernels;
+    std::vector<std::vector<NDArray>> got = runCase(*mc.b, *cpu, &kernels), want = runCase(*mc.b, *ref);
+    for (const auto& k : kernels)
+      if (k.implementation.find("wino") != std::string::npos) ++winograd;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t round = 0; round < want.size(); ++round)
+      for (size_t o = 0; o < want[round].size(); ++o)
+        if (want[round][o].valid())
+          EXPECT_TRUE(allClose(got[round][o], want[round][o], mc.b->rtol, mc.b->atol))
+              << "run " << round << ", output " << o;
+  }
+  std::printf("winograd: %d of %zu cases ran a Winograd kernel\n", winograd, g.cases.size());
+  EXPECT_GT(winograd, 0) << "no case of " << kernelName(g.kernel) << " ran on a Winograd kernel";
+}
+
 TEST_P(KernelVsReference, EveryCaseMatches) {
+  if (GetParam().backend == "cpu_winograd") return checkWinograd(groups().at(GetParam().kernel));
   bool bf16 = GetParam().backend == "cpu_bf16";
   if (bf16 && !support::cpuFeatures().avx512bf16)
     GTEST_SKIP() << "bf16 needs avx512_bf16, which this host (below GRAFT_CPU_ISA) does not have";
@@ -404,6 +438,9 @@ std::vector<Param> params() {
   // The bf16 variant of every kernel that honours bf16.
   for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
     if (d->bf16) p.push_back({"cpu_bf16", d, ""});
+  // oneDNN's Winograd convolutions (onednn_conv under WinogradMode::On).
+  for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
+    if (d->name == "onednn_conv" && (d->type == "Conv" || d->type == "FusedConv")) p.push_back({"cpu_winograd", d, ""});
   std::map<std::string, int> seen;
   for (Param& q : p) {
     q.name = q.backend + "_" + kernelName(q.kernel);

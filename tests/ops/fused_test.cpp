@@ -64,6 +64,24 @@ TEST(Graft_FromBlocked, RejectsChannelsThatDoNotFit) {
   EXPECT_THROW(run1(graftCase("FromBlocked", {b}, attrs({{"channels", int64_t{4}}}))), Error);
 }
 
+TEST(Graft_Reblock, IsFromBlockedThenToBlocked) {
+  NDArray x = randomArray(DataType::Float, {2, 20, 3, 4}, 3);
+  for (auto [from, to] : {std::pair<int64_t, int64_t>{16, 20}, {20, 16}, {8, 16}, {16, 8}}) {
+    SCOPED_TRACE(std::to_string(from) + " -> " + std::to_string(to));
+    NDArray y = run1(graftCase("Reblock", {blockNaive(x, from)}, attrs({{"channels", int64_t{20}}, {"block", to}})));
+    EXPECT_TRUE(allClose(y, blockNaive(x, to)));
+  }
+  auto t =
+      inferTypes(graftCase("Reblock", {blockNaive(x, 16)}, attrs({{"channels", int64_t{20}}, {"block", int64_t{8}}})));
+  EXPECT_EQ(t.at(0).info.shape(), Shape({2, 3, 3, 4, 8}));
+}
+
+TEST(Graft_Reblock, RejectsChannelsThatDoNotFit) {
+  NDArray b = NDArray(DataType::Float, {1, 2, 3, 4});  // 2 blocks of 4: 5..8 channels
+  EXPECT_THROW(run1(graftCase("Reblock", {b}, attrs({{"channels", int64_t{9}}, {"block", int64_t{8}}}))), Error);
+  EXPECT_THROW(inferTypes(graftCase("Reblock", {b}, attrs({{"channels", int64_t{8}}, {"block", int64_t{0}}}))), Error);
+}
+
 // act(Conv(x, w, b) + s) by the standard ops, one at a time.
 NDArray convChain(const NDArray& x, const NDArray& w, const NDArray& b, const NDArray& s, const ir::Attributes& convAttrs,
                   const std::string& act) {

@@ -87,6 +87,8 @@ const std::vector<std::string>& inferencePasses() {
 const std::vector<std::string>& bf16InferencePasses() {
   static const std::vector<std::string> p = [] {
     std::vector<std::string> q = inferencePasses();
+    for (std::string& pass : q)
+      if (pass == "cpu-layout") pass = "cpu-layout-bf16";  // no Winograd convolutions (float32 only)
     q.push_back("cpu-bf16-activations");
     return q;
   }();

@@ -110,6 +110,25 @@ int activationLayout() {
   GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
 }
 
+namespace {
+thread_local int winogradOverride = -1;  // a WinogradMode, or -1: none
+}  // namespace
+
+WinogradMode winogradMode() {
+  if (winogradOverride >= 0) return static_cast<WinogradMode>(winogradOverride);
+  const char* env = std::getenv("GRAFT_CONV_WINOGRAD");
+  std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return WinogradMode::Auto;
+  if (v == "off") return WinogradMode::Off;
+  if (v == "on") return WinogradMode::On;
+  GRAFT_THROW("GRAFT_CONV_WINOGRAD: expected off, auto or on, got '{}'", v);
+}
+
+WinogradScope::WinogradScope(WinogradMode mode) : saved_(winogradOverride) {
+  winogradOverride = static_cast<int>(mode);
+}
+WinogradScope::~WinogradScope() { winogradOverride = saved_; }
+
 int trainingLayout() {
   const char* env = std::getenv("GRAFT_CPU_LAYOUT");
   std::string v = env ? env : "";
@@ -161,6 +180,17 @@ memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt) {
     t = s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : s.size() == 5 ? tag::aBcde16b : tag::undef;
   GRAFT_ASSERT(t != tag::undef, "no channel-blocked layout of rank {} with block {}", s.size(), block);
   return memory::desc(toDims(s), dt, t);
+}
+
+bool sameBytes(const memory::desc& a, const memory::desc& b) {
+  if (a == b) return true;
+  memory::dims d = a.dims();
+  if (d != b.dims() || a.data_type() != b.data_type() || d.size() < 3 || d.size() > 5 || d[1] != 16) return false;
+  Shape s(d.begin(), d.end());
+  memory::desc last = layoutDesc(s, 16, a.data_type());  // block = channels: channels last
+  using tag = memory::format_tag;
+  memory::desc b16(d, a.data_type(), d.size() == 3 ? tag::aBc16b : d.size() == 4 ? tag::aBcd16b : tag::aBcde16b);
+  return (a == last || a == b16) && (b == last || b == b16);
 }
 
 Shape blockedShape(const Shape& s, int block) {

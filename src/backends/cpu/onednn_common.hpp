@@ -81,6 +81,24 @@ inline constexpr int kChannelsLast = -1;
 /// unset or "auto": the one oneDNN picks for a typical mid-network convolution on this CPU.
 /// Throws graft::Error naming GRAFT_CPU_LAYOUT for any other value.
 int activationLayout();
+
+/// Whether 3x3 convolutions may run on oneDNN's Winograd kernels (onednn_conv.cpp,
+/// wantsWinograd): Off never, Auto where measured faster (the default), On wherever oneDNN has
+/// them (for tests). GRAFT_CONV_WINOGRAD ("off", "auto", "on"; read at each call) sets it, a
+/// WinogradScope overrides it on its thread; any other value throws graft::Error naming the
+/// variable.
+enum class WinogradMode { Off, Auto, On };
+WinogradMode winogradMode();
+class WinogradScope {
+ public:
+  explicit WinogradScope(WinogradMode mode);
+  ~WinogradScope();
+  WinogradScope(const WinogradScope&) = delete;
+  WinogradScope& operator=(const WinogradScope&) = delete;
+
+ private:
+  int saved_;
+};
 /// The layout of the cpu-layout-training pass: channels last wherever activationLayout() is not
 /// plain (NHWC runs oneDNN's fast training kernels on AVX2 as on AVX-512 hosts, and has no padding
 /// channels for the backward pass's comparisons to keep zero), plain otherwise; GRAFT_CPU_LAYOUT
@@ -123,14 +141,18 @@ inline ops::KernelFn decline() { return {}; }
 /// Moves an activation between graft's layout (and type) and the primitive's when they differ
 /// (plain convolutions outside the cpu-layout pass, bf16 primitives on float32 tensors); a no-op
 /// otherwise.
+/// Whether a and b lay out the same bytes: equal, or channels last and 16-channel blocks of a
+/// 16-channel tensor.
+bool sameBytes(const memory::desc& a, const memory::desc& b);
+
 struct Adapter {
   memory::desc user, prim;
   dnnl::reorder toPrim, toUser;
   bool needed = false;
   void init(const memory::desc& u, const memory::desc& p, bool in, bool out) {
-    user = u;
     prim = p;
-    needed = u != p;
+    needed = !sameBytes(u, p);
+    user = needed ? u : p;  // (a user layout with the primitive's bytes is read as the primitive's)
     if (!needed) return;
     if (in) toPrim = dnnl::reorder(memory(u, engine(), DNNL_MEMORY_NONE), memory(p, engine(), DNNL_MEMORY_NONE));
     if (out) toUser = dnnl::reorder(memory(p, engine(), DNNL_MEMORY_NONE), memory(u, engine(), DNNL_MEMORY_NONE));

@@ -171,15 +171,56 @@ dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c) {
 }
 
 // c's forward-inference descriptor on these activation and weight descriptors, with `bias` when
-// given.
+// given; Winograd's algorithm with `winograd`.
 dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
-                                            const memory::desc* bias, const memory::desc& y) {
+                                            const memory::desc* bias, const memory::desc& y, bool winograd = false) {
   using CF = dnnl::convolution_forward;
   auto prop = dnnl::prop_kind::forward_inference;
-  auto alg = dnnl::algorithm::convolution_direct;
+  auto alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
   return bias ? CF::desc(prop, alg, x, w, *bias, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
               : CF::desc(prop, alg, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
 }
+
+// Winograd convolutions (oneDNN's F(4x4, 3x3) / F(2x2, 3x3) kernels, AVX-512 only; float32),
+// under winogradMode(). They can take a 2-D 3x3 convolution of stride 1, no dilation, no groups,
+// float32 in and out, outside bf16 compute (winogradShape). The cpu-layout pass marks the
+// inference convolutions where they gain ("winograd" = 1: winogradGains, and oneDNN has the
+// kernel for 16-channel blocks, in which the pass then holds their activations), and the kernel
+// runs those on it; with WinogradMode::On, every one of winogradShape (for tests); never with Off.
+// Training graphs are not marked: there the forward convolutions' activations stay channels last
+// for the backward pass, and converting them at each Winograd convolution made resnet18 b8's
+// training step slower (239-252 ms against 264-271).
+//
+// winogradGains: at least kWinogradMinFlops of direct work, kWinogradMinChannels input channels
+// and outputs of at least kWinogradMinSide on each side. Below those, the transforms and the
+// conversions to and from its channel-blocked layout cost about what the FMAs saved do (the
+// saving per output element grows with the input channels, a conversion's cost does not:
+// squeezenet's 16- and 32-channel ones gained nothing in the model; docs/cpu-backend.md,
+// Winograd: measured per shape on a full-rate AVX-512 EPYC, 2 threads).
+constexpr double kWinogradMinFlops = 4e8;
+constexpr int64_t kWinogradMinSide = 14;
+constexpr int64_t kWinogradMinChannels = 64;
+
+bool winogradShape(const ConvConfig& c) {
+  if (winogradMode() == WinogradMode::Off || bf16Compute()) return false;
+  return c.x.size() == 4 && c.group == 1 && c.win.kernel == Dims{3, 3} && c.win.strides == Dims{1, 1} &&
+         c.win.dilation == Dims{0, 0} && c.xType == memory::data_type::f32 && c.yType == memory::data_type::f32;
+}
+
+bool winogradGains(const ConvConfig& c) {
+  if (winogradMode() == WinogradMode::On) return true;
+  double flops = 2.0 * 9 * static_cast<double>(c.x[1]) * static_cast<double>(shapeNumel(c.y));
+  return flops >= kWinogradMinFlops && c.x[1] >= kWinogradMinChannels && c.y[2] >= kWinogradMinSide &&
+         c.y[3] >= kWinogradMinSide;
+}
+
+// Whether kernel n tries oneDNN's Winograd kernel first.
+bool wantsWinograd(const ir::Node& n, const ConvConfig& c) {
+  if (!winogradShape(c)) return false;
+  return winogradMode() == WinogradMode::On || (n.domain() == ops::kGraftDomain && n.attrInt("winograd", 0) == 1);
+}
+
+bool isWinogradImplementation(const std::string& impl) { return impl.find("wino") != std::string::npos; }
 
 // Whether the kernel can write Y as bf16: what runs after the primitive writes float32 (the
 // re-zeroing of a partial channel block; the activations graft applies itself), except Relu,
@@ -223,18 +264,23 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   // input's conversion costs a pass (mobilenet_v2 b8 under enableBf16: 31 ms with them in float32,
   // 35 in bf16, 35 all float32; docs/cpu-backend.md, bf16).
   const bool depthwise = isDepthwise(c);
-  auto create = [&](bool bf16) {
+  // Winograd (wantsWinograd): its activations in the layout it picks (channel-blocked; pinned
+  // ones are converted at the node), float32.
+  auto create = [&](bool bf16, bool winograd = false) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     // Pinned activations in the primitive's data type: as given where the tensor has it, else
     // converted at the node (into the same layout when pinned).
+    bool keep = pinned && !winograd;
     memory::desc xPrim =
-        pinned && (!bf16 || c.xType == dt) ? layoutDesc(c.x, c.xBlock, dt) : memory::desc(toDims(c.x), dt, any);
-    memory::desc yPrim = pinned ? layoutDesc(c.y, c.yBlock, bf16 ? c.yType : memory::data_type::f32)
-                                : memory::desc(toDims(c.y), memory::data_type::f32, any);
+        keep && (!bf16 || c.xType == dt) ? layoutDesc(c.x, c.xBlock, dt) : memory::desc(toDims(c.x), dt, any);
+    memory::desc yPrim = keep ? layoutDesc(c.y, c.yBlock, bf16 ? c.yType : memory::data_type::f32)
+                              : memory::desc(toDims(c.y), memory::data_type::f32, any);
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       using CF = dnnl::convolution_forward;
-      CF::primitive_desc pd(forwardDesc(c, xPrim, wAny, c.bias ? &st->biasDesc : nullptr, yPrim), attr, engine());
+      CF::primitive_desc pd(forwardDesc(c, xPrim, wAny, c.bias ? &st->biasDesc : nullptr, yPrim, winograd), attr,
+                            engine());
+      if (winograd && !isWinogradImplementation(pd.impl_info_str())) return false;
       if (!acceptImplementation(pd.impl_info_str(), bf16, depthwise ? kDepthwiseStaysF32 : nullptr)) return false;
       st->prim = CF(pd);
       st->src.init(xUser, pd.src_desc(), true, false);
@@ -245,7 +291,9 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     }
     return true;
   };
-  if (!(depthwise ? create(false) : createPreferringBf16(create))) return decline();
+  bool made = wantsWinograd(n, c) && create(false, true);
+  if (!made && !(depthwise ? create(false) : createPreferringBf16([&](bool bf16) { return create(bf16); })))
+    return decline();
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
@@ -658,6 +706,25 @@ Bf16ConvSupport convBf16Support(const ir::Node& n) {
     return {true, canWriteBf16(n, c)};
   } catch (const dnnl::error&) {
     return {};
+  }
+}
+
+// For the cpu-layout pass: the channel block (16) of the activations with which oneDNN runs Conv /
+// FusedConv node `n` (plain activations) on its Winograd kernel, where winogradGains says it
+// gains; 0 otherwise.
+int convWinogradBlock(const ir::Node& n) {
+  auto cfg = convConfig(n);
+  if (!cfg || cfg->xBlock || cfg->yBlock || !winogradShape(*cfg) || !winogradGains(*cfg)) return 0;
+  const ConvConfig& c = *cfg;
+  constexpr int kBlock = 16;
+  memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any), bias = plainDesc({c.w[0]});
+  try {
+    dnnl::convolution_forward::primitive_desc pd(
+        forwardDesc(c, layoutDesc(c.x, kBlock), w, c.bias ? &bias : nullptr, layoutDesc(c.y, kBlock), true),
+        postOpsAttr(n, c), engine());
+    return isWinogradImplementation(pd.impl_info_str()) ? kBlock : 0;
+  } catch (const dnnl::error&) {
+    return 0;
   }
 }
 

@@ -12,6 +12,7 @@
 // the blocked one, and plain consumers and graph outputs keep reading it; dce drops the conversions nobody reads. Plain
 // values that a blocked op needs go through one ai.graft::ToBlocked each.
 #include <map>
+#include <set>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -28,6 +29,8 @@ namespace graft::backends::cpu::onednn {
 // has a fast implementation for a ChannelBlocked ConvGradInput / ConvGradWeight.
 std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int layout, bool xConverted);
 bool convGradLayoutFast(const ir::Node& n);
+// The channel block (16) of a Conv / FusedConv that runs on oneDNN's Winograd kernel, or 0.
+int convWinogradBlock(const ir::Node& n);
 
 namespace {
 
@@ -60,8 +63,10 @@ bool isGraft(const ir::Node* n, const char* type) { return n->domain() == ops::k
 
 class CpuLayout : public passes::Pass {
  public:
-  explicit CpuLayout(bool training = false) : training_(training) {}
-  std::string_view name() const override { return training_ ? "cpu-layout-training" : "cpu-layout"; }
+  explicit CpuLayout(bool training = false, bool winograd = true) : training_(training), winograd_(winograd) {}
+  std::string_view name() const override {
+    return training_ ? "cpu-layout-training" : winograd_ ? "cpu-layout" : "cpu-layout-bf16";
+  }
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
     // Training graphs: channels last (trainingLayout(); no padding channels, so the backward
     // pass's comparisons and selections run on the arrays as they are).
@@ -69,6 +74,8 @@ class CpuLayout : public passes::Pass {
     if (layout_ == 0) return false;
     g_ = &g;
     twin_.clear();
+    alt_.clear();
+    block16_.clear();
     changed_ = false;
     for (ir::Node* n : g.schedule()) {
       if (isOnnx(n, "Conv") || isGraft(n, "FusedConv"))
@@ -92,12 +99,49 @@ class CpuLayout : public passes::Pass {
   // The channel block of plain tensor t's twin.
   int64_t blockOf(const ir::Tensor* t) const { return blockFor(layout_, channelsOf(t)); }
 
-  // The blocked twin of plain tensor t, converting when it has none yet.
-  ir::Tensor* blocked(ir::Tensor* t) {
+  // Whether plain tensor t has a twin in 16-channel blocks that are not the graph's layout (from a
+  // Winograd convolution, or an op that followed one).
+  bool inBlock16(ir::Tensor* t) const {
+    auto it = twin_.find(t);
+    return it != twin_.end() && block16_.count(it->second);
+  }
+
+  // Plain tensor t's twin in channel block b (b = its channel count: channels last): its twin when
+  // that has the layout, else one conversion (ToBlocked of t without a twin, Reblock of the twin
+  // otherwise), made once.
+  ir::Tensor* blockedAs(ir::Tensor* t, int64_t b) {
+    auto it = twin_.find(t);
+    if (it == twin_.end()) {
+      ir::Tensor* r = blocked(t, b);
+      if (b == 16 && channelsOf(t) != 16) block16_.insert(r);
+      return r;
+    }
+    const Shape want = blockedShape(t->info().shape(), b);
+    bool want16 = b == 16 && channelsOf(t) != 16;
+    if (it->second->info().shape() == want && (want16 == block16_.count(it->second) > 0 || channelsOf(t) == 16))
+      return it->second;
+    auto key = std::make_pair(t, b);
+    if (auto a = alt_.find(key); a != alt_.end()) return a->second;
+    ir::Attributes a;
+    a.set("channels", channelsOf(t));
+    a.set("block", b);
+    if (!g_->otherOpsets.count(ops::kGraftDomain)) g_->otherOpsets[ops::kGraftDomain] = 1;
+    ir::Node* r = g_->addNode("Reblock", ops::kGraftDomain, {it->second}, {g_->uniqueId(t->id() + "_reblocked")}, a,
+                              "reblock_" + t->id());
+    ops::inferNode(*r, false);
+    alt_[key] = r->output(0);
+    if (want16) block16_.insert(r->output(0));
+    changed_ = true;
+    return r->output(0);
+  }
+
+  // The blocked twin of plain tensor t, converting when it has none yet (into block b; 0: the
+  // graph's layout).
+  ir::Tensor* blocked(ir::Tensor* t, int64_t b = 0) {
     auto it = twin_.find(t);
     if (it != twin_.end()) return it->second;
     ir::Attributes a;
-    a.set("block", blockOf(t));
+    a.set("block", b ? b : blockOf(t));
     ir::Node* r = g_->addNode("ToBlocked", ops::kGraftDomain, {t}, {g_->uniqueId(t->id() + "_blocked")}, a,
                               "to_blocked_" + t->id());
     ops::inferNode(*r, false);
@@ -105,9 +149,10 @@ class CpuLayout : public passes::Pass {
     return r->output(0);
   }
 
-  // Replaces `old` by `fresh`, whose output 0 is the blocked form of old's output 0: old's
-  // output is produced by a FromBlocked of it from now on.
-  void commit(ir::Node* old, ir::Node* fresh) {
+  // Replaces `old` by `fresh`, whose output 0 is the blocked form of old's output 0 (in 16-channel
+  // blocks apart from the graph's layout with b16): old's output is produced by a FromBlocked of
+  // it from now on.
+  void commit(ir::Node* old, ir::Node* fresh, bool b16 = false) {
     ir::Tensor* y = old->output(0);
     int64_t channels = channelsOf(y);
     std::vector<ir::Tensor*> rest;
@@ -121,6 +166,7 @@ class CpuLayout : public passes::Pass {
     ir::Node* back = g_->addNode("FromBlocked", ops::kGraftDomain, {fresh->output(0)}, {""}, a, "from_blocked_" + y->id());
     g_->setOutput(back, 0, y);
     twin_[y] = fresh->output(0);
+    if (b16 && channels != 16) block16_.insert(fresh->output(0));
     changed_ = true;
   }
 
@@ -132,19 +178,39 @@ class CpuLayout : public passes::Pass {
     return g_->addNode(type, domain, in, outs, std::move(attrs), old->name());
   }
 
+  // A convolution oneDNN runs on its Winograd kernel reads and writes 16-channel blocks
+  // (convWinogradBlock) in any graph layout; one whose input comes in those blocks keeps them
+  // where oneDNN has a fast implementation for them (so that what follows a Winograd convolution
+  // stays in its layout instead of converting back), else the graph's layout.
   void convNode(ir::Node* n) {
     if (n->domain() == ops::kGraftDomain && (n->attrInt("x_block", 0) || n->attrInt("y_block", 0))) return;
-    auto pref = convLayoutChoice(*n, layout_, twin_.count(n->input(0)) > 0);
+    bool hasTwin = twin_.count(n->input(0)) > 0;
+    int layout = layout_;
+    bool winograd = false;
+    std::optional<std::pair<bool, bool>> pref;
+    if (winograd_ && !training_ && convWinogradBlock(*n) == 16) {
+      layout = 16;
+      winograd = true;
+      pref = std::make_pair(true, true);
+    } else if (inBlock16(n->input(0))) {
+      pref = convLayoutChoice(*n, 16, true);
+      if (pref && pref->first && pref->second)
+        layout = 16;
+      else
+        pref.reset();
+    }
+    if (!pref) pref = convLayoutChoice(*n, layout_, hasTwin);
     if (!pref || !pref->second) return;
     std::vector<ir::Tensor*> in = n->inputs();
-    int64_t xb = pref->first ? blockOf(in[0]) : 0, yb = blockOf(n->output(0));
-    if (pref->first) in[0] = blocked(in[0]);
-    if (in.size() > 3 && in[3]) in[3] = blocked(in[3]);
+    int64_t xb = pref->first ? blockFor(layout, channelsOf(in[0])) : 0, yb = blockFor(layout, channelsOf(n->output(0)));
+    if (pref->first) in[0] = blockedAs(in[0], xb);
+    if (in.size() > 3 && in[3]) in[3] = blockedAs(in[3], yb);
     ir::Attributes a = n->attrs();
     a.set("x_block", xb);
     a.set("y_block", yb);
+    if (winograd) a.set("winograd", int64_t{1});
     ir::Node* fresh = addLike(n, "FusedConv", ops::kGraftDomain, in, a);
-    commit(n, fresh);
+    commit(n, fresh, layout == 16 && layout_ != 16);
   }
 
   // Pools, BatchNormalization, LRN on an input that is blocked already.
@@ -158,9 +224,10 @@ class CpuLayout : public passes::Pass {
       if (n->output(i) && !extraOutputs) return;
     ir::Attributes a = n->attrs();
     a.set("op", n->type());
-    a.set("block", blockOf(x));
+    bool b16 = block16_.count(it->second) > 0;
+    a.set("block", b16 ? int64_t{16} : blockOf(x));
     a.set("channels", channelsOf(x));
-    tryBlocked(n, a, {0}, true);
+    tryBlocked(n, a, {0}, true, false, b16);
   }
 
   // Elementwise ops whose tensor inputs all have blocked twins of one logical shape. In training
@@ -176,7 +243,7 @@ class CpuLayout : public passes::Pass {
     if (yi.rank() < 3 || yi.rank() > 5) return;
     std::vector<ir::Tensor*> in = n->inputs();
     size_t tensors = 0;
-    std::vector<size_t> convert;
+    std::vector<size_t> convert, twinned;
     for (size_t i = 0; i < in.size(); ++i) {
       if (!in[i]) continue;
       // Clip's bounds: constant scalars stay as they are.
@@ -191,13 +258,19 @@ class CpuLayout : public passes::Pass {
       }
       if (!(training_ ? sameShape : in[i]->info() == yi)) return;
       in[i] = it->second;
+      twinned.push_back(i);
       ++tensors;
     }
     if (tensors == 0) return;
+    // One layout for all operands: the first twin's (16-channel blocks or the graph's).
+    bool b16 = inBlock16(n->input(twinned[0]));
+    int64_t block = b16 ? 16 : blockOf(n->output(0));
+    if (channelsOf(n->output(0)) % block != 0 && !keepsZero(*n)) return;
+    for (size_t i : twinned)
+      if (inBlock16(n->input(i)) != b16) in[i] = blockedAs(n->input(i), b16 ? 16 : blockOf(n->input(i)));
     for (size_t i : convert) in[i] = blocked(in[i]);
-    if (channelsOf(n->output(0)) % blockOf(n->output(0)) != 0 && !keepsZero(*n)) return;
     ir::Node* fresh = addLike(n, n->type(), n->domain(), in, n->attrs());
-    commit(n, fresh);
+    commit(n, fresh, b16);
   }
 
   // BatchNormalizationGrad(dY, X, scale[, mean, var]) -> dX, dScale, dB with dY and X channels
@@ -260,7 +333,7 @@ class CpuLayout : public passes::Pass {
   // have none), when a kernel takes it (a fast oneDNN one with needFast); output 0 blocked when
   // blockedOut, else every output keeps its tensor. Nothing changes when no kernel takes it.
   void tryBlocked(ir::Node* n, const ir::Attributes& attrs, const std::vector<size_t>& act, bool blockedOut,
-                  bool needFast = false) {
+                  bool needFast = false, bool b16 = false) {
     std::vector<ir::Tensor*> in = n->inputs();
     std::vector<ir::Tensor*> converted;  // the plain inputs given a conversion here
     for (size_t i : act) {
@@ -307,7 +380,7 @@ class CpuLayout : public passes::Pass {
       for (ir::Tensor* t : converted) dropConversion(t);
       return;
     }
-    commit(n, fresh);
+    commit(n, fresh, b16);
   }
 
   // Undoes blocked(plain) for a conversion nobody took.
@@ -326,44 +399,75 @@ class CpuLayout : public passes::Pass {
     int64_t axis = n->attrInt("axis", 0);
     if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return;
     std::vector<ir::Tensor*> in = n->inputs();
+    if (in.empty() || !in[0]) return;
+    // One layout for all inputs: the first one's (16-channel blocks or the graph's).
+    bool b16 = inBlock16(in[0]);
+    int layout = b16 ? 16 : layout_;
     for (size_t i = 0; i < in.size(); ++i) {
-      auto it = in[i] ? twin_.find(in[i]) : twin_.end();
-      if (it == twin_.end()) return;
-      if (layout_ != kChannelsLast && i + 1 < in.size() && channelsOf(in[i]) % layout_ != 0) return;
-      in[i] = it->second;
+      if (!in[i] || !twin_.count(in[i])) return;
+      if (layout != kChannelsLast && i + 1 < in.size() && channelsOf(in[i]) % layout != 0) return;
     }
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = inBlock16(in[i]) == b16 ? twin_.at(in[i]) : blockedAs(in[i], blockFor(layout, channelsOf(in[i])));
     ir::Attributes a = n->attrs();
-    a.set("axis", layout_ == kChannelsLast ? rank : int64_t{1});
+    a.set("axis", layout == kChannelsLast ? rank : int64_t{1});
     ir::Node* fresh = addLike(n, "Concat", "", in, a);
-    commit(n, fresh);
+    commit(n, fresh, b16);
   }
 
   bool training_ = false;
+  bool winograd_ = true;  // Winograd convolutions and what follows them in 16-channel blocks
   int layout_ = 0;
   ir::Graph* g_ = nullptr;
   std::map<ir::Tensor*, ir::Tensor*> twin_;
+  std::map<std::pair<ir::Tensor*, int64_t>, ir::Tensor*> alt_;  // further twins (Reblock), by block
+  std::set<ir::Tensor*> block16_;  // twins in 16-channel blocks apart from the graph's layout
   bool changed_ = false;
 };
 
-// ToBlocked / FromBlocked of float activations as oneDNN reorders.
-bool supportsReorder(const ir::Node& n) {
-  if (n.numInputs() != 1 || n.numOutputs() != 1 || !isStaticFloat(n.input(0)) || !isStaticFloat(n.output(0))) return false;
-  bool to = n.type() == "ToBlocked";
-  const Shape& plain = (to ? n.input(0) : n.output(0))->info().shape();
-  const Shape& phys = (to ? n.output(0) : n.input(0))->info().shape();
-  int64_t b = phys.empty() ? 0 : phys.back();
-  if (plain.size() < 3 || plain.size() > 5 || (b != 8 && b != 16 && b != plain[1])) return false;
-  return blockedShape(plain, b) == phys;
+// ToBlocked / FromBlocked / Reblock of float activations as oneDNN reorders: the source's and
+// the destination's layouts (block 0: plain) of the plain shape.
+struct ReorderGeometry {
+  Shape plain;
+  int from = 0, to = 0;
+};
+
+std::optional<ReorderGeometry> reorderGeometry(const ir::Node& n) {
+  if (n.numInputs() != 1 || n.numOutputs() != 1 || !isStaticFloat(n.input(0)) || !isStaticFloat(n.output(0)))
+    return std::nullopt;
+  const Shape& in = n.input(0)->info().shape();
+  const Shape& out = n.output(0)->info().shape();
+  ReorderGeometry r;
+  if (n.type() == "ToBlocked") {
+    r.plain = in;
+    r.to = out.empty() ? 0 : static_cast<int>(out.back());
+  } else {
+    r.plain = out;
+    r.from = in.empty() ? 0 : static_cast<int>(in.back());
+    if (n.type() == "Reblock") {
+      if (in.size() < 4) return std::nullopt;
+      r.plain = unblockedShape(in, n.attrInt("channels", 0));
+      r.to = out.empty() ? 0 : static_cast<int>(out.back());
+    }
+  }
+  const Shape& p = r.plain;
+  if (p.size() < 3 || p.size() > 5) return std::nullopt;
+  for (int b : {r.from, r.to})
+    if (b && b != 8 && b != 16 && b != p[1]) return std::nullopt;
+  auto physical = [&](int b) { return b ? blockedShape(p, b) : p; };
+  if (physical(r.from) != in || physical(r.to) != out) return std::nullopt;
+  return r;
 }
+
+bool supportsReorder(const ir::Node& n) { return reorderGeometry(n).has_value(); }
 
 ops::KernelFn makeReorder(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
-  bool to = n.type() == "ToBlocked";
-  Shape plain = (to ? n.input(0) : n.output(0))->info().shape();
-  Shape phys = (to ? n.output(0) : n.input(0))->info().shape();
-  int b = static_cast<int>(phys.back());
-  memory::desc pd = plainDesc(plain), bd = layoutDesc(plain, b);
-  memory::desc src = to ? pd : bd, dst = to ? bd : pd;
+  auto geo = reorderGeometry(n);
+  if (!geo) return decline();
+  Shape plain = geo->plain;
+  auto desc = [&](int b) { return b ? layoutDesc(plain, b) : plainDesc(plain); };
+  memory::desc src = desc(geo->from), dst = desc(geo->to);
   Shape yShape = n.output(0)->info().shape();
   int threads = ctx.pool().numThreads();
   setThreads(threads);
@@ -386,6 +490,14 @@ ops::KernelFn makeReorder(ops::CompileContext& ctx) {
 
 GRAFT_REGISTER_PASS("cpu-layout", CpuLayout);
 
+// bf16 inference graphs: as cpu-layout, without Winograd convolutions (float32 only; the bf16
+// backend's convolutions run bf16 brgemm kernels in the graph's layout).
+class CpuLayoutBf16 : public CpuLayout {
+ public:
+  CpuLayoutBf16() : CpuLayout(false, false) {}
+};
+GRAFT_REGISTER_PASS("cpu-layout-bf16", CpuLayoutBf16);
+
 // Training graphs: the forward convolutions, BatchNormalization (training mode), activations and
 // residual Adds as above, and the backward pass's BatchNormalizationGrad, ConvGradInput,
 // ConvGradWeight and elementwise ops, channels last (hosts whose layout is NHWC).
@@ -401,4 +513,5 @@ GRAFT_REGISTER_CPU_KERNELS(onednn_reorder) {
   using namespace graft::backends::cpu::onednn;
   r.add({graft::ops::kGraftDomain, "ToBlocked", "onednn_reorder", supportsReorder, makeReorder});
   r.add({graft::ops::kGraftDomain, "FromBlocked", "onednn_reorder", supportsReorder, makeReorder});
+  r.add({graft::ops::kGraftDomain, "Reblock", "onednn_reorder", supportsReorder, makeReorder});
 }

@@ -207,6 +207,104 @@ TEST(CpuLayout, ChannelsLastIsTheBlockOfAllChannels) {
   EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
 }
 
+// A graph with a 3x3 convolution (64 -> 64 at 28x28) followed by a Relu and a 1x1 convolution,
+// beside a 1x1 convolution of the same input (scheduled first); the two branches are added
+// (the 3x3's branch first). Winograd takes the 3x3
+// with GRAFT_CONV_WINOGRAD=on (its default rule wants 0.4 GFLOP: winograd_test.cpp runs one).
+struct WinogradGraph {
+  GraphBuilder b;
+  ir::Tensor* x = b.input({1, 64, 28, 28});
+  NDArray in = randomFloats({1, 64, 28, 28}, 41);
+  ir::Tensor* conv(ir::Tensor* from, int64_t k, int64_t out, uint64_t seed) {
+    ir::Attributes a;
+    int64_t pad = k / 2, c = 64;
+    a.set("pads", std::vector<int64_t>{pad, pad, pad, pad});
+    return b.op("Conv",
+                {from, b.constant(randomFloats({out, c, k, k}, seed, -0.05f, 0.05f)),
+                 b.constant(randomFloats({out}, seed + 1))},
+                a);
+  }
+  WinogradGraph() {
+    ir::Tensor* side = conv(x, 1, 64, 46);  // first: X's twin is channels last
+    ir::Tensor* main = conv(b.op("Relu", {conv(x, 3, 64, 42)}), 1, 64, 44);
+    b.outputs({b.op("Add", {main, side})});
+  }
+};
+
+bool winogradHost() { return support::cpuFeatures().avx512f; }
+
+// On AVX-512 hosts the Winograd convolution is marked for the kernel and reads and writes
+// 16-channel blocks (X's channels-last twin converted: a Reblock); the 1x1 convolution after it
+// keeps them; the Add converts its other operand to them (a second Reblock); the results are the
+// reference's.
+TEST(CpuLayout, WinogradConvolutionsAndWhatFollowsThemHoldSixteenChannelBlocks) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  setenv("GRAFT_CONV_WINOGRAD", "on", 1);
+  WinogradGraph w;
+  auto before = runGraph(*w.b.g, {w.in}, true);
+  run(*w.b.g, {"cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*w.b.g);
+  ASSERT_EQ(ops["FusedConv"], 3) << ir::printGraph(*w.b.g);
+  int marked = 0, in16 = 0;
+  for (const ir::Node* n : w.b.g->nodes())
+    if (n->type() == "FusedConv") {
+      marked += n->attrInt("winograd", 0) == 1;
+      in16 += n->attrInt("y_block", 0) == 16;
+    }
+  if (winogradHost()) {
+    EXPECT_EQ(marked, 1) << ir::printGraph(*w.b.g);
+    EXPECT_EQ(in16, 2) << ir::printGraph(*w.b.g);  // the Winograd convolution and the 1x1 after it
+    EXPECT_EQ(ops["Reblock"], 2) << ir::printGraph(*w.b.g);
+  } else {
+    EXPECT_EQ(marked, 0) << "oneDNN has Winograd convolutions for AVX-512 only";
+    EXPECT_EQ(ops["Reblock"], 0);
+  }
+  EXPECT_TRUE(close(runGraph(*w.b.g, {w.in})[0], before[0], 1e-4, 1e-4));
+  unsetenv("GRAFT_CONV_WINOGRAD");
+}
+
+// The default rule (auto): a 3x3 convolution of 0.06 GFLOP is left to the direct kernels.
+TEST(CpuLayout, WinogradAutoLeavesSmallConvolutionsAlone) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  WinogradGraph w;
+  run(*w.b.g, {"cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  for (const ir::Node* n : w.b.g->nodes()) EXPECT_EQ(n->attrInt("winograd", 0), 0) << n->describe();
+  EXPECT_EQ(opCounts(*w.b.g)["Reblock"], 0);
+}
+
+// GRAFT_CONV_WINOGRAD=off: no convolution is marked, nothing leaves the graph's layout.
+TEST(CpuLayout, WinogradOffKeepsTheGraphsLayout) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  setenv("GRAFT_CONV_WINOGRAD", "off", 1);
+  WinogradGraph w;
+  run(*w.b.g, {"cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CONV_WINOGRAD");
+  unsetenv("GRAFT_CPU_LAYOUT");
+  for (const ir::Node* n : w.b.g->nodes()) EXPECT_EQ(n->attrInt("winograd", 0), 0) << n->describe();
+  EXPECT_EQ(opCounts(*w.b.g)["Reblock"], 0);
+}
+
+// The bf16 backend's layout pass: the same layouts, no Winograd (its convolutions run bf16).
+TEST(CpuLayoutBf16, MarksNoWinogradConvolutions) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  setenv("GRAFT_CONV_WINOGRAD", "on", 1);
+  WinogradGraph w;
+  auto before = runGraph(*w.b.g, {w.in}, true);
+  run(*w.b.g, {"cpu-layout-bf16", "dce"}, true);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*w.b.g);
+  EXPECT_EQ(ops["FusedConv"], 3) << ir::printGraph(*w.b.g);
+  EXPECT_EQ(ops["Reblock"], 0);
+  for (const ir::Node* n : w.b.g->nodes()) {
+    EXPECT_EQ(n->attrInt("winograd", 0), 0) << n->describe();
+    if (n->type() == "FusedConv") EXPECT_EQ(n->attrInt("y_block", 0), 64) << n->describe();
+  }
+  unsetenv("GRAFT_CONV_WINOGRAD");
+  EXPECT_TRUE(close(runGraph(*w.b.g, {w.in})[0], before[0], 1e-4, 1e-4));
+}
+
 TEST(CpuLayout, UnknownForcedLayoutIsAnErrorNamingTheVariable) {
   setenv("GRAFT_CPU_LAYOUT", "diagonal", 1);
   std::string msg;
