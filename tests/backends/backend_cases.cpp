@@ -694,11 +694,14 @@ void smallBatchLstmCases() {
   struct S {
     int64_t T, N, I, H;
   };
-  for (const S& sh : {S{5, 1, 4, 20}, S{4, 3, 7, 33}, S{3, 4, 16, 16}, S{6, 2, 5, 64}})
+  // Batch 1-4: vec_lstm_small_batch; 5 and more: vec_lstm_batched (constant weights; hidden sizes
+  // with one block of 16 units, a ragged last block, and blocks split unevenly over the threads).
+  for (const S& sh : {S{5, 1, 4, 20}, S{4, 3, 7, 33}, S{3, 4, 16, 16}, S{6, 2, 5, 64}, S{5, 5, 4, 20}, S{4, 8, 7, 33},
+                      S{3, 6, 16, 48}, S{6, 9, 5, 16}})
     for (const char* dir : {"forward", "reverse", "bidirectional"})
       for (bool optional : {false, true}) {
         int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
-        std::string n = "LSTM_small_batch_" + std::to_string(sh.N) + "x" + std::to_string(sh.H) + "_" + dir +
+        std::string n = std::string(sh.N <= 4 ? "LSTM_small_batch_" : "LSTM_batched_") + std::to_string(sh.N) + "x" + std::to_string(sh.H) + "_" + dir +
                         (optional ? "_bias_states" : "");
         ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", sh.H}});
         std::vector<NDArray> in{rnd({sh.T, sh.N, sh.I}, n + "x"), rnd({D, 4 * sh.H, sh.I}, n + "w"),
@@ -710,7 +713,8 @@ void smallBatchLstmCases() {
           in.push_back(rnd({D, sh.N, sh.H}, n + "c"));
         }
         add(n, OpCase{"LSTM", in, a, 3}, {false, true, true, true, false, false, false});
-        // Weights that are graph inputs (a training graph's forward): packed at each run.
+        // Weights that are graph inputs (a training graph's forward): packed at each run (small
+        // batch), oneDNN's LSTM (batched).
         add(n + "_runtime_weights", OpCase{"LSTM", in, a, 3});
       }
 }

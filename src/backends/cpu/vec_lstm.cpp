@@ -32,6 +32,9 @@
 
 #include <dnnl.h>
 
+#include <fmt/format.h>
+
+#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/vec_common.hpp"
@@ -44,7 +47,7 @@ namespace graft::backends::cpu {
 namespace {
 
 constexpr int64_t kLanes = 16;    // hidden units per block
-constexpr int64_t kMaxBatch = 4;  // N above this: oneDNN's batched kernels do better
+constexpr int64_t kMaxBatch = 4;  // N above this: the batched kernel (below)
 
 struct LstmShape {
   int64_t T = 0, N = 0, I = 0, H = 0, D = 1;
@@ -70,7 +73,7 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
   s.N = x[1];
   s.I = x[2];
   s.H = r[2];
-  if (s.T <= 0 || s.N <= 0 || s.N > kMaxBatch || s.I <= 0 || s.H <= 0) return std::nullopt;
+  if (s.T <= 0 || s.N <= 0 || s.I <= 0 || s.H <= 0) return std::nullopt;
   if (p.hiddenSize >= 0 && p.hiddenSize != s.H) return std::nullopt;
   if (w != Shape{s.D, 4 * s.H, s.I} || r != Shape{s.D, 4 * s.H, s.H}) return std::nullopt;
   s.bias = in(3) != nullptr;
@@ -90,7 +93,14 @@ std::optional<LstmShape> lstmShape(const ir::Node& n) {
   return s;
 }
 
-bool supportsLstm(const ir::Node& n) { return lstmShape(n).has_value(); }
+bool supportsLstm(const ir::Node& n) {
+  auto s = lstmShape(n);
+  return s && s->N <= kMaxBatch;
+}
+bool supportsBatchedLstm(const ir::Node& n) {
+  auto s = lstmShape(n);
+  return s && s->N > kMaxBatch;
+}
 
 // One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
 // rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
@@ -228,7 +238,7 @@ struct LstmState {
 ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto shape = lstmShape(n);
-  GRAFT_ASSERT(shape, "{}: makeLstm on an unsupported node", n.describe());
+  GRAFT_ASSERT(shape && shape->N <= kMaxBatch, "{}: makeLstm on an unsupported node", n.describe());
   auto st = std::make_shared<LstmState>();
   st->s = *shape;
   const LstmShape& s = st->s;
@@ -310,11 +320,222 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   };
 }
 
+
+// ---- Batched LSTM (N > kMaxBatch), inference -------------------------------------------------
+// From batch 5 a step's recurrent product h R^T is a real matrix product ([N, H] x [H, 4H]), which
+// oneDNN's matmul runs near the FMA roof; what oneDNN's own LSTM adds is a parallel region per
+// time step, and under passive OpenMP waits each of them wakes a sleeping thread (lstm2 b32 on
+// the AVX-512 EPYC: 49 ms passive against 37 ms spinning, ONNX Runtime 40). This kernel:
+// - computes the input projection of every step at once, X [T*N, I] x [W_f; W_b]^T + Wb + Rb, with
+//   one oneDNN matmul on all threads (weights packed once);
+// - gives each thread of the team a slice of the hidden units (blocks of 16) and its own
+//   single-threaded matmul primitive over R's rows of those units (the four gates' columns side
+//   by side, packed once into the primitive's layout), so that a thread computes its units'
+//   gate pre-activations for all N rows, then their cell;
+// - runs the whole sequence of a direction in one OpenMP region with the spinning barrier between
+//   steps (each step reads every unit of h_{t-1}): one wake-up per direction and call.
+// Constant W, R and B only (inference with constant weights; a training graph's forward LSTM from
+// batch 8 is LSTMTrain, vec_lstm_grad.cpp); bf16 backends keep oneDNN's bf16 LSTM (its brgemm
+// cells run in bf16, this kernel in float32).
+
+// The cell of one step for the units [u0, u0 + nu) of all N rows: g [N, 4nu] (the recurrent
+// product, gates side by side), xw [N, ldx] (the input projection with both biases, this
+// direction's gates at its offset), c [N, H] in place, h [N, H].
+GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restrict xw, int64_t ldx,
+                                float* __restrict c, float* __restrict h, int64_t N, int64_t H, int64_t u0,
+                                int64_t nu) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* gr = g + n * 4 * nu;
+    const float* xr = xw + n * ldx + u0;
+    float* cr = c + n * H + u0;
+    float* hr = h + n * H + u0;
+    for (int64_t l = 0; l < nu; ++l) {
+      float i = vecmath::sigmoid(gr[l] + xr[l]);
+      float f = vecmath::sigmoid(gr[2 * nu + l] + xr[2 * H + l]);
+      float z = vecmath::tanh(gr[3 * nu + l] + xr[3 * H + l]);
+      cr[l] = f * cr[l] + i * z;
+    }
+    for (int64_t l = 0; l < nu; ++l) hr[l] = vecmath::sigmoid(gr[nu + l] + xr[H + l]) * vecmath::tanh(cr[l]);
+  }
+}
+
+using onednn::memory;
+
+struct BatchedMember {
+  int64_t u0 = 0, nu = 0;
+  dnnl::matmul prim;
+  memory weights;            // R's rows of the units, [H, 4nu] in the primitive's layout
+  memory::desc src, dst;     // h [N, H], gates [N, 4nu]
+};
+
+struct BatchedState {
+  LstmShape s;
+  int team = 1, threads = 1;
+  dnnl::matmul proj;  // X [T*N, I] x [I, D*4H] + bias
+  memory projWeights, projBias;
+  memory::desc xDesc, xwDesc;
+  std::vector<std::vector<BatchedMember>> members;  // [direction][thread]
+};
+
+ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
+  using onednn::execute;
+  using onednn::setThreads;
+  const ir::Node& n = ctx.node();
+  auto shape = lstmShape(n);
+  GRAFT_ASSERT(shape && shape->N > kMaxBatch, "{}: makeBatchedLstm on an unsupported node", n.describe());
+  // Weights known only at run time (a training graph's forward at batch 5-7) and bf16 backends
+  // go to oneDNN's LSTM.
+  const NDArray* w = ctx.constantInput(1);
+  const NDArray* r = ctx.constantInput(2);
+  const NDArray* b = shape->bias ? ctx.constantInput(3) : nullptr;
+  if (!w || !r || (shape->bias && !b) || bf16Compute()) return onednn::decline();
+  auto st = std::make_shared<BatchedState>();
+  st->s = *shape;
+  const LstmShape& s = st->s;
+  const int64_t G = 4 * s.H, DG = s.D * G, TN = s.T * s.N, blocks = (s.H + kLanes - 1) / kLanes;
+  st->threads = std::max(1, ctx.pool().numThreads());
+  st->team = static_cast<int>(std::min<int64_t>(st->threads, blocks));
+  auto f32 = memory::data_type::f32;
+  auto any = memory::format_tag::any;
+  auto& eng = onednn::engine();
+  try {
+    // The input projection, on every thread: W [D*4H, I] read as [I, D*4H] (column-major).
+    setThreads(st->threads);
+    st->xDesc = memory::desc({TN, s.I}, f32, memory::format_tag::ab);
+    st->xwDesc = memory::desc({TN, DG}, f32, memory::format_tag::ab);
+    memory::desc wUser({s.I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc ppd(dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc),
+                                     eng);
+    st->proj = dnnl::matmul(ppd);
+    st->projWeights = memory(ppd.weights_desc(), eng);
+    execute(dnnl::reorder(onednn::wrap(wUser, *w), st->projWeights),
+            {{DNNL_ARG_FROM, onednn::wrap(wUser, *w)}, {DNNL_ARG_TO, st->projWeights}});
+    st->projBias = memory(biasDesc, eng);
+    float* bias = static_cast<float*>(st->projBias.get_data_handle());
+    for (int64_t j = 0; j < DG; ++j) {
+      int64_t d = j / G, q = j % G;
+      bias[j] = b ? b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q] : 0.0f;
+    }
+    std::string recurrentImpl;
+    // One single-threaded primitive per direction and thread: created with a team of one, as it
+    // runs (oneDNN runs sequentially inside a parallel region).
+    setThreads(1);
+    for (int64_t d = 0; d < s.D; ++d) {
+      std::vector<BatchedMember> row;
+      const float* rd = r->data<float>() + d * G * s.H;
+      for (int tid = 0; tid < st->team; ++tid) {
+        BatchedMember m;
+        int64_t b0 = blocks * tid / st->team, b1 = blocks * (tid + 1) / st->team;
+        m.u0 = b0 * kLanes;
+        m.nu = std::min(s.H, b1 * kLanes) - m.u0;
+        // [H, 4nu]: column q * nu + l is R's row q * H + u0 + l.
+        NDArray rt(DataType::Float, {s.H, 4 * m.nu});
+        float* p = rt.data<float>();
+        for (int64_t q = 0; q < 4; ++q)
+          for (int64_t l = 0; l < m.nu; ++l) {
+            const float* row = rd + (q * s.H + m.u0 + l) * s.H;
+            for (int64_t k = 0; k < s.H; ++k) p[k * 4 * m.nu + q * m.nu + l] = row[k];
+          }
+        m.src = memory::desc({s.N, s.H}, f32, memory::format_tag::ab);
+        m.dst = memory::desc({s.N, 4 * m.nu}, f32, memory::format_tag::ab);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.src, memory::desc({s.H, 4 * m.nu}, f32, any), m.dst), eng);
+        if (isReferenceImplementation(pd.impl_info_str())) {
+          setThreads(st->threads);
+          return onednn::decline();
+        }
+        recurrentImpl = pd.impl_info_str();
+        m.prim = dnnl::matmul(pd);
+        memory::desc user({s.H, 4 * m.nu}, f32, memory::format_tag::ab);
+        m.weights = memory(pd.weights_desc(), eng);
+        execute(dnnl::reorder(onednn::wrap(user, rt), m.weights),
+                {{DNNL_ARG_FROM, onednn::wrap(user, rt)}, {DNNL_ARG_TO, m.weights}});
+        row.push_back(std::move(m));
+      }
+      st->members.push_back(std::move(row));
+    }
+    setThreads(st->threads);
+    noteImplementation(fmt::format("{} x {} threads", recurrentImpl, st->team));
+  } catch (const dnnl::error&) {
+    setThreads(st->threads);
+    return onednn::decline();
+  }
+  return [st](ops::KernelContext& k) {
+    const LstmShape& s = st->s;
+    const int64_t G = 4 * s.H, DG = s.D * G, NH = s.N * s.H;
+    auto& eng = onednn::engine();
+    setThreads(st->threads);
+    NDArray xw = NDArray::uninitialized(DataType::Float, {s.T * s.N, DG});
+    execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
+                       {DNNL_ARG_WEIGHTS, st->projWeights},
+                       {DNNL_ARG_BIAS, st->projBias},
+                       {DNNL_ARG_DST, onednn::wrap(st->xwDesc, xw)}});
+    float* y = k.wantsOutput(0) ? k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}).data<float>() : nullptr;
+    std::vector<float> ring(y ? 0 : static_cast<size_t>(2 * NH)), zeros(static_cast<size_t>(NH), 0.0f);
+    std::vector<float> cBuf(static_cast<size_t>(s.D * NH)), yh(static_cast<size_t>(s.D * NH));
+    for (int64_t d = 0; d < s.D; ++d) {
+      const bool backward = s.reverse || d == 1;
+      float* c = cBuf.data() + d * NH;
+      if (s.c0)
+        std::memcpy(c, k.input(6).data<float>() + d * NH, sizeof(float) * NH);
+      else
+        std::fill(c, c + NH, 0.0f);
+      const float* h0 = s.h0 ? k.input(5).data<float>() + d * NH : zeros.data();
+      // Where step `step` (in processing order) writes h: Y[t, d], or the ring when Y is not wanted.
+      auto hOut = [&](int64_t step) {
+        int64_t t = backward ? s.T - 1 - step : step;
+        return y ? y + (t * s.D + d) * NH : ring.data() + (step % 2) * NH;
+      };
+      std::vector<BatchedMember>& members = st->members[d];
+      SpinBarrier barrier(st->team);
+      auto run = [&](int tid, int team) {
+        // A thread runs the members tid, tid + team, ... (all of them when OpenMP gave the region
+        // fewer threads than the team).
+        std::vector<memory> src, dst;
+        std::vector<NDArray> gates;
+        for (int j = tid; j < st->team; j += team) {
+          gates.push_back(NDArray::uninitialized(DataType::Float, {s.N, 4 * members[j].nu}));
+          src.push_back(memory(members[j].src, eng, static_cast<void*>(nullptr)));
+          dst.push_back(onednn::wrap(members[j].dst, gates.back()));
+        }
+        for (int64_t step = 0; step < s.T; ++step) {
+          int64_t t = backward ? s.T - 1 - step : step;
+          const float* hp = step == 0 ? h0 : hOut(step - 1);
+          float* h = hOut(step);
+          const float* xwt = xw.data<float>() + t * s.N * DG + d * G;
+          for (int j = tid, i = 0; j < st->team; j += team, ++i) {
+            const BatchedMember& m = members[j];
+            src[i].set_data_handle(const_cast<float*>(hp));
+            execute(m.prim, {{DNNL_ARG_SRC, src[i]}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst[i]}});
+            const float* g = gates[i].data<float>();
+            GRAFT_VEC_RUN(batchedCell(g, xwt, DG, c, h, s.N, s.H, m.u0, m.nu));
+          }
+          if (team > 1) barrier.wait();
+        }
+      };
+      if (st->team > 1) {
+        int team = st->team;
+#pragma omp parallel num_threads(team)
+        run(omp_get_thread_num(), omp_get_num_threads());
+      } else {
+        run(0, 1);
+      }
+      std::memcpy(yh.data() + d * NH, hOut(s.T - 1), sizeof(float) * NH);
+    }
+    if (k.wantsOutput(1))
+      std::memcpy(k.allocOutputUninit(1, DataType::Float, {s.D, s.N, s.H}).rawData(), yh.data(),
+                  sizeof(float) * yh.size());
+    if (k.wantsOutput(2))
+      std::memcpy(k.allocOutputUninit(2, DataType::Float, {s.D, s.N, s.H}).rawData(), cBuf.data(),
+                  sizeof(float) * cBuf.size());
+  };
+}
+
 }  // namespace
 
 GRAFT_REGISTER_CPU_KERNELS(vec_lstm) {
   // Ahead of oneDNN's LSTM (priority 0) at the batches it takes.
   r.add({"", "LSTM", "vec_lstm_small_batch", supportsLstm, makeLstm, 1});
+  r.add({"", "LSTM", "vec_lstm_batched", supportsBatchedLstm, makeBatchedLstm, 1});
 }
 
 }  // namespace graft::backends::cpu

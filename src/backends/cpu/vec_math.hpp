@@ -11,17 +11,24 @@
 
 #include "ops/elementwise_table.hpp"
 
+// Every function is always inlined: the kernels' hot loops are compiled again for AVX-512 and
+// AVX2 (GRAFT_VEC_RUN, target attributes), and GCC does not inline a plain inline function of the
+// default target into them on its own. They then called each function out of line, through the
+// PLT, one float at a time (found on 2026-12-06 in FusedElementwise's exp/log/GELU and the
+// LSTM cells' tanh: none of those loops was vectorised).
+#define GRAFT_VECMATH_INLINE [[gnu::always_inline]] inline
+
 namespace graft::backends::cpu::vecmath {
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 /// Rounds to the nearest integer (ties to even) for |x| < 2^22, without SSE4.1's roundps.
-inline float roundNearest(float x) { return (x + 12582912.0f) - 12582912.0f; }
+GRAFT_VECMATH_INLINE float roundNearest(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
 /// exp(x), Cephes' polynomial on a range reduction by ln 2; the scale 2^n is applied in two
 /// halves so that results down to the smallest denormal come out right.
-inline float exp(float x) {
+GRAFT_VECMATH_INLINE float exp(float x) {
   bool nan = x != x;
   float xc = nan ? 0.0f : x;
   xc = xc < -104.0f ? -104.0f : xc;
@@ -44,7 +51,7 @@ inline float exp(float x) {
 }
 
 /// log(x), Cephes' polynomial on the mantissa in [sqrt(1/2), sqrt(2)).
-inline float log(float x) {
+GRAFT_VECMATH_INLINE float log(float x) {
   bool denormal = x < 1.17549435e-38f;
   float xs = denormal ? x * 8388608.0f : x;
   auto bits = std::bit_cast<uint32_t>(xs);
@@ -77,7 +84,7 @@ inline float log(float x) {
 }
 
 /// log(1 + u) for u >= 0 (exact for tiny u: the rounding of 1 + u is corrected for).
-inline float log1pPositive(float u) {
+GRAFT_VECMATH_INLINE float log1pPositive(float u) {
   float w = 1.0f + u;
   float d = w - 1.0f;
   float r = log(w) * (u / (d == 0.0f ? 1.0f : d));
@@ -85,7 +92,7 @@ inline float log1pPositive(float u) {
 }
 
 /// tanh(x): an odd polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere.
-inline float tanh(float x) {
+GRAFT_VECMATH_INLINE float tanh(float x) {
   float ax = std::fabs(x);
   float z = x * x;
   float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
@@ -96,14 +103,14 @@ inline float tanh(float x) {
 }
 
 /// 1 / (1 + exp(-x)) without overflow.
-inline float sigmoid(float x) {
+GRAFT_VECMATH_INLINE float sigmoid(float x) {
   float e = exp(-std::fabs(x));
   float r = 1.0f / (1.0f + e);
   return x >= 0.0f ? r : e * r;
 }
 
 /// log(1 + exp(x)) without overflow.
-inline float softplus(float x) {
+GRAFT_VECMATH_INLINE float softplus(float x) {
   float m = x > 0.0f ? x : 0.0f;
   float r = m + log1pPositive(exp(-std::fabs(x)));
   return x != x ? x : r;
@@ -112,7 +119,7 @@ inline float softplus(float x) {
 namespace detail {
 // erf(x) = x P(x^2) for |x| < 1; erfc(x) = exp(-x^2 + Q((x - 2.5) / 1.5)) for 1 <= x < 4
 // (least-squares fits on Chebyshev nodes; at most 1.4 ulp over the float range).
-inline float erfSmall(float x) {
+GRAFT_VECMATH_INLINE float erfSmall(float x) {
   float z = x * x;
   float p = -9.728410704156142e-06f;
   p = p * z + 0.00011288175575280279f;
@@ -125,7 +132,7 @@ inline float erfSmall(float x) {
   return x * p;
 }
 /// erfc(a) for a >= 1 (a is clamped to 4, where erfc is below float's resolution of 1).
-inline float erfcLarge(float a) {
+GRAFT_VECMATH_INLINE float erfcLarge(float a) {
   a = a > 4.0f ? 4.0f : a;
   float u = (a - 2.5f) * (1.0f / 1.5f);
   float q = 4.1366633758018236e-05f;
@@ -141,7 +148,7 @@ inline float erfcLarge(float a) {
 }
 }  // namespace detail
 
-inline float erf(float x) {
+GRAFT_VECMATH_INLINE float erf(float x) {
   float ax = std::fabs(x);
   float big = std::copysign(1.0f - detail::erfcLarge(ax < 1.0f ? 1.0f : ax), x);
   float r = ax < 1.0f ? detail::erfSmall(x) : big;
@@ -151,7 +158,7 @@ inline float erf(float x) {
 
 /// GELU, erf form: x/2 (1 + erf(x / sqrt 2)); for x < 0 the sum 1 + erf is taken as erfc, which
 /// keeps its relative precision far into the tail.
-inline float geluErf(float x) {
+GRAFT_VECMATH_INLINE float geluErf(float x) {
   float z = x * 0.70710678118654752f;
   float az = std::fabs(z);
   float c = detail::erfcLarge(az < 1.0f ? 1.0f : az);  // erfc(|z|), |z| >= 1
@@ -163,7 +170,7 @@ inline float geluErf(float x) {
 }
 
 /// PopART's GELU (tanh approximation).
-inline float geluTanh(float x) {
+GRAFT_VECMATH_INLINE float geluTanh(float x) {
   float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanh(u));
 }
@@ -177,7 +184,7 @@ namespace graft::backends::cpu {
 struct VecMath : ops::ew::StdMath {
 #define GRAFT_VECMATH_FN(name)              \
   template <class C>                        \
-  static C name(C x) {                      \
+  GRAFT_VECMATH_INLINE static C name(C x) { \
     if constexpr (std::is_same_v<C, float>) \
       return vecmath::name(x);              \
     else                                    \
