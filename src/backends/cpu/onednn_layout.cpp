@@ -118,7 +118,7 @@ class CpuLayout : public passes::Pass {
     }
     const Shape want = blockedShape(t->info().shape(), b);
     bool want16 = b == 16 && channelsOf(t) != 16;
-    if (it->second->info().shape() == want && (want16 == block16_.count(it->second) > 0 || channelsOf(t) == 16))
+    if (it->second->info().shape() == want && (want16 == (block16_.count(it->second) > 0) || channelsOf(t) == 16))
       return it->second;
     auto key = std::make_pair(t, b);
     if (auto a = alt_.find(key); a != alt_.end()) return a->second;
