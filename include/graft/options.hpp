@@ -48,11 +48,13 @@ struct SessionOptions {
   /// Kernel threads per virtual device (0: the device's default).
   int numThreads = 0;
   /// Inference on the cpu device with more than one kernel thread: when the first step of a plan
-  /// takes under 10 ms, it is also compiled for one thread, both are timed on that step's inputs,
-  /// and the faster runs from then on (docs/cpu-backend.md, "Threads": with passive OpenMP waits a
-  /// small model's many short parallel regions each wake a sleeping thread). Session::
-  /// kernelThreads() says which; false keeps numThreads. GRAFT_AUTO_THREADS=0 turns it off, =1
-  /// keeps the one-thread plan whatever the timing says (for tests).
+  /// takes under 20 ms, it is also compiled for one thread, both are timed on that step's inputs,
+  /// step by step, and the fastest of the two and a mixed plan (the steps that ran faster on one
+  /// thread on one thread) runs from then on (docs/cpu-backend.md, "Threads": with passive OpenMP
+  /// waits every short parallel region wakes a sleeping thread). Session::kernelThreads() says
+  /// whether it is the one-thread plan, the profile names the steps on one thread; false keeps
+  /// numThreads. GRAFT_AUTO_THREADS=0 turns it off, =1 keeps the one-thread plan and =steps the
+  /// mixed plan with every step that can, whatever the timing says (for tests).
   bool autoThreads = true;
   /// Collect per-op timings (Session::profile()).
   bool enableProfiling = false;

@@ -224,6 +224,25 @@ void Executable::allocateArena() {
       if (st.plannedOffset[k] >= 0) st.planned[k].data = arenaBase_ + st.plannedOffset[k];
 }
 
+void Executable::releaseArena() {
+  arena_.reset();
+  arenaBase_ = nullptr;
+  for (Step& st : steps_)
+    for (size_t k = 0; k < st.planned.size(); ++k)
+      if (st.plannedOffset[k] >= 0) st.planned[k].data = nullptr;
+}
+
+bool Executable::adoptStep(size_t i, const Executable& other, const std::string& note) {
+  if (i >= steps_.size() || i >= other.steps_.size()) return false;
+  Step& st = steps_[i];
+  const Step& o = other.steps_[i];
+  if (st.node != o.node || st.kernel != o.kernel || st.implementation != o.implementation || !o.fn) return false;
+  st.fn = o.fn;
+  st.pool = o.pool ? o.pool : other.pool_;
+  st.kernelLabel = o.kernelLabel + note;
+  return true;
+}
+
 void Executable::keepOutOfArena(ops::Value& v, int slot) const {
   const std::byte* lo = arenaBase_;
   const std::byte* hi = arenaBase_ + memory_.arenaBytes;
@@ -266,11 +285,17 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
   for (size_t i = 0; i < inputs.size(); ++i) slots_[inputSlots_[i]] = std::move(inputs[i]);
   for (size_t i = 0; i < outer.size(); ++i) slots_[outerSlots_[i]] = *outer[i];
   if (!arena_ && memory_.arenaBytes > 0) allocateArena();
-  for (Step& st : steps_) {
+  if (stepTiming_) stepSeconds_.assign(steps_.size(), 0.0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& st = steps_[i];
     ops::KernelContext kc(slots_.data(), st.in.data(), st.in.size(), st.out.data(), st.out.size(), st.implicit.data(),
-                          st.implicit.size(), pool_, st.planned.data(), &arena_);
+                          st.implicit.size(), st.pool ? st.pool : pool_, st.planned.data(), &arena_);
     try {
-      if (profiling_) {
+      if (stepTiming_) {
+        auto t0 = std::chrono::steady_clock::now();
+        st.fn(kc);
+        stepSeconds_[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } else if (profiling_) {
         auto t0 = std::chrono::steady_clock::now();
         st.fn(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -52,6 +52,8 @@ struct Step {
   /// Per output: its region of the arena (data set once the arena exists).
   std::vector<ops::PlannedOutput> planned;
   std::vector<int64_t> plannedOffset;  ///< -1: not planned
+  /// The pool the step's kernel runs on when not the executable's (adoptStep).
+  support::ThreadPool* pool = nullptr;
 };
 
 /// How compile() prepares an executable.
@@ -102,6 +104,17 @@ class Executable {
   void setAfterNode(std::function<void(const ir::Node&)> fn) { afterNode_ = std::move(fn); }
   /// Turns timing on or off, for this graph and its subgraphs.
   void setProfiling(bool on);
+  /// Times every step of this graph's next runs (wall time of its kernel); stepSeconds() holds the
+  /// last run's, per step, in schedule order.
+  void setStepTiming(bool on) { stepTiming_ = on; }
+  const std::vector<double>& stepSeconds() const { return stepSeconds_; }
+  /// Makes step i run `other`'s kernel for the same node, on `other`'s pool: `other` is this
+  /// graph compiled by another provider (the same graph object, so the same nodes and memory
+  /// plan). Only where both chose the same kernel (the same outputs, in-place behaviour and
+  /// layouts); returns whether it did. The kernel keeps its compiled state alive.
+  bool adoptStep(size_t i, const Executable& other, const std::string& note);
+  /// Frees the activation arena (a later run allocates it again).
+  void releaseArena();
   /// Accumulated per-op-type times (slowest first), including nested subgraphs' ops.
   std::vector<ProfileEntry> profile() const;
   /// The static memory plan of the values this executable produces.
@@ -123,6 +136,8 @@ class Executable {
   std::unordered_map<std::string, int> persistentSlots_;
   support::ThreadPool* pool_ = nullptr;
   bool profiling_ = false;
+  bool stepTiming_ = false;
+  std::vector<double> stepSeconds_;
   std::function<void(const ir::Node&)> afterNode_;
   std::unordered_map<std::string, ProfileEntry> profile_;
   /// Executables of subgraphs compiled for this graph's nodes (shared with their kernels).

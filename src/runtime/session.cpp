@@ -475,8 +475,10 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
   p.threads = backend->numThreads();
   const char* env = std::getenv("GRAFT_AUTO_THREADS");
   const std::string mode = env ? env : "";
-  GRAFT_CHECK(mode.empty() || mode == "0" || mode == "1",
-              "GRAFT_AUTO_THREADS is '{}': 0 (off), 1 (keep the one-thread plan) or unset", mode);
+  GRAFT_CHECK(mode.empty() || mode == "0" || mode == "1" || mode == "steps",
+              "GRAFT_AUTO_THREADS is '{}': 0 (off), 1 (keep the one-thread plan), steps (keep the mixed plan, every "
+              "step that can on one thread) or unset",
+              mode);
   // Only where running a step a few more times changes nothing: inference graphs whose every
   // node is repeatable (no random or collective ops, no state written, no subgraphs).
   const std::vector<ir::Node*> nodes = p.graph->nodes();
@@ -495,11 +497,12 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
     e.run(std::move(in));
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // Steps of at most this long get the trial (it runs about 17 steps and two compilations).
+  constexpr double kAutoThreadsMaxStep = 0.020;
   p.exe->setProfiling(false);  // the trial is not part of the profile
   seconds(*p.exe);             // warm: first-touch of the buffers, oneDNN's first calls
   double many = seconds(*p.exe);
-  constexpr double kSmallStep = 0.010;
-  if (many < kSmallStep || mode == "1") {
+  if (many < kAutoThreadsMaxStep || mode == "1") {
     if (!backend1) {
       backend1 = backends::makeCpuBackend(1, options.enableBf16);
       pool1 = std::make_unique<support::ThreadPool>(1);
@@ -508,22 +511,71 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
     std::unique_ptr<plan::Executable> one = plan::compile(*p.graph, *backend1, *pool1);
     double compile = secondsSince(t0);
     seconds(*one);
-    // Alternated, median of three each: the machine's speed drifts within a second.
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    // Alternated, median of three each (the machine's speed drifts within a second), with the
+    // time of every step: under passive waits each parallel region wakes a sleeping thread, which
+    // small kernels do not repay, while large ones do.
+    const size_t n = p.exe->numSteps();
+    std::vector<std::vector<double>> stepMany(n), stepOne(n);
     std::vector<double> tm, t1;
-    for (int i = 0; i < 3; ++i) tm.push_back(seconds(*p.exe)), t1.push_back(seconds(*one));
-    std::sort(tm.begin(), tm.end());
-    std::sort(t1.begin(), t1.end());
+    p.exe->setStepTiming(true);
+    one->setStepTiming(true);
+    for (int i = 0; i < 3; ++i) {
+      tm.push_back(seconds(*p.exe));
+      t1.push_back(seconds(*one));
+      for (size_t s = 0; s < n && s < one->numSteps(); ++s) {
+        stepMany[s].push_back(p.exe->stepSeconds()[s]);
+        stepOne[s].push_back(one->stepSeconds()[s]);
+      }
+    }
+    p.exe->setStepTiming(false);
+    one->setStepTiming(false);
+    const double mMany = median(tm), mOne = median(t1);
     // One thread must win clearly: the many-thread plan is what numThreads asked for.
-    const bool keepOne = mode == "1" || t1[1] < 0.9 * tm[1];
+    bool keepOne = mode == "1" || mOne < 0.9 * mMany;
+    // The mixed plan: the many-thread plan with each step that ran faster on one thread running
+    // the one-thread plan's kernel (where both chose the same kernel). Kept when it beats both.
+    std::unique_ptr<plan::Executable> mixed;
+    int adopted = 0;
+    double mMixed = 0;
+    if (mode != "1") {
+      mixed = plan::compile(*p.graph, *backend, *pool);
+      for (size_t s = 0; s < n; ++s)
+        if (!stepOne[s].empty() && (mode == "steps" || median(stepOne[s]) < median(stepMany[s])) &&
+            mixed->adoptStep(s, *one, " on 1 thread"))
+          ++adopted;
+      if (adopted > 0) {
+        seconds(*mixed);
+        std::vector<double> tx;
+        for (int i = 0; i < 3; ++i) tx.push_back(seconds(*mixed)), tm.push_back(seconds(*p.exe));
+        mMixed = median(tx);
+      }
+    }
+    const double mMany2 = median(tm);
+    const bool keepMixed =
+        adopted > 0 && (mode == "steps" || (mMixed < 0.95 * mMany2 && (!keepOne || mMixed < mOne)));
+    if (keepMixed) keepOne = false;
     GRAFT_LOG_INFO(
-        "'{}': a step takes {:.2f} ms on {} threads and {:.2f} ms on one (medians of 3, alternated; compiled for one "
+        "'{}': a step takes {:.2f} ms on {} threads, {:.2f} ms on one{} (medians of 3, alternated; compiled for one "
         "thread in {:.3f} s): {} (SessionOptions.autoThreads{})",
-        p.graph->name(), tm[1] * 1e3, p.threads, t1[1] * 1e3, compile,
-        keepOne ? "runs on one thread" : fmt::format("stays on {}", p.threads),
-        mode == "1" ? ", GRAFT_AUTO_THREADS=1" : "");
+        p.graph->name(), mMany2 * 1e3, p.threads, mOne * 1e3,
+        adopted > 0 ? fmt::format(", {:.2f} ms with {} of {} steps on one", mMixed * 1e3, adopted, n) : "",
+        compile,
+        keepOne     ? "runs on one thread"
+        : keepMixed ? fmt::format("{} steps run on one thread", adopted)
+                    : fmt::format("stays on {}", p.threads),
+        mode.empty() ? "" : ", GRAFT_AUTO_THREADS=" + mode);
     if (keepOne) {
       p.exe = std::move(one);
       p.threads = 1;
+    } else if (keepMixed) {
+      one->releaseArena();
+      p.exe = std::move(mixed);
+      p.oneThread = std::move(one);
+      p.oneThreadSteps = adopted;
     }
   }
   p.exe->setProfiling(options.enableProfiling);

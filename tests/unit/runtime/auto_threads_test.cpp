@@ -46,6 +46,7 @@ class AutoThreads : public ::testing::Test {
     std::vector<float> y;
     int threads = 0;
     int64_t convCalls = 0;
+    std::vector<std::string> convKernels;
   };
   static Result infer(std::shared_ptr<DeviceInfo> device, SessionOptions o, bool random = false, int steps = 3) {
     o.enableProfiling = true;
@@ -64,7 +65,10 @@ class AutoThreads : public ::testing::Test {
     r.y.assign(out.data<float>(), out.data<float>() + out.numel());
     r.threads = s->kernelThreads();
     for (const auto& p : s->profile())
-      if (p.opType.find("Conv") != std::string::npos) r.convCalls += p.calls;
+      if (p.opType.find("Conv") != std::string::npos) {
+        r.convCalls += p.calls;
+        r.convKernels.insert(r.convKernels.end(), p.kernels.begin(), p.kernels.end());
+      }
     return r;
   }
   static SessionOptions threads(int n, bool autoThreads = true) {
@@ -93,6 +97,25 @@ TEST_F(AutoThreads, TheOneThreadPlanComputesWhatTheOthersDo) {
   EXPECT_EQ(two.convCalls, 3);
 }
 
+// The mixed plan: the many-thread plan whose steps that ran faster on one thread run the
+// one-thread plan's kernels. GRAFT_AUTO_THREADS=steps keeps it with every step that can.
+TEST_F(AutoThreads, TheMixedPlanComputesWhatTheOthersDo) {
+  DeviceManager dm;
+  Result ref = infer(dm.createReferenceDevice(), SessionOptions());
+  setenv("GRAFT_AUTO_THREADS", "steps", 1);
+  Result mixed = infer(dm.createCpuDevice(), threads(2));
+  EXPECT_EQ(mixed.threads, 2);  // the plan asked for, with some steps on one thread
+  ASSERT_EQ(mixed.y.size(), ref.y.size());
+  for (size_t i = 0; i < ref.y.size(); ++i) EXPECT_NEAR(mixed.y[i], ref.y[i], 1e-5f) << i;
+  EXPECT_EQ(mixed.convCalls, 3);  // the trial's runs are not in the profile
+  ASSERT_EQ(mixed.convKernels.size(), 1u);
+  EXPECT_NE(mixed.convKernels[0].find(" on 1 thread"), std::string::npos) << mixed.convKernels[0];
+  // Without the variable the choice is timed: whatever it keeps computes the same.
+  unsetenv("GRAFT_AUTO_THREADS");
+  Result timed = infer(dm.createCpuDevice(), threads(2));
+  for (size_t i = 0; i < ref.y.size(); ++i) EXPECT_NEAR(timed.y[i], ref.y[i], 1e-5f) << i;
+}
+
 TEST_F(AutoThreads, NoTrialWhereItWouldChangeSomethingOrIsTurnedOff) {
   DeviceManager dm;
   setenv("GRAFT_AUTO_THREADS", "1", 1);
@@ -104,7 +127,7 @@ TEST_F(AutoThreads, NoTrialWhereItWouldChangeSomethingOrIsTurnedOff) {
   setenv("GRAFT_AUTO_THREADS", "yes", 1);
   EXPECT_NE(errorOf([&] {
               infer(dm.createCpuDevice(), threads(2));
-            }).find("GRAFT_AUTO_THREADS is 'yes': 0 (off), 1 (keep the one-thread plan) or unset"),
+            }).find("GRAFT_AUTO_THREADS is 'yes': 0 (off), 1 (keep the one-thread plan), steps"),
             std::string::npos);
 }
 
