@@ -171,7 +171,7 @@ test-asan-quick: setup
 # threads, the pipeline executor (a worker thread per virtual device), two replicas in one
 # process. tests/tsan.supp says why each suppression is there (libgomp and oneDNN are not
 # instrumented).
-TSAN_TESTS := ThreadPool.*:LocalReduce.*:Reliability.RunFromSeveralThreads*:Pipeline.*:PipelineTraining.*:TrainingSession.TwoReplicas*
+TSAN_TESTS := ThreadPool.*:SpinTeam.*:LocalReduce.*:Reliability.RunFromSeveralThreads*:Pipeline.*:PipelineTraining.*:TrainingSession.TwoReplicas*
 test-tsan: setup
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAFT_TSAN=ON -DGRAFT_PYTHON=OFF \
 	  -DPython_EXECUTABLE=$(abspath $(PY))

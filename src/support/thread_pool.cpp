@@ -1,5 +1,7 @@
 #include "support/thread_pool.hpp"
 
+#include "support/spin_team.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +12,13 @@
 namespace graft::support {
 
 ThreadPool::ThreadPool(int numThreads) : threads_(std::max(1, numThreads)) {}
+
+ThreadPool::~ThreadPool() = default;
+
+SpinTeam& ThreadPool::team() {
+  std::call_once(teamOnce_, [this] { team_ = std::make_unique<SpinTeam>(threads_); });
+  return *team_;
+}
 
 int ThreadPool::hardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
 

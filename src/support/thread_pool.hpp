@@ -5,13 +5,18 @@
 // after each region, which would steal a core from a separate pool's workers).
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 
 namespace graft::support {
+
+class SpinTeam;
 
 class ThreadPool {
  public:
   /// `numThreads` counts the calling thread: 1 means loops run on the caller only.
   explicit ThreadPool(int numThreads);
+  ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
@@ -23,11 +28,18 @@ class ThreadPool {
   /// (the first one).
   void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  /// A team of numThreads() threads of graft's own, for kernels that split their work into
+  /// tasks themselves (support/spin_team.hpp: no OpenMP region, so no wake under passive waits);
+  /// its helpers start at the first call.
+  SpinTeam& team();
+
   /// Number of threads of the machine (std::thread::hardware_concurrency, at least 1).
   static int hardwareThreads();
 
  private:
   int threads_;
+  std::once_flag teamOnce_;
+  std::unique_ptr<SpinTeam> team_;
 };
 
 }  // namespace graft::support

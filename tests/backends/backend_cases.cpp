@@ -216,6 +216,36 @@ void convCases() {
       if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
       add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
     }
+  // Batch 1, channels last, constant weights: row bands under passive waits (onednn_conv.cpp,
+  // makeBands; the backend matrix runs with OMP_WAIT_POLICY=passive): a band's top and bottom
+  // padding and its input rows with their halo, for stride 2, dilation, asymmetric padding, a
+  // depthwise convolution, a residual Sum, and an output of two rows (one row a band).
+  struct Band {
+    const char* tag;
+    int64_t C, M, H, W, kh, kw, group;
+    Ints pads, strides, dilations;
+    bool sum;
+  };
+  for (const Band& b : {Band{"3x3", 8, 12, 9, 7, 3, 3, 1, {1, 1, 1, 1}, {1, 1}, {1, 1}, false},
+                        Band{"stride2", 5, 6, 11, 6, 3, 3, 1, {1, 1, 1, 1}, {2, 2}, {1, 1}, false},
+                        Band{"dilated_asym", 4, 8, 12, 9, 5, 3, 1, {0, 1, 3, 1}, {1, 1}, {2, 1}, true},
+                        Band{"depthwise", 16, 16, 10, 10, 3, 3, 16, {1, 1, 1, 1}, {1, 1}, {1, 1}, true},
+                        Band{"1x1_two_rows", 6, 10, 2, 5, 1, 1, 1, {0, 0, 0, 0}, {1, 1}, {1, 1}, false}}) {
+    std::string n = std::string("FusedConv_nhwc_b1_bands_") + b.tag;
+    ir::Attributes a = activationAttrs("Relu");
+    a.set("pads", b.pads);
+    a.set("strides", b.strides);
+    a.set("dilations", b.dilations);
+    a.set("group", b.group);
+    a.set("x_block", b.C);
+    a.set("y_block", b.M);
+    const int64_t oh = (b.H + b.pads[0] + b.pads[2] - ((b.kh - 1) * b.dilations[0] + 1)) / b.strides[0] + 1;
+    const int64_t ow = (b.W + b.pads[1] + b.pads[3] - ((b.kw - 1) * b.dilations[1] + 1)) / b.strides[1] + 1;
+    std::vector<NDArray> in{blockOf(rnd({1, b.C, b.H, b.W}, n + "x"), b.C), rnd({b.M, b.C / b.group, b.kh, b.kw}, n + "w"),
+                            rnd({b.M}, n + "b")};
+    if (b.sum) in.push_back(blockOf(rnd({1, b.M, oh, ow}, n + "s"), b.M));
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+  }
   // bf16 activations (y_dtype BFLOAT16, as the cpu-bf16-activations pass of enableBf16 sessions
   // writes them): X float32 or bf16, Sum bf16, channels-last and 16-channel blocks; Relu (applied
   // after the primitive, in its bf16 form), LeakyRelu (a post-op) or none; NaN and infinities in

@@ -8,7 +8,14 @@
 // and writes float32; float32 where oneDNN has no fast bf16 implementation for the node. A
 // FusedConv's X, Sum and Y may also be bf16 tensors (y_dtype; the cpu-bf16-activations pass):
 // read and written as they are by a bf16 primitive, converted at the node by a float32 one.
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
 
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
@@ -18,6 +25,7 @@
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 #include "support/cpu_features.hpp"
+#include "support/spin_team.hpp"
 
 namespace graft::backends::cpu::onednn {
 namespace {
@@ -126,6 +134,19 @@ struct ConvState {
   // A channel-blocked output whose last block of channels is partial: its padding lanes (from
   // padLanes on) are zeroed after the primitive and the activation.
   int64_t padRows = 0, padBlock = 0, padLanes = 0, padSpatial = 0, padBlocks = 0;
+  // Row bands (makeBands): single-threaded primitives over bands of output rows, run as the tasks
+  // of the pool's spin team instead of `prim`'s OpenMP region.
+  struct Band {
+    dnnl::primitive prim;
+    memory::desc x, y;
+    int64_t xOffset = 0, yOffset = 0;  // in elements
+    size_t weights = 0;                // into bandWeights
+    NDArray scratch;                   // the primitive's scratchpad (user mode: one per band)
+    memory::desc scratchDesc;
+  };
+  std::vector<Band> bands;
+  std::vector<std::unique_ptr<PackedOperand>> bandWeights;
+  std::vector<memory::desc> bandWeightDescs;
 };
 
 // Zeroes the padding lanes of a channel-blocked output [N, Cb, S..., b]. oneDNN computes them as
@@ -229,6 +250,104 @@ bool canWriteBf16(const ir::Node& n, const ConvConfig& c) {
   return !(c.yBlock && c.y[1] % c.yBlock != 0) && (!activationAfterPrimitive(n) || isPlainRelu(n));
 }
 
+// Row bands. At batch 1 under passive OpenMP waits, a convolution's parallel region wakes the
+// sleeping worker and then, when the caller finishes its static share first, sleeps until the
+// worker wakes it again: 50-80 us a region on the 2-vCPU VMs (a depthwise convolution of 17 us on
+// two spinning threads took 76-110 us passive). A channels-last activation of batch 1 is a stack of
+// contiguous rows, so a band of output rows reads a contiguous band of input rows (with its halo)
+// and writes a contiguous band of the output: one single-threaded primitive per band (its own
+// top and bottom padding), the bands claimed by the caller and the spin team's helper
+// (support/spin_team.hpp), which stays awake between the convolutions of a step. A helper that
+// wakes late leaves its bands to the caller. Float32, 2-D, batch 1, activations channels last as
+// given (no conversion at the node), constant weights, no Winograd; kBandsPerThread bands a
+// thread, at least kMinBandRows output rows each.
+constexpr int64_t kBandsPerThread = 1;  // 2 a thread: mobilenet_v2 b1 9.3 ms (per-band overhead), 1: 5.2
+constexpr int64_t kMinBandRows = 2;
+
+// Only under passive OpenMP waits: with spinning ones (OpenMP's default) libgomp's idle worker
+// spins on the core the team's helper needs (resnet50 b1 on the half-rate AVX-512 host: 76 ms
+// with bands against 38.5 without), and the OpenMP region costs no wake anyway.
+bool passiveOpenMpWaits() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  return policy && strcasecmp(policy, "passive") == 0 && (!spin || std::string(spin) == "0");
+}
+
+void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDArray* constW) {
+  const bool channelsLast = c.x.size() == 4 && c.xBlock == c.x[1] && c.yBlock == c.y[1];
+  if (st.threads < 2 || !channelsLast || !passiveOpenMpWaits() || c.x[0] != 1 || c.xType != memory::data_type::f32 ||
+      c.yType != memory::data_type::f32 || bf16Compute() || st.src.needed || st.dst.needed || !constW || st.padRows)
+    return;
+  const int64_t OH = c.y[2], IH = c.x[2], IW = c.x[3], OW = c.y[3];
+  const int64_t bands = std::min<int64_t>(kBandsPerThread * st.threads, OH / kMinBandRows);
+  if (bands < 2) return;
+  const int64_t kh = (c.w[2] - 1) * (c.win.dilation[0] + 1) + 1, sh = c.win.strides[0], pt = c.win.padBegin[0];
+  dnnl::primitive_attr attr = postOpsAttr(n, c);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  memory::desc wAny(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any);
+  std::vector<ConvState::Band> made;
+  setThreads(1);  // each band's primitive runs on one thread
+  try {
+    for (int64_t b = 0; b < bands; ++b) {
+      const int64_t oh0 = OH * b / bands, oh1 = OH * (b + 1) / bands;
+      const int64_t first = oh0 * sh - pt, last = (oh1 - 1) * sh - pt + kh;  // input rows [first, last)
+      const int64_t in0 = std::max<int64_t>(0, first), in1 = std::min(IH, last);
+      if (in1 <= in0) throw dnnl::error(dnnl_unimplemented, "a band of padding only");
+      ConvConfig bc = c;
+      bc.x[2] = in1 - in0;
+      bc.y[2] = oh1 - oh0;
+      bc.win.padBegin[0] = in0 - first;
+      bc.win.padEnd[0] = last - in1;
+      bc.win.out[0] = oh1 - oh0;
+      ConvState::Band band;
+      band.x = layoutDesc(bc.x, bc.xBlock);
+      band.y = layoutDesc(bc.y, bc.yBlock);
+      using CF = dnnl::convolution_forward;
+      CF::primitive_desc pd(forwardDesc(bc, band.x, wAny, c.bias ? &st.biasDesc : nullptr, band.y), attr, engine());
+      if (isReferenceImplementation(pd.impl_info_str())) throw dnnl::error(dnnl_unimplemented, "reference kernel");
+      band.prim = CF(pd);
+      band.xOffset = in0 * IW * c.x[1];
+      band.yOffset = oh0 * OW * c.y[1];
+      band.scratchDesc = pd.scratchpad_desc();
+      band.scratch = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(band.scratchDesc.get_size())});
+      auto same = std::find(st.bandWeightDescs.begin(), st.bandWeightDescs.end(), pd.weights_desc());
+      band.weights = static_cast<size_t>(same - st.bandWeightDescs.begin());
+      if (same == st.bandWeightDescs.end()) {
+        st.bandWeightDescs.push_back(pd.weights_desc());
+        st.bandWeights.push_back(std::make_unique<PackedOperand>());
+        st.bandWeights.back()->init(plainWeights(c.w, c.group), pd.weights_desc(), constW);
+      }
+      made.push_back(std::move(band));
+    }
+  } catch (const dnnl::error&) {
+    st.bandWeights.clear();
+    st.bandWeightDescs.clear();
+    made.clear();
+  }
+  setThreads(st.threads);
+  st.bands = std::move(made);
+  if (!st.bands.empty()) noteImplementation(fmt::format("{}, {} row bands", takeImplementation(), st.bands.size()));
+}
+
+// Runs the bands of st on the pool's spin team: x and y are the whole activations.
+void runBands(const ConvState& st, ops::KernelContext& k, const NDArray& x, NDArray& y) {
+  auto* xp = const_cast<float*>(x.data<float>());
+  float* yp = y.data<float>();
+  const NDArray& w = k.input(1);
+  const NDArray* bias = st.bias ? &k.input(2) : nullptr;
+  k.pool().team().run(static_cast<int>(st.bands.size()), [&](int i) {
+    setThreads(1);
+    const ConvState::Band& b = st.bands[static_cast<size_t>(i)];
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(b.x, engine(), xp + b.xOffset)},
+                                         {DNNL_ARG_WEIGHTS, st.bandWeights[b.weights]->get(w)},
+                                         {DNNL_ARG_DST, memory(b.y, engine(), yp + b.yOffset)}};
+    if (bias) args[DNNL_ARG_BIAS] = wrap(st.biasDesc, *bias);
+    if (b.scratch.numel() > 0) args[DNNL_ARG_SCRATCHPAD] = wrap(b.scratchDesc, b.scratch);
+    execute(b.prim, args);
+  });
+  setThreads(st.threads);
+}
+
 ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   auto cfg = convConfig(n);
@@ -294,6 +413,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   bool made = wantsWinograd(n, c) && create(false, true);
   if (!made && !(depthwise ? create(false) : createPreferringBf16([&](bool bf16) { return create(bf16); })))
     return decline();
+  if (!made) makeBands(*st, n, c, ctx.constantInput(1));
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
@@ -306,10 +426,14 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
       // (The memory plan usually gives Y the residual's buffer: nothing to copy then.)
       std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
     }
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
-    if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
-    execute(st->prim, args);
+    if (!st->bands.empty()) {
+      runBands(*st, k, x, y);
+    } else {
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
+      if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
+      execute(st->prim, args);
+    }
     st->dst.written(dst, y);
     if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
     if (st->reluBf16) reluBf16InPlace(k.pool(), static_cast<uint16_t*>(y.rawData()), y.numel());

@@ -366,6 +366,7 @@ struct BatchedMember {
   dnnl::matmul prim;
   memory weights;            // R's rows of the units, [H, 4nu] in the primitive's layout
   memory::desc src, dst;     // h [N, H], gates [N, 4nu]
+  memory scratch;            // its scratchpad (user mode: each member runs on one thread at a time)
 };
 
 struct BatchedState {
@@ -438,13 +439,17 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
           }
         m.src = memory::desc({s.N, s.H}, f32, memory::format_tag::ab);
         m.dst = memory::desc({s.N, 4 * m.nu}, f32, memory::format_tag::ab);
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.src, memory::desc({s.H, 4 * m.nu}, f32, any), m.dst), eng);
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.src, memory::desc({s.H, 4 * m.nu}, f32, any), m.dst), attr,
+                                        eng);
         if (isReferenceImplementation(pd.impl_info_str())) {
           setThreads(st->threads);
           return onednn::decline();
         }
         recurrentImpl = pd.impl_info_str();
         m.prim = dnnl::matmul(pd);
+        m.scratch = memory(pd.scratchpad_desc(), eng);
         memory::desc user({s.H, 4 * m.nu}, f32, memory::format_tag::ab);
         m.weights = memory(pd.weights_desc(), eng);
         execute(dnnl::reorder(onednn::wrap(user, rt), m.weights),
@@ -505,7 +510,10 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
           for (int j = tid, i = 0; j < st->team; j += team, ++i) {
             const BatchedMember& m = members[j];
             src[i].set_data_handle(const_cast<float*>(hp));
-            execute(m.prim, {{DNNL_ARG_SRC, src[i]}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst[i]}});
+            execute(m.prim, {{DNNL_ARG_SRC, src[i]},
+                             {DNNL_ARG_WEIGHTS, m.weights},
+                             {DNNL_ARG_DST, dst[i]},
+                             {DNNL_ARG_SCRATCHPAD, m.scratch}});
             const float* g = gates[i].data<float>();
             GRAFT_VEC_RUN(batchedCell(g, xwt, DG, c, h, s.N, s.H, m.u0, m.nu));
           }
