@@ -2,7 +2,9 @@
 // The threads kernels use for data-parallel loops. They are OpenMP's: oneDNN (the cpu backend's
 // heavy kernels) runs on OpenMP too, so graft's own loops and oneDNN's primitives share one team
 // of threads instead of two sets competing for the cores (OpenMP's idle threads spin for a while
-// after each region, which would steal a core from a separate pool's workers).
+// after each region, which would steal a core from a separate pool's workers). The exception is
+// team() (support/spin_team.hpp), for the kernels that split their work themselves where a passive
+// OpenMP region's wakes cost more than the work.
 #include <cstdint>
 #include <functional>
 #include <memory>
