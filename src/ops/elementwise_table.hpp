@@ -271,8 +271,8 @@ struct Formula;
   template <>                                                                                              \
   struct Formula<Op::Id> {                                                                                 \
     template <class M, class C>                                                                            \
-    [[gnu::always_inline]] static C eval([[maybe_unused]] C a, [[maybe_unused]] C b, [[maybe_unused]] C c, [[maybe_unused]] C p0, \
-                  [[maybe_unused]] C p1) {                                                                 \
+    [[gnu::always_inline]] static C eval([[maybe_unused]] C a, [[maybe_unused]] C b, [[maybe_unused]] C c, \
+                                         [[maybe_unused]] C p0, [[maybe_unused]] C p1) {                   \
       return static_cast<C>(__VA_ARGS__);                                                                  \
     }                                                                                                      \
   };

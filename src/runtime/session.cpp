@@ -555,15 +555,13 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
       }
     }
     const double mMany2 = median(tm);
-    const bool keepMixed =
-        adopted > 0 && (mode == "steps" || (mMixed < 0.95 * mMany2 && (!keepOne || mMixed < mOne)));
+    const bool keepMixed = adopted > 0 && (mode == "steps" || (mMixed < 0.95 * mMany2 && (!keepOne || mMixed < mOne)));
     if (keepMixed) keepOne = false;
     GRAFT_LOG_INFO(
         "'{}': a step takes {:.2f} ms on {} threads, {:.2f} ms on one{} (medians of 3, alternated; compiled for one "
         "thread in {:.3f} s): {} (SessionOptions.autoThreads{})",
         p.graph->name(), mMany2 * 1e3, p.threads, mOne * 1e3,
-        adopted > 0 ? fmt::format(", {:.2f} ms with {} of {} steps on one", mMixed * 1e3, adopted, n) : "",
-        compile,
+        adopted > 0 ? fmt::format(", {:.2f} ms with {} of {} steps on one", mMixed * 1e3, adopted, n) : "", compile,
         keepOne     ? "runs on one thread"
         : keepMixed ? fmt::format("{} steps run on one thread", adopted)
                     : fmt::format("stays on {}", p.threads),

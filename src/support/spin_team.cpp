@@ -18,7 +18,6 @@ thread_local bool inTask = false;
 
 }  // namespace
 
-
 SpinTeam::SpinTeam(int numThreads) {
   for (int i = 1; i < numThreads; ++i) helpers_.emplace_back([this] { helperLoop(); });
 }

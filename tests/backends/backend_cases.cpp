@@ -241,8 +241,8 @@ void convCases() {
     a.set("y_block", b.M);
     const int64_t oh = (b.H + b.pads[0] + b.pads[2] - ((b.kh - 1) * b.dilations[0] + 1)) / b.strides[0] + 1;
     const int64_t ow = (b.W + b.pads[1] + b.pads[3] - ((b.kw - 1) * b.dilations[1] + 1)) / b.strides[1] + 1;
-    std::vector<NDArray> in{blockOf(rnd({1, b.C, b.H, b.W}, n + "x"), b.C), rnd({b.M, b.C / b.group, b.kh, b.kw}, n + "w"),
-                            rnd({b.M}, n + "b")};
+    std::vector<NDArray> in{blockOf(rnd({1, b.C, b.H, b.W}, n + "x"), b.C),
+                            rnd({b.M, b.C / b.group, b.kh, b.kw}, n + "w"), rnd({b.M}, n + "b")};
     if (b.sum) in.push_back(blockOf(rnd({1, b.M, oh, ow}, n + "s"), b.M));
     add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
   }
@@ -731,8 +731,8 @@ void smallBatchLstmCases() {
     for (const char* dir : {"forward", "reverse", "bidirectional"})
       for (bool optional : {false, true}) {
         int64_t D = std::string(dir) == "bidirectional" ? 2 : 1;
-        std::string n = std::string(sh.N <= 4 ? "LSTM_small_batch_" : "LSTM_batched_") + std::to_string(sh.N) + "x" + std::to_string(sh.H) + "_" + dir +
-                        (optional ? "_bias_states" : "");
+        std::string n = std::string(sh.N <= 4 ? "LSTM_small_batch_" : "LSTM_batched_") + std::to_string(sh.N) + "x" +
+                        std::to_string(sh.H) + "_" + dir + (optional ? "_bias_states" : "");
         ir::Attributes a = attrs({{"direction", std::string(dir)}, {"hidden_size", sh.H}});
         std::vector<NDArray> in{rnd({sh.T, sh.N, sh.I}, n + "x"), rnd({D, 4 * sh.H, sh.I}, n + "w"),
                                 rnd({D, 4 * sh.H, sh.H}, n + "r")};

@@ -320,7 +320,6 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   };
 }
 
-
 // ---- Batched LSTM (N > kMaxBatch), inference -------------------------------------------------
 // From batch 5 a step's recurrent product h R^T is a real matrix product ([N, H] x [H, 4H]), which
 // oneDNN's matmul runs near the FMA roof; what oneDNN's own LSTM adds is a parallel region per
@@ -341,9 +340,8 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
 // The cell of one step for the units [u0, u0 + nu) of all N rows: g [N, 4nu] (the recurrent
 // product, gates side by side), xw [N, ldx] (the input projection with both biases, this
 // direction's gates at its offset), c [N, H] in place, h [N, H].
-GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restrict xw, int64_t ldx,
-                                float* __restrict c, float* __restrict h, int64_t N, int64_t H, int64_t u0,
-                                int64_t nu) {
+GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restrict xw, int64_t ldx, float* __restrict c,
+                                float* __restrict h, int64_t N, int64_t H, int64_t u0, int64_t nu) {
   for (int64_t n = 0; n < N; ++n) {
     const float* gr = g + n * 4 * nu;
     const float* xr = xw + n * ldx + u0;
@@ -364,9 +362,9 @@ using onednn::memory;
 struct BatchedMember {
   int64_t u0 = 0, nu = 0;
   dnnl::matmul prim;
-  memory weights;            // R's rows of the units, [H, 4nu] in the primitive's layout
-  memory::desc src, dst;     // h [N, H], gates [N, 4nu]
-  memory scratch;            // its scratchpad (user mode: each member runs on one thread at a time)
+  memory weights;         // R's rows of the units, [H, 4nu] in the primitive's layout
+  memory::desc src, dst;  // h [N, H], gates [N, 4nu]
+  memory scratch;         // its scratchpad (user mode: each member runs on one thread at a time)
 };
 
 struct BatchedState {
@@ -405,8 +403,8 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
     st->xDesc = memory::desc({TN, s.I}, f32, memory::format_tag::ab);
     st->xwDesc = memory::desc({TN, DG}, f32, memory::format_tag::ab);
     memory::desc wUser({s.I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
-    dnnl::matmul::primitive_desc ppd(dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc),
-                                     eng);
+    dnnl::matmul::primitive_desc ppd(
+        dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc), eng);
     st->proj = dnnl::matmul(ppd);
     st->projWeights = memory(ppd.weights_desc(), eng);
     execute(dnnl::reorder(onednn::wrap(wUser, *w), st->projWeights),
