@@ -573,7 +573,6 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
       one->releaseArena();
       p.exe = std::move(mixed);
       p.oneThread = std::move(one);
-      p.oneThreadSteps = adopted;
     }
   }
   p.exe->setProfiling(options.enableProfiling);

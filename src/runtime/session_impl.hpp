@@ -48,9 +48,8 @@ struct Session::Impl {
     /// have kept a one-thread copy); 0 until then, and for replicated and staged plans.
     int threads = 0;
     /// autoThreads' one-thread compilation of `graph`, kept while some of `exe`'s steps run its
-    /// kernels (oneThreadSteps of them; see tryFewerThreads); its arena is released.
+    /// kernels (tryFewerThreads's mixed plan); its arena is released.
     std::unique_ptr<plan::Executable> oneThread;
-    int oneThreadSteps = 0;
     /// Training with gradient accumulation: the optimizer step, run once every
     /// accumulationFactor micro-batches.
     std::unique_ptr<ir::Graph> applyGraph;

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include <fmt/format.h>
 
@@ -140,13 +139,16 @@ struct ConvState {
     dnnl::primitive prim;
     memory::desc x, y;
     int64_t xOffset = 0, yOffset = 0;  // in elements
-    size_t weights = 0;                // into bandWeights
+    size_t weights = 0;                // into bandWeights (bands with the same layout share one)
     NDArray scratch;                   // the primitive's scratchpad (user mode: one per band)
     memory::desc scratchDesc;
   };
   std::vector<Band> bands;
-  std::vector<std::unique_ptr<PackedOperand>> bandWeights;
-  std::vector<memory::desc> bandWeightDescs;
+  struct BandWeights {
+    memory::desc layout;
+    PackedOperand packed;
+  };
+  std::vector<BandWeights> bandWeights;
 };
 
 // Zeroes the padding lanes of a channel-blocked output [N, Cb, S..., b]. oneDNN computes them as
@@ -310,18 +312,17 @@ void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDAr
       band.yOffset = oh0 * OW * c.y[1];
       band.scratchDesc = pd.scratchpad_desc();
       band.scratch = NDArray::uninitialized(DataType::UInt8, {static_cast<int64_t>(band.scratchDesc.get_size())});
-      auto same = std::find(st.bandWeightDescs.begin(), st.bandWeightDescs.end(), pd.weights_desc());
-      band.weights = static_cast<size_t>(same - st.bandWeightDescs.begin());
-      if (same == st.bandWeightDescs.end()) {
-        st.bandWeightDescs.push_back(pd.weights_desc());
-        st.bandWeights.push_back(std::make_unique<PackedOperand>());
-        st.bandWeights.back()->init(plainWeights(c.w, c.group), pd.weights_desc(), constW);
+      auto same = std::find_if(st.bandWeights.begin(), st.bandWeights.end(),
+                               [&](const ConvState::BandWeights& w) { return w.layout == pd.weights_desc(); });
+      band.weights = static_cast<size_t>(same - st.bandWeights.begin());
+      if (same == st.bandWeights.end()) {
+        st.bandWeights.push_back({pd.weights_desc(), {}});
+        st.bandWeights.back().packed.init(plainWeights(c.w, c.group), pd.weights_desc(), constW);
       }
       made.push_back(std::move(band));
     }
   } catch (const dnnl::error&) {
     st.bandWeights.clear();
-    st.bandWeightDescs.clear();
     made.clear();
   }
   setThreads(st.threads);
@@ -330,7 +331,7 @@ void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDAr
 }
 
 // Runs the bands of st on the pool's spin team: x and y are the whole activations.
-void runBands(const ConvState& st, ops::KernelContext& k, const NDArray& x, NDArray& y) {
+void runBands(ConvState& st, ops::KernelContext& k, const NDArray& x, NDArray& y) {
   auto* xp = const_cast<float*>(x.data<float>());
   float* yp = y.data<float>();
   const NDArray& w = k.input(1);
@@ -339,7 +340,7 @@ void runBands(const ConvState& st, ops::KernelContext& k, const NDArray& x, NDAr
     setThreads(1);
     const ConvState::Band& b = st.bands[static_cast<size_t>(i)];
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(b.x, engine(), xp + b.xOffset)},
-                                         {DNNL_ARG_WEIGHTS, st.bandWeights[b.weights]->get(w)},
+                                         {DNNL_ARG_WEIGHTS, st.bandWeights[b.weights].packed.get(w)},
                                          {DNNL_ARG_DST, memory(b.y, engine(), yp + b.yOffset)}};
     if (bias) args[DNNL_ARG_BIAS] = wrap(st.biasDesc, *bias);
     if (b.scratch.numel() > 0) args[DNNL_ARG_SCRATCHPAD] = wrap(b.scratchDesc, b.scratch);

@@ -102,6 +102,13 @@ bool supportsBatchedLstm(const ir::Node& n) {
   return s && s->N > kMaxBatch;
 }
 
+// Y_h and Y_c (outputs 1 and 2, [D, N, H]) where wanted, from every direction's last states.
+void writeFinalStates(ops::KernelContext& k, const LstmShape& s, const float* yh, const float* yc) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(s.D * s.N * s.H);
+  if (k.wantsOutput(1)) std::memcpy(k.allocOutputUninit(1, DataType::Float, {s.D, s.N, s.H}).rawData(), yh, bytes);
+  if (k.wantsOutput(2)) std::memcpy(k.allocOutputUninit(2, DataType::Float, {s.D, s.N, s.H}).rawData(), yc, bytes);
+}
+
 // One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
 // rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
 // of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
@@ -311,12 +318,7 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
       std::memcpy(yh.data() + d * s.N * s.H, hLast, sizeof(float) * s.N * s.H);
       std::memcpy(yc.data() + d * s.N * s.H, cBuf.data(), sizeof(float) * s.N * s.H);
     }
-    if (k.wantsOutput(1))
-      std::memcpy(k.allocOutputUninit(1, DataType::Float, {s.D, s.N, s.H}).rawData(), yh.data(),
-                  sizeof(float) * yh.size());
-    if (k.wantsOutput(2))
-      std::memcpy(k.allocOutputUninit(2, DataType::Float, {s.D, s.N, s.H}).rawData(), yc.data(),
-                  sizeof(float) * yc.size());
+    writeFinalStates(k, s, yh.data(), yc.data());
   };
 }
 
@@ -371,7 +373,8 @@ struct BatchedState {
   LstmShape s;
   int team = 1, threads = 1;
   dnnl::matmul proj;  // X [T*N, I] x [I, D*4H] + bias
-  memory projWeights, projBias;
+  onednn::PackedOperand projWeights;
+  memory projBias;
   memory::desc xDesc, xwDesc;
   std::vector<std::vector<BatchedMember>> members;  // [direction][thread]
 };
@@ -406,9 +409,7 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
     dnnl::matmul::primitive_desc ppd(
         dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc), eng);
     st->proj = dnnl::matmul(ppd);
-    st->projWeights = memory(ppd.weights_desc(), eng);
-    execute(dnnl::reorder(onednn::wrap(wUser, *w), st->projWeights),
-            {{DNNL_ARG_FROM, onednn::wrap(wUser, *w)}, {DNNL_ARG_TO, st->projWeights}});
+    st->projWeights.init(wUser, ppd.weights_desc(), w);
     st->projBias = memory(biasDesc, eng);
     float* bias = static_cast<float*>(st->projBias.get_data_handle());
     for (int64_t j = 0; j < DG; ++j) {
@@ -469,7 +470,7 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
     setThreads(st->threads);
     NDArray xw = NDArray::uninitialized(DataType::Float, {s.T * s.N, DG});
     execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
-                       {DNNL_ARG_WEIGHTS, st->projWeights},
+                       {DNNL_ARG_WEIGHTS, st->projWeights.get(k.input(1))},
                        {DNNL_ARG_BIAS, st->projBias},
                        {DNNL_ARG_DST, onednn::wrap(st->xwDesc, xw)}});
     float* y = k.wantsOutput(0) ? k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}).data<float>() : nullptr;
@@ -527,12 +528,7 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
       }
       std::memcpy(yh.data() + d * NH, hOut(s.T - 1), sizeof(float) * NH);
     }
-    if (k.wantsOutput(1))
-      std::memcpy(k.allocOutputUninit(1, DataType::Float, {s.D, s.N, s.H}).rawData(), yh.data(),
-                  sizeof(float) * yh.size());
-    if (k.wantsOutput(2))
-      std::memcpy(k.allocOutputUninit(2, DataType::Float, {s.D, s.N, s.H}).rawData(), cBuf.data(),
-                  sizeof(float) * cBuf.size());
+    writeFinalStates(k, s, yh.data(), cBuf.data());
   };
 }
 
