@@ -131,6 +131,15 @@ int main(int argc, char** argv) {
   layers.push_back(matmulLayer("matmul 512x768x3072 +bias (bert ffn1)", 512, 768, 3072));
   layers.push_back(matmulLayer("matmul 512x3072x768 +bias (bert ffn2)", 512, 3072, 768));
   layers.push_back(matmulLayer("matmul 512x768x768 +bias (bert proj)", 512, 768, 768));
+  // Matrix-vector products (batch-1 linear layers): bound by reading the weights, not by FMAs.
+  layers.push_back(matmulLayer("gemv 1x2048x2048 +bias (mlp b1)", 1, 2048, 2048));
+  layers.push_back(matmulLayer("gemv 1x784x2048 +bias (mlp b1)", 1, 784, 2048));
+  layers.push_back(matmulLayer("gemv 1x768x3072 +bias", 1, 768, 3072));
+  layers.push_back(matmulLayer("gemv 1x768x768 +bias", 1, 768, 768));
+  layers.push_back(matmulLayer("gemv 1x256x256 +bias", 1, 256, 256));
+  layers.push_back(matmulLayer("gemv 2x2048x2048 +bias", 2, 2048, 2048));
+  layers.push_back(matmulLayer("gemv 4x2048x2048 +bias", 4, 2048, 2048));
+  layers.push_back(matmulLayer("gemv 4x768x768 +bias", 4, 768, 768));
 
   auto backend = backends::makeCpuBackend(threads);
   support::ThreadPool pool(backend->numThreads());

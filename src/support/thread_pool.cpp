@@ -4,9 +4,13 @@
 
 #include <omp.h>
 
+#include <strings.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace graft::support {
@@ -21,6 +25,12 @@ SpinTeam& ThreadPool::team() {
 }
 
 int ThreadPool::hardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+bool ThreadPool::openMpWaitsPassively() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  return policy && strcasecmp(policy, "passive") == 0 && (!spin || std::string(spin) == "0");
+}
 
 void ThreadPool::parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;

@@ -38,6 +38,12 @@ class ThreadPool {
   /// Number of threads of the machine (std::thread::hardware_concurrency, at least 1).
   static int hardwareThreads();
 
+  /// Whether OpenMP's idle threads sleep at once (OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT unset or
+  /// 0): then a short job is cheaper on team() than in an OpenMP region. With spinning waits
+  /// (OpenMP's default) an OpenMP region costs no wake, and libgomp's idle workers spin on the
+  /// cores team() would need.
+  static bool openMpWaitsPassively();
+
  private:
   int threads_;
   std::once_flag teamOnce_;

@@ -454,6 +454,59 @@ void matmulCases() {
       cases().back().isa = support::CpuIsa::Avx2;
     }
   }
+  // graft's matrix-vector products (vec_gemv: at most 4 rows of A', constant B): every row count
+  // of its register groups (1-4, rows of MatMul's A merged), N below, at and above its 32-column
+  // panel and not a multiple of it, K = 1 and odd (the tail of its k unrolling), transposes,
+  // every C broadcast, alpha and beta, Relu (with NaN and infinities), and products large enough
+  // to split into tasks (> 128 KiB of B). Runs for every ISA variant (cpu_avx2_vec_gemv_*).
+  struct Gv {
+    Shape a, b, c;
+    int64_t ta, tb;
+    float alpha, beta;
+    bool relu;
+  };
+  std::vector<Gv> gemvs = {
+      {{1, 37}, {37, 45}, {45}, 0, 0, 1, 1, false},         {{37, 3}, {70, 37}, {3, 1}, 1, 1, 0.5f, 2, false},
+      {{2, 300}, {300, 1100}, {2, 1100}, 0, 0, 1, 1, true}, {{4, 1001}, {97, 1001}, {1}, 0, 1, -1.5f, 0.25f, true},
+      {{1, 1}, {1, 64}, {1, 64}, 0, 0, 1, 1, false},        {{3, 513}, {513, 600}, {}, 0, 0, 2, 1, true},
+      {{1, 2048}, {2048, 32}, {32}, 0, 0, 1, 1, true},      {{4, 64}, {31, 64}, {4, 31}, 0, 1, 1, -1, false},
+      {{130, 1}, {130, 700}, {700}, 1, 0, 1, 1, false},
+  };
+  for (size_t i = 0; i < gemvs.size(); ++i) {
+    const Gv& g = gemvs[i];
+    std::string n = "Gemv_" + std::to_string(i);
+    std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+    if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
+    OpCase c{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})};
+    if (g.relu) {
+      c.type = "FusedGemm";
+      c.domain = "ai.graft";
+      c.attrs.set("activation", std::string("Relu"));
+    }
+    add(n, c, {false, true, true});
+    if (g.relu) {
+      c.inputs[0] = sprinkled(c.inputs[0]);
+      add(n + "_special_values", c, {false, true, true});
+    }
+  }
+  std::vector<Sm> gemvMatMuls = {
+      {{2, 1, 65}, {65, 130}, {130}, true},
+      {{1, 1, 1, 513}, {513, 600}, {1, 1, 600}, false},
+      {{3, 33}, {33, 64}, {}, false},
+      {{2, 2, 200}, {200, 1000}, {1}, true},
+  };
+  for (size_t i = 0; i < gemvMatMuls.size(); ++i) {
+    const Sm& g = gemvMatMuls[i];
+    std::string n = "GemvMatMul_" + std::to_string(i);
+    OpCase c{"MatMul", {rnd(g.a, n + "a"), rnd(g.b, n + "b")}};
+    if (!g.bias.empty() || g.relu) {
+      c.type = "FusedMatMul";
+      c.domain = "ai.graft";
+      if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
+      if (g.relu) c.attrs.set("activation", std::string("Relu"));
+    }
+    add(n, c, {false, true, true});
+  }
   for (const std::string& act : kActivations) {
     std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
     OpCase c{"FusedMatMul",

@@ -8,8 +8,6 @@
 // and writes float32; float32 where oneDNN has no fast bf16 implementation for the node. A
 // FusedConv's X, Sum and Y may also be bf16 tensors (y_dtype; the cpu-bf16-activations pass):
 // read and written as they are by a bf16 primitive, converted at the node by a float32 one.
-#include <strings.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +23,7 @@
 #include "support/check.hpp"
 #include "support/cpu_features.hpp"
 #include "support/spin_team.hpp"
+#include "support/thread_pool.hpp"
 
 namespace graft::backends::cpu::onednn {
 namespace {
@@ -266,19 +265,14 @@ bool canWriteBf16(const ir::Node& n, const ConvConfig& c) {
 constexpr int64_t kBandsPerThread = 1;  // 2 a thread: mobilenet_v2 b1 9.3 ms (per-band overhead), 1: 5.2
 constexpr int64_t kMinBandRows = 2;
 
-// Only under passive OpenMP waits: with spinning ones (OpenMP's default) libgomp's idle worker
-// spins on the core the team's helper needs (resnet50 b1 on the half-rate AVX-512 host: 76 ms
-// with bands against 38.5 without), and the OpenMP region costs no wake anyway.
-bool passiveOpenMpWaits() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  return policy && strcasecmp(policy, "passive") == 0 && (!spin || std::string(spin) == "0");
-}
-
+// Only under passive OpenMP waits (ThreadPool::openMpWaitsPassively): with spinning ones libgomp's
+// idle worker spins on the core the team's helper needs (resnet50 b1 on the half-rate AVX-512
+// host: 76 ms with bands against 38.5 without), and the OpenMP region costs no wake anyway.
 void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDArray* constW) {
   const bool channelsLast = c.x.size() == 4 && c.xBlock == c.x[1] && c.yBlock == c.y[1];
-  if (st.threads < 2 || !channelsLast || !passiveOpenMpWaits() || c.x[0] != 1 || c.xType != memory::data_type::f32 ||
-      c.yType != memory::data_type::f32 || bf16Compute() || st.src.needed || st.dst.needed || !constW || st.padRows)
+  if (st.threads < 2 || !channelsLast || !support::ThreadPool::openMpWaitsPassively() || c.x[0] != 1 ||
+      c.xType != memory::data_type::f32 || c.yType != memory::data_type::f32 || bf16Compute() || st.src.needed ||
+      st.dst.needed || !constW || st.padRows)
     return;
   const int64_t OH = c.y[2], IH = c.x[2], IW = c.x[3], OW = c.y[3];
   const int64_t bands = std::min<int64_t>(kBandsPerThread * st.threads, OH / kMinBandRows);

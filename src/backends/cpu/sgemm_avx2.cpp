@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -46,16 +47,7 @@ constexpr int64_t kKc = 256;  // depth of a K block
 constexpr int64_t kNc = 512;  // columns of a task (32 panels)
 // Most rows of a task: its packed 96 x 256 block of A stays in L2, and the 96 x 16 stripe of Y
 // a panel updates stays in L1.
-constexpr int64_t kMc = 16 * kMr;
-
-struct GemmGeometry {
-  int64_t M = 0, N = 0, K = 0;
-  bool transA = false, transB = false;
-  float alpha = 1.f, beta = 1.f;
-  bool hasC = false, relu = false;
-  Shape cShape;
-  int64_t cRowStride = 0, cColStride = 0;  // element strides of C broadcast to [M, N]
-};
+constexpr int64_t kMc = int64_t{16} * kMr;
 
 bool cpuHasAvx2Fma() {
 #ifdef GRAFT_SGEMM_AVX2
@@ -70,91 +62,6 @@ bool cpuHasAvx2Fma() {
 #endif
 }
 
-std::optional<GemmGeometry> geometry(const ir::Node& n) {
-  if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
-    return std::nullopt;
-  if (n.numInputs() > 3 || n.numOutputs() != 1) return std::nullopt;
-  const Shape &a = n.input(0)->info().shape(), &b = n.input(1)->info().shape();
-  if (a.size() != 2 || b.size() != 2) return std::nullopt;
-  GemmGeometry g;
-  g.transA = n.attrInt("transA", 0) != 0;
-  g.transB = n.attrInt("transB", 0) != 0;
-  g.M = g.transA ? a[1] : a[0];
-  g.K = g.transA ? a[0] : a[1];
-  g.N = g.transB ? b[0] : b[1];
-  if ((g.transB ? b[1] : b[0]) != g.K || g.M <= 0 || g.N <= 0 || g.K <= 0) return std::nullopt;
-  if (n.output(0)->info().shape() != Shape{g.M, g.N}) return std::nullopt;
-  g.alpha = n.attrFloat("alpha", 1.f);
-  g.beta = n.attrFloat("beta", 1.f);
-  if (n.hasInput(2) && g.beta != 0.f) {
-    if (!onednn::isStaticFloat(n.input(2))) return std::nullopt;
-    g.cShape = n.input(2)->info().shape();
-    if (g.cShape.size() > 2) return std::nullopt;
-    Shape c = g.cShape;
-    while (c.size() < 2) c.insert(c.begin(), 1);
-    if ((c[0] != 1 && c[0] != g.M) || (c[1] != 1 && c[1] != g.N)) return std::nullopt;
-    g.hasC = true;
-    g.cRowStride = c[0] == 1 ? 0 : c[1];
-    g.cColStride = c[1] == 1 ? 0 : 1;
-  }
-  if (n.domain() == ops::kGraftDomain) {
-    std::string act = n.attrString("activation", "");
-    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
-    g.relu = act == "Relu";
-  }
-  return g;
-}
-
-// MatMul / FusedMatMul with A [..., M, K] (rows merged: M' = the product of A's leading axes)
-// times a 2-D B [K, N]; no folded Transposes. FusedMatMul's bias broadcasts over rows ([N],
-// [1, ..., N], a scalar) or is the whole output.
-std::optional<GemmGeometry> matmulGeometry(const ir::Node& n) {
-  if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
-    return std::nullopt;
-  bool fused = n.domain() == ops::kGraftDomain;
-  if (n.numInputs() > (fused ? 3u : 2u) || n.numOutputs() != 1) return std::nullopt;
-  if (n.attrs().has("perm_a") || n.attrs().has("perm_b") || n.attrs().has("perm_y")) return std::nullopt;
-  const Shape &a = n.input(0)->info().shape(), &b = n.input(1)->info().shape();
-  if (a.size() < 2 || b.size() != 2 || a.back() != b[0]) return std::nullopt;
-  GemmGeometry g;
-  g.K = b[0];
-  g.N = b[1];
-  g.M = 1;
-  for (size_t i = 0; i + 1 < a.size(); ++i) g.M *= a[i];
-  Shape y(a.begin(), a.end() - 1);
-  y.push_back(g.N);
-  if (g.M <= 0 || g.N <= 0 || g.K <= 0 || n.output(0)->info().shape() != y) return std::nullopt;
-  if (fused && n.hasInput(2)) {
-    if (!onednn::isStaticFloat(n.input(2))) return std::nullopt;
-    const Shape& c = n.input(2)->info().shape();
-    if (c.size() > y.size()) return std::nullopt;
-    int64_t lead = 1;
-    for (size_t i = 0; i + 1 < c.size(); ++i) lead *= c[i];
-    int64_t last = c.empty() ? 1 : c.back();
-    if (c == y) {
-      g.cRowStride = g.N;
-      g.cColStride = 1;
-    } else if (lead == 1 && (last == 1 || last == g.N)) {
-      g.cRowStride = 0;
-      g.cColStride = last == 1 ? 0 : 1;
-    } else {
-      return std::nullopt;
-    }
-    g.hasC = true;
-    g.cShape = c;
-  }
-  if (fused) {
-    std::string act = n.attrString("activation", "");
-    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
-    g.relu = act == "Relu";
-  }
-  return g;
-}
-
-std::optional<GemmGeometry> anyGeometry(const ir::Node& n) {
-  return n.type() == "Gemm" || n.type() == "FusedGemm" ? geometry(n) : matmulGeometry(n);
-}
-
 // Where this kernel beats oneDNN 2.6 (measured single-threaded on an AVX2-only EPYC, inference
 // with packed weights): wide products (N >= 1024) of up to 512 rows, e.g. 256 x 2048 x 2048 at
 // ~70 GFLOP/s against oneDNN's ~35. With more rows oneDNN is as fast or faster (its blocking
@@ -167,27 +74,8 @@ bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
   const ir::Tensor* b = n.numInputs() > 1 ? n.input(1) : nullptr;
   if (!b || b->kind() != ir::TensorKind::Constant) return false;
-  auto g = anyGeometry(n);
+  auto g = gemmGeometry(n);
   return g && worthIt(*g);
-}
-
-int64_t numPanels(int64_t N) { return (N + kNr - 1) / kNr; }
-
-// B' (K x N, read through transB) into panels: packed[(p * K + k) * 16 + j] = B'(k, 16p + j).
-void packB(const float* b, const GemmGeometry& g, float* packed) {
-  int64_t P = numPanels(g.N);
-  for (int64_t p = 0; p < P; ++p) {
-    int64_t j0 = p * kNr, w = std::min<int64_t>(kNr, g.N - j0);
-    float* dst = packed + p * g.K * kNr;
-    for (int64_t k = 0; k < g.K; ++k, dst += kNr) {
-      if (!g.transB) {
-        std::memcpy(dst, b + k * g.N + j0, static_cast<size_t>(w) * sizeof(float));
-      } else {
-        for (int64_t j = 0; j < w; ++j) dst[j] = b[(j0 + j) * g.K + k];
-      }
-      for (int64_t j = w; j < kNr; ++j) dst[j] = 0.f;
-    }
-  }
 }
 
 // What the register block needs after the last K block.
@@ -338,21 +226,10 @@ GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs,
 
 #endif  // GRAFT_SGEMM_AVX2
 
-struct PackedBuffer {
-  float* data = nullptr;
-  std::unique_ptr<float[], void (*)(void*)> owner{nullptr, std::free};
-  void allocate(int64_t n) {
-    size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
-    owner.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    GRAFT_CHECK(owner, "sgemm: cannot allocate {} bytes for packed weights", bytes);
-    data = owner.get();
-  }
-};
-
 struct GemmState {
   GemmGeometry g;
   Shape yShape;
-  PackedBuffer constB;  // B packed into panels
+  AlignedFloats constB;  // B packed into panels
 };
 
 void run(const GemmState& st, ops::KernelContext& k) {
@@ -364,12 +241,13 @@ void run(const GemmState& st, ops::KernelContext& k) {
   Epilogue ep{g.alpha, g.beta, g.hasC ? k.input(2).data<float>() : nullptr, g.cRowStride, g.cColStride, g.relu};
   float* yp = y.data<float>();
   support::ThreadPool& pool = k.pool();
-  int64_t panelsPerTask = kNc / kNr, P = numPanels(g.N);
+  int64_t panelsPerTask = kNc / kNr, P = numPanels(g.N, kNr);
   int64_t colTasks = (P + panelsPerTask - 1) / panelsPerTask;
   // Few column chunks: split rows too (in multiples of the register block) so that every thread
   // has work.
   int64_t rowTasks = 1;
-  while (colTasks * rowTasks < 2 * pool.numThreads() && g.M / (rowTasks * 2) >= 4 * kMr) rowTasks *= 2;
+  while (colTasks * rowTasks < int64_t{2} * pool.numThreads() && g.M / (rowTasks * 2) >= int64_t{4} * kMr)
+    rowTasks *= 2;
   int64_t rowsPerTask = (g.M + rowTasks - 1) / rowTasks;
   rowsPerTask = std::min(kMc, (rowsPerTask + kMr - 1) / kMr * kMr);
   rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
@@ -394,15 +272,15 @@ void run(const GemmState& st, ops::KernelContext& k) {
 }
 
 ops::KernelFn makeGemm(ops::CompileContext& ctx) {
-  auto g = anyGeometry(ctx.node());
+  auto g = gemmGeometry(ctx.node());
   GRAFT_ASSERT(g && cpuHasAvx2Fma(), "{}: sgemm_avx2 on an unsupported node", ctx.node().describe());
   auto st = std::make_shared<GemmState>();
   st->g = *g;
   st->yShape = ctx.node().output(0)->info().shape();
   const NDArray* b = ctx.constantInput(1);
   GRAFT_ASSERT(b, "{}: sgemm_avx2 without a constant B", ctx.node().describe());
-  st->constB.allocate(numPanels(g->N) * g->K * kNr);
-  packB(b->data<float>(), *g, st->constB.data);
+  st->constB.allocate(numPanels(g->N, kNr) * g->K * kNr);
+  packPanels(b->data<float>(), *g, kNr, st->constB.data);
   return [st](ops::KernelContext& k) { run(*st, k); };
 }
 

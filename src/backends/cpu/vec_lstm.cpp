@@ -113,15 +113,7 @@ void writeFinalStates(ops::KernelContext& k, const LstmShape& s, const float* yh
 // rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
 // of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
 // N is a template argument so that the 4 x N accumulators of 16 stay in registers, each as
-// 16 / W vectors of W floats (GCC's vector extension): W = 16 (one zmm) in the AVX-512 variant,
-// 8 (ymm) in the AVX2 one, 4 (xmm) in the baseline. A vector wider than the variant's registers
-// has no machine mode there and lives on the stack: the AVX2 variant with 16-float vectors ran
-// 20x slower than the AVX-512 one (now 1.4x; measured with GRAFT_CPU_ISA=avx2).
-template <int W>
-struct FloatVec {
-  typedef float type __attribute__((vector_size(W * 4)));
-  typedef float unaligned __attribute__((vector_size(W * 4), aligned(4)));
-};
+// 16 / W vectors of W floats (FloatVec<W>, each variant's register width).
 
 template <int N, int W>
 GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t H,
