@@ -454,11 +454,12 @@ void matmulCases() {
       cases().back().isa = support::CpuIsa::Avx2;
     }
   }
-  // graft's matrix-vector products (vec_gemv: at most 4 rows of A', constant B): every row count
+  // graft's matrix-vector products (vec_gemv: at most 4 rows of A'): every row count
   // of its register groups (1-4, rows of MatMul's A merged), N below, at and above its 32-column
   // panel and not a multiple of it, K = 1 and odd (the tail of its k unrolling), transposes,
   // every C broadcast, alpha and beta, Relu (with NaN and infinities), and products large enough
-  // to split into tasks (> 128 KiB of B). Runs for every ISA variant (cpu_avx2_vec_gemv_*).
+  // to split into tasks (> 128 KiB of B); K = 1 outer products of any size. Runs for every ISA
+  // variant (cpu_avx2_vec_gemv_*).
   struct Gv {
     Shape a, b, c;
     int64_t ta, tb;
@@ -466,27 +467,41 @@ void matmulCases() {
     bool relu;
   };
   std::vector<Gv> gemvs = {
-      {{1, 37}, {37, 45}, {45}, 0, 0, 1, 1, false},         {{37, 3}, {70, 37}, {3, 1}, 1, 1, 0.5f, 2, false},
-      {{2, 300}, {300, 1100}, {2, 1100}, 0, 0, 1, 1, true}, {{4, 1001}, {97, 1001}, {1}, 0, 1, -1.5f, 0.25f, true},
-      {{1, 1}, {1, 64}, {1, 64}, 0, 0, 1, 1, false},        {{3, 513}, {513, 600}, {}, 0, 0, 2, 1, true},
-      {{1, 2048}, {2048, 32}, {32}, 0, 0, 1, 1, true},      {{4, 64}, {31, 64}, {4, 31}, 0, 1, 1, -1, false},
+      {{1, 37}, {37, 45}, {45}, 0, 0, 1, 1, false},
+      {{37, 3}, {70, 37}, {3, 1}, 1, 1, 0.5f, 2, false},
+      {{2, 300}, {300, 1100}, {2, 1100}, 0, 0, 1, 1, true},
+      {{4, 1001}, {97, 1001}, {1}, 0, 1, -1.5f, 0.25f, true},
+      {{1, 1}, {1, 64}, {1, 64}, 0, 0, 1, 1, false},
+      {{3, 513}, {513, 600}, {}, 0, 0, 2, 1, true},
+      {{1, 2048}, {2048, 32}, {32}, 0, 0, 1, 1, true},
+      {{4, 64}, {31, 64}, {4, 31}, 0, 1, 1, -1, false},
       {{130, 1}, {130, 700}, {700}, 1, 0, 1, 1, false},
+      // K = 1 with more rows (vec_gemv's outer products): every C broadcast, transposes, Relu.
+      {{70, 1}, {1, 300}, {300}, 0, 0, 1, 1, true},
+      {{1, 70}, {300, 1}, {70, 1}, 1, 1, 0.5f, 2, false},
+      {{40, 1}, {1, 33}, {40, 33}, 0, 0, 1, -1, true},
+      {{300, 1}, {1, 600}, {1}, 0, 0, -2, 1, false},
+      {{9, 1}, {1, 5}, {}, 0, 0, 2, 1, false},
   };
   for (size_t i = 0; i < gemvs.size(); ++i) {
     const Gv& g = gemvs[i];
-    std::string n = "Gemv_" + std::to_string(i);
-    std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
-    if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
-    OpCase c{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})};
-    if (g.relu) {
-      c.type = "FusedGemm";
-      c.domain = "ai.graft";
-      c.attrs.set("activation", std::string("Relu"));
-    }
-    add(n, c, {false, true, true});
-    if (g.relu) {
-      c.inputs[0] = sprinkled(c.inputs[0]);
-      add(n + "_special_values", c, {false, true, true});
+    // A constant B (packed panels) and a B fed at run time ([K, N] rows in place, or [N, K]
+    // columns under transB).
+    for (bool constb : {true, false}) {
+      std::string n = "Gemv_" + std::to_string(i) + (constb ? "_constb" : "");
+      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+      if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
+      OpCase c{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})};
+      if (g.relu) {
+        c.type = "FusedGemm";
+        c.domain = "ai.graft";
+        c.attrs.set("activation", std::string("Relu"));
+      }
+      add(n, c, {false, constb, constb});
+      if (g.relu) {
+        c.inputs[0] = sprinkled(c.inputs[0]);
+        add(n + "_special_values", c, {false, constb, constb});
+      }
     }
   }
   std::vector<Sm> gemvMatMuls = {
@@ -497,15 +512,17 @@ void matmulCases() {
   };
   for (size_t i = 0; i < gemvMatMuls.size(); ++i) {
     const Sm& g = gemvMatMuls[i];
-    std::string n = "GemvMatMul_" + std::to_string(i);
-    OpCase c{"MatMul", {rnd(g.a, n + "a"), rnd(g.b, n + "b")}};
-    if (!g.bias.empty() || g.relu) {
-      c.type = "FusedMatMul";
-      c.domain = "ai.graft";
-      if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
-      if (g.relu) c.attrs.set("activation", std::string("Relu"));
+    for (bool constb : {true, false}) {
+      std::string n = "GemvMatMul_" + std::to_string(i) + (constb ? "_constb" : "");
+      OpCase c{"MatMul", {rnd(g.a, n + "a"), rnd(g.b, n + "b")}};
+      if (!g.bias.empty() || g.relu) {
+        c.type = "FusedMatMul";
+        c.domain = "ai.graft";
+        if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
+        if (g.relu) c.attrs.set("activation", std::string("Relu"));
+      }
+      add(n, c, {false, constb, constb});
     }
-    add(n, c, {false, true, true});
   }
   for (const std::string& act : kActivations) {
     std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
