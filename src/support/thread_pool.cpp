@@ -27,9 +27,13 @@ SpinTeam& ThreadPool::team() {
 int ThreadPool::hardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 bool ThreadPool::openMpWaitsPassively() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  return policy && strcasecmp(policy, "passive") == 0 && (!spin || std::string(spin) == "0");
+  // Read once, as libgomp reads them (at start-up).
+  static const bool passive = [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    return policy && strcasecmp(policy, "passive") == 0 && (!spin || std::string(spin) == "0");
+  }();
+  return passive;
 }
 
 void ThreadPool::parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
@@ -42,6 +46,11 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain, const std::function<void(
   }
   int64_t chunk = (n + chunks - 1) / chunks;
   chunks = (n + chunk - 1) / chunk;
+  if (openMpWaitsPassively()) {
+    // graft's own team: no wake when its helpers are still spinning from the last job.
+    team().run(static_cast<int>(chunks), [&](int c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
+    return;
+  }
   std::exception_ptr error;
   std::mutex mu;
   // Exceptions must not leave an OpenMP region: the first is kept and rethrown after it.
