@@ -1,10 +1,11 @@
 #pragma once
-// The threads kernels use for data-parallel loops. They are OpenMP's: oneDNN (the cpu backend's
-// heavy kernels) runs on OpenMP too, so graft's own loops and oneDNN's primitives share one team
-// of threads instead of two sets competing for the cores (OpenMP's idle threads spin for a while
-// after each region, which would steal a core from a separate pool's workers). The exception is
-// team() (support/spin_team.hpp), for the kernels that split their work themselves where a passive
-// OpenMP region's wakes cost more than the work.
+// The threads kernels use for data-parallel loops. Under spinning OpenMP waits (OpenMP's default)
+// they are OpenMP's: oneDNN (the cpu backend's heavy kernels) runs on OpenMP too, so graft's own
+// loops and oneDNN's primitives share one team of threads instead of two sets competing for the
+// cores (a spinning idle OpenMP thread would steal a core from a separate pool's workers). Under
+// passive waits (graft's default) every OpenMP region costs two wakes, so parallelFor runs on
+// team() (support/spin_team.hpp), graft's own threads, which spin only briefly between jobs; the
+// kernels that split their work themselves use team() directly.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,7 +26,8 @@ class ThreadPool {
   int numThreads() const { return threads_; }
 
   /// Splits [0, n) into contiguous chunks of at least `grain` items and runs fn(begin, end) on
-  /// them, the calling thread included; returns when all are done. A nested call from inside fn
+  /// them, the calling thread included (on team() under passive OpenMP waits, in an OpenMP region
+  /// otherwise); returns when all are done. A nested call from inside fn
   /// (or from inside any other parallel region) runs serially. Exceptions from fn are rethrown
   /// (the first one).
   void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
