@@ -681,6 +681,45 @@ void poolCases() {
                       attrs({{"epsilon", 1e-3f}})));
       add("ChannelBlocked_LRN" + sfx, blockedCase("LRN", {}, attrs({{"size", int64_t{5}}, {"alpha", 0.01f}})));
     }
+  // graft's blocked and channels-last max pooling (vec_maxpool): ceil_mode's extra windows,
+  // asymmetric pads, dilations, a kernel of one, many channels last, sizes that split over the
+  // threads, NaN and infinities.
+  struct Mp {
+    Shape x;
+    int64_t block;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<Mp> maxPools = {
+      {{2, 64, 23, 23},
+       64,
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "ceil_C64_last"},
+      {{1, 24, 9, 11},
+       8,
+       attrs({{"kernel_shape", Ints{2, 3}}, {"pads", Ints{0, 1, 1, 2}}, {"strides", Ints{1, 2}}}),
+       "asym_pads"},
+      {{1, 20, 10, 10}, 16, attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 3}}}), "dilated_C20"},
+      {{2, 5, 6, 6}, 5, attrs({{"kernel_shape", Ints{1, 1}}, {"strides", Ints{2, 2}}}), "k1_C5_last"},
+      {{8, 32, 57, 57},
+       32,
+       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
+       "large_C32_last"},
+  };
+  for (const Mp& m : maxPools) {
+    for (bool special : {false, true}) {
+      std::string n = "ChannelBlocked_MaxPool_" + m.tag + (special ? "_special_values" : "");
+      NDArray x = rnd(m.x, n);
+      if (special) x = sprinkled(x);
+      ir::Attributes a = m.a;
+      a.set("op", std::string("MaxPool"));
+      a.set("block", m.block);
+      a.set("channels", m.x[1]);
+      OpCase c{"ChannelBlocked", {blockOf(x, m.block)}, a};
+      c.domain = "ai.graft";
+      add(n, c);
+    }
+  }
 }
 
 void normCases() {
