@@ -56,7 +56,7 @@ struct Operands {
   int64_t rs, cs;            // A'(m, k) = a[m * rs + k * cs]; cs = 1 in the Columns form
   const float* b;            // packed panels, or B as fed
   int64_t panelStride, ldb;  // panel p's row k at b + p * panelStride + k * ldb (Panels, Rows)
-  const float* c;  // beta * C's term, or nullptr
+  const float* c;            // beta * C's term, or nullptr
   float* y;
 };
 
