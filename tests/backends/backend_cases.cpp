@@ -406,28 +406,31 @@ void matmulCases() {
       {{100, 40}, {40, 1050}, {100, 1050}, 0, 0, -1.5f, 0.25f, false},
       {{64, 520}, {520, 1030}, {}, 0, 0, 1, 1, true},
   };
-  for (size_t i = 0; i < sgemms.size(); ++i) {
-    const Sg& g = sgemms[i];
-    for (bool constb : {true, false}) {
-      std::string n = "Sgemm_" + std::to_string(i) + (constb ? "_constb" : "");
-      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
-      if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
-      ir::Attributes at = attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}});
-      OpCase c{"Gemm", in, at};
-      if (g.relu) {
-        c.type = "FusedGemm";
-        c.domain = "ai.graft";
-        c.attrs.set("activation", std::string("Relu"));
-      }
-      add(n, c, {false, constb, constb});
-      cases().back().isa = support::CpuIsa::Avx2;
-      if (g.relu) {
-        c.inputs[0] = sprinkled(c.inputs[0]);
-        add(n + "_special_values", c, {false, constb, constb});
-        cases().back().isa = support::CpuIsa::Avx2;
+  // Each with a constant B and one fed at run time; Relu cases again with NaN and infinities in A.
+  auto addGemms = [&](const std::string& prefix, const std::vector<Sg>& list, support::CpuIsa isa) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Sg& g = list[i];
+      for (bool constb : {true, false}) {
+        std::string n = prefix + std::to_string(i) + (constb ? "_constb" : "");
+        std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
+        if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
+        OpCase c{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})};
+        if (g.relu) {
+          c.type = "FusedGemm";
+          c.domain = "ai.graft";
+          c.attrs.set("activation", std::string("Relu"));
+        }
+        add(n, c, {false, constb, constb});
+        cases().back().isa = isa;
+        if (g.relu) {
+          c.inputs[0] = sprinkled(c.inputs[0]);
+          add(n + "_special_values", c, {false, constb, constb});
+          cases().back().isa = isa;
+        }
       }
     }
-  }
+  };
+  addGemms("Sgemm_", sgemms, support::CpuIsa::Avx2);
   // The same sgemm for MatMul / FusedMatMul of A [..., M, K] by a 2-D B, rows of A merged.
   struct Sm {
     Shape a, b, bias;
@@ -460,13 +463,7 @@ void matmulCases() {
   // every C broadcast, alpha and beta, Relu (with NaN and infinities), and products large enough
   // to split into tasks (> 128 KiB of B); K = 1 outer products of any size. Runs for every ISA
   // variant (cpu_avx2_vec_gemv_*).
-  struct Gv {
-    Shape a, b, c;
-    int64_t ta, tb;
-    float alpha, beta;
-    bool relu;
-  };
-  std::vector<Gv> gemvs = {
+  std::vector<Sg> gemvs = {
       {{1, 37}, {37, 45}, {45}, 0, 0, 1, 1, false},
       {{37, 3}, {70, 37}, {3, 1}, 1, 1, 0.5f, 2, false},
       {{2, 300}, {300, 1100}, {2, 1100}, 0, 0, 1, 1, true},
@@ -483,27 +480,9 @@ void matmulCases() {
       {{300, 1}, {1, 600}, {1}, 0, 0, -2, 1, false},
       {{9, 1}, {1, 5}, {}, 0, 0, 2, 1, false},
   };
-  for (size_t i = 0; i < gemvs.size(); ++i) {
-    const Gv& g = gemvs[i];
-    // A constant B (packed panels) and a B fed at run time ([K, N] rows in place, or [N, K]
-    // columns under transB).
-    for (bool constb : {true, false}) {
-      std::string n = "Gemv_" + std::to_string(i) + (constb ? "_constb" : "");
-      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
-      if (!g.c.empty()) in.push_back(rnd(g.c, n + "c"));
-      OpCase c{"Gemm", in, attrs({{"transA", g.ta}, {"transB", g.tb}, {"alpha", g.alpha}, {"beta", g.beta}})};
-      if (g.relu) {
-        c.type = "FusedGemm";
-        c.domain = "ai.graft";
-        c.attrs.set("activation", std::string("Relu"));
-      }
-      add(n, c, {false, constb, constb});
-      if (g.relu) {
-        c.inputs[0] = sprinkled(c.inputs[0]);
-        add(n + "_special_values", c, {false, constb, constb});
-      }
-    }
-  }
+  // A constant B is packed panels; one fed at run time is read in place ([K, N] rows, or [N, K]
+  // columns under transB).
+  addGemms("Gemv_", gemvs, support::CpuIsa::Native);
   std::vector<Sm> gemvMatMuls = {
       {{2, 1, 65}, {65, 130}, {130}, true},
       {{1, 1, 1, 513}, {513, 600}, {1, 1, 600}, false},
