@@ -46,18 +46,27 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain, const std::function<void(
   }
   int64_t chunk = (n + chunks - 1) / chunks;
   chunks = (n + chunk - 1) / chunk;
+  runTasks(static_cast<int>(chunks), [&](int c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
+}
+
+void ThreadPool::runTasks(int tasks, const std::function<void(int)>& fn) {
+  if (tasks <= 0) return;
+  if (tasks == 1 || threads_ == 1 || omp_in_parallel()) {
+    for (int i = 0; i < tasks; ++i) fn(i);
+    return;
+  }
   if (openMpWaitsPassively()) {
     // graft's own team: no wake when its helpers are still spinning from the last job.
-    team().run(static_cast<int>(chunks), [&](int c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
+    team().run(tasks, fn);
     return;
   }
   std::exception_ptr error;
   std::mutex mu;
   // Exceptions must not leave an OpenMP region: the first is kept and rethrown after it.
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+#pragma omp parallel for num_threads(std::min(tasks, threads_)) schedule(dynamic, 1)
+  for (int i = 0; i < tasks; ++i) {
     try {
-      fn(c * chunk, std::min(n, (c + 1) * chunk));
+      fn(i);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!error) error = std::current_exception();

@@ -32,6 +32,12 @@ class ThreadPool {
   /// (the first one).
   void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  /// Runs fn(i) for every i in [0, tasks), the calling thread included, each task taken by the
+  /// next thread that is free (a thread that starts late takes only what is left): on team() under
+  /// passive OpenMP waits, in an OpenMP region otherwise; serially when nested (as parallelFor).
+  /// Exceptions from fn are rethrown (the first one).
+  void runTasks(int tasks, const std::function<void(int)>& fn);
+
   /// A team of numThreads() threads of graft's own, for kernels that split their work into
   /// tasks themselves (support/spin_team.hpp: no OpenMP region, so no wake under passive waits);
   /// its helpers start at the first call.

@@ -17,9 +17,9 @@
 // - Outer: K = 1 and any M (training's weight gradient at batch 1, dW = dY^T . X): each row of Y
 //   is a multiple of B's one row, written in one pass (oneDNN: 12 GB/s).
 // alpha, beta * C (any broadcast to [M, N]) and Relu are applied before the store. Tasks are runs
-// of panels, columns or rows: on the pool's spin team under passive OpenMP waits (no wake when a helper
-// is still spinning from the previous product), in a parallelFor otherwise; a product with less
-// than kMinParallelBytes of B runs on the calling thread.
+// of panels, columns or rows, claimed one at a time by the pool's threads (ThreadPool::runTasks:
+// on its spin team under passive OpenMP waits, no wake when a helper is still spinning from the
+// previous product); a product with less than kMinParallelBytes of B runs on the calling thread.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -31,7 +31,6 @@
 #include "backends/cpu/vec_common.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
-#include "support/spin_team.hpp"
 #include "support/thread_pool.hpp"
 
 namespace graft::backends::cpu::gemv {
@@ -284,7 +283,7 @@ void run(const GemvState& st, ops::KernelContext& k) {
       unitBytes = g.K * int64_t{sizeof(float)};
       break;
     case BForm::Outer:
-      o.b = st.packed.data ? st.packed.data : k.input(1).data<float>();  // B' (1 x N) is B's N floats
+      o.b = k.input(1).data<float>();  // B' (1 x N) is B's N floats, as fed or constant
       count = g.M;
       unitBytes = g.N * int64_t{sizeof(float)};  // written
       break;
@@ -299,14 +298,8 @@ void run(const GemvState& st, ops::KernelContext& k) {
   perTask = std::min(perTask, std::max<int64_t>(1, count / (int64_t{2} * threads)));
   perTask = (perTask + align - 1) / align * align;
   const int64_t tasks = (count + perTask - 1) / perTask;
-  auto task = [&](int64_t t) { units(st.form, g, o, t * perTask, std::min(count, (t + 1) * perTask)); };
-  if (support::ThreadPool::openMpWaitsPassively()) {
-    pool.team().run(static_cast<int>(tasks), [&](int t) { task(t); });
-  } else {
-    pool.parallelFor(tasks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) task(t);
-    });
-  }
+  pool.runTasks(static_cast<int>(tasks),
+                [&](int t) { units(st.form, g, o, t * perTask, std::min(count, (t + 1) * perTask)); });
 }
 
 bool supports(const ir::Node& n) {

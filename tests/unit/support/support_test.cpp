@@ -59,6 +59,29 @@ TEST(ThreadPool, ExceptionsPropagateAndThePoolStaysUsable) {
   EXPECT_EQ(sum.load(), 4950);
 }
 
+TEST(ThreadPool, RunTasksRunsEveryTaskOnceAndRethrows) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int tasks : {0, 1, 2, 5, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
+      pool.runTasks(tasks, [&](int i) {
+        ASSERT_LE(0, i);
+        ASSERT_LT(i, tasks);
+        hits[static_cast<size_t>(i)]++;
+      });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1) << threads << " threads, " << tasks << " tasks";
+    }
+    EXPECT_THROW(pool.runTasks(8,
+                               [](int i) {
+                                 if (i == 5) throw std::runtime_error("task 5");
+                               }),
+                 std::runtime_error);
+    std::atomic<int> after{0};
+    pool.runTasks(4, [&](int) { ++after; });
+    EXPECT_EQ(after.load(), 4);
+  }
+}
+
 TEST(ThreadPool, NestedCallsRunSerially) {
   ThreadPool pool(3);
   std::vector<std::atomic<int>> hits(100);
