@@ -441,22 +441,24 @@ void matmulCases() {
       {{3, 5, 300}, {300, 1030}, {1}, true},   {{2, 2, 9, 40}, {40, 1300}, {1, 1, 1300}, false},
       {{50, 70}, {70, 1033}, {}, false},
   };
-  for (size_t i = 0; i < smm.size(); ++i) {
-    const Sm& g = smm[i];
-    for (bool constb : {true, false}) {
-      std::string n = "SgemmMatMul_" + std::to_string(i) + (constb ? "_constb" : "");
-      std::vector<NDArray> in{rnd(g.a, n + "a"), rnd(g.b, n + "b")};
-      OpCase c{"MatMul", in};
-      if (!g.bias.empty() || g.relu) {
-        c.type = "FusedMatMul";
-        c.domain = "ai.graft";
-        if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
-        if (g.relu) c.attrs.set("activation", std::string("Relu"));
+  auto addMatMuls = [&](const std::string& prefix, const std::vector<Sm>& list, support::CpuIsa isa) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Sm& g = list[i];
+      for (bool constb : {true, false}) {
+        std::string n = prefix + std::to_string(i) + (constb ? "_constb" : "");
+        OpCase c{"MatMul", {rnd(g.a, n + "a"), rnd(g.b, n + "b")}};
+        if (!g.bias.empty() || g.relu) {
+          c.type = "FusedMatMul";
+          c.domain = "ai.graft";
+          if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
+          if (g.relu) c.attrs.set("activation", std::string("Relu"));
+        }
+        add(n, c, {false, constb, constb});
+        cases().back().isa = isa;
       }
-      add(n, c, {false, constb, constb});
-      cases().back().isa = support::CpuIsa::Avx2;
     }
-  }
+  };
+  addMatMuls("SgemmMatMul_", smm, support::CpuIsa::Avx2);
   // graft's matrix-vector products (vec_gemv: at most 4 rows of A'): every row count
   // of its register groups (1-4, rows of MatMul's A merged), N below, at and above its 32-column
   // panel and not a multiple of it, K = 1 and odd (the tail of its k unrolling), transposes,
@@ -489,20 +491,7 @@ void matmulCases() {
       {{3, 33}, {33, 64}, {}, false},
       {{2, 2, 200}, {200, 1000}, {1}, true},
   };
-  for (size_t i = 0; i < gemvMatMuls.size(); ++i) {
-    const Sm& g = gemvMatMuls[i];
-    for (bool constb : {true, false}) {
-      std::string n = "GemvMatMul_" + std::to_string(i) + (constb ? "_constb" : "");
-      OpCase c{"MatMul", {rnd(g.a, n + "a"), rnd(g.b, n + "b")}};
-      if (!g.bias.empty() || g.relu) {
-        c.type = "FusedMatMul";
-        c.domain = "ai.graft";
-        if (!g.bias.empty()) c.inputs.push_back(rnd(g.bias, n + "c"));
-        if (g.relu) c.attrs.set("activation", std::string("Relu"));
-      }
-      add(n, c, {false, constb, constb});
-    }
-  }
+  addMatMuls("GemvMatMul_", gemvMatMuls, support::CpuIsa::Native);
   for (const std::string& act : kActivations) {
     std::string n = "FusedMatMul_" + (act.empty() ? std::string("none") : act);
     OpCase c{"FusedMatMul",
