@@ -1,6 +1,6 @@
 """Models exported from PyTorch with fixed random weights, trained in graft and in PyTorch (in
 float64, the answer float32 approaches) on the same batches: a small CNN with BatchNormalization
-(trained in training mode, with running statistics), LSTM and GRU sequence classifiers (one layer,
+(trained in training mode, with running statistics), a SqueezeNet fire module, LSTM and GRU sequence classifiers (one layer,
 and two bidirectional layers), and a transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
 gradient accumulation. The loss of every step, the final weights (and the BatchNorm running
 statistics) must match within the stated tolerance; the largest deviations are printed at the end
@@ -30,6 +30,25 @@ def make_cnn():
         torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
         torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(6, CLASSES))
+
+
+class FireNet(torch.nn.Module):
+    """SqueezeNet's shape in small: a fire module (squeeze, two expand convolutions concatenated
+    along channels), a 1x1 convolution as classifier, a global average pool, flattened."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.stem = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.squeeze = torch.nn.Conv2d(8, 4, 1)
+        self.expand1 = torch.nn.Conv2d(4, 6, 1)
+        self.expand3 = torch.nn.Conv2d(4, 6, 3, padding=1)
+        self.head = torch.nn.Conv2d(12, CLASSES, 1)
+
+    def forward(self, x):
+        s = F.relu(self.squeeze(F.relu(self.stem(x))))
+        h = torch.cat([F.relu(self.expand1(s)), F.relu(self.expand3(s))], 1)
+        return torch.flatten(F.adaptive_avg_pool2d(F.relu(self.head(h)), 1), 1)
 
 
 class SequenceClassifier(torch.nn.Module):
@@ -70,6 +89,7 @@ class Encoder(torch.nn.Module):
 MODELS = {
     # name: (factory, input shape, export in training mode)
     "cnn_batchnorm": (make_cnn, (4, 1, 8, 8), True),
+    "fire": (FireNet, (4, 1, 8, 8), False),
     "lstm": (lambda: SequenceClassifier(torch.nn.LSTM), (3, 4, 5), False),
     "gru": (lambda: SequenceClassifier(torch.nn.GRU), (3, 4, 5), False),
     # Two bidirectional layers: forward and reverse directions, the second layer's input is the
@@ -228,3 +248,20 @@ def test_cnn_training_channels_last_matches_torch(monkeypatch, opt_name):
     assert "ChannelBlocked(BatchNormalizationGrad)" in ops, kernels
     assert ("ChannelBlocked(BatchNormalizationGrad)", "vec_batchnorm_grad_nhwc") in kernels, kernels
     assert "BatchNormalizationGrad" not in ops, kernels
+
+
+def test_fire_module_training_stays_channels_last(monkeypatch):
+    """Channels last forced: the gradient of the fire module's Concat (a Split along channels) and
+    of the global pool (an Expand) stay channels last, so a step converts only its input, and
+    training still matches PyTorch."""
+    monkeypatch.setenv("GRAFT_CPU_LAYOUT", "nhwc")
+    test_model_training_matches_torch("fire", "sgd")
+    factory, shape, training = MODELS["fire"]
+    model, loss = graft_model(factory(), shape, training)
+    options = graft.SessionOptions()
+    options.enableProfiling = True
+    session, _, _ = train_graft(model, loss, OPTIMIZERS["sgd"][0](),
+                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options)
+    calls = {p.opType: p.calls for p in session.profile()}
+    assert calls.get("ToBlocked") == 1, calls
+    assert calls.get("Split") == 1 and calls.get("Expand") == 1, calls

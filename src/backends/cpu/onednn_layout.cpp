@@ -8,9 +8,10 @@
 // when its input is in the layout already or oneDNN prefers it so). Ops that run as well on
 // blocked data follow their input: pools, BatchNormalization and LRN become ai.graft::ChannelBlocked, elementwise ops
 // run on the blocked arrays as they are (when the padding channels stay zero), Concat along channels concatenates
-// blocks. Every blocked value gets a twin: the original tensor (same id) is then produced by ai.graft::FromBlocked from
-// the blocked one, and plain consumers and graph outputs keep reading it; dce drops the conversions nobody reads. Plain
-// values that a blocked op needs go through one ai.graft::ToBlocked each.
+// blocks, Split along channels of a channels-last tensor splits its innermost axis (training graphs also: Expand of
+// a global pool's gradient). Every blocked value gets a twin: the original tensor (same id) is then produced by
+// ai.graft::FromBlocked from the blocked one, and plain consumers and graph outputs keep reading it; dce drops the
+// conversions nobody reads. Plain values that a blocked op needs go through one ai.graft::ToBlocked each.
 #include <map>
 #include <set>
 
@@ -84,6 +85,10 @@ class CpuLayout : public passes::Pass {
                isOnnx(n, "GlobalMaxPool") || isOnnx(n, "BatchNormalization") || isOnnx(n, "LRN"))
         wrapNode(n);
       else if (isOnnx(n, "Concat")) concatNode(n);
+      else if (isOnnx(n, "Split"))
+        splitNode(n);
+      else if (training_ && isOnnx(n, "Expand"))
+        expandNode(n);
       else if (training_ &&
                (isGraft(n, "BatchNormalizationGrad") || isGraft(n, "MaxPoolGrad") || isGraft(n, "AveragePoolGrad")))
         gradNode(n);
@@ -413,6 +418,75 @@ class CpuLayout : public passes::Pass {
     a.set("axis", layout == kChannelsLast ? rank : int64_t{1});
     ir::Node* fresh = addLike(n, "Concat", "", in, a);
     commit(n, fresh, b16);
+  }
+
+  // Training graphs: Expand of a [N, C, 1, ..., 1] tensor over the spatial axes (the backward
+  // pass of a global pool) straight into channels last, from X's twin or the same memory seen
+  // as [N, 1, 1, ..., 1, C].
+  void expandNode(ir::Node* n) {
+    if (layout_ != kChannelsLast || n->numInputs() != 2 || !n->input(0) || !n->output(0)) return;
+    ir::Tensor* x = n->input(0);
+    ir::Tensor* y = n->output(0);
+    if (!isStaticFloat(x) || !isStaticFloat(y) || n->input(1)->kind() != ir::TensorKind::Constant) return;
+    const Shape& xs = x->info().shape();
+    const Shape& ys = y->info().shape();
+    if (ys.size() < 3 || ys.size() > 5 || xs.size() != ys.size() || xs[0] != ys[0] || xs[1] != ys[1]) return;
+    for (size_t i = 2; i < xs.size(); ++i)
+      if (xs[i] != 1) return;
+    auto shapeConstant = [&](const Shape& s, const std::string& base) {
+      NDArray v(DataType::Int64, Shape{static_cast<int64_t>(s.size())});
+      std::copy(s.begin(), s.end(), v.data<int64_t>());
+      return g_->addInitializer(g_->uniqueId(base), std::move(v), ir::TensorKind::Constant);
+    };
+    int64_t C = ys[1];
+    ir::Tensor* source = nullptr;  // X as [N, 1, 1, ..., 1, C]: its twin, or X reshaped
+    if (auto it = twin_.find(x); it != twin_.end() && !inBlock16(x)) {
+      source = it->second;
+    } else {
+      Shape flat = blockedShape(xs, static_cast<int>(C));
+      ir::Node* r = g_->addNode("Reshape", "", {x, shapeConstant(flat, x->id() + "_channels_last_shape")},
+                                {g_->uniqueId(x->id() + "_channels_last")}, {}, "reshape_" + x->id());
+      ops::inferNode(*r, false);
+      source = r->output(0);
+    }
+    ir::Node* fresh = addLike(n, "Expand", "",
+                              {source, shapeConstant(blockedShape(ys, static_cast<int>(C)), y->id() + "_shape")}, {});
+    commit(n, fresh);
+  }
+
+  // Split along channels of a channels-last input (the backward pass of Concat): along the
+  // innermost axis, every output a channels-last twin (split sizes unchanged).
+  void splitNode(ir::Node* n) {
+    if (layout_ != kChannelsLast || n->numInputs() == 0 || !n->input(0) || n->numOutputs() == 0) return;
+    ir::Tensor* x = n->input(0);
+    auto it = twin_.find(x);
+    if (it == twin_.end() || inBlock16(x) || !isStaticFloat(x)) return;
+    int64_t rank = x->info().rank();
+    int64_t axis = n->attrInt("axis", 0);
+    if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return;
+    std::vector<ir::Tensor*> ys = n->outputs();
+    for (ir::Tensor* y : ys)
+      if (!y || !isStaticFloat(y)) return;
+    std::vector<ir::Tensor*> in = n->inputs();
+    in[0] = it->second;
+    ir::Attributes a = n->attrs();
+    a.set("axis", rank);
+    std::vector<std::string> outs;
+    outs.reserve(ys.size());
+    for (ir::Tensor* y : ys) outs.push_back(g_->uniqueId(y->id() + "_blocked"));
+    std::string name = n->name();
+    g_->removeNode(n);
+    ir::Node* fresh = g_->addNode("Split", "", in, outs, a, name);
+    ops::inferNode(*fresh, false);
+    for (size_t i = 0; i < ys.size(); ++i) {
+      ir::Attributes b;
+      b.set("channels", channelsOf(ys[i]));
+      ir::Node* back =
+          g_->addNode("FromBlocked", ops::kGraftDomain, {fresh->output(i)}, {""}, b, "from_blocked_" + ys[i]->id());
+      g_->setOutput(back, 0, ys[i]);
+      twin_[ys[i]] = fresh->output(i);
+    }
+    changed_ = true;
   }
 
   bool training_ = false;

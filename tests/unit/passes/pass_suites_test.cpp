@@ -299,7 +299,9 @@ TEST(CpuLayoutBf16, MarksNoWinogradConvolutions) {
   EXPECT_EQ(ops["Reblock"], 0);
   for (const ir::Node* n : w.b.g->nodes()) {
     EXPECT_EQ(n->attrInt("winograd", 0), 0) << n->describe();
-    if (n->type() == "FusedConv") EXPECT_EQ(n->attrInt("y_block", 0), 64) << n->describe();
+    if (n->type() == "FusedConv") {
+      EXPECT_EQ(n->attrInt("y_block", 0), 64) << n->describe();
+    }
   }
   unsetenv("GRAFT_CONV_WINOGRAD");
   EXPECT_TRUE(close(runGraph(*w.b.g, {w.in})[0], before[0], 1e-4, 1e-4));
@@ -493,6 +495,69 @@ TEST(CpuLayoutTraining, TheBackwardPassStaysChannelsLastAndTheResultsStay) {
   if (fast) {
     EXPECT_TRUE(kernels.count("onednn_conv_bwd_data"));
     EXPECT_TRUE(kernels.count("onednn_conv_bwd_weights"));
+  }
+}
+
+// SqueezeNet's fire module in training: a squeeze convolution, two expand convolutions whose
+// outputs are concatenated, a global average pool and a weighted sum as loss; the gradients of
+// X and every weight (autodiff, as sessions build them). The pooled output is flattened, as
+// SqueezeNet's is.
+struct FireTrainingGraph {
+  GraphBuilder b;
+  std::vector<NDArray> in;
+  explicit FireTrainingGraph(int64_t N = 2, int64_t C = 16, int64_t S = 9) {
+    ir::Tensor* x = b.input({N, C, S, S});
+    ir::Tensor* ws = b.input({8, C, 1, 1});
+    ir::Tensor* w1 = b.input({12, 8, 1, 1});
+    ir::Tensor* w3 = b.input({20, 8, 3, 3});
+    in = {randomFloats({N, C, S, S}, 1), randomFloats({8, C, 1, 1}, 2, -0.3f, 0.3f),
+          randomFloats({12, 8, 1, 1}, 3, -0.3f, 0.3f), randomFloats({20, 8, 3, 3}, 4, -0.2f, 0.2f)};
+    ir::Attributes pad;
+    pad.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    ir::Tensor* s = b.op("Relu", {b.op("Conv", {x, ws})});
+    ir::Tensor* e1 = b.op("Relu", {b.op("Conv", {s, w1})});
+    ir::Tensor* e3 = b.op("Relu", {b.op("Conv", {s, w3}, pad)});
+    ir::Attributes axis;
+    axis.set("axis", int64_t{1});
+    ir::Tensor* pooled = b.op("GlobalAveragePool", {b.op("Concat", {e1, e3}, axis)});
+    ir::Attributes sum;
+    sum.set("reduction", std::string("Sum"));
+    ir::Tensor* loss =
+        b.op("IdentityLoss", {b.op("Mul", {b.op("Flatten", {pooled}), b.constant(randomFloats({N, 32}, 5))})}, sum,
+             "ai.graphcore");
+    b.outputs({loss});
+    ir::Tensor* seed = b.constant(NDArray::scalar<float>(DataType::Float, 1.f));
+    auto grads = autodiff::differentiate(*b.g, loss, {x, ws, w1, w3}, seed);
+    std::vector<ir::Tensor*> outs{loss};
+    for (ir::Tensor* t : {x, ws, w1, w3}) outs.push_back(grads.at(t));
+    b.outputs(outs);
+  }
+};
+
+// Channels last forced: the Concat's gradient (a Split along channels), the pool's gradient (an
+// Expand over the spatial axes) and so the Relu gradients' zeros stay channels last; the only
+// conversions left are X's, the pooled output's and X's gradient's; the results stay the
+// reference's.
+TEST(CpuLayoutTraining, SplitExpandAndZerosOfTheBackwardPassStayChannelsLast) {
+  FireTrainingGraph t;
+  auto want = runGraph(*t.b.g, t.in, true);
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  run(*t.b.g, {"cse", "cpu-layout-training", "dce", "fuse-elementwise", "dce"});
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*t.b.g);
+  EXPECT_EQ(ops["ToBlocked"], 1) << ir::printGraph(*t.b.g);
+  EXPECT_EQ(ops["FromBlocked"], 2) << ir::printGraph(*t.b.g);
+  EXPECT_EQ(ops["Split"], 1);
+  for (const ir::Node* n : t.b.g->nodes()) {
+    if (n->type() == "Split" || n->type() == "Expand" || n->type() == "ZerosLike") {
+      EXPECT_EQ(n->output(0)->info().rank(), 5) << n->type() << " stays plain:\n" << ir::printGraph(*t.b.g);
+    }
+  }
+  for (bool reference : {true, false}) {
+    SCOPED_TRACE(reference ? "reference" : "cpu");
+    auto got = runGraph(*t.b.g, t.in, reference);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(close(got[i], want[i], 2e-4, 2e-4)) << "output " << i;
   }
 }
 
