@@ -36,6 +36,7 @@
 
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/lstm_recurrence.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
@@ -323,8 +324,9 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
 //   one oneDNN matmul on all threads (weights packed once);
 // - gives each thread of the team a slice of the hidden units (blocks of 16) and its own
 //   single-threaded matmul primitive over R's rows of those units (the four gates' columns side
-//   by side, packed once into the primitive's layout), so that a thread computes its units'
-//   gate pre-activations for all N rows, then their cell;
+//   by side, packed once into the primitive's layout; lstm_recurrence.hpp, shared with
+//   LSTMTrain), so that a thread computes its units' gate pre-activations for all N rows, then
+//   their cell;
 // - runs the whole sequence of a direction in one OpenMP region with the spinning barrier between
 //   steps (each step reads every unit of h_{t-1}): one wake-up per direction and call.
 // Constant W, R and B only (inference with constant weights; a training graph's forward LSTM from
@@ -353,14 +355,6 @@ GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restri
 
 using onednn::memory;
 
-struct BatchedMember {
-  int64_t u0 = 0, nu = 0;
-  dnnl::matmul prim;
-  memory weights;         // R's rows of the units, [H, 4nu] in the primitive's layout
-  memory::desc src, dst;  // h [N, H], gates [N, 4nu]
-  memory scratch;         // its scratchpad (user mode: each member runs on one thread at a time)
-};
-
 struct BatchedState {
   LstmShape s;
   int team = 1, threads = 1;
@@ -368,7 +362,7 @@ struct BatchedState {
   onednn::PackedOperand projWeights;
   memory projBias;
   memory::desc xDesc, xwDesc;
-  std::vector<std::vector<BatchedMember>> members;  // [direction][thread]
+  std::vector<std::vector<RecurrentSlice>> slices;  // [direction][thread], R packed
 };
 
 ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
@@ -409,45 +403,14 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
       bias[j] = b ? b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q] : 0.0f;
     }
     std::string recurrentImpl;
-    // One single-threaded primitive per direction and thread: created with a team of one, as it
-    // runs (oneDNN runs sequentially inside a parallel region).
-    setThreads(1);
     for (int64_t d = 0; d < s.D; ++d) {
-      std::vector<BatchedMember> row;
-      const float* rd = r->data<float>() + d * G * s.H;
-      for (int tid = 0; tid < st->team; ++tid) {
-        BatchedMember m;
-        int64_t b0 = blocks * tid / st->team, b1 = blocks * (tid + 1) / st->team;
-        m.u0 = b0 * kLanes;
-        m.nu = std::min(s.H, b1 * kLanes) - m.u0;
-        // [H, 4nu]: column q * nu + l is R's row q * H + u0 + l.
-        NDArray rt(DataType::Float, {s.H, 4 * m.nu});
-        float* p = rt.data<float>();
-        for (int64_t q = 0; q < 4; ++q)
-          for (int64_t l = 0; l < m.nu; ++l) {
-            const float* row = rd + (q * s.H + m.u0 + l) * s.H;
-            for (int64_t k = 0; k < s.H; ++k) p[k * 4 * m.nu + q * m.nu + l] = row[k];
-          }
-        m.src = memory::desc({s.N, s.H}, f32, memory::format_tag::ab);
-        m.dst = memory::desc({s.N, 4 * m.nu}, f32, memory::format_tag::ab);
-        dnnl::primitive_attr attr;
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.src, memory::desc({s.H, 4 * m.nu}, f32, any), m.dst), attr,
-                                        eng);
-        if (isReferenceImplementation(pd.impl_info_str())) {
-          setThreads(st->threads);
-          return onednn::decline();
-        }
-        recurrentImpl = pd.impl_info_str();
-        m.prim = dnnl::matmul(pd);
-        m.scratch = memory(pd.scratchpad_desc(), eng);
-        memory::desc user({s.H, 4 * m.nu}, f32, memory::format_tag::ab);
-        m.weights = memory(pd.weights_desc(), eng);
-        execute(dnnl::reorder(onednn::wrap(user, rt), m.weights),
-                {{DNNL_ARG_FROM, onednn::wrap(user, rt)}, {DNNL_ARG_TO, m.weights}});
-        row.push_back(std::move(m));
+      std::vector<RecurrentSlice> slices = makeRecurrentSlices(s.N, s.H, st->team, &recurrentImpl);
+      if (slices.empty()) {
+        setThreads(st->threads);
+        return onednn::decline();
       }
-      st->members.push_back(std::move(row));
+      for (const RecurrentSlice& m : slices) m.packFrom(r->data<float>() + d * G * s.H);
+      st->slices.push_back(std::move(slices));
     }
     setThreads(st->threads);
     noteImplementation(fmt::format("{} x {} threads", recurrentImpl, st->team));
@@ -458,7 +421,6 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const int64_t G = 4 * s.H, DG = s.D * G, NH = s.N * s.H;
-    auto& eng = onednn::engine();
     setThreads(st->threads);
     NDArray xw = NDArray::uninitialized(DataType::Float, {s.T * s.N, DG});
     execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
@@ -481,31 +443,23 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
         int64_t t = backward ? s.T - 1 - step : step;
         return y ? y + (t * s.D + d) * NH : ring.data() + (step % 2) * NH;
       };
-      std::vector<BatchedMember>& members = st->members[d];
+      const std::vector<RecurrentSlice>& slices = st->slices[d];
       SpinBarrier barrier(st->team);
       auto run = [&](int tid, int team) {
-        // A thread runs the members tid, tid + team, ... (all of them when OpenMP gave the region
+        // A thread runs the slices tid, tid + team, ... (all of them when OpenMP gave the region
         // fewer threads than the team).
-        std::vector<memory> src, dst;
         std::vector<NDArray> gates;
-        for (int j = tid; j < st->team; j += team) {
-          gates.push_back(NDArray::uninitialized(DataType::Float, {s.N, 4 * members[j].nu}));
-          src.push_back(memory(members[j].src, eng, static_cast<void*>(nullptr)));
-          dst.push_back(onednn::wrap(members[j].dst, gates.back()));
-        }
+        for (int j = tid; j < st->team; j += team)
+          gates.push_back(NDArray::uninitialized(DataType::Float, {s.N, 4 * slices[j].nu}));
         for (int64_t step = 0; step < s.T; ++step) {
           int64_t t = backward ? s.T - 1 - step : step;
           const float* hp = step == 0 ? h0 : hOut(step - 1);
           float* h = hOut(step);
           const float* xwt = xw.data<float>() + t * s.N * DG + d * G;
           for (int j = tid, i = 0; j < st->team; j += team, ++i) {
-            const BatchedMember& m = members[j];
-            src[i].set_data_handle(const_cast<float*>(hp));
-            execute(m.prim, {{DNNL_ARG_SRC, src[i]},
-                             {DNNL_ARG_WEIGHTS, m.weights},
-                             {DNNL_ARG_DST, dst[i]},
-                             {DNNL_ARG_SCRATCHPAD, m.scratch}});
-            const float* g = gates[i].data<float>();
+            const RecurrentSlice& m = slices[j];
+            float* g = gates[i].data<float>();
+            m.run(hp, g);
             GRAFT_VEC_RUN(batchedCell(g, xwt, DG, c, h, s.N, s.H, m.u0, m.nu));
           }
           if (team > 1) barrier.wait();

@@ -18,7 +18,10 @@
 // LSTM by LSTMTrain, whose extra output Saved holds every step's gates and cell state, and gives
 // Saved to the LSTMGrad, which then skips the recomputation (the two products above were 43 of
 // ~150 ms per layer of lstm2 b32). LSTMTrain's kernel: X W^T for all steps in one sgemm, then per
-// step h R^T (sgemm) and the cell; the gates stay in Saved, where the backward pass reads them.
+// step h R^T and the cell, each thread for its hidden units with R's rows of them packed once
+// per run into a single-threaded oneDNN matmul (lstm_recurrence.hpp; against dnnl_sgemm per gate
+// block, which packs R at every call: lstm2 b32's two LSTMTrains 116 -> 96 ms a step); the gates
+// stay in Saved, where the backward pass reads them.
 //
 // Both take ONNX's default activations (sigmoid, tanh, tanh), layout 0, no clip, no input_forget,
 // no peepholes and no sequence_lens, float with static shapes; the rest goes to oneDNN's
@@ -35,6 +38,7 @@
 #include <dnnl.h>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/lstm_recurrence.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
@@ -273,6 +277,9 @@ void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
 struct LstmState {
   LstmShape s;
   int threads = 1;
+  // LSTMTrain: the step products' per-thread matmuls, [direction][thread] (lstm_recurrence.hpp);
+  // empty: dnnl_sgemm per gate block instead.
+  std::vector<std::vector<RecurrentSlice>> slices;
 };
 
 std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::optional<LstmShape>& shape) {
@@ -294,8 +301,36 @@ void inputProjection(const LstmShape& s, const float* x, const float* wd, const 
   sgemm('N', 'T', TN, G, s.I, x, s.I, wd, s.I, 1.0f, sv, 5 * s.H);
 }
 
+// One step of the forward for all N rows, units [u0, u0 + nu): adds the recurrent product acc
+// [N, 4nu] (gate q of unit u0 + l at q * nu + l) to the gate pre-activations in g [N, 5H], then
+// the cell (previous cell states cp, row stride cps; new hidden states h [N, H]).
+GRAFT_VEC_LOOP void addGatesAndCell(float* g, const float* acc, int64_t nu, const float* cp, int64_t cps, float* h,
+                                    int64_t N, int64_t H, int64_t u0) {
+  for (int64_t n = 0; n < N; ++n) {
+    float* __restrict gr = g + n * 5 * H + u0;
+    const float* __restrict ar = acc + n * 4 * nu;
+    for (int64_t q = 0; q < 4; ++q)
+      for (int64_t l = 0; l < nu; ++l) gr[q * H + l] += ar[q * nu + l];
+    cellRow(g + n * 5 * H, cp + n * cps, h + n * H, H, u0, u0 + nu);
+  }
+}
+
 ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
   auto st = startKernel(ctx, trainShape(ctx.node()));
+  {
+    // Each direction's R packs into its own per-thread weights at each run.
+    const LstmShape& s = st->s;
+    const int stepThreads = 2.0 * s.N * 4 * s.H * s.H >= kParallelStepFlops ? st->threads : 1;
+    for (int64_t d = 0; d < s.D; ++d) {
+      std::vector<RecurrentSlice> slices = makeRecurrentSlices(s.N, s.H, stepThreads);
+      if (slices.empty()) {
+        st->slices.clear();
+        break;
+      }
+      st->slices.push_back(std::move(slices));
+    }
+    onednn::setThreads(st->threads);
+  }
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const int64_t T = s.T, N = s.N, I = s.I, H = s.H, D = s.D, G = 4 * H, NH = N * H;
@@ -316,7 +351,16 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
     float* saved = out(3, savedShape(s), scratchSaved);
     float* yh = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, {D, N, H}).data<float>() : nullptr;
     float* yc = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, {D, N, H}).data<float>() : nullptr;
-    std::vector<float> zeros(static_cast<size_t>(NH), 0.0f), rt(static_cast<size_t>(G * H));
+    std::vector<float> zeros(static_cast<size_t>(NH), 0.0f), rt;
+    // Y_h and Y_c of direction d from its last step processed.
+    auto writeLast = [&](int64_t d, bool backward) {
+      const int64_t last = backward ? 0 : T - 1;
+      const float* sv = saved + d * T * N * 5 * H;
+      if (yh) std::memcpy(yh + d * NH, y + (last * D + d) * NH, sizeof(float) * NH);
+      if (yc)
+        for (int64_t n = 0; n < N; ++n)
+          std::memcpy(yc + d * NH + n * H, sv + (last * N + n) * 5 * H + 4 * H, sizeof(float) * H);
+    };
     const int stepThreads = 2.0 * N * G * H >= kParallelStepFlops ? nt : 1;
     onednn::setThreads(nt);
     for (int64_t d = 0; d < D; ++d) {
@@ -325,8 +369,41 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
       float* sv = saved + d * T * N * 5 * H;
       onednn::setThreads(nt);
       inputProjection(s, x, w + d * G * I, b, d, sv);
+      if (!st->slices.empty()) {
+        // Each thread packs its units' rows of R, then per step multiplies h by them and runs
+        // their cell; a spinning barrier ends the step.
+        const std::vector<RecurrentSlice>& slices = st->slices[d];
+        onTeam(static_cast<int>(slices.size()), [&](int tid, int team, SpinBarrier* barrier) {
+          std::vector<std::vector<float>> acc;
+          for (size_t j = tid; j < slices.size(); j += team) {
+            slices[j].packFrom(rd);
+            acc.emplace_back(static_cast<size_t>(N * 4 * slices[j].nu));
+          }
+          const float* hp = h0 ? h0 + d * NH : zeros.data();
+          const float* cp = c0 ? c0 + d * NH : zeros.data();
+          int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
+          for (int64_t step = 0; step < T; ++step) {
+            int64_t t = backward ? T - 1 - step : step;
+            float* g = sv + t * N * 5 * H;
+            float* h = y + (t * D + d) * NH;
+            for (size_t j = tid, i = 0; j < slices.size(); j += team, ++i) {
+              const RecurrentSlice& m = slices[j];
+              float* a = acc[i].data();
+              m.run(hp, a);
+              GRAFT_VEC_RUN(addGatesAndCell(g, a, m.nu, cp, cps, h, N, H, m.u0));
+            }
+            if (barrier) barrier->wait();
+            hp = h;
+            cp = g + 4 * H;
+            cps = 5 * H;
+          }
+        });
+        writeLast(d, backward);
+        continue;
+      }
       // R^T [H, 4H]: oneDNN's sgemm packs a transposed B at every call, which made the T step
       // products 2-3x slower (64 steps of lstm2 b32: 80-90 ms against 30-40).
+      rt.resize(static_cast<size_t>(G * H));
       transpose(rd, G, H, rt.data());
       // Each thread computes its hidden units' gates (one sgemm per gate block, on one thread:
       // oneDNN runs sequentially inside a parallel region) and cell; a spinning barrier ends
@@ -353,11 +430,7 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
           cps = 5 * H;
         }
       });
-      const int64_t last = backward ? 0 : T - 1;  // the last step processed
-      if (yh) std::memcpy(yh + d * NH, y + (last * D + d) * NH, sizeof(float) * NH);
-      if (yc)
-        for (int64_t n = 0; n < N; ++n)
-          std::memcpy(yc + d * NH + n * H, sv + (last * N + n) * 5 * H + 4 * H, sizeof(float) * H);
+      writeLast(d, backward);
     }
   };
 }

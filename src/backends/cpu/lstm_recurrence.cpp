@@ -1,0 +1,70 @@
+// The recurrent product of graft's batched LSTM kernels (lstm_recurrence.hpp).
+#include "backends/cpu/lstm_recurrence.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/bf16.hpp"
+#include "backends/cpu/onednn_common.hpp"
+
+namespace graft::backends::cpu {
+
+using onednn::memory;
+
+void RecurrentSlice::packFrom(const float* r) const {
+  rows.resize(static_cast<size_t>(4 * nu * H));
+  for (int64_t q = 0; q < 4; ++q) std::memcpy(rows.data() + q * nu * H, r + (q * H + u0) * H, sizeof(float) * nu * H);
+  auto& eng = onednn::engine();
+  memory from(user, eng, static_cast<void*>(rows.data()));
+  onednn::execute(pack, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, weights}});
+}
+
+void RecurrentSlice::run(const float* h, float* gates) const {
+  srcMem.set_data_handle(const_cast<float*>(h));
+  dstMem.set_data_handle(gates);
+  onednn::execute(
+      prim,
+      {{DNNL_ARG_SRC, srcMem}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dstMem}, {DNNL_ARG_SCRATCHPAD, scratch}});
+}
+
+std::vector<RecurrentSlice> makeRecurrentSlices(int64_t N, int64_t H, int team, std::string* impl) {
+  constexpr int64_t kUnits = 16;
+  const int64_t blocks = (H + kUnits - 1) / kUnits;
+  team = static_cast<int>(std::clamp<int64_t>(team, 1, blocks));
+  auto f32 = memory::data_type::f32;
+  auto& eng = onednn::engine();
+  onednn::setThreads(1);
+  std::vector<RecurrentSlice> slices;
+  try {
+    for (int tid = 0; tid < team; ++tid) {
+      RecurrentSlice m;
+      int64_t b0 = blocks * tid / team, b1 = blocks * (tid + 1) / team;
+      m.u0 = b0 * kUnits;
+      m.nu = std::min(H, b1 * kUnits) - m.u0;
+      m.N = N;
+      m.H = H;
+      m.src = memory::desc({N, H}, f32, memory::format_tag::ab);
+      m.dst = memory::desc({N, 4 * m.nu}, f32, memory::format_tag::ab);
+      // [H, 4nu] read column by column from R's rows: element (k, j) at j * H + k.
+      m.user = memory::desc({H, 4 * m.nu}, f32, memory::format_tag::ba);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(m.src, memory::desc({H, 4 * m.nu}, f32, memory::format_tag::any), m.dst), attr, eng);
+      if (isReferenceImplementation(pd.impl_info_str())) return {};
+      if (impl) *impl = pd.impl_info_str();
+      m.prim = dnnl::matmul(pd);
+      m.scratch = memory(pd.scratchpad_desc(), eng);
+      m.weights = memory(pd.weights_desc(), eng);
+      m.srcMem = memory(m.src, eng, static_cast<void*>(nullptr));
+      m.dstMem = memory(m.dst, eng, static_cast<void*>(nullptr));
+      m.pack = dnnl::reorder(dnnl::reorder::primitive_desc(eng, m.user, eng, pd.weights_desc()));
+      slices.push_back(std::move(m));
+    }
+  } catch (const dnnl::error&) {
+    return {};
+  }
+  return slices;
+}
+
+}  // namespace graft::backends::cpu
