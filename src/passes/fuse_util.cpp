@@ -82,4 +82,30 @@ ir::Node* replaceChain(ir::Graph& g, const std::vector<ir::Node*>& chain, const 
   return n;
 }
 
+ir::Node* replaceNodeInPlace(ir::Graph& g, ir::Node* n, const std::string& type, const std::string& domain,
+                             const std::vector<ir::Tensor*>& inputs, const std::vector<std::string>& outputIds,
+                             ir::Attributes attrs) {
+  // A copy before n goes: `inputs` may be n's own vector.
+  const std::vector<ir::Tensor*> in = inputs;  // NOLINT(performance-unnecessary-copy-initialization)
+  std::string name = n->name();
+  int64_t id = n->id();
+  auto vg = n->virtualGraph;
+  auto stage = n->pipelineStage;
+  bool eager = n->eager;
+  std::vector<ir::Node*> after = n->runsAfter(), before;
+  for (ir::Node* x : g.nodes())
+    for (ir::Node* a : x->runsAfter())
+      if (a == n) before.push_back(x);
+  g.removeNode(n);
+  if (!domain.empty() && !g.otherOpsets.count(domain)) g.otherOpsets[domain] = 1;
+  ir::Node* m = g.addNode(type, domain, in, outputIds, std::move(attrs), name);
+  g.reuseNodeId(m, id);
+  m->virtualGraph = vg;
+  m->pipelineStage = stage;
+  m->eager = eager;
+  for (ir::Node* a : after) m->addRunsAfter(a);
+  for (ir::Node* b : before) b->addRunsAfter(m);
+  return m;
+}
+
 }  // namespace graft::passes::fuse

@@ -30,6 +30,14 @@ bool activationAttrs(const ir::Node& act, const PassContext& ctx, ir::Attributes
 ir::Node* replaceChain(ir::Graph& g, const std::vector<ir::Node*>& chain, const std::string& type,
                        const std::vector<ir::Tensor*>& inputs, ir::Attributes attrs);
 
+/// Replaces node `n` by a node of `type` in `domain` reading `inputs`, with `attrs` and outputs
+/// `outputIds` ("" for none), which takes n's place: its name, node id (its place in the
+/// schedule), virtual graph, pipeline stage, eagerness and control dependencies both ways. n's
+/// outputs are dropped: the caller connects what it keeps. `inputs` and `attrs` may be n's own.
+ir::Node* replaceNodeInPlace(ir::Graph& g, ir::Node* n, const std::string& type, const std::string& domain,
+                             const std::vector<ir::Tensor*>& inputs, const std::vector<std::string>& outputIds,
+                             ir::Attributes attrs);
+
 /// True when `t` is a float32 tensor with a known shape.
 bool isFloat(const ir::Tensor* t);
 

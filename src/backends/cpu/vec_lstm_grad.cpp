@@ -45,6 +45,7 @@
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
 #include "ops/rnn_cell.hpp"
+#include "passes/fuse_util.hpp"
 #include "passes/pass.hpp"
 #include "support/check.hpp"
 
@@ -369,46 +370,26 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
       float* sv = saved + d * T * N * 5 * H;
       onednn::setThreads(nt);
       inputProjection(s, x, w + d * G * I, b, d, sv);
-      if (!st->slices.empty()) {
-        // Each thread packs its units' rows of R, then per step multiplies h by them and runs
-        // their cell; a spinning barrier ends the step.
-        const std::vector<RecurrentSlice>& slices = st->slices[d];
-        onTeam(static_cast<int>(slices.size()), [&](int tid, int team, SpinBarrier* barrier) {
-          std::vector<std::vector<float>> acc;
-          for (size_t j = tid; j < slices.size(); j += team) {
-            slices[j].packFrom(rd);
-            acc.emplace_back(static_cast<size_t>(N * 4 * slices[j].nu));
-          }
-          const float* hp = h0 ? h0 + d * NH : zeros.data();
-          const float* cp = c0 ? c0 + d * NH : zeros.data();
-          int64_t cps = H;  // the previous cell states' row stride: H in c0, 5H in Saved
-          for (int64_t step = 0; step < T; ++step) {
-            int64_t t = backward ? T - 1 - step : step;
-            float* g = sv + t * N * 5 * H;
-            float* h = y + (t * D + d) * NH;
-            for (size_t j = tid, i = 0; j < slices.size(); j += team, ++i) {
-              const RecurrentSlice& m = slices[j];
-              float* a = acc[i].data();
-              m.run(hp, a);
-              GRAFT_VEC_RUN(addGatesAndCell(g, a, m.nu, cp, cps, h, N, H, m.u0));
-            }
-            if (barrier) barrier->wait();
-            hp = h;
-            cp = g + 4 * H;
-            cps = 5 * H;
-          }
-        });
-        writeLast(d, backward);
-        continue;
+      // Each thread takes its hidden units: with the packed step products (st->slices), it packs
+      // its units' rows of R and per step multiplies h by them; without, one sgemm per gate block
+      // on R^T (oneDNN's sgemm packs a transposed B at every call, which made the T step products
+      // 2-3x slower: 64 steps of lstm2 b32, 80-90 ms against 30-40), on one thread each (oneDNN
+      // runs sequentially inside a parallel region). Then the units' cell; a spinning barrier
+      // ends the step, since the next one reads every unit of h.
+      const std::vector<RecurrentSlice>* slices = st->slices.empty() ? nullptr : &st->slices[d];
+      if (!slices) {
+        rt.resize(static_cast<size_t>(G * H));
+        transpose(rd, G, H, rt.data());
       }
-      // R^T [H, 4H]: oneDNN's sgemm packs a transposed B at every call, which made the T step
-      // products 2-3x slower (64 steps of lstm2 b32: 80-90 ms against 30-40).
-      rt.resize(static_cast<size_t>(G * H));
-      transpose(rd, G, H, rt.data());
-      // Each thread computes its hidden units' gates (one sgemm per gate block, on one thread:
-      // oneDNN runs sequentially inside a parallel region) and cell; a spinning barrier ends
-      // the step, since the next one reads every unit of h.
-      onTeam(stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
+      onTeam(slices ? static_cast<int>(slices->size()) : stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
+        std::vector<const RecurrentSlice*> mine;  // all of them when OpenMP gave fewer threads
+        std::vector<std::vector<float>> acc;
+        if (slices)
+          for (size_t j = tid; j < slices->size(); j += team) {
+            mine.push_back(&(*slices)[j]);
+            mine.back()->packFrom(rd);
+            acc.emplace_back(static_cast<size_t>(N * 4 * mine.back()->nu));
+          }
         // (Not a structured binding: GRAFT_VEC_RUN's lambda captures them, which clang 14 refuses.)
         const std::pair<int64_t, int64_t> units = unitRange(H, tid, team);
         const int64_t u0 = units.first, u1 = units.second;
@@ -419,7 +400,13 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
           int64_t t = backward ? T - 1 - step : step;
           float* g = sv + t * N * 5 * H;
           float* h = y + (t * D + d) * NH;
-          if (u1 > u0) {
+          for (size_t i = 0; i < mine.size(); ++i) {
+            const RecurrentSlice& m = *mine[i];
+            float* a = acc[i].data();
+            m.run(hp, a);
+            GRAFT_VEC_RUN(addGatesAndCell(g, a, m.nu, cp, cps, h, N, H, m.u0));
+          }
+          if (!slices && u1 > u0) {
             for (int64_t q = 0; q < 4; ++q)
               sgemm('N', 'N', N, u1 - u0, H, hp, H, rt.data() + q * H + u0, G, 1.0f, g + q * H + u0, 5 * H);
             GRAFT_VEC_RUN(cellStep(g, cp, cps, h, N, H, u0, u1));
@@ -605,29 +592,12 @@ class LstmSaveGates : public passes::Pass {
   }
 
   static void replace(ir::Graph& g, ir::Node* n, const std::vector<ir::Node*>& grads) {
-    std::vector<ir::Tensor*> inputs = n->inputs(), outputs = n->outputs();
-    ir::Attributes attrs = n->attrs();
-    std::string name = n->name();
-    int64_t id = n->id();
-    auto vg = n->virtualGraph;
-    auto stage = n->pipelineStage;
-    bool eager = n->eager;
-    std::vector<ir::Node*> after = n->runsAfter(), before;
-    for (ir::Node* x : g.nodes())
-      for (ir::Node* a : x->runsAfter())
-        if (a == n) before.push_back(x);
+    std::vector<ir::Tensor*> outputs = n->outputs();
     std::string savedId = g.uniqueId(outputs[0]->id() + "_saved");
-    g.removeNode(n);
-    if (!g.otherOpsets.count(ops::kGraftDomain)) g.otherOpsets[ops::kGraftDomain] = 1;
-    ir::Node* m = g.addNode("LSTMTrain", ops::kGraftDomain, inputs, {"", "", "", savedId}, std::move(attrs), name);
+    ir::Node* m = passes::fuse::replaceNodeInPlace(g, n, "LSTMTrain", ops::kGraftDomain, n->inputs(),
+                                                   {"", "", "", savedId}, n->attrs());
     for (size_t i = 0; i < outputs.size(); ++i)
       if (outputs[i]) g.setOutput(m, i, outputs[i]);
-    g.reuseNodeId(m, id);
-    m->virtualGraph = vg;
-    m->pipelineStage = stage;
-    m->eager = eager;
-    for (ir::Node* a : after) m->addRunsAfter(a);
-    for (ir::Node* b : before) b->addRunsAfter(m);
     ops::inferNode(*m, false);
     for (ir::Node* grad : grads) grad->setInput(kSaved, m->output(3));
   }
