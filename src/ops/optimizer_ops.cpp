@@ -26,36 +26,64 @@ void st(T* p, int64_t i, double v) {
   p[i] = static_cast<T>(static_cast<ComputeType<T>>(v));
 }
 
-// SGDUpdate(w, g, lr, wd, mm, dm, vs, ls [, v]) {nesterov}
+// One SGD step of element i of w (and its velocity v, when vp is set) from its gradient gi.
+template <class T>
+void sgdElement(T* wp, T* vp, int64_t i, double gi, double lr, double wd, double mm, double dm, double vs, double ls,
+                bool nesterov) {
+  double wi = ld(wp, i);
+  if (!vp) {
+    st(wp, i, wi - lr * (1 - dm) * (gi / ls + wd * wi));
+    return;
+  }
+  double vi = ld(vp, i) * mm + (1 - dm) * vs * (gi / ls + wd * wi);
+  st(vp, i, vi);
+  if (nesterov)
+    st(wp, i, wi - lr / vs * (vs * (gi / ls + wd * wi) + mm * vi));
+  else
+    st(wp, i, wi - lr / vs * vi);
+}
+
+// SGDUpdate(w, g, lr, wd, mm, dm, vs, ls [, v]) {nesterov}; SGDOuterUpdate(w, a, b, lr, wd, mm, dm,
+// vs, ls [, v]) {nesterov}: the same with the gradient g = a (x) b, g[i, j] = a[i] * b[j] in w's type
+// for a 2-D w [I, J], a of I elements and b of J (the weight gradient of a matrix product over
+// one row, fused with its update by fuse-sgd-outer so that it is never stored).
+template <bool Outer>
 KernelFn sgdKernel(CompileContext& c) {
   bool nesterov = c.node().attrInt("nesterov", 0) != 0;
   std::string what = c.node().describe();
   return [=](KernelContext& k) {
     NDArray w = k.input(0);
+    const size_t h = Outer ? 3 : 2;  // the first hyper-parameter
     const NDArray& g = k.input(1);
-    checkLikeWeight(w, g, what, "the gradient");
-    double lr = optimizerScalar(k, 2), wd = optimizerScalar(k, 3), mm = optimizerScalar(k, 4),
-           dm = optimizerScalar(k, 5), vs = optimizerScalar(k, 6), ls = optimizerScalar(k, 7);
-    bool momentum = k.hasInput(8);
-    NDArray v = momentum ? k.input(8) : NDArray();
+    if constexpr (Outer) {
+      const NDArray& b = k.input(2);
+      GRAFT_CHECK(w.rank() == 2 && g.numel() == w.dim(0) && b.numel() == w.dim(1) && g.dtype() == w.dtype() &&
+                      b.dtype() == w.dtype(),
+                  "{}: the weight must be [I, J] with a of I and b of J elements of its type, got {}, {} and {}", what,
+                  shapeToString(w.shape()), shapeToString(g.shape()), shapeToString(b.shape()));
+    } else {
+      checkLikeWeight(w, g, what, "the gradient");
+    }
+    double lr = optimizerScalar(k, h), wd = optimizerScalar(k, h + 1), mm = optimizerScalar(k, h + 2),
+           dm = optimizerScalar(k, h + 3), vs = optimizerScalar(k, h + 4), ls = optimizerScalar(k, h + 5);
+    bool momentum = k.hasInput(h + 6);
+    NDArray v = momentum ? k.input(h + 6) : NDArray();
     if (momentum) checkLikeWeight(w, v, what, "the velocity");
     dispatch<kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* wp = w.data<T>();
       const T* gp = g.data<T>();
       T* vp = momentum ? v.data<T>() : nullptr;
-      for (int64_t i = 0; i < w.numel(); ++i) {
-        double wi = ld(wp, i), gi = ld(gp, i);
-        if (!momentum) {
-          st(wp, i, wi - lr * (1 - dm) * (gi / ls + wd * wi));
-          continue;
-        }
-        double vi = ld(vp, i) * mm + (1 - dm) * vs * (gi / ls + wd * wi);
-        st(vp, i, vi);
-        if (nesterov)
-          st(wp, i, wi - lr / vs * (vs * (gi / ls + wd * wi) + mm * vi));
-        else
-          st(wp, i, wi - lr / vs * vi);
+      if constexpr (Outer) {
+        const T* bp = k.input(2).data<T>();
+        const int64_t J = w.dim(1);
+        for (int64_t i = 0; i < w.dim(0); ++i)
+          for (int64_t j = 0; j < J; ++j) {
+            T gij = static_cast<T>(static_cast<ComputeType<T>>(gp[i]) * static_cast<ComputeType<T>>(bp[j]));
+            sgdElement(wp, vp, i * J + j, ld(&gij, 0), lr, wd, mm, dm, vs, ls, nesterov);
+          }
+      } else {
+        for (int64_t i = 0; i < w.numel(); ++i) sgdElement(wp, vp, i, ld(gp, i), lr, wd, mm, dm, vs, ls, nesterov);
       }
     });
   };
@@ -180,7 +208,8 @@ KernelFn globalNormKernel(CompileContext& c) {
 }  // namespace
 
 GRAFT_REGISTER_OPS(optimizer_ops) {
-  r.add("SGDUpdate", kGraftDomain).setReference(sgdKernel).sideEffects().setInfer(noOutputs);
+  r.add("SGDUpdate", kGraftDomain).setReference(sgdKernel<false>).sideEffects().setInfer(noOutputs);
+  r.add("SGDOuterUpdate", kGraftDomain).setReference(sgdKernel<true>).sideEffects().setInfer(noOutputs);
   r.add("AdamUpdate", kGraftDomain).setReference(adamKernel).sideEffects().setInfer(noOutputs);
   r.add("AdaptiveUpdate", kGraftDomain).setReference(adaptiveKernel).sideEffects().setInfer(noOutputs);
   r.add("GlobalNormScale", kGraftDomain)

@@ -551,6 +551,39 @@ GRAFT_VEC_CASES(vec_optim) {
       plain.mutatedInputs = {0};
       cases.push_back(plain);
     }
+    // SGDOuterUpdate: the gradient a (x) b formed as the weight is updated; the same formula as
+    // SGDUpdate's, element for element (a [300, 1] and b [1, 257], as a batch-1 Gemm reads them;
+    // and flat vectors).
+    for (float ls : {1.0f, 3.0f})
+      for (int64_t momentum : {0, 1})
+        for (int64_t nesterov : {int64_t{0}, momentum}) {
+          std::vector<NDArray> in{w(),
+                                  rnd(dt, momentum ? Shape{300} : Shape{300, 1}, seed++),
+                                  rnd(dt, momentum ? Shape{257} : Shape{1, 257}, seed++),
+                                  f(0.1f),
+                                  f(0.01f),
+                                  f(momentum ? 0.9f : 0.0f),
+                                  f(momentum ? 0.1f : 0.0f),
+                                  f(1.0f),
+                                  f(ls)};
+          if (momentum) in.push_back(w());
+          VecCase c = make(
+              fmt::format("{} outer momentum {} nesterov {} loss scaling {}", dtypeName(dt), momentum, nesterov, ls),
+              "SGDOuterUpdate", in, attrs({{"nesterov", nesterov}}), 0, "ai.graft");
+          c.mutatedInputs = momentum ? std::vector<int>{0, 9} : std::vector<int>{0};
+          // float32: equal (each double result rounds to the same float); double: contracted
+          // multiply-adds in the vector variants move the last bit.
+          c.rtol = dt == DataType::Float ? 0 : 1e-14;
+          c.atol = dt == DataType::Float ? 0 : 1e-15;
+          cases.push_back(c);
+          if (momentum && nesterov) {
+            VecCase bad = c;
+            bad.label += ", b too short";
+            bad.op.inputs[2] = rnd(dt, {256}, seed++);
+            bad.expectError = "the weight must be [I, J] with a of I and b of J elements";
+            cases.push_back(bad);
+          }
+        }
     for (int64_t mode : {0, 1, 2, 3, 4})
       for (int64_t decay : {0, 1}) {
         VecCase c =

@@ -75,7 +75,9 @@ class Lstm(torch.nn.Module):
         return self.fc(out[:, -1])
 
 
-MODELS = {"mlp": (mlp, (6, 10)), "cnn_batchnorm_dropout": (cnn, (4, 1, 8, 8)),
+# mlp_b1: batch 1, where the cpu backend forms each weight gradient (an outer product) inside its
+# SGD update (fuse-sgd-outer, SGDOuterUpdate).
+MODELS = {"mlp": (mlp, (6, 10)), "mlp_b1": (mlp, (1, 10)), "cnn_batchnorm_dropout": (cnn, (4, 1, 8, 8)),
           "transformer_encoder": (Encoder, (3, 5, 8)), "lstm": (Lstm, (3, 4, 5))}
 
 OPTIMIZERS = {

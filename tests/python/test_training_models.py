@@ -1,6 +1,7 @@
 """Models exported from PyTorch with fixed random weights, trained in graft and in PyTorch (in
 float64, the answer float32 approaches) on the same batches: a small CNN with BatchNormalization
-(trained in training mode, with running statistics), a SqueezeNet fire module, LSTM and GRU sequence classifiers (one layer,
+(trained in training mode, with running statistics), a SqueezeNet fire module, an MLP at batch 1,
+LSTM and GRU sequence classifiers (one layer,
 and two bidirectional layers), and a transformer encoder layer. For each: SGD with momentum and weight decay, Adam, AdamW, and SGD with
 gradient accumulation. The loss of every step, the final weights (and the BatchNorm running
 statistics) must match within the stated tolerance; the largest deviations are printed at the end
@@ -30,6 +31,11 @@ def make_cnn():
         torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
         torch.nn.AvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(6, CLASSES))
+
+
+def make_mlp():
+    torch.manual_seed(13)
+    return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, CLASSES))
 
 
 class FireNet(torch.nn.Module):
@@ -90,6 +96,9 @@ MODELS = {
     # name: (factory, input shape, export in training mode)
     "cnn_batchnorm": (make_cnn, (4, 1, 8, 8), True),
     "fire": (FireNet, (4, 1, 8, 8), False),
+    # Batch 1: each weight gradient is an outer product, formed inside its SGD update on the cpu
+    # backend (fuse-sgd-outer).
+    "mlp_b1": (make_mlp, (1, 10), False),
     "lstm": (lambda: SequenceClassifier(torch.nn.LSTM), (3, 4, 5), False),
     "gru": (lambda: SequenceClassifier(torch.nn.GRU), (3, 4, 5), False),
     # Two bidirectional layers: forward and reverse directions, the second layer's input is the
@@ -230,19 +239,24 @@ def test_lstm_gradient_runs_graft_kernel(model_name, forward_kernel):
     assert {op for op, _ in kernels if op in ("LSTM", "LSTMTrain")} == {forward_op}, kernels
 
 
+def profiled_step(model_name, opt_name="sgd"):
+    """One training step of MODELS[model_name] with profiling on: {op type: (calls, kernels)}."""
+    factory, shape, training = MODELS[model_name]
+    model, loss = graft_model(factory(), shape, training)
+    options = graft.SessionOptions()
+    options.enableProfiling = True
+    session, _, _ = train_graft(model, loss, OPTIMIZERS[opt_name][0](),
+                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options)
+    return {p.opType: (p.calls, list(p.kernels)) for p in session.profile()}
+
+
 @pytest.mark.parametrize("opt_name", ["sgd", "adam"])
 def test_cnn_training_channels_last_matches_torch(monkeypatch, opt_name):
     """Channels last forced (the layout AVX-512 hosts pick; cpu-layout-training): the convolutions,
     batch norms, pools and their gradients run on NHWC arrays, and training still matches PyTorch."""
     monkeypatch.setenv("GRAFT_CPU_LAYOUT", "nhwc")
     test_model_training_matches_torch("cnn_batchnorm", opt_name)
-    factory, shape, training = MODELS["cnn_batchnorm"]
-    model, loss = graft_model(factory(), shape, training)
-    options = graft.SessionOptions()
-    options.enableProfiling = True
-    session, _, _ = train_graft(model, loss, OPTIMIZERS[opt_name][0](),
-                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options)
-    kernels = {(p.opType, k) for p in session.profile() for k in p.kernels}
+    kernels = {(op, k) for op, (_, ks) in profiled_step("cnn_batchnorm", opt_name).items() for k in ks}
     ops = {op for op, _ in kernels}
     assert "ChannelBlocked(BatchNormalization)" in ops, kernels
     assert "ChannelBlocked(BatchNormalizationGrad)" in ops, kernels
@@ -256,12 +270,16 @@ def test_fire_module_training_stays_channels_last(monkeypatch):
     training still matches PyTorch."""
     monkeypatch.setenv("GRAFT_CPU_LAYOUT", "nhwc")
     test_model_training_matches_torch("fire", "sgd")
-    factory, shape, training = MODELS["fire"]
-    model, loss = graft_model(factory(), shape, training)
-    options = graft.SessionOptions()
-    options.enableProfiling = True
-    session, _, _ = train_graft(model, loss, OPTIMIZERS["sgd"][0](),
-                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options)
-    calls = {p.opType: p.calls for p in session.profile()}
+    calls = {op: n for op, (n, _) in profiled_step("fire").items()}
     assert calls.get("ToBlocked") == 1, calls
     assert calls.get("Split") == 1 and calls.get("Expand") == 1, calls
+
+
+def test_batch1_weight_gradients_are_formed_by_the_sgd_update():
+    """At batch 1 a Linear's weight gradient dY^T x is an outer product: the cpu backend's
+    SGDOuterUpdate forms it as it updates the weight (never stored); SGD with momentum and weight
+    decay still matches PyTorch (test_model_training_matches_torch[mlp_b1-sgd]); the bias
+    gradients keep SGDUpdate."""
+    calls = profiled_step("mlp_b1")
+    assert calls.get("SGDOuterUpdate") == (2, ["vec_sgd_outer"]), calls
+    assert calls.get("SGDUpdate", (0, None))[0] == 2, calls

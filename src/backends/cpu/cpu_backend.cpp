@@ -107,6 +107,7 @@ const std::vector<std::string>& trainingPasses() {
       "dce",                  // the conversions nobody reads, before fusion counts their readers
       "fuse-elementwise",     // forward and backward elementwise chains, several outputs each
       "lstm-save-gates",      // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
+      "fuse-sgd-outer",       // SGD of a batch-1 weight gradient a (x) b -> SGDOuterUpdate (never stored)
       "dce",                  // what the rewrites left unused
   });
   return p;

@@ -45,20 +45,30 @@ inline double unscaled(double g, const SgdParams& p) {
     return g / p.ls;
 }
 
-template <bool Reciprocal, class T>
-GRAFT_VEC_LOOP void sgdPlain(T* w, const T* g, int64_t n, SgdParams p) {
+// Element i's gradient: g[i], or with Outer the product a * g[i] in T (SGDOuterUpdate's row of
+// a (x) b, rounded as the Gemm it replaces rounds it).
+template <bool Outer, class T>
+inline double gradientAt(const T* g, T a, int64_t i) {
+  if constexpr (Outer)
+    return static_cast<double>(static_cast<T>(a * g[i]));
+  else
+    return static_cast<double>(g[i]);
+}
+
+template <bool Reciprocal, bool Outer, class T>
+GRAFT_VEC_LOOP void sgdPlain(T* w, const T* g, T a, int64_t n, SgdParams p) {
   const double k = p.lr * (1 - p.dm);
   for (int64_t i = 0; i < n; ++i) {
-    double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
+    double wi = static_cast<double>(w[i]), gi = gradientAt<Outer>(g, a, i);
     w[i] = static_cast<T>(wi - k * (unscaled<Reciprocal>(gi, p) + p.wd * wi));
   }
 }
 
-template <bool Reciprocal, class T>
-GRAFT_VEC_LOOP void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p, bool nesterov) {
+template <bool Reciprocal, bool Outer, class T>
+GRAFT_VEC_LOOP void sgdMomentum(T* w, const T* g, T a, T* v, int64_t n, SgdParams p, bool nesterov) {
   const double step = p.lr / p.vs;
   for (int64_t i = 0; i < n; ++i) {
-    double wi = static_cast<double>(w[i]), gi = static_cast<double>(g[i]);
+    double wi = static_cast<double>(w[i]), gi = gradientAt<Outer>(g, a, i);
     double si = unscaled<Reciprocal>(gi, p) + p.wd * wi;
     double vi = static_cast<double>(v[i]) * p.mm + (1 - p.dm) * p.vs * si;
     v[i] = static_cast<T>(vi);
@@ -66,19 +76,44 @@ GRAFT_VEC_LOOP void sgdMomentum(T* w, const T* g, T* v, int64_t n, SgdParams p, 
   }
 }
 
+// n elements of w (and v) from their gradient g (Outer: from a * g[i]), in the variant for the
+// loss scale's reciprocal and momentum.
+template <bool Outer, class T>
+void sgdRun(T* w, const T* g, T a, T* v, int64_t n, const SgdParams& p, bool reciprocal, bool nesterov) {
+  if (v && reciprocal)
+    GRAFT_VEC_RUN(sgdMomentum<true, Outer>(w, g, a, v, n, p, nesterov));
+  else if (v)
+    GRAFT_VEC_RUN(sgdMomentum<false, Outer>(w, g, a, v, n, p, nesterov));
+  else if (reciprocal)
+    GRAFT_VEC_RUN(sgdPlain<true, Outer>(w, g, a, n, p));
+  else
+    GRAFT_VEC_RUN(sgdPlain<false, Outer>(w, g, a, n, p));
+}
+
+// SGDUpdate(w, g, lr, wd, mm, dm, vs, ls [, v]); Outer: SGDOuterUpdate(w, a, b, lr, ...), the
+// gradient a (x) b formed row by row (ops/optimizer_ops.cpp).
+template <bool Outer>
 ops::KernelFn sgdKernel(ops::CompileContext& c) {
   bool nesterov = c.node().attrInt("nesterov", 0) != 0;
   std::string what = c.node().describe();
   return [=](ops::KernelContext& k) {
     NDArray w = k.input(0);
     const NDArray& g = k.input(1);
-    checkLikeWeight(w, g, what, "the gradient");
-    SgdParams p{optimizerScalar(k, 2), optimizerScalar(k, 3), optimizerScalar(k, 4),
-                optimizerScalar(k, 5), optimizerScalar(k, 6), optimizerScalar(k, 7)};
+    const size_t h = Outer ? 3 : 2;  // the first hyper-parameter
+    if constexpr (Outer) {
+      GRAFT_CHECK(w.rank() == 2 && g.numel() == w.dim(0) && k.input(2).numel() == w.dim(1) && g.dtype() == w.dtype() &&
+                      k.input(2).dtype() == w.dtype(),
+                  "{}: the weight must be [I, J] with a of I and b of J elements of its type, got {}, {} and {}", what,
+                  shapeToString(w.shape()), shapeToString(g.shape()), shapeToString(k.input(2).shape()));
+    } else {
+      checkLikeWeight(w, g, what, "the gradient");
+    }
+    SgdParams p{optimizerScalar(k, h),     optimizerScalar(k, h + 1), optimizerScalar(k, h + 2),
+                optimizerScalar(k, h + 3), optimizerScalar(k, h + 4), optimizerScalar(k, h + 5)};
     const bool reciprocal = exactReciprocal(p.ls);
     p.rls = 1.0 / p.ls;
-    bool momentum = k.hasInput(8);
-    NDArray v = momentum ? k.input(8) : NDArray();
+    bool momentum = k.hasInput(h + 6);
+    NDArray v = momentum ? k.input(h + 6) : NDArray();
     if (momentum) checkLikeWeight(w, v, what, "the velocity");
     ops::dispatch<ops::kFloats>(w.dtype(), what, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -86,16 +121,20 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
         T* wp = w.data<T>();
         const T* gp = g.data<T>();
         T* vp = momentum ? v.data<T>() : nullptr;
-        parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
-          if (momentum && reciprocal)
-            GRAFT_VEC_RUN(sgdMomentum<true>(wp + b, gp + b, vp + b, e - b, p, nesterov));
-          else if (momentum)
-            GRAFT_VEC_RUN(sgdMomentum<false>(wp + b, gp + b, vp + b, e - b, p, nesterov));
-          else if (reciprocal)
-            GRAFT_VEC_RUN(sgdPlain<true>(wp + b, gp + b, e - b, p));
-          else
-            GRAFT_VEC_RUN(sgdPlain<false>(wp + b, gp + b, e - b, p));
-        });
+        if constexpr (Outer) {
+          // Rows of w: row i is w[i, :] -= ... of a[i] * b.
+          const T* bp = k.input(2).data<T>();
+          const int64_t I = w.dim(0), J = w.dim(1);
+          parallelRanges(k.pool(), I, std::max<int64_t>(1, kUpdateGrain / std::max<int64_t>(1, J)),
+                         [&](int64_t r0, int64_t r1) {
+                           for (int64_t i = r0; i < r1; ++i)
+                             sgdRun<true>(wp + i * J, bp, gp[i], vp ? vp + i * J : nullptr, J, p, reciprocal, nesterov);
+                         });
+        } else {
+          parallelRanges(k.pool(), w.numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+            sgdRun<false>(wp + b, gp + b, T(0), vp ? vp + b : nullptr, e - b, p, reciprocal, nesterov);
+          });
+        }
       } else {
         GRAFT_THROW("{}: unsupported data type {}", what, dtypeName(w.dtype()));
       }
@@ -392,7 +431,8 @@ bool floatOrDouble(const ir::Tensor* t) {
 GRAFT_REGISTER_CPU_KERNELS(vec_optim) {
   const std::string d = ops::kGraftDomain;
   auto weightTyped = [](const ir::Node& n) { return floatOrDouble(n.input(0)); };
-  r.add({d, "SGDUpdate", "vec_sgd", weightTyped, sgdKernel});
+  r.add({d, "SGDUpdate", "vec_sgd", weightTyped, sgdKernel<false>});
+  r.add({d, "SGDOuterUpdate", "vec_sgd_outer", weightTyped, sgdKernel<true>});
   r.add({d, "AdamUpdate", "vec_adam", weightTyped, adamKernel});
   r.add({d, "AdaptiveUpdate", "vec_adaptive", weightTyped, adaptiveKernel});
   r.add({d, "Accumulate", "vec_accumulate", weightTyped, accumulateKernel});

@@ -561,6 +561,79 @@ TEST(CpuLayoutTraining, SplitExpandAndZerosOfTheBackwardPassStayChannelsLast) {
   }
 }
 
+// fuse-sgd-outer: an SGDUpdate of a batch-1 weight gradient (a Gemm with K = 1) becomes one
+// SGDOuterUpdate of the Gemm's operands, which takes the update's place (control dependencies
+// included); other gradients keep their SGDUpdate.
+struct SgdOuterGraph {
+  GraphBuilder b;
+  ir::Node* update = nullptr;
+  ir::Node* before = nullptr;  // runs before the update (a control dependency)
+  // K: the Gemm's inner size; transA: a is [K, I] read transposed; alpha; gradOut: the gradient
+  // is also a graph output; momentum: with a velocity.
+  // named: the gradient reaches the update through an Identity (as sessions name gradients).
+  explicit SgdOuterGraph(int64_t K = 1, bool transA = false, float alpha = 1.f, bool gradOut = false,
+                         bool momentum = false, bool named = false) {
+    ir::Tensor* w = b.input({4, 5});
+    ir::Tensor* a = b.input(transA ? Shape{K, 4} : Shape{4, K});
+    ir::Tensor* x = b.input({K, 5});
+    ir::Attributes ga;
+    ga.set("transA", int64_t{transA});
+    ga.set("alpha", alpha);
+    ir::Tensor* grad = b.op("Gemm", {a, x}, ga);
+    ir::Tensor* other = b.op("Relu", {x});
+    before = other->producer();
+    std::vector<ir::Tensor*> in{w, named ? b.op("Identity", {grad}) : grad};
+    for (float v : {0.1f, 0.01f, momentum ? 0.9f : 0.f, 0.f, 1.f, 1.f}) in.push_back(b.scalar(v));
+    if (momentum) in.push_back(b.input({4, 5}));
+    b.g->otherOpsets[ops::kGraftDomain] = 1;
+    ir::Attributes ua;
+    ua.set("nesterov", int64_t{0});
+    update = b.g->addNode("SGDUpdate", ops::kGraftDomain, in, {}, ua, "update_w");
+    update->addRunsAfter(before);
+    std::vector<ir::Tensor*> outs{other};
+    if (gradOut) outs.push_back(grad);
+    b.outputs(outs);
+  }
+};
+
+TEST(FuseSgdOuter, Batch1WeightGradientsAreFormedByTheUpdate) {
+  for (bool transA : {false, true})
+    for (bool momentum : {false, true})
+      for (bool named : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "transA " << transA << " momentum " << momentum << " named " << named);
+        SgdOuterGraph t(1, transA, 1.f, false, momentum, named);
+        ir::Node* gemm = t.update->input(1)->producer();
+        if (named) gemm = gemm->input(0)->producer();
+        ir::Tensor* a = gemm->input(0);
+        ir::Tensor* x = gemm->input(1);
+        PassContext ctx;
+        EXPECT_TRUE(createPass("fuse-sgd-outer")->run(*t.b.g, ctx));
+        auto ops = opCounts(*t.b.g);
+        EXPECT_EQ(ops["Gemm"], 0) << ir::printGraph(*t.b.g);
+        EXPECT_EQ(ops["Identity"], 0);
+        EXPECT_EQ(ops["SGDUpdate"], 0);
+        ASSERT_EQ(ops["SGDOuterUpdate"], 1);
+        for (const ir::Node* n : t.b.g->nodes()) {
+          if (n->type() != "SGDOuterUpdate") continue;
+          EXPECT_EQ(n->name(), "update_w");
+          EXPECT_EQ(n->input(1), a);
+          EXPECT_EQ(n->input(2), x);
+          EXPECT_EQ(n->numInputs(), momentum ? 10u : 9u);
+          ASSERT_EQ(n->runsAfter().size(), 1u);
+          EXPECT_EQ(n->runsAfter()[0], t.before);
+        }
+        ir::verifyGraph(*t.b.g);
+      }
+  // A gradient over more than one row, scaled, or read by someone else stays.
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    SgdOuterGraph t(variant == 0 ? 2 : 1, false, variant == 1 ? 0.5f : 1.f, variant == 2);
+    PassContext ctx;
+    EXPECT_FALSE(createPass("fuse-sgd-outer")->run(*t.b.g, ctx));
+    EXPECT_EQ(opCounts(*t.b.g)["SGDUpdate"], 1);
+  }
+}
+
 // Where inference keeps channel blocks (AVX2 hosts: nChw8c), training graphs still go channels
 // last: the block of all channels has no padding channels for the backward pass to keep zero.
 TEST(CpuLayoutTraining, TrainingIsChannelsLastWhereverInferenceIsBlocked) {
