@@ -57,6 +57,42 @@ TEST(Graft_SGDUpdate, PlainMomentumAndNesterov) {
   }
 }
 
+// SGDOuterUpdate's gradient is a (x) b: g[i][j] = a[i] * b[j], for a [I, J] weight.
+TEST(Graft_SGDOuterUpdate, GradientIsTheOuterProduct) {
+  for (int64_t momentum : {0, 1}) {
+    NDArray w = arr<float>({2, 3}, {1, 2, 3, -1, -2, -3}), v = arr<float>({2, 3}, {0.5f, 0, 0, 0, 0, -0.5f});
+    std::vector<NDArray> in{w,
+                            arr<float>({2, 1}, {2, -1}),
+                            arr<float>({1, 3}, {0.5f, 1, 4}),
+                            f(0.1f),
+                            f(0.01f),
+                            f(momentum ? 0.9f : 0.f),
+                            f(0),
+                            f(1),
+                            f(2)};
+    if (momentum) in.push_back(v);
+    runReference(graftOp("SGDOuterUpdate", in, {}, 0));
+    const float a[2] = {2, -1}, b[3] = {0.5f, 1, 4}, w0[6] = {1, 2, 3, -1, -2, -3}, v0[6] = {0.5f, 0, 0, 0, 0, -0.5f};
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        double s = a[i] * b[j] / 2.0 + 0.01 * w0[i * 3 + j];  // g / ls + wd w
+        double vn = momentum ? 0.9 * v0[i * 3 + j] + s : 0.0;
+        double want = momentum ? w0[i * 3 + j] - 0.1 * vn : w0[i * 3 + j] - 0.1 * s;
+        EXPECT_NEAR(w.data<float>()[i * 3 + j], want, 1e-6) << "momentum " << momentum << " at " << i << ", " << j;
+        if (momentum) {
+          EXPECT_NEAR(v.data<float>()[i * 3 + j], vn, 1e-6);
+        }
+      }
+  }
+  // a and b must have I and J elements.
+  NDArray w = arr<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_THROW(
+      runReference(graftOp(
+          "SGDOuterUpdate",
+          {w, arr<float>({3}, {1, 2, 3}), arr<float>({3}, {1, 2, 3}), f(0.1f), f(0), f(0), f(0), f(1), f(1)}, {}, 0)),
+      Error);
+}
+
 TEST(Graft_AdamUpdate, AdamAndLambFirstStep) {
   for (int64_t mode : {0, 3}) {  // Adam, Lamb
     NDArray w = arr<float>({2}, {3, 4}), m = arr<float>({2}, {0, 0}), v = arr<float>({2}, {0, 0}), t = f(0);
