@@ -10,9 +10,10 @@
 // - computes the input projection of every time step at once, X [T*N, I] x W^T + Wb + Rb, with
 //   oneDNN's sgemm;
 // - packs R once at compile time (at each run when it is not a constant) by blocks of 16 hidden units: for each
-//   block, the four gates' rows interleaved as [gate][k][16 units], so that a block's gate
+//   block, the four gates' rows interleaved as [k][gate][16 units], so that a block's gate
 //   pre-activations are 4 x N vectors of 16 accumulated from contiguous loads while h[n][k] is
-//   broadcast;
+//   broadcast, and a block is one sequential stream (R, 4 MB a layer at H = 512, comes from L3
+//   at every step: with the gates as four streams, [gate][k][16], lstm2 b1 took 3-4% longer);
 // - splits the blocks over the threads of one OpenMP region for the whole sequence, with a
 //   spinning barrier between time steps (one wake-up per call, not one per step);
 // - applies the cell (ONNX's default activations: sigmoid, tanh, tanh; gates iofc) in the same
@@ -111,7 +112,7 @@ void writeFinalStates(ops::KernelContext& k, const LstmShape& s, const float* yh
 }
 
 // One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
-// rp: the direction's packed R ([block][gate][k][16]); xw: [N, 4H] of this step; h, c: [N, H]
+// rp: the direction's packed R ([block][k][gate][16]); xw: [N, 4H] of this step; h, c: [N, H]
 // of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
 // N is a template argument so that the 4 x N accumulators of 16 stay in registers, each as
 // 16 / W vectors of W floats (FloatVec<W>, each variant's register width).
@@ -133,14 +134,14 @@ GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h
         for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[(int64_t{n} * 4 + g) * H + u0 + l] : 0.0f;
         std::memcpy(&acc[n][g], init, sizeof init);
       }
-    const float* rg[4] = {r, r + H * kLanes, r + 2 * H * kLanes, r + 3 * H * kLanes};
+    const float* rg[4] = {r, r + kLanes, r + 2 * kLanes, r + 3 * kLanes};
     for (int64_t k = 0; k < H; ++k) {
       // Unrolled whole, so that every accumulator is a register (a loop indexes them in memory).
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 4
         for (int q = 0; q < kParts; ++q) {
-          V w = *reinterpret_cast<const VU*>(rg[g] + k * kLanes + q * int64_t{W});
+          V w = *reinterpret_cast<const VU*>(rg[g] + k * 4 * kLanes + q * int64_t{W});
 #pragma GCC unroll 4
           for (int n = 0; n < N; ++n) acc[n][g][q] += h[n * H + k] * w;
         }
@@ -207,15 +208,15 @@ LstmWeights packWeights(const LstmShape& s, int64_t blocks, const NDArray& w, co
   LstmWeights out;
   out.w = w;
   for (int64_t d = 0; d < s.D; ++d) {
-    // R [4H, H] of direction d -> [block][gate][k][16], zero rows for the units past H.
+    // R [4H, H] of direction d -> [block][k][gate][16], zero rows for the units past H.
     std::vector<float> p(static_cast<size_t>(blocks * 4 * s.H * kLanes), 0.0f);
     const float* rd = r.data<float>() + d * 4 * s.H * s.H;
     for (int64_t blk = 0; blk < blocks; ++blk)
       for (int64_t g = 0; g < 4; ++g)
         for (int64_t l = 0; l < kLanes && blk * kLanes + l < s.H; ++l) {
           const float* row = rd + (g * s.H + blk * kLanes + l) * s.H;
-          float* dst = p.data() + ((blk * 4 + g) * s.H) * kLanes + l;
-          for (int64_t k = 0; k < s.H; ++k) dst[k * kLanes] = row[k];
+          float* dst = p.data() + (blk * s.H * 4 + g) * kLanes + l;
+          for (int64_t k = 0; k < s.H; ++k) dst[k * 4 * kLanes] = row[k];
         }
     out.rp.push_back(std::move(p));
     std::vector<float> bd(static_cast<size_t>(4 * s.H), 0.0f);
