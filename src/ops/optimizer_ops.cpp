@@ -55,15 +55,10 @@ KernelFn sgdKernel(CompileContext& c) {
     NDArray w = k.input(0);
     const size_t h = Outer ? 3 : 2;  // the first hyper-parameter
     const NDArray& g = k.input(1);
-    if constexpr (Outer) {
-      const NDArray& b = k.input(2);
-      GRAFT_CHECK(w.rank() == 2 && g.numel() == w.dim(0) && b.numel() == w.dim(1) && g.dtype() == w.dtype() &&
-                      b.dtype() == w.dtype(),
-                  "{}: the weight must be [I, J] with a of I and b of J elements of its type, got {}, {} and {}", what,
-                  shapeToString(w.shape()), shapeToString(g.shape()), shapeToString(b.shape()));
-    } else {
+    if constexpr (Outer)
+      checkOuterFactors(w, g, k.input(2), what);
+    else
       checkLikeWeight(w, g, what, "the gradient");
-    }
     double lr = optimizerScalar(k, h), wd = optimizerScalar(k, h + 1), mm = optimizerScalar(k, h + 2),
            dm = optimizerScalar(k, h + 3), vs = optimizerScalar(k, h + 4), ls = optimizerScalar(k, h + 5);
     bool momentum = k.hasInput(h + 6);

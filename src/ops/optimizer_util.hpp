@@ -23,6 +23,14 @@ inline void checkLikeWeight(const NDArray& w, const NDArray& x, const std::strin
               dtypeName(x.dtype()), shapeToString(x.shape()), dtypeName(w.dtype()), shapeToString(w.shape()));
 }
 
+/// SGDOuterUpdate's factors: the weight [I, J], a of I and b of J elements, all of its type.
+inline void checkOuterFactors(const NDArray& w, const NDArray& a, const NDArray& b, const std::string& what) {
+  GRAFT_CHECK(w.rank() == 2 && a.numel() == w.dim(0) && b.numel() == w.dim(1) && a.dtype() == w.dtype() &&
+                  b.dtype() == w.dtype(),
+              "{}: the weight must be [I, J] with a of I and b of J elements of its type, got {}, {} and {}", what,
+              shapeToString(w.shape()), shapeToString(a.shape()), shapeToString(b.shape()));
+}
+
 /// The scalars of one AdamUpdate(w, g, m, v, t, lr, wd, b1, b2, eps, ls, mwn) {mode} step.
 struct AdamStep {
   double lr, wd, b1, b2, eps, ls, mwn;

@@ -28,9 +28,7 @@ void RecurrentSlice::run(const float* h, float* gates) const {
 }
 
 std::vector<RecurrentSlice> makeRecurrentSlices(int64_t N, int64_t H, int team, std::string* impl) {
-  constexpr int64_t kUnits = 16;
-  const int64_t blocks = (H + kUnits - 1) / kUnits;
-  team = static_cast<int>(std::clamp<int64_t>(team, 1, blocks));
+  team = static_cast<int>(std::clamp<int64_t>(team, 1, (H + 15) / 16));  // a block of 16 units each at least
   auto f32 = memory::data_type::f32;
   auto& eng = onednn::engine();
   onednn::setThreads(1);
@@ -38,9 +36,9 @@ std::vector<RecurrentSlice> makeRecurrentSlices(int64_t N, int64_t H, int team, 
   try {
     for (int tid = 0; tid < team; ++tid) {
       RecurrentSlice m;
-      int64_t b0 = blocks * tid / team, b1 = blocks * (tid + 1) / team;
-      m.u0 = b0 * kUnits;
-      m.nu = std::min(H, b1 * kUnits) - m.u0;
+      const std::pair<int64_t, int64_t> units = hiddenUnitRange(H, tid, team);
+      m.u0 = units.first;
+      m.nu = units.second - units.first;
       m.N = N;
       m.H = H;
       m.src = memory::desc({N, H}, f32, memory::format_tag::ab);

@@ -8,13 +8,22 @@
 // into the primitive's weights layout (at compile time for constant weights, at each run for a
 // training graph's). A thread then computes its units' gate pre-activations for all N rows and
 // their cell, with a barrier between steps (each step reads every unit of h_{t-1}).
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dnnl.hpp>
 
 namespace graft::backends::cpu {
+
+/// The hidden units [u0, u1) of thread tid of a team of `team`: blocks of 16, so that each
+/// thread's loops stay vectorised (empty for a thread beyond the blocks).
+inline std::pair<int64_t, int64_t> hiddenUnitRange(int64_t H, int tid, int team) {
+  const int64_t blocks = (H + 15) / 16;
+  return {std::min(H, blocks * tid / team * 16), std::min(H, blocks * (tid + 1) / team * 16)};
+}
 
 struct RecurrentSlice {
   int64_t u0 = 0, nu = 0;  // the hidden units [u0, u0 + nu)

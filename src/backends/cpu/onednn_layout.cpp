@@ -166,13 +166,18 @@ class CpuLayout : public passes::Pass {
     for (size_t i = 0; i < rest.size(); ++i)
       if (rest[i]) g_->setOutput(fresh, i + 1, rest[i]);
     ops::inferNode(*fresh, false);
-    ir::Attributes a;
-    a.set("channels", channels);
-    ir::Node* back = g_->addNode("FromBlocked", ops::kGraftDomain, {fresh->output(0)}, {""}, a, "from_blocked_" + y->id());
-    g_->setOutput(back, 0, y);
-    twin_[y] = fresh->output(0);
+    setTwin(y, fresh->output(0));
     if (b16 && channels != 16) block16_.insert(fresh->output(0));
     changed_ = true;
+  }
+
+  // Plain tensor y is produced from now on by a FromBlocked of `blocked`, its twin.
+  void setTwin(ir::Tensor* y, ir::Tensor* blocked) {
+    ir::Attributes a;
+    a.set("channels", channelsOf(y));
+    ir::Node* back = g_->addNode("FromBlocked", ops::kGraftDomain, {blocked}, {""}, a, "from_blocked_" + y->id());
+    g_->setOutput(back, 0, y);
+    twin_[y] = blocked;
   }
 
   ir::Node* addLike(ir::Node* old, const std::string& type, const std::string& domain, const std::vector<ir::Tensor*>& in,
@@ -478,14 +483,7 @@ class CpuLayout : public passes::Pass {
     g_->removeNode(n);
     ir::Node* fresh = g_->addNode("Split", "", in, outs, a, name);
     ops::inferNode(*fresh, false);
-    for (size_t i = 0; i < ys.size(); ++i) {
-      ir::Attributes b;
-      b.set("channels", channelsOf(ys[i]));
-      ir::Node* back =
-          g_->addNode("FromBlocked", ops::kGraftDomain, {fresh->output(i)}, {""}, b, "from_blocked_" + ys[i]->id());
-      g_->setOutput(back, 0, ys[i]);
-      twin_[ys[i]] = fresh->output(i);
-    }
+    for (size_t i = 0; i < ys.size(); ++i) setTwin(ys[i], fresh->output(i));
     changed_ = true;
   }
 

@@ -231,13 +231,6 @@ GRAFT_VEC_LOOP void cellBackward(const float* g, const float* dh, float* dc, con
     cellRowBackward(g + n * 5 * H, dh + n * H, dc + n * H, cp + n * cps, dg + n * 4 * H, H, j0, j1);
 }
 
-// The hidden units [u0, u1) of thread tid of n: blocks of 16, so that each thread's loops stay
-// vectorised.
-std::pair<int64_t, int64_t> unitRange(int64_t H, int tid, int n) {
-  const int64_t blocks = (H + 15) / 16;
-  return {std::min(H, blocks * tid / n * 16), std::min(H, blocks * (tid + 1) / n * 16)};
-}
-
 // Runs body(tid, team, barrier) on `team` threads in one OpenMP region (the threads wake once
 // for the whole sequence, not once per step), or on the calling thread alone (team 1, or when
 // OpenMP gives the region fewer threads than asked: then the barrier is not needed).
@@ -278,6 +271,9 @@ void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
 struct LstmState {
   LstmShape s;
   int threads = 1;
+  // The threads of a step's recurrent product (h R^T forward, dG_t R backward): all of them from
+  // kParallelStepFlops, else one.
+  int stepThreads = 1;
   // LSTMTrain: the step products' per-thread matmuls, [direction][thread] (lstm_recurrence.hpp);
   // empty: dnnl_sgemm per gate block instead.
   std::vector<std::vector<RecurrentSlice>> slices;
@@ -288,6 +284,7 @@ std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::opti
   auto st = std::make_shared<LstmState>();
   st->s = *shape;
   st->threads = std::max(1, ctx.pool().numThreads());
+  st->stepThreads = 2.0 * shape->N * 4 * shape->H * shape->H >= kParallelStepFlops ? st->threads : 1;
   return st;
 }
 
@@ -321,9 +318,8 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
   {
     // Each direction's R packs into its own per-thread weights at each run.
     const LstmShape& s = st->s;
-    const int stepThreads = 2.0 * s.N * 4 * s.H * s.H >= kParallelStepFlops ? st->threads : 1;
     for (int64_t d = 0; d < s.D; ++d) {
-      std::vector<RecurrentSlice> slices = makeRecurrentSlices(s.N, s.H, stepThreads);
+      std::vector<RecurrentSlice> slices = makeRecurrentSlices(s.N, s.H, st->stepThreads);
       if (slices.empty()) {
         st->slices.clear();
         break;
@@ -362,7 +358,6 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
         for (int64_t n = 0; n < N; ++n)
           std::memcpy(yc + d * NH + n * H, sv + (last * N + n) * 5 * H + 4 * H, sizeof(float) * H);
     };
-    const int stepThreads = 2.0 * N * G * H >= kParallelStepFlops ? nt : 1;
     onednn::setThreads(nt);
     for (int64_t d = 0; d < D; ++d) {
       const bool backward = s.reverse || d == 1;
@@ -381,7 +376,7 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
         rt.resize(static_cast<size_t>(G * H));
         transpose(rd, G, H, rt.data());
       }
-      onTeam(slices ? static_cast<int>(slices->size()) : stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
+      onTeam(slices ? static_cast<int>(slices->size()) : st->stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
         std::vector<const RecurrentSlice*> mine;  // all of them when OpenMP gave fewer threads
         std::vector<std::vector<float>> acc;
         if (slices)
@@ -391,7 +386,7 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
             acc.emplace_back(static_cast<size_t>(N * 4 * mine.back()->nu));
           }
         // (Not a structured binding: GRAFT_VEC_RUN's lambda captures them, which clang 14 refuses.)
-        const std::pair<int64_t, int64_t> units = unitRange(H, tid, team);
+        const std::pair<int64_t, int64_t> units = hiddenUnitRange(H, tid, team);
         const int64_t u0 = units.first, u1 = units.second;
         const float* hp = h0 ? h0 + d * NH : zeros.data();
         const float* cp = c0 ? c0 + d * NH : zeros.data();
@@ -505,9 +500,9 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
         std::memcpy(dc.data(), dyc + d * NH, sizeof(float) * NH);
       else
         std::fill(dc.begin(), dc.end(), 0.0f);
-      onTeam(2.0 * N * G * H >= kParallelStepFlops ? nt : 1, [&](int tid, int team, SpinBarrier* barrier) {
+      onTeam(st->stepThreads, [&](int tid, int team, SpinBarrier* barrier) {
         // (Not a structured binding: GRAFT_VEC_RUN's lambda captures them, which clang 14 refuses.)
-        const std::pair<int64_t, int64_t> units = unitRange(H, tid, team);
+        const std::pair<int64_t, int64_t> units = hiddenUnitRange(H, tid, team);
         const int64_t u0 = units.first, u1 = units.second;
         for (int64_t step = T - 1; step >= 0; --step) {
           int64_t t = backward ? T - 1 - step : step;

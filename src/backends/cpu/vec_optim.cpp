@@ -100,14 +100,10 @@ ops::KernelFn sgdKernel(ops::CompileContext& c) {
     NDArray w = k.input(0);
     const NDArray& g = k.input(1);
     const size_t h = Outer ? 3 : 2;  // the first hyper-parameter
-    if constexpr (Outer) {
-      GRAFT_CHECK(w.rank() == 2 && g.numel() == w.dim(0) && k.input(2).numel() == w.dim(1) && g.dtype() == w.dtype() &&
-                      k.input(2).dtype() == w.dtype(),
-                  "{}: the weight must be [I, J] with a of I and b of J elements of its type, got {}, {} and {}", what,
-                  shapeToString(w.shape()), shapeToString(g.shape()), shapeToString(k.input(2).shape()));
-    } else {
+    if constexpr (Outer)
+      ops::checkOuterFactors(w, g, k.input(2), what);
+    else
       checkLikeWeight(w, g, what, "the gradient");
-    }
     SgdParams p{optimizerScalar(k, h),     optimizerScalar(k, h + 1), optimizerScalar(k, h + 2),
                 optimizerScalar(k, h + 3), optimizerScalar(k, h + 4), optimizerScalar(k, h + 5)};
     const bool reciprocal = exactReciprocal(p.ls);
