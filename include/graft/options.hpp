@@ -58,6 +58,9 @@ struct SessionOptions {
   bool autoThreads = true;
   /// Collect per-op timings (Session::profile()).
   bool enableProfiling = false;
+  /// With enableProfiling: one profile entry per node (OpProfile::node names it) instead of one
+  /// per op type, to find the slow nodes of a model.
+  bool profileByNode = false;
   /// Run the cpu device's matmuls and convolutions (MatMul, Gemm, Conv, ConvTranspose, and in
   /// training their gradients) in bfloat16 with float32 accumulation and float32 outputs; every
   /// other op, the weights and the optimizer update stay float32 (docs/cpu-backend.md). Needs a

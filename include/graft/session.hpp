@@ -34,6 +34,8 @@ struct OpProfile {
   /// The kernels that ran: the names the backend recorded when compiling ("reference",
   /// "onednn_conv (brgconv:avx512_core)", ...).
   std::vector<std::string> kernels;
+  /// The node, when SessionOptions::profileByNode is on (one entry per node); empty otherwise.
+  std::string node;
 };
 
 /// The static memory plan of a compiled step (Session::memoryPlan): one arena holds every value

@@ -106,7 +106,7 @@ class SessionOptions(_graft._SessionOptionsCore):
     """Session options. graft's own fields: enableGradientAccumulation, accumulationFactor,
     accumulationAndReplicationReductionType, virtualGraphMode, enablePipelining, autoRecomputation, enableReplicatedGraphs,
     replicatedGraphCount, meanAccumulationAndReplicationReductionStrategy, enableDistributedReplicatedGraphs,
-    globalReplicationFactor, globalReplicaOffset, collectiveTimeoutSeconds, gradientBucketBytes, shardOptimizerState, constantWeights, numThreads, autoThreads, enableProfiling, enableBf16, verifyPasses,
+    globalReplicationFactor, globalReplicaOffset, collectiveTimeoutSeconds, gradientBucketBytes, shardOptimizerState, constantWeights, numThreads, autoThreads, enableProfiling, profileByNode, enableBf16, verifyPasses,
     dumpGraphAfterPass, logDir, timelinePath, pipelineDepth. PopART's other option names are accepted with a warning and
     ignored; unknown names raise graft.Error."""
 

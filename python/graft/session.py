@@ -109,12 +109,13 @@ class _SessionBase:
                 for a in self.dataFlow.anchors()}
 
     def getSummaryReport(self, resetProfile=True):
-        """Per-op-type kernel times of the last run (needs SessionOptions.enableProfiling)."""
+        """Kernel times of the runs so far, per op type or, with SessionOptions.profileByNode, per
+        node (needs SessionOptions.enableProfiling)."""
         rows = self.profile()
         if not rows:
             return "no profile: set SessionOptions.enableProfiling = True and run the session"
-        lines = [f"{'op type':<24}{'calls':>10}{'seconds':>14}"]
-        lines += [f"{p.opType:<24}{p.calls:>10}{p.seconds:>14.6f}" for p in rows]
+        lines = [f"{'op type':<24}{'calls':>10}{'seconds':>14}" + ("  node" if rows[0].node else "")]
+        lines += [f"{p.opType:<24}{p.calls:>10}{p.seconds:>14.6f}" + (f"  {p.node}" if p.node else "") for p in rows]
         return "\n".join(lines)
 
 

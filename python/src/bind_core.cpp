@@ -299,6 +299,7 @@ void bindOptions(pyb::module_& m) {
             o.numThreads = static_cast<int>(checkedInt(v, "SessionOptions.numThreads"));
           })
       .def_readwrite("enableProfiling", &SessionOptions::enableProfiling)
+      .def_readwrite("profileByNode", &SessionOptions::profileByNode)
       .def_readwrite("enableBf16", &SessionOptions::enableBf16)
       .def_readwrite("autoThreads", &SessionOptions::autoThreads)
       .def_readwrite("verifyPasses", &SessionOptions::verifyPasses)

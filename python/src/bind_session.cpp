@@ -248,6 +248,7 @@ void bindSession(pyb::module_& m) {
       .def_readonly("calls", &OpProfile::calls)
       .def_readonly("seconds", &OpProfile::seconds)
       .def_readonly("kernels", &OpProfile::kernels)
+      .def_readonly("node", &OpProfile::node)
       .def("__repr__", [](const OpProfile& p) {
         return fmt::format("OpProfile({}, calls={}, seconds={:.6f})", p.opType, p.calls, p.seconds);
       });

@@ -196,6 +196,47 @@ KernelFn layerNormKernel(CompileContext& c) {
   };
 }
 
+// ai.graft LayerNormalizationGrad(dY, X, Scale) -> dX, dScale, dB (attributes axis, epsilon), the
+// gradient of LayerNormalization whose Scale (and B) have the normalised shape: per row, with
+// x-hat = (x - mean) inv and g = dY Scale,
+//   dX = inv (g - mean(g) - x-hat mean(g x-hat)),
+// and over the rows dScale = sum dY x-hat, dB = sum dY. The statistics are recomputed from X.
+KernelFn layerNormGradKernel(CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axisAttr = n.attrInt("axis", -1);
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  return [=](KernelContext& k) {
+    const NDArray &dyA = k.input(0), &x = k.input(1), &scaleA = k.input(2);
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    AxisRows v = axisRows(x, axisAttr, what);
+    GRAFT_CHECK(scaleA.shape() == v.norm, "{}: Scale must have the normalised shape {}, got {}", what,
+                shapeToString(v.norm), shapeToString(scaleA.shape()));
+    auto xs = readAsDoubles(x, what), dy = readAsDoubles(dyA, what), scale = readAsDoubles(scaleA, what);
+    const int64_t rows = v.rows, cols = v.cols;
+    std::vector<double> dx(xs.size()), dScale(cols, 0.0), dB(cols, 0.0), xhat(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* p = xs.data() + r * cols;
+      const double* d = dy.data() + r * cols;
+      Moments st = moments(p, cols, eps);
+      double sumG = 0, sumGX = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        xhat[j] = (p[j] - st.mean) * st.invStd;
+        sumG += d[j] * scale[j];
+        sumGX += d[j] * scale[j] * xhat[j];
+        dScale[j] += d[j] * xhat[j];
+        dB[j] += d[j];
+      }
+      double meanG = sumG / static_cast<double>(cols), meanGX = sumGX / static_cast<double>(cols);
+      for (int64_t j = 0; j < cols; ++j) dx[r * cols + j] = st.invStd * (d[j] * scale[j] - meanG - xhat[j] * meanGX);
+    }
+    k.setOutput(0, arrayFromDoubles(dx, x.dtype(), x.shape(), what));
+    if (k.wantsOutput(1)) k.setOutput(1, arrayFromDoubles(dScale, scaleA.dtype(), v.norm, what));
+    if (k.wantsOutput(2)) k.setOutput(2, arrayFromDoubles(dB, scaleA.dtype(), v.norm, what));
+  };
+}
+
 // ---- GroupNormalization (opset 21), RMSNormalization (23), LpNormalization (22) -----------------
 
 KernelFn groupNormKernel(CompileContext& c) {
@@ -489,6 +530,13 @@ GRAFT_REGISTER_OPS(normalization) {
         ir::ValueType channel = in.at(2);  // dScale and dB: scale's type and shape
         return std::vector<ir::ValueType>{in.at(1), channel, channel};
       });
+  r.add("LayerNormalizationGrad", kGraftDomain)
+      .setReference(layerNormGradKernel)
+      // Per element of X: the statistics, the row sums and dScale, dB, and dX's formula.
+      .setCost([](const ir::Node& n) { return 8.0 * cost::numel(n.input(1)); })
+      .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        return std::vector<ir::ValueType>{in.at(1), in.at(2), in.at(2)};  // dX like X; dScale, dB like Scale
+      });
   r.add("LRNGrad", kGraftDomain)
       .setReference(lrnGradKernel)
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
@@ -632,6 +680,25 @@ void layerNormVjp(GradBuilder& g) {
   int64_t axis = normalizeAxis(n.attrInt("axis", -1), rank, n.describe());
   std::vector<int64_t> axes = range(axis, rank);
   DataType dt = x->info().dataType();
+  // One gradient op (a kernel that reads X and dY once) where Scale and B have the normalised
+  // shape and nothing reads the statistics' gradients; the composition below otherwise.
+  if (!g.hasDy(1) && !g.hasDy(2) && (dt == DataType::Float || dt == DataType::Double) && x->info().isStatic()) {
+    const Shape& xs = x->info().shape();
+    Shape norm(xs.begin() + axis, xs.end());
+    auto normShaped = [&](const ir::Tensor* t) {
+      return t->info().isStatic() && t->info().shape() == norm && t->info().dataType() == dt;
+    };
+    if (normShaped(scale) && (!g.in(2) || normShaped(g.in(2)))) {
+      ir::Attributes a;
+      a.set("axis", axis);
+      a.set("epsilon", n.attrFloat("epsilon", 1e-5f));
+      auto d = g.opN("LayerNormalizationGrad", {g.dy(0), x, scale}, 3, a, kGraftDomain);
+      if (g.wants(0)) g.setDx(0, d[0]);
+      if (g.wants(1)) g.setDx(1, d[1]);
+      if (g.in(2) && g.wants(2)) g.setDx(2, d[2]);
+      return;
+    }
+  }
   ir::Tensor *mean = g.out(1), *inv = g.out(2);
   // The saved statistics serve when they are in X's type (stash_type may be narrower).
   if (!mean || !inv || mean->info().dataType() != dt || inv->info().dataType() != dt) {

@@ -299,8 +299,9 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
         auto t0 = std::chrono::steady_clock::now();
         st.fn(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto& e = profile_[st.profileType];
+        auto& e = profile_[profileByNode_ ? st.profileType + '\n' + st.node->name() : st.profileType];
         e.opType = st.profileType;
+        if (profileByNode_) e.node = st.node->name();
         e.calls++;
         e.seconds += dt;
         e.kernels.insert(st.kernelLabel);
@@ -333,15 +334,17 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
   return out;
 }
 
-void Executable::setProfiling(bool on) {
+void Executable::setProfiling(bool on, bool byNode) {
   profiling_ = on;
-  for (const auto& c : children_) c->setProfiling(on);
+  profileByNode_ = byNode;
+  for (const auto& c : children_) c->setProfiling(on, byNode);
 }
 
 void Executable::collectProfile(std::unordered_map<std::string, ProfileEntry>& into) const {
   for (const auto& [k, e] : profile_) {
     ProfileEntry& d = into[k];
     d.opType = e.opType;
+    d.node = e.node;
     d.calls += e.calls;
     d.seconds += e.seconds;
     d.kernels.insert(e.kernels.begin(), e.kernels.end());

@@ -69,6 +69,8 @@ struct CompileOptions {
 /// Per-op-type timing of runs, collected when profiling is on.
 struct ProfileEntry {
   std::string opType;
+  /// The node's name when profiling by node (setProfiling's byNode); empty per op type.
+  std::string node;
   int64_t calls = 0;
   double seconds = 0;
   /// The kernels the op type's steps ran ("name" or "name (implementation)").
@@ -103,7 +105,8 @@ class Executable {
   /// replication starts a gradient's all-reduce there as soon as the gradient is complete.
   void setAfterNode(std::function<void(const ir::Node&)> fn) { afterNode_ = std::move(fn); }
   /// Turns timing on or off, for this graph and its subgraphs.
-  void setProfiling(bool on);
+  /// byNode: one entry per node (ProfileEntry::node) instead of one per op type.
+  void setProfiling(bool on, bool byNode = false);
   /// Times every step of this graph's next runs (wall time of its kernel); stepSeconds() holds the
   /// last run's, per step, in schedule order.
   void setStepTiming(bool on) { stepTiming_ = on; }
@@ -135,7 +138,7 @@ class Executable {
   std::vector<std::string> inputIds_, outputIds_, outerIds_;
   std::unordered_map<std::string, int> persistentSlots_;
   support::ThreadPool* pool_ = nullptr;
-  bool profiling_ = false;
+  bool profiling_ = false, profileByNode_ = false;
   bool stepTiming_ = false;
   std::vector<double> stepSeconds_;
   std::function<void(const ir::Node&)> afterNode_;

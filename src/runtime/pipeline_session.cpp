@@ -74,7 +74,7 @@ std::unique_ptr<Session::Impl::Plan::Staged> Session::Impl::compileStagedGraph(i
       passes::runPipeline(sg, pipeline(), ctx);
       st->exes.push_back(plan::compile(sg, virtualDevices->backend(prog.device), virtualDevices->pool(prog.device)));
     });
-    st->exes.back()->setProfiling(options.enableProfiling);
+    st->exes.back()->setProfiling(options.enableProfiling, options.profileByNode);
     pipeline::ProgramRun run;
     run.name = prog.name;
     run.device = prog.device;

@@ -266,7 +266,7 @@ void Session::Impl::compileReplicated(Plan& p) {
         passes::runPipeline(*rep->graph, pipeline(), ctx);
         rep->exe = plan::compile(*rep->graph, rep->devices->backend(0), rep->devices->pool(0));
       });
-      rep->exe->setProfiling(options.enableProfiling);
+      rep->exe->setProfiling(options.enableProfiling, options.profileByNode);
     }
     if (count == 0) continue;
     Plan* plan = &p;

@@ -212,7 +212,7 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
   } else {
     passes::runPipeline(g, pipeline(), ctx);
     p->exe = plan::compile(g, *backend, *pool);
-    p->exe->setProfiling(options.enableProfiling);
+    p->exe->setProfiling(options.enableProfiling, options.profileByNode);
   }
   if (p->applyGraph) {
     passes::runPipeline(*p->applyGraph, pipeline(), ctx);
@@ -575,7 +575,7 @@ std::vector<ops::Value> Session::Impl::tryFewerThreads(Plan& p, std::vector<ops:
       p.oneThread = std::move(one);
     }
   }
-  p.exe->setProfiling(options.enableProfiling);
+  p.exe->setProfiling(options.enableProfiling, options.profileByNode);
   return p.exe->run(std::move(inputs));
 }
 
@@ -721,8 +721,9 @@ std::vector<OpProfile> Session::profile() const {
     std::map<std::string, plan::ProfileEntry> merged;
     for (const auto& exe : impl_->lastPlan->staged->exes)
       for (const auto& e : exe->profile()) {
-        auto& m = merged[e.opType];
+        auto& m = merged[e.opType + '\n' + e.node];
         m.opType = e.opType;
+        m.node = e.node;
         m.calls += e.calls;
         m.seconds += e.seconds;
         m.kernels.insert(e.kernels.begin(), e.kernels.end());
@@ -731,7 +732,7 @@ std::vector<OpProfile> Session::profile() const {
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   }
   for (const auto& e : entries)
-    out.push_back({e.opType, e.calls, e.seconds, std::vector<std::string>(e.kernels.begin(), e.kernels.end())});
+    out.push_back({e.opType, e.calls, e.seconds, std::vector<std::string>(e.kernels.begin(), e.kernels.end()), e.node});
   return out;
 }
 

@@ -373,6 +373,25 @@ GRAFT_VEC_CASES(vec_norm) {
     c.atol = 1e-6;
     cases.push_back(c);
   }
+  // The gradient op (the VJP of LayerNormalization with Scale and B of the normalised shape):
+  // one row, rows of a few elements, bert's [8, 128, 768] over several threads, a vector tail.
+  for (const auto& [x, axis] : std::vector<std::pair<Shape, int64_t>>{
+           {{7}, 0}, {{5, 3}, -1}, {{4, 3, 6}, 1}, {{8, 128, 768}, -1}, {{33, 100}, 1}, {{0, 4}, 1}}) {
+    Shape norm(x.begin() + (axis < 0 ? axis + static_cast<int64_t>(x.size()) : axis), x.end());
+    VecCase c = make(fmt::format("gradient {} axis {}", shapeToString(x), axis), "LayerNormalizationGrad",
+                     {rnd(DataType::Float, x, seed++), rnd(DataType::Float, x, seed++, -2, 5),
+                      rnd(DataType::Float, norm, seed++, 0.5, 1.5)},
+                     attrs({{"axis", axis}, {"epsilon", 1e-3f}}), 3, "ai.graft");
+    c.rtol = 1e-4;
+    c.atol = 1e-5;
+    cases.push_back(c);
+  }
+  cases.push_back(make("gradient, Scale not of the normalised shape", "LayerNormalizationGrad",
+                       {rnd(DataType::Float, {2, 3, 4}, seed++), rnd(DataType::Float, {2, 3, 4}, seed++),
+                        rnd(DataType::Float, {4}, seed++)},
+                       attrs({{"axis", int64_t{1}}}), 3, "ai.graft"));
+  cases.back().expectFast = false;
+  cases.back().expectError = "Scale must have the normalised shape [3, 4], got [4]";
   cases.push_back(make("scale does not broadcast", "LayerNormalization",
                        {rnd(DataType::Float, {4, 6}, 1), rnd(DataType::Float, {5}, 2)}));
   cases.back().expectFast = false;

@@ -1,5 +1,5 @@
 // Gradients (VJPs) of src/ops/normalization.cpp against central finite differences in float64,
-// and the gradient ops it adds (ai.graft BatchNormalizationGrad, LRNGrad) against hand-computed
+// and the gradient ops it adds (ai.graft BatchNormalizationGrad, LayerNormalizationGrad, LRNGrad) against hand-computed
 // values.
 #include <cmath>
 
@@ -123,6 +123,50 @@ TEST(Graft_BatchNormalizationGrad, GivenStatisticsEqualComputedOnes) {
 TEST(Graft_BatchNormalizationGrad, RejectsMismatchedShapes) {
   EXPECT_THROW(runReference(bnGrad({rnd({3, 2}, 1), rnd({3, 1}, 2), arr<double>({1}, {1})})), Error);
   EXPECT_THROW(runReference(bnGrad({rnd({3, 2}, 1), rnd({3, 2}, 2), arr<double>({3}, {1, 1, 1})})), Error);
+}
+
+OpCase lnGrad(std::vector<NDArray> in, int64_t axis = -1) {
+  return {"LayerNormalizationGrad", std::move(in), attrs({{"axis", axis}, {"epsilon", 0.0f}}), 3, "ai.graft"};
+}
+
+TEST(Graft_LayerNormalizationGrad, HandComputed) {
+  // One row x = [0, 1, 5], Scale 1: mean 2, var 14/3, inv = sqrt(3/14), c = x - mean = [-2, -1, 3];
+  // with dy = [1, 0, 0]: dx = inv (dy - 1/3 + c/7), dScale = dy x-hat = [-2 inv, 0, 0], dB = dy.
+  NDArray x = arr<double>({1, 3}, {0, 1, 5}), dy = arr<double>({1, 3}, {1, 0, 0});
+  double inv = std::sqrt(3.0 / 14.0);
+  auto out = runReference(lnGrad({dy, x, arr<double>({3}, {1, 1, 1})}));
+  EXPECT_TRUE(allClose(
+      out[0],
+      arr<double>({1, 3}, {inv * (1 - 1.0 / 3 - 2.0 / 7), inv * (-1.0 / 3 - 1.0 / 7), inv * (-1.0 / 3 + 3.0 / 7)}),
+      1e-12, 1e-14));
+  EXPECT_TRUE(allClose(out[1], arr<double>({3}, {-2 * inv, 0, 0}), 1e-12, 1e-14));
+  EXPECT_TRUE(allClose(out[2], arr<double>({3}, {1, 0, 0})));
+  EXPECT_EQ(inferTypes(lnGrad({dy, x, arr<double>({3}, {1, 1, 1})}))[1].info.shape(), (Shape{3}));
+}
+
+TEST(Graft_LayerNormalizationGrad, EqualsTheComposedGradient) {
+  // The VJP takes the op where Scale and B have the normalised shape, and composes elementwise
+  // ops and reductions where they broadcast to it. A Scale of [5] over the normalised [2, 5]
+  // takes the composition; the op given the same Scale tiled to [2, 5] must agree: dX equal,
+  // dScale and dB the composed ones once summed over the tiled axis.
+  Shape xs{3, 2, 5};
+  NDArray x = rnd(xs, 1, -2, 2), dy = rnd(xs, 2), scale = rnd({5}, 3, 0.5, 1.5), bias = rnd({5}, 4);
+  NDArray tiled(DataType::Double, {2, 5});
+  for (int64_t i = 0; i < 10; ++i) tiled.data<double>()[i] = scale.data<double>()[i % 5];
+  auto op = runReference(lnGrad({dy, x, tiled}, 1));
+  OpCase f{"LayerNormalization", {x, scale, bias}, attrs({{"axis", int64_t{1}}, {"epsilon", 0.0f}})};
+  auto composed = vjpOf(f, {0, 1, 2}, {dy});
+  EXPECT_TRUE(allClose(op[0], composed[0], 1e-12, 1e-14));
+  for (int i = 1; i < 3; ++i) {
+    NDArray folded(DataType::Double, {5});
+    for (int64_t j = 0; j < 5; ++j) folded.data<double>()[j] = op[i].data<double>()[j] + op[i].data<double>()[5 + j];
+    EXPECT_TRUE(allClose(folded, composed[i], 1e-12, 1e-14)) << "output " << i;
+  }
+}
+
+TEST(Graft_LayerNormalizationGrad, RejectsMismatchedShapes) {
+  EXPECT_THROW(runReference(lnGrad({rnd({3, 4}, 1), rnd({3, 5}, 2), rnd({5}, 3)})), Error);
+  EXPECT_THROW(runReference(lnGrad({rnd({3, 4}, 1), rnd({3, 4}, 2), rnd({1, 4}, 3)})), Error);
 }
 
 TEST(Graft_LRNGrad, HandComputed) {

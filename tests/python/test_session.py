@@ -229,6 +229,34 @@ def test_reference_device_and_profiling(rng):
     assert "calls" in s.getSummaryReport()
 
 
+def test_profile_by_node():
+    """profileByNode: one entry per node, named; the per-type profile has no node names, and its
+    calls equal the per-node entries' summed by type."""
+    b = graft.Builder()
+    x = b.addInputTensor("FLOAT", [2, 3], "x")
+    a = b.aiOnnx.sqrt([b.aiOnnx.relu([x], "first")], "root")
+    y = b.aiOnnx.relu([a], "second")
+    b.addOutputTensor(y)
+    runs = {}
+    for by_node in (False, True):
+        opts = graft.SessionOptions()
+        opts.enableProfiling = True
+        opts.profileByNode = by_node
+        s = _session(b.getModelProto(), {y: graft.AnchorReturnType("All")},
+                     device=graft.DeviceManager().createReferenceDevice(), userOptions=opts)
+        out = s.initAnchorArrays()
+        for _ in range(2):
+            s.run(graft.PyStepIO({x: np.full((2, 3), 4, np.float32)}, out))
+        np.testing.assert_allclose(out[y], 2.0)
+        runs[by_node] = s.profile()
+    assert {p.node for p in runs[False]} == {""}
+    assert {(p.opType, p.calls) for p in runs[False]} == {("Relu", 4), ("Sqrt", 2)}
+    by_node = {p.node: (p.opType, p.calls) for p in runs[True]}
+    assert set(by_node) == {"first", "second", "root"}, by_node
+    assert by_node["first"] == ("Relu", 2) and by_node["root"] == ("Sqrt", 2)
+    assert "second" in s.getSummaryReport()
+
+
 def test_devices():
     dm = graft.DeviceManager()
     assert dm is not None and graft.DeviceManager().createCpuDevice().numIpus == 1

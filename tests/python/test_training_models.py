@@ -275,6 +275,15 @@ def test_fire_module_training_stays_channels_last(monkeypatch):
     assert calls.get("Split") == 1 and calls.get("Expand") == 1, calls
 
 
+def test_layernorm_gradient_is_one_kernel():
+    """The encoder's two LayerNorms (Scale and B of the normalised shape) get their gradient from
+    one ai.graft LayerNormalizationGrad each, on the cpu's vectorised kernel, instead of a chain
+    of elementwise ops and reductions; training still matches PyTorch
+    (test_model_training_matches_torch[transformer_encoder-*])."""
+    calls = profiled_step("transformer_encoder")
+    assert calls.get("LayerNormalizationGrad") == (2, ["vec_layernorm_grad"]), calls
+
+
 def test_batch1_weight_gradients_are_formed_by_the_sgd_update():
     """At batch 1 a Linear's weight gradient dY^T x is an outer product: the cpu backend's
     SGDOuterUpdate forms it as it updates the weight (never stored); SGD with momentum and weight

@@ -1,5 +1,6 @@
 // Vectorised LayerNormalization (ai.onnx opset 17) for float data: one pass for the mean, one
-// for the variance (both accumulated in double), one that normalises, scales and shifts; and
+// for the variance (both accumulated in double), one that normalises, scales and shifts; its
+// gradient ai.graft LayerNormalizationGrad (the statistics again, then two passes per row); and
 // Softmax / LogSoftmax (opset 13: along one axis) for float data, the cpu table's only softmax
 // (measured against oneDNN's: see onednn_norm.cpp). Rows are split over the
 // threads; each row is computed by one thread in a fixed order.
@@ -104,6 +105,106 @@ ops::KernelFn layerNormKernel(ops::CompileContext& c) {
   };
 }
 
+// ---- LayerNormalizationGrad -------------------------------------------------------------------
+
+struct RowSums {
+  double g = 0, gx = 0;  // sum of dY Scale and of dY Scale x-hat over the row
+};
+
+// x-hat into xh; dS += dY x-hat and dB += dY (the chunk's double partials); the row's sums.
+GRAFT_VEC_LOOP RowSums layerNormGradSums(const float* x, const float* dy, const float* s, float* xh, double* dS,
+                                         double* dB, int64_t n, float mean, float inv) {
+  constexpr int kW = 16;
+  double accG[kW] = {}, accGX[kW] = {};
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    for (int l = 0; l < kW; ++l) {
+      float h = (x[i + l] - mean) * inv, d = dy[i + l], g = d * s[i + l];
+      xh[i + l] = h;
+      accG[l] += static_cast<double>(g);
+      accGX[l] += static_cast<double>(g * h);
+      dS[i + l] += static_cast<double>(d * h);
+      dB[i + l] += static_cast<double>(d);
+    }
+  for (; i < n; ++i) {
+    float h = (x[i] - mean) * inv, d = dy[i], g = d * s[i];
+    xh[i] = h;
+    accG[0] += static_cast<double>(g);
+    accGX[0] += static_cast<double>(g * h);
+    dS[i] += static_cast<double>(d * h);
+    dB[i] += static_cast<double>(d);
+  }
+  for (int w = kW / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) accG[l] += accG[l + w], accGX[l] += accGX[l + w];
+  return {accG[0], accGX[0]};
+}
+
+GRAFT_VEC_LOOP void layerNormGradRow(const float* dy, const float* s, const float* xh, float* dx, int64_t n, float inv,
+                                     float meanG, float meanGX) {
+  for (int64_t j = 0; j < n; ++j) dx[j] = inv * ((dy[j] * s[j] - meanG) - xh[j] * meanGX);
+}
+
+// ai.graft LayerNormalizationGrad(dY, X, Scale) -> dX, dScale, dB (ops/normalization.cpp) for
+// float: rows in a fixed number of chunks (whatever the thread count), each chunk's dScale and dB
+// partial sums in double, added in chunk order, so the result does not depend on the threads.
+ops::KernelFn layerNormGradKernel(ops::CompileContext& c) {
+  const ir::Node& n = c.node();
+  std::string what = n.describe();
+  int64_t axisAttr = n.attrInt("axis", -1);
+  double eps = n.attrFloat("epsilon", 1e-5f);
+  return [=](ops::KernelContext& k) {
+    const NDArray &dyA = k.input(0), &x = k.input(1), &scaleA = k.input(2);
+    for (const NDArray* a : {&dyA, &x, &scaleA})
+      GRAFT_CHECK(a->dtype() == DataType::Float, "{}: expected FLOAT inputs, got {}", what, dtypeName(a->dtype()));
+    GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
+                shapeToString(x.shape()));
+    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+    int64_t axis = ops::normalizeAxis(axisAttr, x.rank(), what);
+    Shape norm(x.shape().begin() + axis, x.shape().end());
+    GRAFT_CHECK(scaleA.shape() == norm, "{}: Scale must have the normalised shape {}, got {}", what,
+                shapeToString(norm), shapeToString(scaleA.shape()));
+    int64_t rows = ops::shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
+    float* dx = k.allocOutputUninit(0, DataType::Float, x.shape()).data<float>();
+    // dScale and dB are always summed (the same loop); those nobody reads go to a local buffer.
+    std::vector<float> unread(static_cast<size_t>(2 * cols));
+    float* dS = k.wantsOutput(1) ? k.allocOutputUninit(1, DataType::Float, norm).data<float>() : unread.data();
+    float* dB = k.wantsOutput(2) ? k.allocOutputUninit(2, DataType::Float, norm).data<float>() : unread.data() + cols;
+    constexpr int64_t kChunks = 64;
+    int64_t perChunk = std::max<int64_t>(1, (rows + kChunks - 1) / kChunks);
+    int64_t chunks = rows ? (rows + perChunk - 1) / perChunk : 0;
+    std::vector<double> partial(static_cast<size_t>(chunks * 2 * cols), 0.0);
+    const float *xp = x.data<float>(), *dyp = dyA.data<float>(), *sp = scaleA.data<float>();
+    int64_t grain = std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, perChunk * cols));
+    parallelRanges(k.pool(), chunks, grain, [&](int64_t c0, int64_t c1) {
+      std::vector<float> xh(static_cast<size_t>(cols));
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        double* pS = partial.data() + ch * 2 * cols;
+        double* pB = pS + cols;
+        for (int64_t r = ch * perChunk; r < std::min(rows, (ch + 1) * perChunk); ++r) {
+          const float* row = xp + r * cols;
+          const float* d = dyp + r * cols;
+          double m = GRAFT_VEC_RUN(rowSum(row, cols)) / static_cast<double>(cols);
+          double var = GRAFT_VEC_RUN(rowSquaredDeviation(row, cols, m)) / static_cast<double>(cols);
+          auto inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+          RowSums t = GRAFT_VEC_RUN(layerNormGradSums(row, d, sp, xh.data(), pS, pB, cols, static_cast<float>(m), inv));
+          GRAFT_VEC_RUN(layerNormGradRow(d, sp, xh.data(), dx + r * cols, cols, inv,
+                                         static_cast<float>(t.g / static_cast<double>(cols)),
+                                         static_cast<float>(t.gx / static_cast<double>(cols))));
+        }
+      }
+    });
+    for (int64_t j = 0; j < cols; ++j) {
+      double s = 0, b = 0;
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        s += partial[ch * 2 * cols + j];
+        b += partial[ch * 2 * cols + cols + j];
+      }
+      dS[j] = static_cast<float>(s);
+      dB[j] = static_cast<float>(b);
+    }
+  };
+}
+
 // ---- Softmax, LogSoftmax ---------------------------------------------------------------------
 
 // exp(x - m) into e; returns the sum (in double, 16 interleaved accumulators).
@@ -197,6 +298,12 @@ bool layerNormSupported(const ir::Node& n) {
 
 GRAFT_REGISTER_CPU_KERNELS(vec_norm) {
   r.add({"", "LayerNormalization", "vec_layernorm", layerNormSupported, layerNormKernel});
+  r.add({ops::kGraftDomain, "LayerNormalizationGrad", "vec_layernorm_grad",
+         [](const ir::Node& n) {
+           auto f = [](const ir::Tensor* t) { return typeIn(t, 1u << static_cast<int>(DataType::Float)); };
+           return f(n.input(0)) && f(n.input(1)) && f(n.input(2));
+         },
+         layerNormGradKernel});
   auto isFloat = [](const ir::Node& n) { return typeIn(n.input(0), 1u << static_cast<int>(DataType::Float)); };
   // The only softmax kernels of the cpu table (see onednn_norm.cpp for the measurements).
   r.add({"", "Softmax", "vec_softmax", isFloat, softmaxKernel(false)});
