@@ -17,8 +17,8 @@ KernelFactory clipKernel() {
         const NDArray& b = k.input(i);
         GRAFT_CHECK(b.numel() == 1 && b.rank() <= 1, "{}: {} must be a scalar, got shape {}", what, name,
                     shapeToString(b.shape()));
-        GRAFT_CHECK(b.dtype() == x.dtype(), "{}: {} must have the input's type {}, got {}", what, name, dtypeName(x.dtype()),
-                    dtypeName(b.dtype()));
+        GRAFT_CHECK(b.dtype() == x.dtype(), "{}: {} must have the input's type {}, got {}", what, name,
+                    dtypeName(x.dtype()), dtypeName(b.dtype()));
       };
       if (k.hasInput(1)) bound(1, "min");
       if (k.hasInput(2)) bound(2, "max");
@@ -50,11 +50,11 @@ KernelFactory preluKernel() {
     return [what](KernelContext& k) {
       const NDArray& x = k.input(0);
       const NDArray& slope = k.input(1);
-      GRAFT_CHECK(slope.dtype() == x.dtype(), "{}: slope must have the input's type {}, got {}", what, dtypeName(x.dtype()),
-                  dtypeName(slope.dtype()));
+      GRAFT_CHECK(slope.dtype() == x.dtype(), "{}: slope must have the input's type {}, got {}", what,
+                  dtypeName(x.dtype()), dtypeName(slope.dtype()));
       GRAFT_CHECK(slope.rank() <= x.rank() && broadcastShapes(x.shape(), slope.shape(), what) == x.shape(),
-                  "{}: slope of shape {} does not broadcast to the input's shape {}", what, shapeToString(slope.shape()),
-                  shapeToString(x.shape()));
+                  "{}: slope of shape {} does not broadcast to the input's shape {}", what,
+                  shapeToString(slope.shape()), shapeToString(x.shape()));
       dispatch<kNumeric>(x.dtype(), what, [&](auto tag) {
         using T = typename decltype(tag)::type;
         NDArray& y = k.allocOutputUninit(0, x.dtype(), x.shape());
@@ -62,8 +62,10 @@ KernelFactory preluKernel() {
           using C = decltype(v);
           if constexpr (std::is_unsigned_v<C>) return v;
           // Integer products wrap (no signed-overflow UB); floats multiply normally.
-          else if constexpr (std::is_integral_v<C>) return v < 0 ? static_cast<C>(static_cast<uint64_t>(s) * static_cast<uint64_t>(v)) : v;
-          else return v < C(0) ? s * v : v;
+          else if constexpr (std::is_integral_v<C>)
+            return v < 0 ? static_cast<C>(static_cast<uint64_t>(s) * static_cast<uint64_t>(v)) : v;
+          else
+            return v < C(0) ? s * v : v;
         });
       });
     };
@@ -102,8 +104,27 @@ GRAFT_REGISTER_OPS(activation) {
 
 // ---- gradients ----------------------------------------------------------------------------------
 #include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
 
 namespace graft::ops {
+
+namespace {
+// GELU, erf form (ai.onnx Gelu, ai.graft GeluErf): y = x Phi(x).
+void geluErfVjp(GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0)))); }
+
+// GELU, tanh form (ai.onnx Gelu approximate=tanh, ai.graphcore Gelu): y = 0.5 x (1 + tanh(u)),
+// u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+void geluTanhVjp(GradBuilder& g) {
+  const double k = 0.7978845608028654, c = 0.044715;
+  ir::Tensor* x = g.in(0);
+  ir::Tensor* one = g.scalarLike(1, x);
+  ir::Tensor* x2 = g.mul(x, x);
+  ir::Tensor* t = g.op("Tanh", {g.scale(g.add(x, g.scale(g.mul(x2, x), c)), k)});
+  ir::Tensor* a = g.scale(g.add(one, t), 0.5);
+  ir::Tensor* b = g.mul(g.scale(x, 0.5 * k), g.mul(g.sub(one, g.mul(t, t)), g.add(one, g.scale(x2, 3 * c))));
+  g.setDx(0, g.mul(g.dy(), g.add(a, b)));
+}
+}  // namespace
 
 GRAFT_REGISTER_OPS(activation_vjp) {
   auto positive = [](GradBuilder& g) { return g.op("Greater", {g.in(0), g.scalarLike(0, g.in(0))}); };
@@ -148,8 +169,9 @@ GRAFT_REGISTER_OPS(activation_vjp) {
     // y = x * clamp(x/6 + 1/2, 0, 1): 0 below -3, 1 above 3, (2x + 3)/6 between (as PyTorch).
     ir::Tensor* x = g.in(0);
     ir::Tensor* mid = g.add(g.scale(x, 1.0 / 3.0), g.scalarLike(0.5, x));
-    ir::Tensor* d = g.where(g.op("Less", {x, g.scalarLike(-3, x)}), g.zerosLike(x),
-                            g.where(g.op("Greater", {x, g.scalarLike(3, x)}), g.op("Add", {g.zerosLike(x), g.scalarLike(1, x)}), mid));
+    ir::Tensor* d = g.where(
+        g.op("Less", {x, g.scalarLike(-3, x)}), g.zerosLike(x),
+        g.where(g.op("Greater", {x, g.scalarLike(3, x)}), g.op("Add", {g.zerosLike(x), g.scalarLike(1, x)}), mid));
     g.setDx(0, g.mul(g.dy(), d));
   });
   r.add("Softplus").setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), g.op("Sigmoid", {g.in(0)}))); });
@@ -198,22 +220,14 @@ GRAFT_REGISTER_OPS(activation_vjp) {
     g.setDx(0, g.mul(g.dy(), d));
   });
   r.add("Gelu").setVjp([](GradBuilder& g) {
-    ir::Tensor* x = g.in(0);
-    ir::Tensor* one = g.scalarLike(1, x);
-    if (g.node().attrString("approximate", "none") == "tanh") {
-      const double k = 0.7978845608028654, c = 0.044715;
-      ir::Tensor* x2 = g.mul(x, x);
-      ir::Tensor* t = g.op("Tanh", {g.scale(g.add(x, g.scale(g.mul(x2, x), c)), k)});
-      ir::Tensor* a = g.scale(g.add(one, t), 0.5);
-      ir::Tensor* b = g.mul(g.scale(x, 0.5 * k), g.mul(g.sub(one, g.mul(t, t)), g.add(one, g.scale(x2, 3 * c))));
-      g.setDx(0, g.mul(g.dy(), g.add(a, b)));
-      return;
-    }
-    // y = x Phi(x): dy/dx = Phi(x) + x phi(x).
-    ir::Tensor* cdf = g.scale(g.add(one, g.op("Erf", {g.scale(x, 0.7071067811865476)})), 0.5);
-    ir::Tensor* pdf = g.scale(g.op("Exp", {g.scale(g.mul(x, x), -0.5)}), 0.3989422804014327);
-    g.setDx(0, g.mul(g.dy(), g.add(cdf, g.mul(x, pdf))));
+    if (g.node().attrString("approximate", "none") == "tanh")
+      geluTanhVjp(g);
+    else
+      geluErfVjp(g);
   });
+  // ai.graft GeluErf: what fuse-gelu makes of an exported x/2 (1 + erf(x / sqrt 2)), before the
+  // backward pass too (training sessions), so that the backward reads x alone.
+  r.add("GeluErf", kGraftDomain).setVjp(geluErfVjp);
   r.add("SwiGLU").setVjp([](GradBuilder& g) {
     // y = a s(alpha a) b: dA = dy b (s + alpha a s (1 - s)), dB = dy a s.
     double alpha = g.node().attrFloat("alpha", 1.0f);
@@ -225,18 +239,7 @@ GRAFT_REGISTER_OPS(activation_vjp) {
     }
     if (g.wants(1)) g.setDx(1, g.mul(g.dy(), g.mul(a, s)));
   });
-  r.add("Gelu", kGraphcoreDomain).setVjp([](GradBuilder& g) {
-    // y = 0.5 x (1 + tanh(u)), u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
-    const double k = 0.7978845608028654, c = 0.044715;
-    ir::Tensor* x = g.in(0);
-    ir::Tensor* x2 = g.mul(x, x);
-    ir::Tensor* u = g.scale(g.add(x, g.scale(g.mul(x2, x), c)), k);
-    ir::Tensor* t = g.op("Tanh", {u});
-    ir::Tensor* one = g.scalarLike(1, x);
-    ir::Tensor* a = g.scale(g.add(one, t), 0.5);
-    ir::Tensor* b = g.mul(g.scale(x, 0.5 * k), g.mul(g.sub(one, g.mul(t, t)), g.add(one, g.scale(x2, 3 * c))));
-    g.setDx(0, g.mul(g.dy(), g.add(a, b)));
-  });
+  r.add("Gelu", kGraphcoreDomain).setVjp(geluTanhVjp);  // PopART's GELU is the tanh form
 }
 
 }  // namespace graft::ops

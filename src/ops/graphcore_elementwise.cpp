@@ -11,6 +11,7 @@
 #include "ops/dtype_dispatch.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/grad.hpp"
+#include "ops/grad_util.hpp"
 #include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 
@@ -83,13 +84,6 @@ C fmodOf(C a, C b) {
     return b == C(0) ? C(0) : static_cast<C>(a % b);
 }
 
-// d/dx of x/2 (1 + erf(x/sqrt 2)) = Phi(x) + x phi(x).
-ir::Tensor* geluErfGrad(GradBuilder& g, ir::Tensor* x) {
-  ir::Tensor* cdf = g.scale(g.add(g.op("Erf", {g.scale(x, 0.70710678118654752440)}), g.scalarLike(1.0, x)), 0.5);
-  ir::Tensor* pdf = g.scale(g.op("Exp", {g.scale(g.mul(x, x), -0.5)}), 0.39894228040143267794);
-  return g.add(cdf, g.mul(x, pdf));
-}
-
 void zeroGradient(GradBuilder& g) { g.setDx(0, g.zerosLike(g.in(0))); }
 
 }  // namespace
@@ -110,7 +104,7 @@ GRAFT_REGISTER_OPS(graphcore_elementwise) {
         return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
       }))
       .setInfer(sameAsInput0)
-      .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), geluErfGrad(g, g.in(0)))); });
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0)))); });
   r.add("Swish", d)
       .setReference(unaryKernel<kFloats>([](auto x) {
         using C = decltype(x);

@@ -133,7 +133,8 @@ struct TrainingImpl : Session::Impl {
     passes::PassContext ctx;
     // Gradient nodes of the model, batch statistics and dropout, before the backward pass is grown
     // from them.
-    passes::runPipeline(g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode"}, ctx);
+    passes::runPipeline(
+        g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode", "fuse-gelu"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
     GRAFT_CHECK(li.hasShape(), "the loss '{}' has no known shape: it must be a scalar tensor", loss);

@@ -25,7 +25,7 @@ def test_graft_fields():
                      "meanAccumulationAndReplicationReductionStrategy", "enableDistributedReplicatedGraphs",
                      "globalReplicationFactor", "globalReplicaOffset", "collectiveTimeoutSeconds", "gradientBucketBytes",
                      "shardOptimizerState",
-                     "numThreads", "autoThreads", "enableProfiling", "enableBf16", "verifyPasses", "dumpGraphAfterPass",
+                     "numThreads", "autoThreads", "enableProfiling", "profileByNode", "enableBf16", "verifyPasses", "dumpGraphAfterPass",
                      "logDir",
                      "timelinePath", "pipelineDepth", "detectNonFinite"}
     with pytest.raises(graft.Error, match="numThreads must be of type int"):

@@ -38,6 +38,17 @@ def make_mlp():
     return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, CLASSES))
 
 
+def make_mlp_gelu():
+    """GELU (erf form) and a LayerNorm between two Linears, as in a transformer's feed-forward block."""
+    torch.manual_seed(14)
+    net = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                              torch.nn.Linear(16, CLASSES))
+    with torch.no_grad():  # LayerNorm's ones and zeros would be merged with other constants on export
+        for p in net[2].parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return net
+
+
 class FireNet(torch.nn.Module):
     """SqueezeNet's shape in small: a fire module (squeeze, two expand convolutions concatenated
     along channels), a 1x1 convolution as classifier, a global average pool, flattened."""
@@ -99,6 +110,8 @@ MODELS = {
     # Batch 1: each weight gradient is an outer product, formed inside its SGD update on the cpu
     # backend (fuse-sgd-outer).
     "mlp_b1": (make_mlp, (1, 10), False),
+    # GELU fused before the backward pass (fuse-gelu), LayerNorm's gradient as one op.
+    "mlp_gelu": (make_mlp_gelu, (6, 10), False),
     "lstm": (lambda: SequenceClassifier(torch.nn.LSTM), (3, 4, 5), False),
     "gru": (lambda: SequenceClassifier(torch.nn.GRU), (3, 4, 5), False),
     # Two bidirectional layers: forward and reverse directions, the second layer's input is the
@@ -273,6 +286,23 @@ def test_fire_module_training_stays_channels_last(monkeypatch):
     calls = {op: n for op, (n, _) in profiled_step("fire").items()}
     assert calls.get("ToBlocked") == 1, calls
     assert calls.get("Split") == 1 and calls.get("Expand") == 1, calls
+
+
+def test_gelu_is_fused_before_the_backward_pass():
+    """The exported x/2 (1 + erf(x / sqrt 2)) becomes one GeluErf before autodiff, so the backward
+    pass reads x alone (no saved erf terms); training matches PyTorch
+    (test_model_training_matches_torch[mlp_gelu-*]). The reference device shows the ops as they are."""
+    factory, shape, _ = MODELS["mlp_gelu"]
+    model, loss = graft_model(factory(), shape, False)
+    options = graft.SessionOptions()
+    options.enableProfiling = True
+    session, _, _ = train_graft(model, loss, OPTIMIZERS["sgd"][0](),
+                                lambda step: dict(zip(("x", "label"), batch(step, shape))), 1, options=options,
+                                device=graft.DeviceManager().createReferenceDevice())
+    calls = {p.opType: p.calls for p in session.profile()}
+    assert calls.get("GeluErf") == 1, calls
+    assert calls.get("Erf") == 1, calls  # the gradient's Phi(x); the forward's Erf is inside GeluErf
+    assert "Div" not in calls, calls
 
 
 def test_layernorm_gradient_is_one_kernel():
