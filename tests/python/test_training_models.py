@@ -8,6 +8,7 @@ statistics) must match within the stated tolerance; the largest deviations are p
 of the run.
 """
 import numpy as np
+import onnx
 import pytest
 
 import torch  # required (requirements.txt): a missing torch fails these tests, never skips them
@@ -303,6 +304,16 @@ def test_gelu_is_fused_before_the_backward_pass():
     assert calls.get("GeluErf") == 1, calls
     assert calls.get("Erf") == 1, calls  # the gradient's Phi(x); the forward's Erf is inside GeluErf
     assert "Div" not in calls, calls
+    # An anchored intermediate (the Erf's output) keeps the spelled-out pattern, with the same losses.
+    erf = next(n.output[0] for n in onnx.load_from_string(model).graph.node if n.op_type == "Erf")
+    feeds = lambda step: dict(zip(("x", "label"), batch(step, shape)))  # noqa: E731
+    fused, fused_losses, _ = train_graft(model, loss, OPTIMIZERS["sgd"][0](), feeds, 2, options=options)
+    kept, kept_losses, extras = train_graft(model, loss, OPTIMIZERS["sgd"][0](), feeds, 2, options=options,
+                                           extra_anchors=(erf,), device=graft.DeviceManager().createReferenceDevice())
+    calls = {p.opType: p.calls for p in kept.profile()}
+    assert "GeluErf" not in calls and "Div" in calls, calls  # x / sqrt 2 and its gradient
+    np.testing.assert_allclose(kept_losses, fused_losses, rtol=1e-6)
+    assert extras[erf][0].shape == (shape[0], 16) and np.all(np.abs(extras[erf][0]) < 1)
 
 
 def test_layernorm_gradient_is_one_kernel():
