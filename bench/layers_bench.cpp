@@ -127,6 +127,13 @@ int main(int argc, char** argv) {
   layers.push_back(convLayer("conv 1x1 1024->256 14 b8", 8, 1024, 14, 256, 1, 1));
   layers.push_back(convLayer("conv 3x3 512->512 7 b8", 8, 512, 7, 512, 3, 1));
   layers.push_back(convLayer("conv 3x3 256->256 56 b1 (vgg)", 1, 256, 56, 256, 3, 1));
+  // resnet's 3x3 convolutions at batch 1 and squeezenet's widest expand (Winograd below 0.4 GFLOP).
+  layers.push_back(convLayer("conv 3x3 64->64 56 b1", 1, 64, 56, 64, 3, 1));
+  layers.push_back(convLayer("conv 3x3 128->128 28 b1", 1, 128, 28, 128, 3, 1));
+  layers.push_back(convLayer("conv 3x3 256->256 14 b1", 1, 256, 14, 256, 3, 1));
+  layers.push_back(convLayer("conv 3x3 512->512 7 b1", 1, 512, 7, 512, 3, 1));
+  layers.push_back(convLayer("conv 3x3 64->256 13 b1 (squeezenet)", 1, 64, 13, 256, 3, 1));
+  layers.push_back(convLayer("conv 3x3 64->256 13 b8 (squeezenet)", 8, 64, 13, 256, 3, 1));
   layers.push_back(matmulLayer("matmul 2048x2048x2048 (sgemm roof)", 2048, 2048, 2048, false));
   layers.push_back(matmulLayer("matmul 512x768x3072 +bias (bert ffn1)", 512, 768, 3072));
   layers.push_back(matmulLayer("matmul 512x3072x768 +bias (bert ffn2)", 512, 3072, 768));

@@ -44,6 +44,17 @@ CpuFeatures detect() {
   f.x86_64_v4 = f.x86_64_v3 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && avx512cd;
   // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (not every compiler's __builtin_cpu_supports knows it).
   if (f.avx512f && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a >> 5) & 1;
+  // Zen 4 (AMD family 19h, the first AMD cores with AVX-512) splits each 512-bit operation into
+  // two 256-bit halves; Zen 5 (1Ah) and Intel's server cores run them full width.
+  if (f.avx512f && __get_cpuid(0, &a, &b, &c, &d)) {
+    bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+    unsigned family = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+      family = (a >> 8) & 0xfu;
+      if (family == 0xfu) family += (a >> 20) & 0xffu;
+    }
+    f.avx512HalfRate = amd && family == 0x19u;
+  }
 #endif
   return f;
 }
@@ -51,7 +62,8 @@ CpuFeatures detect() {
 CpuFeatures limited(const CpuFeatures& host, CpuIsa isa) {
   CpuFeatures f = host;
   if (isa < CpuIsa::Avx512)
-    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.x86_64_v4 = false;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512HalfRate = f.x86_64_v4 =
+        false;
   if (isa < CpuIsa::Avx2) f.avx = f.avx2 = f.fma = f.f16c = f.x86_64_v3 = false;
   return f;
 }

@@ -22,6 +22,10 @@ struct CpuFeatures {
   bool avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false;
+  /// AVX-512 executed on 256-bit halves (AMD Zen 4, family 19h): the same FMA rate as AVX2, half
+  /// of what full-width AVX-512 hosts reach. Some kernel choices depend on it (Winograd
+  /// convolutions, backends/cpu/onednn_conv.cpp).
+  bool avx512HalfRate = false;
   /// The whole x86-64-v3 / x86-64-v4 levels (what the vectorised loops' AVX2 / AVX-512 variants are
   /// compiled for: v3 adds BMI1/2, LZCNT and MOVBE to AVX2+FMA+F16C, v4 AVX-512CD to F/BW/VL/DQ).
   bool x86_64_v3 = false, x86_64_v4 = false;

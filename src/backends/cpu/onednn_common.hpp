@@ -89,6 +89,10 @@ int activationLayout();
 /// variable.
 enum class WinogradMode { Off, Auto, On };
 WinogradMode winogradMode();
+/// Auto's rule: whether a 3x3 stride-1 convolution with `inChannels` input channels and output
+/// dims `y` ([N, C, H, W]) runs faster on the Winograd kernel on a host of this FMA class (half-rate
+/// AVX-512: support::CpuFeatures::avx512HalfRate). Measured per shape, docs/cpu-backend.md.
+bool winogradGains(int64_t inChannels, const Dims& y, bool avx512HalfRate);
 class WinogradScope {
  public:
   explicit WinogradScope(WinogradMode mode);

@@ -127,7 +127,7 @@ struct ConvState {
   DataType yType = DataType::Float;
   bool bias = false, sum = false;
   int threads = 1;
-  ActivationFn act;  // applied after the primitive (activationAfterPrimitive)
+  ActivationFn act;       // applied after the primitive (activationAfterPrimitive)
   bool reluBf16 = false;  // Relu after the primitive on a bf16 Y (reluBf16InPlace)
   // A channel-blocked output whose last block of channels is partial: its padding lanes (from
   // padLanes on) are zeroed after the primitive and the activation.
@@ -213,12 +213,13 @@ dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::d
 // for the backward pass, and converting them at each Winograd convolution made resnet18 b8's
 // training step slower (239-252 ms against 264-271).
 //
-// winogradGains: at least kWinogradMinFlops of direct work, kWinogradMinChannels input channels
-// and outputs of at least kWinogradMinSide on each side. Below those, the transforms and the
-// conversions to and from its channel-blocked layout cost about what the FMAs saved do (the
-// saving per output element grows with the input channels, a conversion's cost does not:
-// squeezenet's 16- and 32-channel ones gained nothing in the model; docs/cpu-backend.md,
-// Winograd: measured per shape on a full-rate AVX-512 EPYC, 2 threads).
+// winogradGains (the rule, below, public for its tests): kWinogradMinChannels input channels;
+// on full-rate AVX-512 hosts also at least kWinogradMinFlops of direct work and outputs of at
+// least kWinogradMinSide on each side. Below those, the transforms and the conversions to and
+// from its channel-blocked layout cost about what the FMAs saved do (the saving per output
+// element grows with the input channels, a conversion's cost does not: squeezenet's 16- and
+// 32-channel ones gained nothing in the model; docs/cpu-backend.md, Winograd: measured per shape
+// on a full-rate AVX-512 EPYC and on a half-rate one, 2 threads).
 constexpr double kWinogradMinFlops = 4e8;
 constexpr int64_t kWinogradMinSide = 14;
 constexpr int64_t kWinogradMinChannels = 64;
@@ -229,11 +230,8 @@ bool winogradShape(const ConvConfig& c) {
          c.win.dilation == Dims{0, 0} && c.xType == memory::data_type::f32 && c.yType == memory::data_type::f32;
 }
 
-bool winogradGains(const ConvConfig& c) {
-  if (winogradMode() == WinogradMode::On) return true;
-  double flops = 2.0 * 9 * static_cast<double>(c.x[1]) * static_cast<double>(shapeNumel(c.y));
-  return flops >= kWinogradMinFlops && c.x[1] >= kWinogradMinChannels && c.y[2] >= kWinogradMinSide &&
-         c.y[3] >= kWinogradMinSide;
+bool takesWinograd(const ConvConfig& c) {
+  return winogradMode() == WinogradMode::On || winogradGains(c.x[1], c.y, support::cpuFeatures().avx512HalfRate);
 }
 
 // Whether kernel n tries oneDNN's Winograd kernel first.
@@ -828,12 +826,23 @@ Bf16ConvSupport convBf16Support(const ir::Node& n) {
   }
 }
 
+bool winogradGains(int64_t inChannels, const Dims& y, bool avx512HalfRate) {
+  if (inChannels < kWinogradMinChannels) return false;
+  // Half-rate AVX-512 (Zen 4): the direct convolution runs at half the FMA rate, the transforms
+  // cost what they cost on full-rate hosts, and every shape measured with 64 or more input
+  // channels gained, batch 1 and 7x7 outputs included (1.15-1.3x at 512 channels, 7x7, batch 1;
+  // 2.9x at 128 channels, 28x28, batch 1).
+  if (avx512HalfRate) return true;
+  double flops = 2.0 * 9 * static_cast<double>(inChannels) * static_cast<double>(shapeNumel(y));
+  return flops >= kWinogradMinFlops && y[2] >= kWinogradMinSide && y[3] >= kWinogradMinSide;
+}
+
 // For the cpu-layout pass: the channel block (16) of the activations with which oneDNN runs Conv /
 // FusedConv node `n` (plain activations) on its Winograd kernel, where winogradGains says it
 // gains; 0 otherwise.
 int convWinogradBlock(const ir::Node& n) {
   auto cfg = convConfig(n);
-  if (!cfg || cfg->xBlock || cfg->yBlock || !winogradShape(*cfg) || !winogradGains(*cfg)) return 0;
+  if (!cfg || cfg->xBlock || cfg->yBlock || !winogradShape(*cfg) || !takesWinograd(*cfg)) return 0;
   const ConvConfig& c = *cfg;
   constexpr int kBlock = 16;
   memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any), bias = plainDesc({c.w[0]});

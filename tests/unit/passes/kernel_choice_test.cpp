@@ -6,6 +6,7 @@
 #include <graft/error.hpp>
 
 #include <algorithm>
+#include <fstream>
 
 #include "backends/backend.hpp"
 #include "pass_test_util.hpp"
@@ -145,6 +146,25 @@ TEST(CpuFeatures, LevelsAgreeWithTheCompilersBuiltin) {
 #else
   GTEST_SKIP() << "needs GCC's __builtin_cpu_supports levels (GCC 12+ on x86-64)";
 #endif
+}
+
+// Half-rate AVX-512 is AMD's family 19h (Zen 4) with avx512f, as /proc/cpuinfo reads; an ISA
+// limit below AVX-512 clears it with the other AVX-512 features.
+TEST(CpuFeatures, HalfRateAvx512IsZen4) {
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "no /proc/cpuinfo to compare with";
+  std::string line, vendor, family;
+  bool avx512f = false;
+  while (std::getline(in, line) && !line.empty()) {
+    auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (line.rfind("vendor_id", 0) == 0) vendor = value();
+    if (line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("flags", 0) == 0) avx512f = (" " + value() + " ").find(" avx512f ") != std::string::npos;
+  }
+  EXPECT_EQ(support::hostCpuFeatures().avx512HalfRate, vendor == "AuthenticAMD" && family == "25" && avx512f)
+      << vendor << " family " << family;
+  IsaLimit limit(support::CpuIsa::Avx2);
+  EXPECT_FALSE(support::cpuFeatures().avx512HalfRate);
 }
 
 TEST(CpuFeatures, UnknownIsaNamesTheVariable) {

@@ -1,8 +1,8 @@
 // Winograd convolutions (GRAFT_CONV_WINOGRAD; onednn_conv.cpp, wantsWinograd): through a session,
 // as a user runs one. A 3x3 convolution of stride 1 runs on oneDNN's Winograd kernel on AVX-512
-// hosts where it is large enough to gain (auto, the default), never with "off" or under
-// enableBf16, wherever oneDNN has it with "on"; its results match the direct convolution's to
-// float32 accuracy; a bad value of the variable is refused by name.
+// hosts where it gains on that host's class (auto, the default; the rule's own test covers both), never with "off" or
+// under enableBf16, wherever oneDNN has it with "on"; its results match the direct convolution's to float32 accuracy; a
+// bad value of the variable is refused by name.
 #include <gtest/gtest.h>
 
 #include <graft/builder.hpp>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "../unit_test_util.hpp"
+#include "backends/cpu/onednn_common.hpp"
 #include "support/cpu_features.hpp"
 
 namespace graft {
@@ -86,8 +87,9 @@ double relError(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(Winograd, TakesLargeConvolutionsOnAvx512Hosts) {
   ConvRun big = run(2, ""), small = run(1, ""), off = run(2, "off");
   EXPECT_FALSE(winograd(off)) << off.kernel;
-  // 1 x 64 x 56 x 56: 0.23 GFLOP of direct work, below the 0.4 where Winograd starts to gain.
-  EXPECT_FALSE(winograd(small)) << small.kernel;
+  // 1 x 64 x 56 x 56: 0.23 GFLOP of direct work, below the 0.4 where Winograd starts to gain on
+  // full-rate AVX-512 hosts; half-rate ones take it.
+  EXPECT_EQ(winograd(small), support::cpuFeatures().avx512HalfRate) << small.kernel;
   if (!support::cpuFeatures().avx512f) {
     EXPECT_FALSE(winograd(big)) << "oneDNN has Winograd convolutions for AVX-512 only: " << big.kernel;
     return;
@@ -97,6 +99,26 @@ TEST(Winograd, TakesLargeConvolutionsOnAvx512Hosts) {
   double e = relError(big.y, off.y);
   EXPECT_GT(e, 0.0) << "Winograd's transforms round differently from the direct sums";
   EXPECT_LT(e, 1e-5);
+}
+
+// The rule itself, for both host classes whatever this host is.
+TEST(Winograd, AutoRuleByHostClass) {
+  using backends::cpu::onednn::winogradGains;
+  using Dims = std::vector<int64_t>;
+  // Full-rate AVX-512: at least 0.4 GFLOP of direct work and 14x14 outputs.
+  EXPECT_FALSE(winogradGains(64, Dims{1, 64, 56, 56}, false));  // 0.23 GFLOP
+  EXPECT_TRUE(winogradGains(64, Dims{2, 64, 56, 56}, false));   // 0.46 GFLOP
+  EXPECT_FALSE(winogradGains(512, Dims{8, 512, 7, 7}, false));  // 7x7
+  EXPECT_TRUE(winogradGains(256, Dims{8, 256, 14, 14}, false));
+  // Half-rate AVX-512: every size.
+  EXPECT_TRUE(winogradGains(64, Dims{1, 64, 56, 56}, true));
+  EXPECT_TRUE(winogradGains(512, Dims{1, 512, 7, 7}, true));
+  EXPECT_TRUE(winogradGains(64, Dims{1, 256, 13, 13}, true));
+  // Fewer than 64 input channels: neither.
+  for (bool half : {false, true}) {
+    EXPECT_FALSE(winogradGains(32, Dims{8, 32, 56, 56}, half));
+    EXPECT_FALSE(winogradGains(16, Dims{8, 64, 55, 55}, half));
+  }
 }
 
 TEST(Winograd, OnRunsItWhereverOneDnnHasIt) {
