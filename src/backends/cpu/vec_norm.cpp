@@ -45,6 +45,17 @@ GRAFT_VEC_LOOP double rowSquaredDeviation(const float* p, int64_t n, double mean
   return acc[0];
 }
 
+// A row's mean and 1 / sqrt(variance + eps), both accumulated in double (0 and 1 / sqrt(eps) for
+// an empty row).
+struct RowStats {
+  double mean = 0, inv = 0;
+};
+RowStats rowStats(const float* row, int64_t cols, double eps) {
+  double m = cols ? GRAFT_VEC_RUN(rowSum(row, cols)) / static_cast<double>(cols) : 0.0;
+  double var = cols ? GRAFT_VEC_RUN(rowSquaredDeviation(row, cols, m)) / static_cast<double>(cols) : 0.0;
+  return {m, 1.0 / std::sqrt(var + eps)};
+}
+
 GRAFT_VEC_LOOP void normalizeRow(const float* x, float* y, const float* g, const float* b, int64_t n, float mean,
                                  float inv) {
   for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * inv * g[j] + b[j];
@@ -93,13 +104,11 @@ ops::KernelFn layerNormKernel(ops::CompileContext& c) {
     parallelRanges(k.pool(), rows, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* row = xp + r * cols;
-        double m = cols ? GRAFT_VEC_RUN(rowSum(row, cols)) / static_cast<double>(cols) : 0.0;
-        double var = cols ? GRAFT_VEC_RUN(rowSquaredDeviation(row, cols, m)) / static_cast<double>(cols) : 0.0;
-        double inv = 1.0 / std::sqrt(var + eps);
-        GRAFT_VEC_RUN(
-            normalizeRow(row, yp + r * cols, g.data(), b.data(), cols, static_cast<float>(m), static_cast<float>(inv)));
-        if (meanOut) meanOut[r] = static_cast<float>(m);
-        if (invOut) invOut[r] = static_cast<float>(inv);
+        RowStats st = rowStats(row, cols, eps);
+        auto m = static_cast<float>(st.mean), inv = static_cast<float>(st.inv);
+        GRAFT_VEC_RUN(normalizeRow(row, yp + r * cols, g.data(), b.data(), cols, m, inv));
+        if (meanOut) meanOut[r] = m;
+        if (invOut) invOut[r] = inv;
       }
     });
   };
@@ -183,10 +192,10 @@ ops::KernelFn layerNormGradKernel(ops::CompileContext& c) {
         for (int64_t r = ch * perChunk; r < std::min(rows, (ch + 1) * perChunk); ++r) {
           const float* row = xp + r * cols;
           const float* d = dyp + r * cols;
-          double m = GRAFT_VEC_RUN(rowSum(row, cols)) / static_cast<double>(cols);
-          double var = GRAFT_VEC_RUN(rowSquaredDeviation(row, cols, m)) / static_cast<double>(cols);
-          auto inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-          RowSums t = GRAFT_VEC_RUN(layerNormGradSums(row, d, sp, xh.data(), pS, pB, cols, static_cast<float>(m), inv));
+          RowStats st = rowStats(row, cols, eps);
+          auto inv = static_cast<float>(st.inv);
+          RowSums t =
+              GRAFT_VEC_RUN(layerNormGradSums(row, d, sp, xh.data(), pS, pB, cols, static_cast<float>(st.mean), inv));
           GRAFT_VEC_RUN(layerNormGradRow(d, sp, xh.data(), dx + r * cols, cols, inv,
                                          static_cast<float>(t.g / static_cast<double>(cols)),
                                          static_cast<float>(t.gx / static_cast<double>(cols))));
