@@ -527,7 +527,7 @@ GRAFT_REGISTER_OPS(normalization) {
       // Per element of X: the two channel sums (dY, dY * x-hat) and dX's formula.
       .setCost([](const ir::Node& n) { return 6.0 * cost::numel(n.input(1)); })
       .setInfer([](const ir::Node&, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
-        ir::ValueType channel = in.at(2);  // dScale and dB: scale's type and shape
+        const ir::ValueType& channel = in.at(2);  // dScale and dB: scale's type and shape
         return std::vector<ir::ValueType>{in.at(1), channel, channel};
       });
   r.add("LayerNormalizationGrad", kGraftDomain)

@@ -26,8 +26,41 @@ struct BackendCase {
   std::function<void(std::vector<NDArray>& inputs)> derive = {};
 };
 
-/// Every case of backend_cases.cpp (convolutions, matmuls, pools, normalisations, reorders,
+/// Every case of backend_cases_*.cpp (convolutions, matmuls, pools, normalisations, reorders,
 /// recurrent cells and their gradients), built on first use.
 const std::vector<BackendCase>& allCases();
+
+/// What the case files share (backend_cases.cpp).
+namespace cases {
+using Ints = std::vector<int64_t>;
+/// Adds a case; its name made an identifier; `constant` per input (missing: fed at run time).
+void add(std::string name, OpCase op, std::vector<bool> constant = {}, double tol = 1e-4);
+/// The case added last (to set its ISA, expected error or derived inputs).
+BackendCase& last();
+/// A float array of shape s, uniform in [lo, hi), seeded by `salt`.
+NDArray rnd(Shape s, const std::string& salt, double lo = -1, double hi = 1);
+/// Plain [N, C, S...] -> [N, ceil(C/b), S..., b].
+NDArray blockOf(const NDArray& x, int64_t b);
+/// x (float32) rounded to bf16, as a BFLOAT16 array (the reference's Cast: to nearest even).
+NDArray toBf16(const NDArray& x);
+/// The FusedConv / FusedMatMul attributes of activation `act` ("" for none).
+ir::Attributes activationAttrs(const std::string& act);
+/// `x` with NaN, +inf, -inf and denormals sprinkled in.
+NDArray sprinkled(const NDArray& x);
+/// The activations the fused kernels' cases run ("" for none).
+extern const std::vector<std::string> kActivations;
+
+/// The case families, each in its file.
+void convCases();                  // backend_cases_conv.cpp
+void channelsLastTrainingCases();  // backend_cases_conv.cpp
+void matmulCases();                // backend_cases_matmul.cpp
+void poolCases();                  // backend_cases_pool_norm.cpp
+void normCases();                  // backend_cases_pool_norm.cpp
+void reorderCases();               // backend_cases_pool_norm.cpp
+void rnnCases();                   // backend_cases_rnn.cpp
+void smallBatchLstmCases();        // backend_cases_rnn.cpp
+void rnnGradCases();               // backend_cases_rnn.cpp
+void lstmTrainingCases();          // backend_cases_rnn.cpp
+}  // namespace cases
 
 }  // namespace graft::testing

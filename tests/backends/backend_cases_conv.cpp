@@ -1,0 +1,336 @@
+// Backend matrix cases (backend_cases.hpp): convolutions (Conv, FusedConv, ConvTranspose, their
+// gradients) and the channels-last training kernels.
+#include "backend_cases.hpp"
+
+#include <cmath>
+
+namespace graft::testing::cases {
+
+namespace {
+
+// A convolution's geometry: X's and W's shapes, the window attributes, a name.
+struct ConvGeo {
+  Shape x, w;
+  ir::Attributes a;
+  std::string tag;
+};
+
+// Its backward ops' view: dY's shape, ConvGradWeight's attributes and ConvGradInput's.
+struct ConvGradGeo {
+  Shape ys;
+  ir::Attributes weight, input;
+};
+ConvGradGeo convGradGeo(const ConvGeo& g) {
+  ConvGradGeo r;
+  r.ys = runReference(OpCase{"Conv", {rnd(g.x, "gx"), rnd(g.w, "gw")}, g.a}).at(0).shape();
+  r.weight = g.a;
+  r.weight.set("kernel_shape", Ints(g.w.begin() + 2, g.w.end()));
+  r.input = r.weight;
+  r.input.set("input_spatial", Ints(g.x.begin() + 2, g.x.end()));
+  return r;
+}
+
+}  // namespace
+
+void convCases() {
+  std::vector<ConvGeo> geos = {
+      {{1, 3, 9, 9}, {8, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "2d_pad1"},
+      {{2, 16, 8, 8}, {16, 16, 1, 1}, {}, "2d_1x1"},
+      {{1, 8, 10, 7}, {12, 8, 3, 3}, attrs({{"strides", Ints{2, 2}}}), "2d_stride2"},
+      {{1, 8, 9, 9}, {8, 8, 3, 3}, attrs({{"dilations", Ints{2, 2}}, {"pads", Ints{2, 2, 2, 2}}}), "2d_dilated"},
+      {{1, 8, 9, 9}, {8, 4, 3, 3}, attrs({{"group", int64_t{2}}, {"pads", Ints{0, 1, 2, 1}}}), "2d_group2_asym"},
+      {{1, 16, 8, 8}, {16, 1, 3, 3}, attrs({{"group", int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_depthwise"},
+      {{1, 24, 7, 7},
+       {24, 1, 3, 3},
+       attrs({{"group", int64_t{24}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+       "2d_depthwise24_s2"},
+      {{1, 5, 7, 6},
+       {7, 5, 2, 3},
+       attrs({{"auto_pad", std::string("SAME_UPPER")}, {"strides", Ints{2, 1}}}),
+       "2d_same_upper"},
+      {{1, 5, 7, 6}, {7, 5, 2, 2}, attrs({{"auto_pad", std::string("SAME_LOWER")}}), "2d_same_lower"},
+      {{1, 5, 7, 6}, {7, 5, 3, 2}, attrs({{"auto_pad", std::string("VALID")}, {"strides", Ints{2, 2}}}), "2d_valid"},
+      {{2, 6, 11}, {4, 6, 3}, attrs({{"pads", Ints{1, 2}}, {"strides", Ints{2}}}), "1d"},
+      {{1, 4, 5, 5, 5}, {8, 4, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}}), "3d"},
+      {{1, 4, 6, 5, 4}, {4, 2, 2, 2, 2}, attrs({{"group", int64_t{2}}, {"strides", Ints{2, 1, 2}}}), "3d_group"},
+      {{1, 17, 6, 6}, {9, 17, 3, 3}, attrs({{"kernel_shape", Ints{3, 3}}}), "2d_odd_channels"},
+      // Winograd's shape (3x3, stride 1; 16-channel multiples; 10 = two 4-wide tiles and a part).
+      {{2, 16, 10, 10}, {32, 16, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "2d_winograd"},
+  };
+  for (const ConvGeo& g : geos) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::string n = "Conv_" + g.tag +
+                      (variant == 0   ? "_bias_constw"
+                       : variant == 1 ? "_nobias_runtimew"
+                                      : "_bias_runtimew");
+      std::vector<NDArray> in{rnd(g.x, n + "x"), rnd(g.w, n + "w")};
+      if (variant != 1) in.push_back(rnd({g.w[0]}, n + "b"));
+      add(n, OpCase{"Conv", in, g.a}, {false, variant == 0, variant == 0});
+    }
+  }
+  // The backward pass (ai.graft ConvGradInput / ConvGradWeight) of the same geometries.
+  for (const ConvGeo& g : geos) {
+    ConvGradGeo b = convGradGeo(g);
+    for (bool constw : {true, false}) {
+      std::string n = "ConvGradInput_" + g.tag + (constw ? "_constw" : "_runtimew");
+      OpCase c{"ConvGradInput", {rnd(b.ys, n + "dy"), rnd(g.w, n + "w")}, b.input, 1, "ai.graft"};
+      add(n, c, {false, constw});
+    }
+    for (int outs : {1, 2}) {
+      std::string n = "ConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
+      add(n, OpCase{"ConvGradWeight", {rnd(g.x, n + "x"), rnd(b.ys, n + "dy")}, b.weight, outs, "ai.graft"});
+    }
+  }
+  // A double convolution: the cpu backend runs the reference kernel.
+  add("Conv_double",
+      OpCase{"Conv", {randomArray(DataType::Double, {1, 2, 4, 4}, 1), randomArray(DataType::Double, {2, 2, 3, 3}, 2)}});
+
+  // FusedConv: activations, residual sums, channel-blocked layouts.
+  for (const std::string& act : kActivations) {
+    std::string n = "FusedConv_" + (act.empty() ? std::string("none") : act);
+    ir::Attributes a = activationAttrs(act);
+    a.set("pads", Ints{1, 1, 1, 1});
+    OpCase c{"FusedConv", {rnd({1, 8, 6, 6}, n + "x", -2, 2), rnd({8, 8, 3, 3}, n + "w"), rnd({8}, n + "b")}, a};
+    c.domain = "ai.graft";
+    add(n, c, {false, true, true});
+    // NaN, ±inf and denormals in the input (issue 16: oneDNN's Relu and Clip post-ops drop NaN).
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
+  }
+  for (int xb : {0, 8, 16})
+    for (int yb : {0, 8, 16})
+      for (bool sum : {false, true}) {
+        for (int64_t C : {3, 16, 20}) {
+          if (xb && C == 3 && yb == 0) continue;
+          std::string n = "FusedConv_x" + std::to_string(xb) + "_y" + std::to_string(yb) + "_C" + std::to_string(C) +
+                          (sum ? "_sum" : "");
+          int64_t M = 12;
+          NDArray x = rnd({2, C, 7, 7}, n + "x"), s = rnd({2, M, 7, 7}, n + "s");
+          ir::Attributes a = activationAttrs("Relu");
+          a.set("pads", Ints{1, 1, 1, 1});
+          a.set("x_block", int64_t{xb});
+          a.set("y_block", int64_t{yb});
+          std::vector<NDArray> in{xb ? blockOf(x, xb) : x, rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+          if (sum) in.push_back(yb ? blockOf(s, yb) : s);
+          OpCase c{"FusedConv", in, a};
+          c.domain = "ai.graft";
+          add(n, c, {false, true, false, false});
+          if (C == 20) {
+            in[0] = xb ? blockOf(sprinkled(x), xb) : sprinkled(x);
+            add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+          }
+        }
+      }
+  // Channels-last (a block of all channels: what the cpu-layout pass picks where oneDNN's AVX-512
+  // brgemm convolutions choose NHWC).
+  for (int64_t C : {3, 16, 20})
+    for (bool sum : {false, true}) {
+      std::string n = "FusedConv_nhwc_C" + std::to_string(C) + (sum ? "_sum" : "");
+      int64_t M = 12;
+      ir::Attributes a = activationAttrs("Relu");
+      a.set("pads", Ints{1, 1, 1, 1});
+      a.set("x_block", C);
+      a.set("y_block", M);
+      std::vector<NDArray> in{blockOf(rnd({2, C, 7, 7}, n + "x"), C), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+      if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
+      add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+    }
+  // Batch 1, channels last, constant weights: row bands under passive waits (onednn_conv.cpp,
+  // makeBands; the backend matrix runs with OMP_WAIT_POLICY=passive): a band's top and bottom
+  // padding and its input rows with their halo, for stride 2, dilation, asymmetric padding, a
+  // depthwise convolution, a residual Sum, and an output of two rows (one row a band).
+  struct Band {
+    const char* tag;
+    int64_t C, M, H, W, kh, kw, group;
+    Ints pads, strides, dilations;
+    bool sum;
+  };
+  for (const Band& b : {Band{"3x3", 8, 12, 9, 7, 3, 3, 1, {1, 1, 1, 1}, {1, 1}, {1, 1}, false},
+                        Band{"stride2", 5, 6, 11, 6, 3, 3, 1, {1, 1, 1, 1}, {2, 2}, {1, 1}, false},
+                        Band{"dilated_asym", 4, 8, 12, 9, 5, 3, 1, {0, 1, 3, 1}, {1, 1}, {2, 1}, true},
+                        Band{"depthwise", 16, 16, 10, 10, 3, 3, 16, {1, 1, 1, 1}, {1, 1}, {1, 1}, true},
+                        Band{"1x1_two_rows", 6, 10, 2, 5, 1, 1, 1, {0, 0, 0, 0}, {1, 1}, {1, 1}, false}}) {
+    std::string n = std::string("FusedConv_nhwc_b1_bands_") + b.tag;
+    ir::Attributes a = activationAttrs("Relu");
+    a.set("pads", b.pads);
+    a.set("strides", b.strides);
+    a.set("dilations", b.dilations);
+    a.set("group", b.group);
+    a.set("x_block", b.C);
+    a.set("y_block", b.M);
+    const int64_t oh = (b.H + b.pads[0] + b.pads[2] - ((b.kh - 1) * b.dilations[0] + 1)) / b.strides[0] + 1;
+    const int64_t ow = (b.W + b.pads[1] + b.pads[3] - ((b.kw - 1) * b.dilations[1] + 1)) / b.strides[1] + 1;
+    std::vector<NDArray> in{blockOf(rnd({1, b.C, b.H, b.W}, n + "x"), b.C),
+                            rnd({b.M, b.C / b.group, b.kh, b.kw}, n + "w"), rnd({b.M}, n + "b")};
+    if (b.sum) in.push_back(blockOf(rnd({1, b.M, oh, ow}, n + "s"), b.M));
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+  }
+  // bf16 activations (y_dtype BFLOAT16, as the cpu-bf16-activations pass of enableBf16 sessions
+  // writes them): X float32 or bf16, Sum bf16, channels-last and 16-channel blocks; Relu (applied
+  // after the primitive, in its bf16 form), LeakyRelu (a post-op) or none; NaN and infinities in
+  // a bf16 X. Y is rounded to bf16, so results one bf16 step (2^-8 of the value) apart where the
+  // float32 sums straddle a rounding boundary are equal here: tolerance 1e-2.
+  for (bool blocked : {false, true})
+    for (bool xBf16 : {false, true})
+      for (bool sum : {false, true})
+        for (std::string act : {"Relu", "LeakyRelu", ""}) {
+          const int64_t C = 16, M = 32, xb = blocked ? 16 : C, yb = blocked ? 16 : M;
+          std::string n = std::string("FusedConv_bf16y_") + (blocked ? "b16" : "nhwc") + (xBf16 ? "_xbf16" : "_xf32") +
+                          (sum ? "_sum" : "") + "_" + (act.empty() ? "none" : act);
+          ir::Attributes a = activationAttrs(act);
+          a.set("pads", Ints{1, 1, 1, 1});
+          a.set("x_block", xb);
+          a.set("y_block", yb);
+          a.set("y_dtype", static_cast<int64_t>(DataType::BFloat16));
+          NDArray x = blockOf(rnd({2, C, 7, 7}, n + "x", -2, 2), xb);
+          std::vector<NDArray> in{xBf16 ? toBf16(x) : x, rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+          if (sum) in.push_back(toBf16(blockOf(rnd({2, M, 7, 7}, n + "s", -4, 4), yb)));
+          add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, 1e-2);
+          if (xBf16 && act == "Relu") {
+            in[0] = toBf16(blockOf(sprinkled(rnd({2, C, 7, 7}, n + "x", -2, 2)), xb));
+            add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, 1e-2);
+          }
+        }
+  // Winograd's shapes (3x3, stride 1, 16-channel multiples; the cpu_winograd variant of the
+  // matrix runs them on oneDNN's Winograd kernels): plain, channels-last and 16-channel blocks,
+  // with and without a residual sum; Relu; 9x9 and 14x14 outputs (whole and partial 4x4 tiles);
+  // NaN and infinities in X.
+  for (int layout : {0, -1, 16})
+    for (bool sum : {false, true})
+      for (int64_t H : {9, 14}) {
+        const int64_t C = 32, M = 48;
+        int64_t xb = layout < 0 ? C : layout, yb = layout < 0 ? M : layout;
+        std::string n = std::string("FusedConv_winograd_") +
+                        (layout == 0  ? "plain"
+                         : layout < 0 ? "nhwc"
+                                      : "b16") +
+                        "_H" + std::to_string(H) + (sum ? "_sum" : "");
+        ir::Attributes a = activationAttrs("Relu");
+        a.set("pads", Ints{1, 1, 1, 1});
+        if (layout) {
+          a.set("x_block", xb);
+          a.set("y_block", yb);
+        }
+        NDArray x = rnd({2, C, H, H}, n + "x", -2, 2), s = rnd({2, M, H, H}, n + "s");
+        auto lay = [&](const NDArray& v, int64_t b) { return layout ? blockOf(v, b) : v; };
+        std::vector<NDArray> in{lay(x, xb), rnd({M, C, 3, 3}, n + "w"), rnd({M}, n + "b")};
+        if (sum) in.push_back(lay(s, yb));
+        add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+        if (H == 9 && !sum) {
+          in[0] = lay(sprinkled(x), xb);
+          add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+        }
+      }
+  {
+    OpCase c{"FusedConv",
+             {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},
+             attrs({{"group", int64_t{32}},
+                    {"pads", Ints{1, 1, 1, 1}},
+                    {"x_block", int64_t{8}},
+                    {"y_block", int64_t{8}},
+                    {"activation", std::string("Clip")},
+                    {"activation_alpha", 0.f},
+                    {"activation_beta", 6.f}})};
+    c.inputs[0] = blockOf(c.inputs[0], 8);
+    c.domain = "ai.graft";
+    add("FusedConv_depthwise_blocked_relu6", c, {false, true, true});
+  }
+
+  // ConvTranspose.
+  struct D {
+    Shape x, w;
+    ir::Attributes a;
+    std::string tag;
+  };
+  std::vector<D> deconvs = {
+      {{1, 4, 5, 5}, {4, 6, 3, 3}, {}, "2d"},
+      {{1, 4, 5, 5}, {4, 6, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "2d_s2_p1"},
+      {{1, 4, 5, 4}, {4, 3, 3, 2}, attrs({{"strides", Ints{2, 3}}, {"output_padding", Ints{1, 2}}}), "2d_outpad"},
+      {{1, 4, 5, 5}, {4, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"output_shape", Ints{10, 11}}}), "2d_outshape"},
+      {{1, 4, 5, 5},
+       {4, 3, 3, 3},
+       attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}}),
+       "2d_same"},
+      {{1, 6, 4, 4}, {6, 2, 3, 3}, attrs({{"group", int64_t{3}}, {"dilations", Ints{2, 2}}}), "2d_group_dilated"},
+      {{2, 3, 7}, {3, 5, 4}, attrs({{"strides", Ints{3}}, {"pads", Ints{1, 2}}}), "1d"},
+      {{1, 2, 3, 3, 3}, {2, 4, 2, 2, 2}, attrs({{"strides", Ints{2, 2, 2}}}), "3d"},
+  };
+  for (const D& d : deconvs)
+    for (bool constw : {true, false}) {
+      std::string n = "ConvTranspose_" + d.tag + (constw ? "_constw" : "_runtimew");
+      int64_t M = d.w[1] * (d.a.has("group") ? std::get<int64_t>(*d.a.find("group")) : 1);
+      add(n, OpCase{"ConvTranspose", {rnd(d.x, n + "x"), rnd(d.w, n + "w"), rnd({M}, n + "b")}, d.a},
+          {false, constw, constw});
+    }
+}
+
+// Channels-last training kernels (ai.graft::ChannelBlocked from the cpu-layout-training pass,
+// blocks of all channels: [N, 1, spatial..., C]): BatchNormalization in training mode and its
+// gradient, the convolution gradients, the pooling gradients.
+void channelsLastTrainingCases() {
+  auto wrapped = [](const std::string& op, std::vector<NDArray> in, ir::Attributes a, int64_t block, int64_t channels,
+                    Ints blockedInputs, Ints inputChannels, bool blockedOutput, int outs) {
+    a.set("op", op);
+    if (op != "BatchNormalization") a.set("op_domain", std::string("ai.graft"));
+    a.set("block", block);
+    a.set("channels", channels);
+    a.set("blocked_inputs", blockedInputs);
+    a.set("input_channels", inputChannels);
+    if (!blockedOutput) a.set("blocked_output", int64_t{0});
+    OpCase c{"ChannelBlocked", std::move(in), a, outs, "ai.graft"};
+    return c;
+  };
+  for (const Shape& s : std::vector<Shape>{{2, 16, 5, 5}, {3, 13, 4, 6}, {2, 7, 9}, {1, 32, 40, 40}}) {
+    int64_t C = s[1];
+    std::string n = "NhwcBatchNorm_" + shapeToString(s);
+    NDArray x = rnd(s, n + "x", -2, 3);
+    for (float momentum : {0.f, 0.9f})
+      add(n + "_train_m" + std::to_string(static_cast<int>(momentum * 10)),
+          wrapped("BatchNormalization",
+                  {blockOf(x, C), rnd({C}, n + "s", 0.5, 1.5), rnd({C}, n + "b"), rnd({C}, n + "m"),
+                   rnd({C}, n + "v", 0.5, 2)},
+                  attrs({{"epsilon", 1e-3f}, {"training_mode", int64_t{1}}, {"momentum", momentum}}), C, C, {0}, {C},
+                  true, 3));
+    NDArray dy = rnd(s, n + "dy");
+    for (bool given : {false, true}) {
+      std::vector<NDArray> in{blockOf(dy, C), blockOf(x, C), rnd({C}, n + "s", 0.5, 1.5)};
+      if (given) {
+        in.push_back(rnd({C}, n + "mean"));
+        in.push_back(rnd({C}, n + "var", 0.5, 2));
+      }
+      add(n + (given ? "_grad_given_stats" : "_grad"),
+          wrapped("BatchNormalizationGrad", in, attrs({{"epsilon", 1e-3f}}), C, C, {0, 1}, {C, C}, true, 3));
+    }
+  }
+  std::vector<ConvGeo> geos = {
+      {{2, 16, 8, 8}, {32, 16, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}}), "3x3"},
+      {{2, 32, 9, 9}, {16, 32, 1, 1}, attrs({{"strides", Ints{2, 2}}}), "1x1_s2"},
+      {{1, 32, 8, 8}, {32, 1, 3, 3}, attrs({{"group", int64_t{32}}, {"pads", Ints{1, 1, 1, 1}}}), "depthwise"},
+      {{1, 3, 12, 12}, {16, 3, 3, 3}, attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}), "stem"},
+  };
+  for (const ConvGeo& g : geos) {
+    ConvGradGeo b = convGradGeo(g);
+    int64_t C = g.x[1], M = g.w[0];
+    std::string n = "NhwcConvGradInput_" + g.tag;
+    add(n,
+        wrapped("ConvGradInput", {blockOf(rnd(b.ys, n + "dy"), M), rnd(g.w, n + "w")}, b.input, C, C, {0}, {M}, true,
+                1),
+        {false, true});
+    for (int outs : {1, 2}) {
+      std::string nw = "NhwcConvGradWeight_" + g.tag + (outs == 2 ? "_bias" : "");
+      add(nw, wrapped("ConvGradWeight", {blockOf(rnd(g.x, nw + "x"), C), blockOf(rnd(b.ys, nw + "dy"), M)}, b.weight, C,
+                      C, {0, 1}, {C, M}, false, outs));
+    }
+  }
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    Shape xs{2, 16, 9, 9};
+    ir::Attributes a = attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}});
+    std::string n = std::string("Nhwc") + op + "Grad";
+    NDArray x = rnd(xs, n + "x");
+    Shape ys = runReference(OpCase{op, {x}, a}).at(0).shape();
+    add(n, wrapped(std::string(op) + "Grad", {blockOf(rnd(ys, n + "dy"), 16), blockOf(x, 16)}, a, 16, 16, {0, 1},
+                   {16, 16}, true, 1));
+  }
+}
+
+}  // namespace graft::testing::cases
