@@ -198,8 +198,8 @@ struct PyCallbacks {
   pyb::function in, inComplete, out, outComplete;
 };
 
-std::unique_ptr<StepIOCallback> makeCallbackIO(pyb::function in, pyb::object inComplete, pyb::function out,
-                                               pyb::object outComplete) {
+std::unique_ptr<StepIOCallback> makeCallbackIO(pyb::function in, const pyb::object& inComplete, pyb::function out,
+                                               const pyb::object& outComplete) {
   auto cb = std::make_shared<PyCallbacks>();
   cb->in = std::move(in);
   cb->out = std::move(out);
@@ -230,7 +230,7 @@ std::unique_ptr<StepIOCallback> makeCallbackIO(pyb::function in, pyb::object inC
 }  // namespace
 
 void bindSession(pyb::module_& m) {
-  pyb::class_<IStepIO>(m, "IStepIO");
+  pyb::class_<IStepIO> stepIo(m, "IStepIO");
   pyb::class_<PyStepIO, IStepIO>(m, "PyStepIO")
       .def(pyb::init<const pyb::dict&, const pyb::dict&>(), pyb::arg("inputs"), pyb::arg("outputs"))
       // PopART checks array sizes at run time when asked; graft always does.
@@ -240,7 +240,7 @@ void bindSession(pyb::module_& m) {
       .def(pyb::init(&makeCallbackIO), pyb::arg("input_callback"), pyb::arg("input_complete_callback"),
            pyb::arg("output_callback"), pyb::arg("output_complete_callback"));
 
-  pyb::class_<WeightsIO>(m, "IWeightsIO");
+  pyb::class_<WeightsIO> weightsIo(m, "IWeightsIO");
   pyb::class_<PyWeightsIO, WeightsIO>(m, "PyWeightsIO").def(pyb::init<const pyb::dict&>(), pyb::arg("weights"));
 
   pyb::class_<OpProfile>(m, "OpProfile")

@@ -367,7 +367,10 @@ GRAFT_VEC_CASES(vec_norm) {
     // Close values far from 0 ([10000, 10003]): the log-probabilities (about -3.44 ... -0.44) keep
     // their fraction, which subtracting max + log(sum) in one step would round away.
     NDArray close(DataType::Float, {2, 4});
-    for (int64_t i = 0; i < 8; ++i) close.data<float>()[i] = static_cast<float>((i / 4) * 10000 + i % 4);
+    for (int64_t i = 0; i < 8; ++i) {
+      int64_t row = i / 4, col = i % 4;
+      close.data<float>()[i] = static_cast<float>(row * 10000 + col);
+    }
     VecCase c = make("close large values", type, {close}, attrs({{"axis", int64_t{1}}}));
     c.rtol = 1e-6;
     c.atol = 1e-6;

@@ -21,12 +21,12 @@ OpCase batchNorm(Shape xs, int64_t training, float momentum, int outputs) {
 }
 
 TEST(BatchNormalization, GradientInferenceMode) {
-  for (Shape s : {Shape{3, 2, 4}, Shape{4, 3}, Shape{2, 2, 2, 3}, Shape{5}})
+  for (const Shape& s : {Shape{3, 2, 4}, Shape{4, 3}, Shape{2, 2, 2, 3}, Shape{5}})
     EXPECT_TRUE(gradCheck(batchNorm(s, 0, 0.9f, 1), {0, 1, 2})) << shapeToString(s);
 }
 
 TEST(BatchNormalization, GradientTrainingMode) {
-  for (Shape s : {Shape{3, 2, 4}, Shape{4, 3}, Shape{2, 2, 2, 3}, Shape{5}}) {
+  for (const Shape& s : {Shape{3, 2, 4}, Shape{4, 3}, Shape{2, 2, 2, 3}, Shape{5}}) {
     // The running-statistics outputs (ONNX requires them in training mode) depend on X through
     // the batch statistics; with momentum 0 the VJP hands them to the gradient op as the batch
     // statistics.
