@@ -110,7 +110,7 @@ namespace graft::ops {
 
 namespace {
 // GELU, erf form (ai.onnx Gelu, ai.graft GeluErf): y = x Phi(x).
-void geluErfVjp(GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0)))); }
+void geluErfVjp(GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0), g.out(0)))); }
 
 // GELU, tanh form (ai.onnx Gelu approximate=tanh, ai.graphcore Gelu): y = 0.5 x (1 + tanh(u)),
 // u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).

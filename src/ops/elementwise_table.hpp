@@ -85,7 +85,12 @@
   X(Sign,        "Sign",           "",             31,  1, 0,   1,   Numeric,       0,   0,   undef,              "",      0.f,   "",     0.f,  a > C(0) ? C(1) : (a < C(0) ? C(-1) : a)) \
   X(Floor,       "Floor",          "",             32,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  std::floor(a)) \
   X(Ceil,        "Ceil",           "",             33,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  std::ceil(a)) \
-  X(Square,      "",               "",             34,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  a * a)
+  X(Square,      "",               "",             34,  1, 0,   1,   Floats,        0,   0,   undef,              "",      0.f,   "",     0.f,  a * a) \
+  /* GELU's derivative Phi(x) + x phi(x) given x (a) and y = GeluErf(x) (b): Phi(x) = y / x, so that  */ \
+  /* a loop computing both evaluates erf once; Phi = 1/2 for |x| < 1e-30 (where y may be denormal),   */ \
+  /* NaN at x = +-inf as in the composed form                                                          */ \
+  X(GeluErfGrad, "GeluErfGrad",    "ai.graft",     35,  2, 0,   0,   Floats,        1,   1,   undef,              "",      0.f,   "",     0.f, \
+    (M::abs(a) < C(1e-30) ? C(0.5) : b / a) + a * C(0.3989422804014327) * M::exp(C(-0.5) * a * a))
 
 // Rows outside FusedElementwise programs (Code is unused). Their two-operand rows (SwiGLU) take
 // operands of one shape and type: no broadcasting.

@@ -1,7 +1,7 @@
 // graft's fused elementwise ops (domain ai.graft), created by the passes fuse-elementwise and
 // fuse-gelu, never by models: FusedElementwise (a chain of elementwise ops in one loop, see
 // fused_program.hpp). GeluErf (GELU in its erf form, x/2 (1 + erf(x / sqrt 2))) is a row of the
-// elementwise table.
+// elementwise table; so is GeluErfGrad, its derivative, which autodiff writes.
 #include "ops/fused_program.hpp"
 
 #include <cmath>
@@ -39,8 +39,8 @@ Program Program::fromNode(const ir::Node& n) {
   GRAFT_CHECK(outs.size() == n.numOutputs(), "{}: {} output registers for {} outputs", n.describe(), outs.size(),
               n.numOutputs());
   for (size_t i = 0; i < codes.size(); ++i) {
-    GRAFT_CHECK(codes[i] >= 0 && codes[i] < static_cast<int64_t>(Code::Count), "{}: instruction {} has the unknown code {}",
-                n.describe(), i, codes[i]);
+    GRAFT_CHECK(codes[i] >= 0 && codes[i] < static_cast<int64_t>(Code::Count),
+                "{}: instruction {} has the unknown code {}", n.describe(), i, codes[i]);
     Instr in;
     in.code = static_cast<Code>(codes[i]);
     int32_t* ops[3] = {&in.a, &in.b, &in.c};
@@ -108,7 +108,8 @@ C evalInstr(const fused::Instr& in, const C* r) {
     return ew::Formula<ew::Op::Id>::eval<ew::StdMath, C>(a, b, c, imm, C(0));
     GRAFT_EW_PROGRAM(GRAFT_EW_X)
 #undef GRAFT_EW_X
-    case Code::Count: break;
+    case Code::Count:
+      break;
   }
   GRAFT_THROW("FusedElementwise: bad instruction code {}", static_cast<int>(in.code));
 }
@@ -128,12 +129,13 @@ KernelFn fusedReference(CompileContext& c) {
       std::vector<std::vector<int64_t>> strides;
       for (size_t i = 0; i < nin; ++i) {
         const NDArray& x = k.input(i);
-        GRAFT_CHECK(x.dtype() == prog.dtype || x.dtype() == DataType::Bool, "{}: input {} is {}, expected {} or BOOL", what,
-                    i, dtypeName(x.dtype()), dtypeName(prog.dtype));
+        GRAFT_CHECK(x.dtype() == prog.dtype || x.dtype() == DataType::Bool, "{}: input {} is {}, expected {} or BOOL",
+                    what, i, dtypeName(x.dtype()), dtypeName(prog.dtype));
         strides.push_back(broadcastStrides(x.shape(), os));
       }
       std::vector<T*> outs;
-      for (size_t o = 0; o < prog.outputs.size(); ++o) outs.push_back(k.allocOutputUninit(o, prog.dtype, os).template data<T>());
+      for (size_t o = 0; o < prog.outputs.size(); ++o)
+        outs.push_back(k.allocOutputUninit(o, prog.dtype, os).template data<T>());
       std::vector<C> reg(static_cast<size_t>(prog.numRegisters()));
       int64_t total = shapeNumel(os), rank = static_cast<int64_t>(os.size());
       std::vector<int64_t> idx(rank, 0);
@@ -147,8 +149,10 @@ KernelFn fusedReference(CompileContext& c) {
         for (size_t j = 0; j < prog.instrs.size(); ++j) reg[nin + j] = evalInstr<C>(prog.instrs[j], reg.data());
         for (size_t o = 0; o < outs.size(); ++o) outs[o][e] = static_cast<T>(reg[prog.outputs[o]]);
         for (int64_t d = rank - 1; d >= 0; --d)
-          if (++idx[d] < os[d]) break;
-          else idx[d] = 0;
+          if (++idx[d] < os[d])
+            break;
+          else
+            idx[d] = 0;
       }
     });
   };
@@ -161,7 +165,8 @@ std::vector<ir::ValueType> inferFused(const ir::Node& n, const std::vector<ir::V
   auto to = static_cast<DataType>(n.attrInt("to"));
   size_t rank = 0;
   for (const auto& t : in) {
-    if (!t.info.hasShape()) return std::vector<ir::ValueType>(n.numOutputs(), ir::ValueType::tensor(TensorInfo::unranked(to)));
+    if (!t.info.hasShape())
+      return std::vector<ir::ValueType>(n.numOutputs(), ir::ValueType::tensor(TensorInfo::unranked(to)));
     rank = std::max<size_t>(rank, t.info.dims().size());
   }
   std::vector<Dim> dims(rank, Dim(1));
@@ -187,6 +192,21 @@ std::vector<ir::ValueType> inferFused(const ir::Node& n, const std::vector<ir::V
 
 GRAFT_REGISTER_OPS(fused_elementwise) {
   r.add("FusedElementwise", kGraftDomain).setReference(fusedReference).setInfer(inferFused).elementwise().inplace(0);
+  // GeluErfGrad(x, y = GeluErf(x)): the VJP of the erf-form GELUs writes it; a row of the table
+  // (its formula there), registered here as a binary op of two same-typed, broadcasting inputs.
+  r.add("GeluErfGrad", kGraftDomain)
+      .setReference(binaryKernel<kFloats>([](auto a, auto b) {
+        using T = decltype(a);
+        return static_cast<T>(ew::Formula<ew::Op::GeluErfGrad>::eval<ew::StdMath, double>(
+            static_cast<double>(a), static_cast<double>(b), 0.0, 0.0, 0.0));
+      }))
+      .setInfer([](const ir::Node& n, const std::vector<ir::ValueType>& in, const std::vector<const NDArray*>&) {
+        GRAFT_CHECK(in.size() == 2 && in[0].known() && in[1].known(), "{}: takes x and y", n.describe());
+        GRAFT_CHECK(in[0].info.dataType() == in[1].info.dataType(), "{}: x is {}, y is {}", n.describe(),
+                    dtypeName(in[0].info.dataType()), dtypeName(in[1].info.dataType()));
+        return std::vector<ir::ValueType>{in[0]};
+      })
+      .elementwise();
   // GeluErf is a row of the elementwise table (elementwise_table.hpp).
 }
 

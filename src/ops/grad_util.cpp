@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "ops/registry.hpp"
 #include "ops/shape_util.hpp"
 #include "support/check.hpp"
 
@@ -154,10 +155,8 @@ ir::Tensor* padEndOnAxes(GradBuilder& g, ir::Tensor* t, const std::vector<int64_
   return g.op("Pad", {t, g.int64s(pads)});
 }
 
-ir::Tensor* geluErfDerivative(GradBuilder& g, ir::Tensor* x) {
-  ir::Tensor* cdf = g.scale(g.add(g.scalarLike(1, x), g.op("Erf", {g.scale(x, 0.70710678118654752440)})), 0.5);
-  ir::Tensor* pdf = g.scale(g.op("Exp", {g.scale(g.mul(x, x), -0.5)}), 0.39894228040143267794);
-  return g.add(cdf, g.mul(x, pdf));
+ir::Tensor* geluErfDerivative(GradBuilder& g, ir::Tensor* x, ir::Tensor* y) {
+  return g.op("GeluErfGrad", {x, y}, {}, ops::kGraftDomain);
 }
 
 }  // namespace graft::ops::gradutil

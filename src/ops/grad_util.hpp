@@ -55,7 +55,8 @@ ir::Tensor* scatterAddAlongAxis(GradBuilder& g, ir::Tensor* upd, ir::Tensor* ind
 ir::Tensor* inversePositions(GradBuilder& g, ir::Tensor* idx, ir::Tensor* dim);
 /// `t` with one zero slice appended to each of `axes`.
 ir::Tensor* padEndOnAxes(GradBuilder& g, ir::Tensor* t, const std::vector<int64_t>& axes);
-/// d/dx of GELU's erf form x Phi(x) = x/2 (1 + erf(x / sqrt 2)): Phi(x) + x phi(x).
-ir::Tensor* geluErfDerivative(GradBuilder& g, ir::Tensor* x);
+/// d/dx of GELU's erf form y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)): Phi(x) + x phi(x), as
+/// ai.graft GeluErfGrad(x, y) (Phi from y: one erf where the forward is in the same loop).
+ir::Tensor* geluErfDerivative(GradBuilder& g, ir::Tensor* x, ir::Tensor* y);
 
 }  // namespace graft::ops::gradutil

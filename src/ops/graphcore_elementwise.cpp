@@ -104,7 +104,7 @@ GRAFT_REGISTER_OPS(graphcore_elementwise) {
         return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
       }))
       .setInfer(sameAsInput0)
-      .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0)))); });
+      .setVjp([](GradBuilder& g) { g.setDx(0, g.mul(g.dy(), gradutil::geluErfDerivative(g, g.in(0), g.out(0)))); });
   r.add("Swish", d)
       .setReference(unaryKernel<kFloats>([](auto x) {
         using C = decltype(x);

@@ -518,6 +518,7 @@ GRAFT_VEC_CASES(vec_fused) {
                    Code::GeluErf, Code::Softplus, Code::Sign, Code::Floor, Code::Ceil, Code::Square})
       acc = add({Code::Add, acc, add({c, 0})});
     acc = add({Code::Add, acc, add({Code::LeakyRelu, 0, -1, -1, 0.1f})});
+    acc = add({Code::Add, acc, add({Code::GeluErfGrad, 0, add({Code::GeluErf, 0})})});
     int pos = add({Code::Abs, 0});
     acc = add({Code::Add, acc, add({Code::Log, add({Code::Add, pos, half})})});
     acc = add({Code::Add, acc, add({Code::Sqrt, pos})});

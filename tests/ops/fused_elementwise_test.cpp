@@ -36,8 +36,12 @@ TEST(Graft_FusedElementwise, ChainWithBroadcastAndTwoOutputs) {
 TEST(Graft_FusedElementwise, ConstantsPredicatesAndWhere) {
   // where(x > 0.5 or mask, exp(x), -x) with a BOOL mask input.
   auto a = programAttrs(DataType::Double,
-                        {{Code::Const, -1, -1, -1, 0.5f}, {Code::Greater, 0, 2}, {Code::Or, 3, 1}, {Code::Exp, 0},
-                         {Code::Neg, 0}, {Code::Where, 4, 5, 6}},
+                        {{Code::Const, -1, -1, -1, 0.5f},
+                         {Code::Greater, 0, 2},
+                         {Code::Or, 3, 1},
+                         {Code::Exp, 0},
+                         {Code::Neg, 0},
+                         {Code::Where, 4, 5, 6}},
                         {7});
   auto out = runFused({arr<double>({4}, {0.1, 0.7, -1, 2}), arr<bool>({4}, {true, false, false, false})}, a);
   EXPECT_TRUE(allClose(out[0], arr<double>({4}, {std::exp(0.1), std::exp(0.7), 1, std::exp(2.0)}), 1e-15));
@@ -51,7 +55,8 @@ TEST(Graft_FusedElementwise, HalfComputesInFloat) {
 
 TEST(Graft_FusedElementwise, InfersTheBroadcastShape) {
   auto a = programAttrs(DataType::Float, {{Code::Add, 0, 1}}, {2});
-  auto types = inferTypes(OpCase{"FusedElementwise", {arr<float>({3, 1}, {1, 2, 3}), arr<float>({4}, {1, 2, 3, 4})}, a, 1, "ai.graft"});
+  auto types = inferTypes(
+      OpCase{"FusedElementwise", {arr<float>({3, 1}, {1, 2, 3}), arr<float>({4}, {1, 2, 3, 4})}, a, 1, "ai.graft"});
   ASSERT_EQ(types.size(), 1u);
   EXPECT_EQ(types[0].info, TensorInfo(DataType::Float, Shape{3, 4}));
 }
@@ -88,6 +93,33 @@ TEST(Graft_GeluErf, MatchesTheFormula) {
   // Known values: GELU(1) = 0.8413447460685429, GELU(-1) = -0.15865525393145707.
   EXPECT_NEAR(out[0].data<double>()[6], 0.8413447460685429, 1e-15);
   EXPECT_NEAR(out[0].data<double>()[2], -0.15865525393145707, 1e-15);
+}
+
+// Its gradient (training sessions fuse GELU into it before autodiff): Phi(x) + x phi(x), against
+// finite differences over both tails and the middle.
+TEST(Graft_GeluErf, Gradient) {
+  EXPECT_TRUE(gradCheck(OpCase{"GeluErf", {randomArray(DataType::Double, {4, 5}, 7, -5, 5)}, {}, 1, "ai.graft"}, {0}));
+  EXPECT_TRUE(gradCheck(OpCase{"GeluErf", {arr<double>({5}, {-8, -2.5, 0, 0.7, 6})}, {}, 1, "ai.graft"}, {0}));
+}
+
+// GeluErfGrad(x, GeluErf(x)) = Phi(x) + x phi(x): known values, and the formula over both tails,
+// zero and tiny x (where GeluErf(x) is denormal and Phi is taken as 1/2).
+TEST(Graft_GeluErfGrad, IsGelusDerivative) {
+  std::vector<double> xs = {-9, -4, -1, -1e-3, -1e-35, 0, 1e-35, 1e-3, 0.5, 1, 3, 9};
+  NDArray x = arr<double>({12}, xs);
+  NDArray y = runReference(OpCase{"GeluErf", {x}, {}, 1, "ai.graft"}).at(0);
+  NDArray d = runReference(OpCase{"GeluErfGrad", {x, y}, {}, 1, "ai.graft"}).at(0);
+  std::vector<double> want;
+  for (double v : xs)
+    want.push_back(0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / 2.5066282746310002);
+  EXPECT_TRUE(allClose(d, arr<double>({12}, want), 1e-12, 1e-300));
+  EXPECT_NEAR(d.data<double>()[9], 1.0833154705876864, 1e-14);   // x = 1
+  EXPECT_NEAR(d.data<double>()[2], -0.0833154705876864, 1e-14);  // x = -1
+  EXPECT_EQ(d.data<double>()[5], 0.5);
+  EXPECT_EQ(inferTypes(OpCase{"GeluErfGrad", {x, y}, {}, 1, "ai.graft"})[0].info,
+            TensorInfo(DataType::Double, Shape{12}));
+  EXPECT_THROW(inferTypes(OpCase{"GeluErfGrad", {x, arr<float>({12}, std::vector<float>(12, 0.f))}, {}, 1, "ai.graft"}),
+               Error);
 }
 
 TEST(Graft_GeluErf, KeepsTypeAndShape) {
