@@ -135,7 +135,8 @@ void convCases() {
       if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
       add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
     }
-  // Batch 1, channels last, constant weights: row bands under passive waits (onednn_conv.cpp,
+  // Channels last, constant weights: row bands at batch 1, image bands at batch 4, under passive
+  // waits (onednn_conv.cpp,
   // makeBands; the backend matrix runs with OMP_WAIT_POLICY=passive): a band's top and bottom
   // padding and its input rows with their halo, for stride 2, dilation, asymmetric padding, a
   // depthwise convolution, a residual Sum, and an output of two rows (one row a band).
@@ -164,6 +165,14 @@ void convCases() {
                             rnd({b.M, b.C / b.group, b.kh, b.kw}, n + "w"), rnd({b.M}, n + "b")};
     if (b.sum) in.push_back(blockOf(rnd({1, b.M, oh, ow}, n + "s"), b.M));
     add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+    // Larger batches: bands of whole images where the batch splits evenly over the threads (4),
+    // oneDNN's own threads where it does not (3).
+    for (int64_t N : {int64_t{3}, int64_t{4}}) {
+      std::string nb = std::string("FusedConv_nhwc_b") + std::to_string(N) + "_bands_" + b.tag;
+      std::vector<NDArray> inb{blockOf(rnd({N, b.C, b.H, b.W}, nb + "x"), b.C), in[1], in[2]};
+      if (b.sum) inb.push_back(blockOf(rnd({N, b.M, oh, ow}, nb + "s"), b.M));
+      add(nb, OpCase{"FusedConv", inb, a, 1, "ai.graft"}, {false, true, false, false});
+    }
   }
   // bf16 activations (y_dtype BFLOAT16, as the cpu-bf16-activations pass of enableBf16 sessions
   // writes them): X float32 or bf16, Sum bf16, channels-last and 16-channel blocks; Relu (applied
