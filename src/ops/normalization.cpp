@@ -139,22 +139,6 @@ void checkStashType(const ir::Node& n, const std::string& what) {
               "{}: stash_type must be a floating-point type (1 = FLOAT), got {}", what, stash);
 }
 
-// LayerNormalization's and RMSNormalization's view of X: [rows, cols], the normalised axes (from
-// `axis` on) flattened into cols.
-struct AxisRows {
-  int64_t axis = 0, rows = 0, cols = 0;
-  Shape norm;  ///< the normalised axes' shape (what Scale and B broadcast to)
-};
-AxisRows axisRows(const NDArray& x, int64_t axisAttr, const std::string& what) {
-  GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
-  AxisRows a;
-  a.axis = normalizeAxis(axisAttr, x.rank(), what);
-  a.norm.assign(x.shape().begin() + a.axis, x.shape().end());
-  a.rows = shapeProduct(x.shape(), 0, a.axis);
-  a.cols = shapeNumel(a.norm);
-  return a;
-}
-
 KernelFn layerNormKernel(CompileContext& c) {
   const ir::Node& n = c.node();
   std::string what = n.describe();

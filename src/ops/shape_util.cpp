@@ -91,6 +91,16 @@ int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end) {
   return p;
 }
 
+AxisRows axisRows(const NDArray& x, int64_t axisAttr, const std::string& what) {
+  GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
+  AxisRows a;
+  a.axis = normalizeAxis(axisAttr, x.rank(), what);
+  a.norm.assign(x.shape().begin() + a.axis, x.shape().end());
+  a.rows = shapeProduct(x.shape(), 0, a.axis);
+  a.cols = shapeNumel(a.norm);
+  return a;
+}
+
 Shape concatShape(const std::vector<const NDArray*>& inputs, int64_t axis, const std::string& what) {
   GRAFT_CHECK(!inputs.empty(), "{}: no inputs to concatenate", what);
   const NDArray& first = *inputs[0];

@@ -30,6 +30,14 @@ std::vector<int64_t> toInt64Vector(const NDArray& a);
 std::vector<int64_t> splitEvenSizes(int64_t dim, int64_t n, int64_t numOutputsAttr, const std::string& what);
 /// Product of shape[begin:end).
 int64_t shapeProduct(const Shape& s, int64_t begin, int64_t end);
+/// X viewed as [rows, cols] by a normalisation over the axes from `axis` on (LayerNormalization,
+/// RMSNormalization, their gradients): those axes flattened into cols. Throws naming `what` for a
+/// scalar X or an axis out of range.
+struct AxisRows {
+  int64_t axis = 0, rows = 0, cols = 0;
+  Shape norm;  ///< the normalised axes' shape (what Scale and B broadcast to)
+};
+AxisRows axisRows(const NDArray& x, int64_t axisAttr, const std::string& what);
 /// The output shape of concatenating `inputs` (all of the first's dtype and rank, equal outside
 /// `axis`) along `axis`, already normalised; throws naming `what` and the input that differs.
 Shape concatShape(const std::vector<const NDArray*>& inputs, int64_t axis, const std::string& what);

@@ -299,9 +299,11 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
         auto t0 = std::chrono::steady_clock::now();
         st.fn(kc);
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto& e = profile_[profileByNode_ ? st.profileType + '\n' + st.node->name() : st.profileType];
-        e.opType = st.profileType;
-        if (profileByNode_) e.node = st.node->name();
+        auto& e = profile_[st.profileKey];
+        if (e.calls == 0) {
+          e.opType = st.profileType;
+          if (profileByNode_) e.node = st.node->name();
+        }
         e.calls++;
         e.seconds += dt;
         e.kernels.insert(st.kernelLabel);
@@ -337,6 +339,7 @@ std::vector<ops::Value> Executable::run(std::vector<ops::Value> inputs, const st
 void Executable::setProfiling(bool on, bool byNode) {
   profiling_ = on;
   profileByNode_ = byNode;
+  for (Step& st : steps_) st.profileKey = byNode ? st.profileType + '\n' + st.node->name() : st.profileType;
   for (const auto& c : children_) c->setProfiling(on, byNode);
 }
 

@@ -49,6 +49,8 @@ struct Step {
   /// The op type profiles file the step under: the node's type, a ChannelBlocked one with the op
   /// it wraps ("ChannelBlocked(ConvGradInput)").
   std::string profileType;
+  /// Its entry in the profile (setProfiling): profileType, or with the node's name when by node.
+  std::string profileKey;
   /// Per output: its region of the arena (data set once the arena exists).
   std::vector<ops::PlannedOutput> planned;
   std::vector<int64_t> plannedOffset;  ///< -1: not planned

@@ -193,6 +193,15 @@ Session::Impl::Plan& Session::Impl::planFor(const std::vector<Shape>& shapes) {
     std::string split = passes::autoAssignStages(g, virtualDevicesPerReplica());
     fmt::print(stderr, "graft: {}", split);
   }
+  {
+    // The anchors that exist before transform are graph outputs while it runs, so that its passes
+    // (a training session's fuse-gelu) keep what the user reads; the outputs are set below.
+    std::vector<ir::Tensor*> outs = g.outputs();
+    for (const auto& id : dataFlow.anchors())
+      if (ir::Tensor* t = g.findTensor(id); t && std::find(outs.begin(), outs.end(), t) == outs.end())
+        outs.push_back(t);
+    g.setOutputs(outs);
+  }
   transform(g, *p);
   std::vector<ir::Tensor*> outs;
   for (const auto& id : dataFlow.anchors()) {

@@ -132,19 +132,10 @@ struct TrainingImpl : Session::Impl {
   void transform(ir::Graph& g, Plan& p) override {
     passes::PassContext ctx;
     // Gradient nodes of the model, batch statistics and dropout, before the backward pass is grown
-    // from them.
-    passes::runPipeline(g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode"}, ctx);
-    // GELU spelled out becomes one op before the backward pass (which then reads x alone). The
-    // anchors become the graph's outputs only after transform: until then they are added to them,
-    // so that the fusion keeps an anchored intermediate.
-    {
-      std::vector<ir::Tensor*> outs = g.outputs();
-      for (const auto& id : dataFlow.anchors())
-        if (ir::Tensor* t = g.findTensor(id); t && std::find(outs.begin(), outs.end(), t) == outs.end())
-          outs.push_back(t);
-      g.setOutputs(outs);
-      passes::runPipeline(g, {"fuse-gelu"}, ctx);
-    }
+    // from them; GELU spelled out becomes one op, whose backward reads x alone (an anchored
+    // intermediate is a graph output here, planFor, so the fusion keeps it).
+    passes::runPipeline(
+        g, {"infer-shapes", "expand-gradient", "fold-constants", "infer-shapes", "training-mode", "fuse-gelu"}, ctx);
     ir::Tensor* l = &g.tensor(loss);
     const TensorInfo& li = l->info();
     GRAFT_CHECK(li.hasShape(), "the loss '{}' has no known shape: it must be a scalar tensor", loss);

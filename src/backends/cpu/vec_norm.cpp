@@ -87,10 +87,9 @@ ops::KernelFn layerNormKernel(ops::CompileContext& c) {
   return [=](ops::KernelContext& k) {
     const NDArray& x = k.input(0);
     GRAFT_CHECK(x.dtype() == DataType::Float, "{}: X must be FLOAT, got {}", what, dtypeName(x.dtype()));
-    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
-    int64_t axis = ops::normalizeAxis(axisAttr, x.rank(), what);
-    Shape norm(x.shape().begin() + axis, x.shape().end());
-    int64_t rows = ops::shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
+    const ops::AxisRows v = ops::axisRows(x, axisAttr, what);
+    const int64_t axis = v.axis, rows = v.rows, cols = v.cols;
+    const Shape& norm = v.norm;
     std::vector<float> g = expandParam(k.input(1), norm, 1.0f, what, "Scale");
     std::vector<float> b = expandParam(k.hasInput(2) ? k.input(2) : NDArray(), norm, 0.0f, what, "B");
     Shape statShape(x.shape().begin(), x.shape().begin() + axis);
@@ -167,12 +166,11 @@ ops::KernelFn layerNormGradKernel(ops::CompileContext& c) {
       GRAFT_CHECK(a->dtype() == DataType::Float, "{}: expected FLOAT inputs, got {}", what, dtypeName(a->dtype()));
     GRAFT_CHECK(dyA.shape() == x.shape(), "{}: dY has shape {}, X has {}", what, shapeToString(dyA.shape()),
                 shapeToString(x.shape()));
-    GRAFT_CHECK(x.rank() >= 1, "{}: X must have rank >= 1, got a scalar", what);
-    int64_t axis = ops::normalizeAxis(axisAttr, x.rank(), what);
-    Shape norm(x.shape().begin() + axis, x.shape().end());
+    const ops::AxisRows v = ops::axisRows(x, axisAttr, what);
+    const int64_t rows = v.rows, cols = v.cols;
+    const Shape& norm = v.norm;
     GRAFT_CHECK(scaleA.shape() == norm, "{}: Scale must have the normalised shape {}, got {}", what,
                 shapeToString(norm), shapeToString(scaleA.shape()));
-    int64_t rows = ops::shapeProduct(x.shape(), 0, axis), cols = shapeNumel(norm);
     float* dx = k.allocOutputUninit(0, DataType::Float, x.shape()).data<float>();
     // dScale and dB are always summed (the same loop); those nobody reads go to a local buffer.
     std::vector<float> unread(static_cast<size_t>(2 * cols));
@@ -297,26 +295,28 @@ ops::KernelFactory softmaxKernel(bool log) {
   };
 }
 
+bool isFloat(const ir::Tensor* t) { return typeIn(t, 1u << static_cast<int>(DataType::Float)); }
+
 bool layerNormSupported(const ir::Node& n) {
-  auto f = [](const ir::Tensor* t) { return typeIn(t, 1u << static_cast<int>(DataType::Float)); };
-  return f(n.input(0)) && f(n.input(1)) && (!n.input(2) || f(n.input(2))) &&
+  return isFloat(n.input(0)) && isFloat(n.input(1)) && (!n.input(2) || isFloat(n.input(2))) &&
          n.attrInt("stash_type", static_cast<int64_t>(DataType::Float)) == static_cast<int64_t>(DataType::Float);
 }
+
+bool layerNormGradSupported(const ir::Node& n) {
+  return isFloat(n.input(0)) && isFloat(n.input(1)) && isFloat(n.input(2));
+}
+
+bool inputIsFloat(const ir::Node& n) { return isFloat(n.input(0)); }
 
 }  // namespace
 
 GRAFT_REGISTER_CPU_KERNELS(vec_norm) {
   r.add({"", "LayerNormalization", "vec_layernorm", layerNormSupported, layerNormKernel});
-  r.add({ops::kGraftDomain, "LayerNormalizationGrad", "vec_layernorm_grad",
-         [](const ir::Node& n) {
-           auto f = [](const ir::Tensor* t) { return typeIn(t, 1u << static_cast<int>(DataType::Float)); };
-           return f(n.input(0)) && f(n.input(1)) && f(n.input(2));
-         },
-         layerNormGradKernel});
-  auto isFloat = [](const ir::Node& n) { return typeIn(n.input(0), 1u << static_cast<int>(DataType::Float)); };
+  r.add(
+      {ops::kGraftDomain, "LayerNormalizationGrad", "vec_layernorm_grad", layerNormGradSupported, layerNormGradKernel});
   // The only softmax kernels of the cpu table (see onednn_norm.cpp for the measurements).
-  r.add({"", "Softmax", "vec_softmax", isFloat, softmaxKernel(false)});
-  r.add({"", "LogSoftmax", "vec_logsoftmax", isFloat, softmaxKernel(true)});
+  r.add({"", "Softmax", "vec_softmax", inputIsFloat, softmaxKernel(false)});
+  r.add({"", "LogSoftmax", "vec_logsoftmax", inputIsFloat, softmaxKernel(true)});
 }
 
 }  // namespace graft::backends::cpu
