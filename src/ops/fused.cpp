@@ -10,6 +10,13 @@
 //                                  (the bf16 activations of enableBf16 sessions).
 //                                  winograd = 1: a hint to the cpu device (its Winograd
 //                                  kernel; the result is the same up to rounding).
+//   FusedConvChain(X, Sum?, W0, B0, W1, B1, ...)
+//                                  FusedConv "stages" times in a row: stage i reads the previous
+//                                  stage's Y (X for stage 0), W<i> and B<i>, with the FusedConv
+//                                  attributes prefixed "s<i>_" (s0_strides, s1_activation, ...);
+//                                  the last stage adds Sum (ops/conv_chain.hpp). Made by the cpu
+//                                  device's cpu-conv-chains pass, whose kernel runs the stages
+//                                  tile by tile of rows so that the intermediates stay in cache.
 //   FusedMatMul(A, B, Bias?)       Y = act(MatMul(A', B') + Bias)' where A' = Transpose(A, perm_a),
 //                                  B' = Transpose(B, perm_b) and the result is transposed
 //                                  with perm_y, each when that attribute is present (folded
@@ -35,7 +42,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "ops/composite.hpp"
+#include "ops/conv_chain.hpp"
 #include "ops/cost.hpp"
 #include "ops/elementwise_table.hpp"
 #include "ops/registry.hpp"
@@ -247,6 +257,29 @@ std::vector<ir::Tensor*> fusedConv(const ir::Node& n, ir::Graph& g, const std::v
   return {y};
 }
 
+std::vector<ir::Tensor*> fusedConvChain(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  return {buildConvChain(n, g, in).back()->output(0)};
+}
+
+// The stages' convolutions, from the stand-in graph of n's input types.
+double convChainCost(const ir::Node& n) {
+  ir::Graph g(n.type());
+  g.otherOpsets[kGraftDomain] = 1;
+  std::vector<ir::Tensor*> in;
+  for (size_t i = 0; i < n.numInputs(); ++i) {
+    const ir::Tensor* t = n.hasInput(i) ? n.input(i) : nullptr;
+    if (!t || !t->info().isStatic()) {
+      if (i != kChainSum) return 0;
+      in.push_back(nullptr);
+      continue;
+    }
+    in.push_back(g.addTensor("in" + std::to_string(i), t->type(), ir::TensorKind::Input));
+  }
+  double flops = 0;
+  for (const ir::Node* stage : buildConvChain(n, g, in)) flops += cost::convolution(stage->output(0), stage->input(1));
+  return flops;
+}
+
 std::vector<ir::Tensor*> fusedMatMul(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
   GRAFT_CHECK(in.size() >= 2 && in[0] && in[1], "{}: FusedMatMul needs A and B", n.describe());
   auto permuted = [&](ir::Tensor* t, const char* attr) {
@@ -308,6 +341,43 @@ KernelFactory referenceOf(const CompositeBuilder& b) {
 
 }  // namespace
 
+std::string convChainAttrName(int64_t stage, std::string_view name) { return fmt::format("s{}_{}", stage, name); }
+
+int64_t convChainStages(const ir::Node& n) {
+  int64_t stages = n.attrInt("stages", 0);
+  GRAFT_CHECK(stages >= 1 && stages <= 64, "{}: stages must be in [1, 64], got {}", n.describe(), stages);
+  GRAFT_CHECK(n.numInputs() == chainWeightInput(stages),
+              "{}: {} stages need {} inputs (X, Sum, then W and B of each stage), got {}", n.describe(), stages,
+              chainWeightInput(stages), n.numInputs());
+  return stages;
+}
+
+ir::Attributes convChainStageAttrs(const ir::Node& n, int64_t stage) {
+  const std::string prefix = convChainAttrName(stage, "");
+  ir::Attributes a;
+  for (const auto& [name, value] : n.attrs().all())
+    if (name.compare(0, prefix.size(), prefix) == 0) a.set(name.substr(prefix.size()), value);
+  return a;
+}
+
+std::vector<ir::Node*> buildConvChain(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in) {
+  const int64_t stages = convChainStages(n);
+  GRAFT_CHECK(in.size() == n.numInputs() && in[kChainX], "{}: FusedConvChain needs X", n.describe());
+  std::vector<ir::Node*> out;
+  ir::Tensor* y = in[kChainX];
+  for (int64_t i = 0; i < stages; ++i) {
+    ir::Tensor* w = in[chainWeightInput(i)];
+    ir::Tensor* b = in[chainBiasInput(i)];
+    GRAFT_CHECK(w && b, "{}: stage {} needs its W and B (inputs {} and {})", n.describe(), i, chainWeightInput(i),
+                chainBiasInput(i));
+    std::vector<ir::Tensor*> stageIn{y, w, b};
+    if (i + 1 == stages && in[kChainSum]) stageIn.push_back(in[kChainSum]);
+    y = addInner(g, "FusedConv", kGraftDomain, stageIn, convChainStageAttrs(n, i));
+    out.push_back(y->producer());
+  }
+  return out;
+}
+
 GRAFT_REGISTER_OPS(fused) {
   r.add("ToBlocked", kGraftDomain).setInfer(inferToBlocked).setReference(toBlockedKernel);
   r.add("FromBlocked", kGraftDomain).setInfer(inferFromBlocked).setReference(fromBlockedKernel);
@@ -318,6 +388,10 @@ GRAFT_REGISTER_OPS(fused) {
       .setReference(referenceOf(fusedConv))
       .inplace(3)
       .setCost([](const ir::Node& n) { return cost::convolution(n.output(0), n.input(1)); });
+  r.add("FusedConvChain", kGraftDomain)
+      .setInfer(inferOf(fusedConvChain))
+      .setReference(referenceOf(fusedConvChain))
+      .setCost(convChainCost);
   r.add("FusedMatMul", kGraftDomain)
       .setInfer(inferOf(fusedMatMul))
       .setReference(referenceOf(fusedMatMul))

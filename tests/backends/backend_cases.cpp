@@ -100,6 +100,7 @@ const std::vector<BackendCase>& allCases() {
   static bool built = [] {
     using namespace cases;
     convCases();
+    convChainCases();
     matmulCases();
     poolCases();
     normCases();

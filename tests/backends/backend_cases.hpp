@@ -52,6 +52,7 @@ extern const std::vector<std::string> kActivations;
 
 /// The case families, each in its file.
 void convCases();                  // backend_cases_conv.cpp
+void convChainCases();             // backend_cases_conv.cpp
 void channelsLastTrainingCases();  // backend_cases_conv.cpp
 void matmulCases();                // backend_cases_matmul.cpp
 void poolCases();                  // backend_cases_pool_norm.cpp

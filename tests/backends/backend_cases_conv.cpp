@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "ops/conv_chain.hpp"
+
 namespace graft::testing::cases {
 
 namespace {
@@ -271,6 +273,87 @@ void convCases() {
       add(n, OpCase{"ConvTranspose", {rnd(d.x, n + "x"), rnd(d.w, n + "w"), rnd({M}, n + "b")}, d.a},
           {false, constw, constw});
     }
+}
+
+// ai.graft::FusedConvChain (onednn_conv_chain.cpp): the stages run tile by tile of output rows
+// (tiles of kChainTileBytes a stage buffer: the 96-channel rows of 160 pixels below make tiles of
+// a few rows, so every case has a top, middle and bottom tile), per image, on the pool's threads.
+namespace {
+
+struct ChainStage {
+  int64_t M, k, stride, group;
+  Ints pads;
+  std::string act;
+};
+
+// A chain on X [N, C, H, W] (channels last), with a residual Sum on the last stage when `sum`.
+void addChain(const std::string& n, const Shape& x, const std::vector<ChainStage>& stages, bool sum,
+              bool special = false) {
+  ir::Attributes a;
+  a.set("stages", static_cast<int64_t>(stages.size()));
+  int64_t C = x[1], H = x[2], W = x[3];
+  NDArray xs = rnd(x, n + "x", -2, 2);
+  std::vector<NDArray> in{blockOf(special ? sprinkled(xs) : xs, C), NDArray{}};
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const ChainStage& s = stages[i];
+    auto set = [&](const std::string& name, ir::AttrValue v) {
+      a.set(ops::convChainAttrName(static_cast<int64_t>(i), name), std::move(v));
+    };
+    const ir::Attributes act = activationAttrs(s.act);
+    for (const auto& [name, value] : act.all()) set(name, value);
+    set("pads", s.pads);
+    set("strides", Ints{s.stride, s.stride});
+    set("group", s.group);
+    set("kernel_shape", Ints{s.k, s.k});
+    set("x_block", C);
+    set("y_block", s.M);
+    in.push_back(rnd({s.M, C / s.group, s.k, s.k}, n + "w" + std::to_string(i), -0.5, 0.5));
+    in.push_back(rnd({s.M}, n + "b" + std::to_string(i)));
+    H = (H + s.pads[0] + s.pads[2] - s.k) / s.stride + 1;
+    W = (W + s.pads[1] + s.pads[3] - s.k) / s.stride + 1;
+    C = s.M;
+  }
+  if (sum) in[1] = blockOf(rnd({x[0], C, H, W}, n + "s"), C);
+  std::vector<bool> constant(in.size(), true);
+  constant[0] = constant[1] = false;
+  add(n, OpCase{"FusedConvChain", in, a, 1, "ai.graft"}, constant);
+}
+
+}  // namespace
+
+void convChainCases() {
+  const Ints p1{1, 1, 1, 1}, p0{0, 0, 0, 0};
+  // mobilenet_v2's inverted residual: expansion, depthwise 3x3, projection with the block's input.
+  for (int64_t N : {int64_t{1}, int64_t{2}, int64_t{3}})
+    addChain("FusedConvChain_inverted_residual_b" + std::to_string(N), {N, 8, 18, 160},
+             {{96, 1, 1, 1, p0, "Clip"}, {96, 3, 1, 96, p1, "Clip"}, {8, 1, 1, 1, p0, ""}}, true);
+  // Stride 2 on odd rows, asymmetric padding; a post-op activation (LeakyRelu), one graft applies
+  // after the primitive (Relu) and none.
+  addChain("FusedConvChain_stride2_asym", {2, 8, 17, 160},
+           {{96, 1, 1, 1, p0, "LeakyRelu"}, {96, 3, 2, 96, Ints{0, 1, 1, 1}, "Relu"}, {24, 1, 1, 1, p0, ""}}, false);
+  // A dense spatial stage first (a stem), then a projection; a spatial stage last.
+  addChain("FusedConvChain_stem", {1, 3, 77, 320}, {{32, 3, 2, 1, p1, "HardSwish"}, {16, 1, 1, 1, p0, "Relu"}}, false);
+  addChain("FusedConvChain_spatial_last", {2, 16, 20, 160}, {{96, 1, 1, 1, p0, "Relu"}, {48, 3, 1, 1, p1, "Clip"}},
+           true);
+  // Pointwise only: every stage's rows are the tile's.
+  addChain("FusedConvChain_pointwise", {2, 16, 12, 200}, {{128, 1, 1, 1, p0, "Clip"}, {8, 1, 1, 1, p0, "Relu"}}, true);
+  // NaN and infinities in X: the activations applied after the primitive keep them as the
+  // reference does.
+  addChain("FusedConvChain_special_values", {2, 8, 18, 160},
+           {{96, 1, 1, 1, p0, "Clip"}, {96, 3, 1, 96, p1, "Relu"}, {8, 1, 1, 1, p0, "Clip"}}, true, true);
+  // A node whose inputs do not match its stages is refused by name.
+  {
+    ir::Attributes a;
+    a.set("stages", int64_t{2});
+    add("FusedConvChain_wrong_inputs",
+        OpCase{"FusedConvChain",
+               {blockOf(rnd({1, 4, 3, 3}, "cwx"), 4), NDArray{}, rnd({4, 4, 1, 1}, "cww"), rnd({4}, "cwb")},
+               a,
+               1,
+               "ai.graft"},
+        {false, false, true, true});
+    last().expectError = "2 stages need 6 inputs";
+  }
 }
 
 // Channels-last training kernels (ai.graft::ChannelBlocked from the cpu-layout-training pass,

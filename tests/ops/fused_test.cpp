@@ -151,6 +151,72 @@ TEST(Graft_FusedConv, RejectsUnknownActivation) {
   EXPECT_THROW(run1(graftCase("FusedConv", {x, w}, attrs({{"activation", std::string("Softmax")}}))), Error);
 }
 
+// FusedConvChain(X, Sum?, W0, B0, W1, B1, ...): its stages' FusedConvs one after the other,
+// attributes prefixed s<i>_, Sum added by the last stage (before its activation).
+TEST(Graft_FusedConvChain, TwoOneByOneStagesByHand) {
+  // x = [1, 2] (1x1x1x2); stage 0: 2x + 1 -> [3, 5]; stage 1: relu(-y + 4 + sum), sum = [10, -20].
+  NDArray x = arr<float>({1, 1, 1, 2}, {1, 2});
+  NDArray sum = arr<float>({1, 1, 1, 2}, {10, -20});
+  ir::Attributes a = attrs({{"stages", int64_t{2}}, {"s1_activation", std::string("Relu")}});
+  NDArray y = run1(graftCase("FusedConvChain",
+                             {x, sum, arr<float>({1, 1, 1, 1}, {2}), arr<float>({1}, {1}),
+                              arr<float>({1, 1, 1, 1}, {-1}), arr<float>({1}, {4})},
+                             a));
+  EXPECT_TRUE(allClose(y, arr<float>({1, 1, 1, 2}, {11.f, 0.f})));
+}
+
+TEST(Graft_FusedConvChain, MatchesItsStagesOneByOne) {
+  // Channels last (x_block = C), as the cpu-conv-chains pass makes it: 1x1 expansion with Clip,
+  // depthwise 3x3 of stride 2 with Relu, 1x1 projection with a residual.
+  NDArray x = randomArray(DataType::Float, {2, 4, 9, 7}, 21);
+  NDArray w0 = randomArray(DataType::Float, {12, 4, 1, 1}, 22), b0 = randomArray(DataType::Float, {12}, 23);
+  NDArray w1 = randomArray(DataType::Float, {12, 1, 3, 3}, 24), b1 = randomArray(DataType::Float, {12}, 25);
+  NDArray w2 = randomArray(DataType::Float, {4, 12, 1, 1}, 26), b2 = randomArray(DataType::Float, {4}, 27);
+  NDArray s = randomArray(DataType::Float, {2, 4, 5, 4}, 28);
+  std::vector<ir::Attributes> stage(3);
+  stage[0] = attrs({{"activation", std::string("Clip")}, {"activation_alpha", 0.f}, {"activation_beta", 0.5f}});
+  stage[1] = attrs({{"group", int64_t{12}},
+                    {"strides", Ints{2, 2}},
+                    {"pads", Ints{1, 1, 1, 1}},
+                    {"activation", std::string("Relu")}});
+  const int64_t blocks[3][2] = {{4, 12}, {12, 12}, {12, 4}};
+  ir::Attributes chain = attrs({{"stages", int64_t{3}}});
+  for (int64_t i = 0; i < 3; ++i) {
+    stage[i].set("x_block", blocks[i][0]);
+    stage[i].set("y_block", blocks[i][1]);
+    for (const auto& [name, value] : stage[i].all()) chain.set("s" + std::to_string(i) + "_" + name, value);
+  }
+  NDArray xb = blockNaive(x, 4), sb = blockNaive(s, 4);
+  NDArray y0 = run1(graftCase("FusedConv", {xb, w0, b0}, stage[0]));
+  NDArray y1 = run1(graftCase("FusedConv", {y0, w1, b1}, stage[1]));
+  NDArray want = run1(graftCase("FusedConv", {y1, w2, b2, sb}, stage[2]));
+  NDArray y = run1(graftCase("FusedConvChain", {xb, sb, w0, b0, w1, b1, w2, b2}, chain));
+  EXPECT_EQ(y.shape(), (Shape{2, 1, 5, 4, 4}));
+  EXPECT_TRUE(allClose(y, want, 1e-6, 1e-7));
+  // Without the residual.
+  NDArray noSum = run1(graftCase("FusedConvChain", {xb, NDArray{}, w0, b0, w1, b1, w2, b2}, chain));
+  EXPECT_TRUE(allClose(noSum, run1(graftCase("FusedConv", {y1, w2, b2}, stage[2])), 1e-6, 1e-7));
+}
+
+TEST(Graft_FusedConvChain, RefusesInputsThatDoNotMatchItsStages) {
+  NDArray x = randomArray(DataType::Float, {1, 2, 3, 3}, 31), w = randomArray(DataType::Float, {2, 2, 1, 1}, 32);
+  NDArray b = randomArray(DataType::Float, {2}, 33);
+  auto message = [&](const OpCase& c) {
+    try {
+      inferTypes(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = message(graftCase("FusedConvChain", {x, NDArray{}, w, b}, attrs({{"stages", int64_t{2}}})));
+  EXPECT_NE(e.find("2 stages need 6 inputs"), std::string::npos) << e;
+  e = message(graftCase("FusedConvChain", {x, NDArray{}, w, b}, {}));
+  EXPECT_NE(e.find("stages must be in [1, 64]"), std::string::npos) << e;
+  e = message(graftCase("FusedConvChain", {x, NDArray{}, w, NDArray{}}, attrs({{"stages", int64_t{1}}})));
+  EXPECT_NE(e.find("stage 0 needs its W and B"), std::string::npos) << e;
+}
+
 TEST(Graft_FusedMatMul, MatchesMatMulAddActivation) {
   NDArray a = randomArray(DataType::Float, {2, 3, 4}, 14), b = randomArray(DataType::Float, {4, 5}, 15);
   NDArray bias = randomArray(DataType::Float, {5}, 16);

@@ -78,6 +78,7 @@ const std::vector<std::string>& inferencePasses() {
       "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges (onednn_layout.cpp)
       "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
       "dce",               // weights folding left unused, reorders nobody reads
+      "cpu-conv-chains",   // runs of channels-last FusedConvs -> FusedConvChain (onednn_conv_chain.cpp)
   });
   return p;
 }
@@ -89,6 +90,8 @@ const std::vector<std::string>& bf16InferencePasses() {
     std::vector<std::string> q = inferencePasses();
     for (std::string& pass : q)
       if (pass == "cpu-layout") pass = "cpu-layout-bf16";  // no Winograd convolutions (float32 only)
+    // Chains are float32 only; a bf16 backend's convolutions run in bf16.
+    q.erase(std::find(q.begin(), q.end(), "cpu-conv-chains"));
     q.push_back("cpu-bf16-activations");
     return q;
   }();

@@ -18,6 +18,7 @@
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/onednn_conv.hpp"
 #include "ops/conv_util.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -33,16 +34,6 @@ constexpr const char* kDepthwiseStaysF32 = "depthwise convolutions stay float32 
 
 Shape spatial(const Shape& s) { return Shape(s.begin() + 2, s.end()); }
 
-// Conv, FusedConv: X [N, C, in...], W [M, C/group, k...], B [M], Sum (FusedConv) like Y.
-struct ConvConfig {
-  Shape x, w, y;  // logical
-  int64_t group = 1;
-  Window win;
-  int xBlock = 0, yBlock = 0;
-  bool bias = false, sum = false;
-  memory::data_type xType = memory::data_type::f32, yType = memory::data_type::f32;  // Sum: like Y
-};
-
 // A FusedConv's activations (X, Sum, Y) may be float32 or bf16 tensors.
 std::optional<memory::data_type> activationType(const ir::Tensor* t, bool fused) {
   if (isStaticFloat(t)) return memory::data_type::f32;
@@ -50,6 +41,8 @@ std::optional<memory::data_type> activationType(const ir::Tensor* t, bool fused)
     return memory::data_type::bf16;
   return std::nullopt;
 }
+
+}  // namespace
 
 std::optional<ConvConfig> convConfig(const ir::Node& n) {
   bool fused = n.domain() == ops::kGraftDomain;
@@ -99,10 +92,12 @@ std::optional<ConvConfig> convConfig(const ir::Node& n) {
   return c;
 }
 
+namespace {
+
 bool supportsConv(const ir::Node& n) { return convConfig(n).has_value(); }
 
-// Weights as graft holds them ([M, C/g, k...], row-major) in oneDNN's grouped view
-// [g, M/g, C/g, k...] when grouped (the same bytes).
+}  // namespace
+
 Dims weightDims(const Shape& w, int64_t group) {
   Dims d(w.begin(), w.end());
   if (group == 1) return d;
@@ -117,6 +112,8 @@ memory::desc plainWeights(const Shape& w, int64_t group) {
   for (int64_t i = static_cast<int64_t>(d.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * d[i + 1];
   return memory::desc(d, memory::data_type::f32, strides);
 }
+
+namespace {
 
 struct ConvState {
   dnnl::primitive prim;
@@ -181,8 +178,8 @@ void reluBf16InPlace(support::ThreadPool& pool, uint16_t* y, int64_t n) {
 
 bool isDepthwise(const ConvConfig& c) { return c.group > 1 && c.group == c.x[1] && c.group == c.y[1]; }
 
-// The post-ops of convolution n: the residual sum, then (FusedConv) the activations oneDNN
-// applies itself (appendActivation leaves out those graft applies after the primitive).
+}  // namespace
+
 dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c) {
   dnnl::post_ops po;
   if (c.sum) po.append_sum(1.f);
@@ -192,16 +189,16 @@ dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c) {
   return attr;
 }
 
-// c's forward-inference descriptor on these activation and weight descriptors, with `bias` when
-// given; Winograd's algorithm with `winograd`.
 dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
-                                            const memory::desc* bias, const memory::desc& y, bool winograd = false) {
+                                            const memory::desc* bias, const memory::desc& y, bool winograd) {
   using CF = dnnl::convolution_forward;
   auto prop = dnnl::prop_kind::forward_inference;
   auto alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
   return bias ? CF::desc(prop, alg, x, w, *bias, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd)
               : CF::desc(prop, alg, x, w, y, c.win.strides, c.win.dilation, c.win.padBegin, c.win.padEnd);
 }
+
+namespace {
 
 // Winograd convolutions (oneDNN's F(4x4, 3x3) / F(2x2, 3x3) kernels, AVX-512 only; float32),
 // under winogradMode(). They can take a 2-D 3x3 convolution of stride 1, no dilation, no groups,

@@ -1,0 +1,50 @@
+#pragma once
+// The forward convolution's geometry and oneDNN descriptors (onednn_conv.cpp), shared with the
+// convolution chains' kernel (onednn_conv_chain.cpp).
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "backends/cpu/onednn_common.hpp"
+
+namespace graft::backends::cpu::onednn {
+
+// Conv, FusedConv: X [N, C, in...], W [M, C/group, k...], B [M], Sum (FusedConv) like Y.
+struct ConvConfig {
+  Shape x, w, y;  // logical
+  int64_t group = 1;
+  Window win;
+  int xBlock = 0, yBlock = 0;
+  bool bias = false, sum = false;
+  memory::data_type xType = memory::data_type::f32, yType = memory::data_type::f32;  // Sum: like Y
+};
+
+/// The geometry of Conv or FusedConv n, or nullopt where the oneDNN kernels do not take it.
+std::optional<ConvConfig> convConfig(const ir::Node& n);
+
+/// Weights as graft holds them ([M, C/g, k...], row-major) in oneDNN's grouped view
+/// [g, M/g, C/g, k...] when grouped (the same bytes).
+Dims weightDims(const Shape& w, int64_t group);
+/// Those weights' plain descriptor.
+memory::desc plainWeights(const Shape& w, int64_t group);
+
+/// The post-ops of convolution n: the residual sum, then (FusedConv) the activations oneDNN
+/// applies itself (appendActivation leaves out those graft applies after the primitive).
+dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c);
+
+/// c's forward-inference descriptor on these activation and weight descriptors, with `bias` when
+/// given; Winograd's algorithm with `winograd`.
+dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
+                                            const memory::desc* bias, const memory::desc& y, bool winograd = false);
+
+/// Convolution chains (onednn_conv_chain.cpp): GRAFT_CONV_CHAINS = off, auto (the default: the
+/// chains whose intermediates hold at least kChainMinBytes an image) or on (every chain).
+enum class ConvChainMode { Off, Auto, On };
+ConvChainMode convChainMode();
+constexpr int64_t kChainMinBytes = int64_t{1} << 20;
+/// A tile's rows of one stage's output (its per-thread buffer) hold at most this many bytes.
+constexpr int64_t kChainTileBytes = int64_t{384} << 10;
+/// The rows of the last stage's output a tile of the chain `stages` holds (>= 1).
+int64_t chainTileRows(const std::vector<ConvConfig>& stages);
+
+}  // namespace graft::backends::cpu::onednn

@@ -1,0 +1,159 @@
+// The cpu-conv-chains pass's suite: convolution chains (GRAFT_CONV_CHAINS; the pass and the FusedConvChain kernel,
+// onednn_conv_chain.cpp) through a session, as a user runs one: mobilenet_v2's inverted residual
+// block (1x1 expansion, Clip, depthwise 3x3, Clip, 1x1 projection, + the block's input) becomes one
+// FusedConvChain where its expanded activation is large (auto, the default), every eligible chain
+// with "on", none with "off"; the results equal the node-by-node ones and the reference device's;
+// an anchored intermediate stays a tensor; a bad value of the variable is refused by name. The
+// activations are channels last on every host here (GRAFT_CPU_LAYOUT=nhwc): chains take those only.
+#include <gtest/gtest.h>
+
+#include <graft/builder.hpp>
+#include <graft/graft.hpp>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "../unit_test_util.hpp"
+
+namespace graft {
+namespace {
+
+using testing::errorOf;
+using testing::fromVec;
+using testing::randomVec;
+
+constexpr int64_t kC = 16, kE = 96;
+
+struct Block {
+  TensorId out, depthwise;  ///< the block's output and its depthwise convolution's (after Clip)
+};
+
+// x [N, 16, H, W] -> Conv 1x1 16->96, Clip(0, 6) -> Conv 3x3 depthwise, Clip(0, 6) -> Conv 1x1
+// 96->16 -> + x.
+Block invertedResidual(Builder& b, TensorId x, uint64_t seed) {
+  auto init = [&](size_t n, Shape s, float scale) {
+    return b.addInitializedInputTensor(fromVec(randomVec(n, seed++, scale), std::move(s)));
+  };
+  TensorId lo = b.addInitializedInputTensor(fromVec({0.f}, {}));
+  TensorId hi = b.addInitializedInputTensor(fromVec({6.f}, {}));
+  TensorId w1 = init(size_t{kE * kC}, {kE, kC, 1, 1}, 0.3f), b1 = init(size_t{kE}, {kE}, 0.5f);
+  TensorId w2 = init(size_t{kE * 9}, {kE, 1, 3, 3}, 0.3f), b2 = init(size_t{kE}, {kE}, 0.5f);
+  TensorId w3 = init(size_t{kC * kE}, {kC, kE, 1, 1}, 0.2f), b3 = init(size_t{kC}, {kC}, 0.5f);
+  TensorId e = b.addOp("Conv", "", 17, {x, w1, b1}).at(0);
+  e = b.addOp("Clip", "", 17, {e, lo, hi}).at(0);
+  TensorId d =
+      b.addOp("Conv", "", 17, {e, w2, b2},
+              {{"group", kE}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"kernel_shape", std::vector<int64_t>{3, 3}}})
+          .at(0);
+  d = b.addOp("Clip", "", 17, {d, lo, hi}).at(0);
+  TensorId p = b.addOp("Conv", "", 17, {d, w3, b3}).at(0);
+  return {b.addOp("Add", "", 17, {p, x}).at(0), d};
+}
+
+struct ChainRun {
+  int64_t chainCalls = 0, convCalls = 0;
+  std::string chainKernels;
+  std::vector<float> y;
+};
+
+class CpuConvChains : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("GRAFT_CPU_LAYOUT", "nhwc", 1); }
+  void TearDown() override {
+    unsetenv("GRAFT_CPU_LAYOUT");
+    unsetenv("GRAFT_CONV_CHAINS");
+  }
+
+  // A large block (96 x 48 x 64 floats = 1.2 MB an image expanded) then a small one (96 x 24 x 32,
+  // 0.3 MB; after a 2x2 max pool), batch 2, under GRAFT_CONV_CHAINS=mode ("" unset), on `device`;
+  // `anchorDepthwise`: the large block's depthwise output is an anchor too.
+  static ChainRun run(const char* mode, std::shared_ptr<DeviceInfo> device, bool anchorDepthwise = false) {
+    if (*mode)
+      setenv("GRAFT_CONV_CHAINS", mode, 1);
+    else
+      unsetenv("GRAFT_CONV_CHAINS");
+    Builder b;
+    TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, kC, 48, 64}), "x");
+    Block big = invertedResidual(b, x, 10);
+    TensorId pooled = b.addOp("MaxPool", "", 17, {big.out},
+                              {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}})
+                          .at(0);
+    Block small = invertedResidual(b, pooled, 20);
+    b.addOutputTensor(small.out);
+    std::vector<TensorId> anchors{small.out};
+    if (anchorDepthwise) anchors.push_back(big.depthwise);
+    SessionOptions o;
+    o.numThreads = 2;
+    o.enableProfiling = true;
+    auto s = InferenceSession::createFromOnnxModel(b.getModelProto(), DataFlow(1, anchors), std::move(device), {}, o);
+    s->prepareDevice();
+    auto arrays = s->initAnchorArrays();
+    std::vector<float> xv = randomVec(size_t{2 * kC * 48 * 64}, 3, 2.f);
+    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {2, kC, 48, 64})}}, arrays);
+    s->run(io);
+    ChainRun r;
+    for (const OpProfile& p : s->profile()) {
+      if (p.opType == "FusedConvChain") {
+        r.chainCalls += p.calls;
+        for (const std::string& k : p.kernels) r.chainKernels += k;
+      }
+      if (p.opType == "FusedConv" || p.opType == "Conv") r.convCalls += p.calls;
+    }
+    const NDArray& a = arrays.at(small.out);
+    r.y.assign(a.data<float>(), a.data<float>() + a.numel());
+    return r;
+  }
+};
+
+double maxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+TEST_F(CpuConvChains, AutoJoinsTheLargeBlockOnly) {
+  auto dm = DeviceManager::createDeviceManager();
+  ChainRun ref = run("", dm.createReferenceDevice());
+  ChainRun off = run("off", dm.createCpuDevice());
+  ChainRun chained = run("", dm.createCpuDevice());
+  EXPECT_EQ(off.chainCalls, 0);
+  EXPECT_EQ(off.convCalls, 6);
+  EXPECT_EQ(chained.chainCalls, 1) << chained.chainKernels;
+  EXPECT_EQ(chained.convCalls, 3);  // the small block's, one by one
+  // The kernel ran, in tiles of fewer rows than the block's 48.
+  EXPECT_NE(chained.chainKernels.find("onednn_conv_chain"), std::string::npos) << chained.chainKernels;
+  EXPECT_NE(chained.chainKernels.find("3 stages in tiles of"), std::string::npos) << chained.chainKernels;
+  ASSERT_EQ(chained.y.size(), ref.y.size());
+  EXPECT_LT(maxDiff(chained.y, off.y), 1e-4);
+  EXPECT_LT(maxDiff(chained.y, ref.y), 1e-3);
+}
+
+TEST_F(CpuConvChains, OnJoinsEveryChain) {
+  auto dm = DeviceManager::createDeviceManager();
+  ChainRun off = run("off", dm.createCpuDevice());
+  ChainRun on = run("on", dm.createCpuDevice());
+  EXPECT_EQ(on.chainCalls, 2) << on.chainKernels;
+  EXPECT_EQ(on.convCalls, 0);
+  EXPECT_LT(maxDiff(on.y, off.y), 1e-4);
+}
+
+TEST_F(CpuConvChains, AnchoredIntermediateStaysATensor) {
+  auto dm = DeviceManager::createDeviceManager();
+  // The depthwise output is read by the user: the large block's chain ends there, the expansion
+  // and depthwise convolutions still join (their intermediate is not anchored).
+  ChainRun r = run("on", dm.createCpuDevice(), /*anchorDepthwise=*/true);
+  EXPECT_EQ(r.chainCalls, 2) << r.chainKernels;
+  EXPECT_EQ(r.convCalls, 1);  // the large block's projection
+  ChainRun off = run("off", dm.createCpuDevice(), true);
+  EXPECT_LT(maxDiff(r.y, off.y), 1e-4);
+}
+
+TEST_F(CpuConvChains, BadValueIsRefusedByName) {
+  auto dm = DeviceManager::createDeviceManager();
+  std::string e = errorOf([&] { run("sometimes", dm.createCpuDevice()); });
+  EXPECT_NE(e.find("GRAFT_CONV_CHAINS"), std::string::npos) << e;
+  EXPECT_NE(e.find("sometimes"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace graft
