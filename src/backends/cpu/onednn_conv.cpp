@@ -210,16 +210,22 @@ namespace {
 // for the backward pass, and converting them at each Winograd convolution made resnet18 b8's
 // training step slower (239-252 ms against 264-271).
 //
-// winogradGains (the rule, below, public for its tests): kWinogradMinChannels input channels;
-// on full-rate AVX-512 hosts also at least kWinogradMinFlops of direct work and outputs of at
-// least kWinogradMinSide on each side. Below those, the transforms and the conversions to and
+// winogradGains (the rule, below, public for its tests): on full-rate AVX-512 hosts
+// kWinogradMinChannels input channels, at least kWinogradMinFlops of direct work and outputs of
+// at least kWinogradMinSide on each side. Below those, the transforms and the conversions to and
 // from its channel-blocked layout cost about what the FMAs saved do (the saving per output
 // element grows with the input channels, a conversion's cost does not: squeezenet's 16- and
-// 32-channel ones gained nothing in the model; docs/cpu-backend.md, Winograd: measured per shape
-// on a full-rate AVX-512 EPYC and on a half-rate one, 2 threads).
+// 32-channel ones gained nothing in the model there). On half-rate hosts, where the direct
+// convolution's FMAs cost twice as much: from kWinogradHalfRateMinChannels input channels, those
+// of at least kWinogradHalfRateMinFlops of direct work (every resnet 3x3 layer gained, 0.23 GFLOP
+// each at batch 1; squeezenet1_1's 16- to 64-channel ones gained at batch 8, 0.22-0.45 GFLOP,
+// and lost at batch 1, 0.03-0.06, but for the 32-channel pair, 0.05). docs/cpu-backend.md,
+// Winograd: measured per shape on a full-rate AVX-512 EPYC and on a half-rate one, 2 threads.
 constexpr double kWinogradMinFlops = 4e8;
 constexpr int64_t kWinogradMinSide = 14;
 constexpr int64_t kWinogradMinChannels = 64;
+constexpr double kWinogradHalfRateMinFlops = 1e8;
+constexpr int64_t kWinogradHalfRateMinChannels = 16;
 
 bool winogradShape(const ConvConfig& c) {
   if (winogradMode() == WinogradMode::Off || bf16Compute()) return false;
@@ -842,13 +848,13 @@ Bf16ConvSupport convBf16Support(const ir::Node& n) {
 }
 
 bool winogradGains(int64_t inChannels, const Dims& y, bool avx512HalfRate) {
-  if (inChannels < kWinogradMinChannels) return false;
+  const double flops = 2.0 * 9 * static_cast<double>(inChannels) * static_cast<double>(shapeNumel(y));
   // Half-rate AVX-512 (Zen 4): the direct convolution runs at half the FMA rate, the transforms
   // cost what they cost on full-rate hosts, and every shape measured with 64 or more input
   // channels gained, batch 1 and 7x7 outputs included (1.15-1.3x at 512 channels, 7x7, batch 1;
-  // 2.9x at 128 channels, 28x28, batch 1).
-  if (avx512HalfRate) return true;
-  double flops = 2.0 * 9 * static_cast<double>(inChannels) * static_cast<double>(shapeNumel(y));
+  // 2.9x at 128 channels, 28x28, batch 1); fewer channels gained where the work is large.
+  if (avx512HalfRate) return inChannels >= kWinogradHalfRateMinChannels && flops >= kWinogradHalfRateMinFlops;
+  if (inChannels < kWinogradMinChannels) return false;
   return flops >= kWinogradMinFlops && y[2] >= kWinogradMinSide && y[3] >= kWinogradMinSide;
 }
 
@@ -861,10 +867,15 @@ int convWinogradBlock(const ir::Node& n) {
   const ConvConfig& c = *cfg;
   constexpr int kBlock = 16;
   memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any), bias = plainDesc({c.w[0]});
+  // Tagged as 16-channel blocks even where the tensor has 16 channels (layoutDesc calls those
+  // channels last: the same bytes, but the Winograd kernel takes only the blocked tag; squeezenet's
+  // 16-channel expand3x3 were left direct by that).
+  auto blocked = [](const Shape& s) {
+    return memory::desc(toDims(s), memory::data_type::f32, memory::format_tag::aBcd16b);
+  };
   try {
     dnnl::convolution_forward::primitive_desc pd(
-        forwardDesc(c, layoutDesc(c.x, kBlock), w, c.bias ? &bias : nullptr, layoutDesc(c.y, kBlock), true),
-        postOpsAttr(n, c), engine());
+        forwardDesc(c, blocked(c.x), w, c.bias ? &bias : nullptr, blocked(c.y), true), postOpsAttr(n, c), engine());
     return isWinogradImplementation(pd.impl_info_str()) ? kBlock : 0;
   } catch (const dnnl::error&) {
     return 0;
