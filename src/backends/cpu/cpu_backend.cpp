@@ -88,10 +88,11 @@ const std::vector<std::string>& inferencePasses() {
 const std::vector<std::string>& bf16InferencePasses() {
   static const std::vector<std::string> p = [] {
     std::vector<std::string> q = inferencePasses();
-    for (std::string& pass : q)
+    for (std::string& pass : q) {
       if (pass == "cpu-layout") pass = "cpu-layout-bf16";  // no Winograd convolutions (float32 only)
-    // cpu-conv-chains stays: its chains run in float32 (no bf16 form), faster than their
-    // convolutions one by one in bf16 (mobilenet_v2 b8 under enableBf16 30.9 -> 25.4 ms).
+      // Chains run in float32 (no bf16 form): only those with a depthwise stage, which gain.
+      if (pass == "cpu-conv-chains") pass = "cpu-conv-chains-bf16";
+    }
     q.push_back("cpu-bf16-activations");
     return q;
   }();
