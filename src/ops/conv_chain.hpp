@@ -30,4 +30,8 @@ ir::Attributes convChainStageAttrs(const ir::Node& n, int64_t stage);
 /// for an omitted Sum); returns the stage nodes, first to last.
 std::vector<ir::Node*> buildConvChain(const ir::Node& n, ir::Graph& g, const std::vector<ir::Tensor*>& in);
 
+/// The same in `g` on stand-in inputs of these types (one per input of n; an unknown type for an
+/// omitted Sum): for the cost estimate and the cpu kernel, which read the stages' geometry.
+std::vector<ir::Node*> buildConvChain(const ir::Node& n, ir::Graph& g, const std::vector<ir::ValueType>& inputTypes);
+
 }  // namespace graft::ops

@@ -263,20 +263,17 @@ std::vector<ir::Tensor*> fusedConvChain(const ir::Node& n, ir::Graph& g, const s
 
 // The stages' convolutions, from the stand-in graph of n's input types.
 double convChainCost(const ir::Node& n) {
-  ir::Graph g(n.type());
-  g.otherOpsets[kGraftDomain] = 1;
-  std::vector<ir::Tensor*> in;
+  std::vector<ir::ValueType> types;
   for (size_t i = 0; i < n.numInputs(); ++i) {
     const ir::Tensor* t = n.hasInput(i) ? n.input(i) : nullptr;
-    if (!t || !t->info().isStatic()) {
-      if (i != kChainSum) return 0;
-      in.push_back(nullptr);
-      continue;
-    }
-    in.push_back(g.addTensor("in" + std::to_string(i), t->type(), ir::TensorKind::Input));
+    const bool usable = t && t->info().isStatic();
+    if (!usable && i != kChainSum) return 0;
+    types.push_back(usable ? t->type() : ir::ValueType{});
   }
+  ir::Graph g(n.type());
   double flops = 0;
-  for (const ir::Node* stage : buildConvChain(n, g, in)) flops += cost::convolution(stage->output(0), stage->input(1));
+  for (const ir::Node* stage : buildConvChain(n, g, types))
+    flops += cost::convolution(stage->output(0), stage->input(1));
   return flops;
 }
 
@@ -376,6 +373,15 @@ std::vector<ir::Node*> buildConvChain(const ir::Node& n, ir::Graph& g, const std
     out.push_back(y->producer());
   }
   return out;
+}
+
+std::vector<ir::Node*> buildConvChain(const ir::Node& n, ir::Graph& g, const std::vector<ir::ValueType>& inputTypes) {
+  g.otherOpsets[kGraftDomain] = 1;
+  std::vector<ir::Tensor*> in;
+  for (size_t i = 0; i < inputTypes.size(); ++i)
+    in.push_back(inputTypes[i].known() ? g.addTensor("in" + std::to_string(i), inputTypes[i], ir::TensorKind::Input)
+                                       : nullptr);
+  return buildConvChain(n, g, in);
 }
 
 GRAFT_REGISTER_OPS(fused) {

@@ -14,7 +14,6 @@ namespace graft::passes {
 namespace {
 
 bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
-bool isGraft(const ir::Node* n, const char* type) { return n && n->domain() == ops::kGraftDomain && n->type() == type; }
 
 // The vectors a and b whose outer product Gemm node p computes exactly (K = 1, alpha 1, no C), in
 // that order; nullopt for any other Gemm.
@@ -39,7 +38,7 @@ class FuseSgdOuter : public Pass {
   bool run(ir::Graph& g, PassContext&) override {
     std::vector<ir::Node*> updates;
     for (ir::Node* n : g.nodes())
-      if (isGraft(n, "SGDUpdate")) updates.push_back(n);
+      if (fuse::isGraftOp(n, "SGDUpdate")) updates.push_back(n);
     bool changed = false;
     for (ir::Node* u : updates) {
       if (u->numInputs() < 8 || !u->input(0) || !u->input(1)) continue;

@@ -8,6 +8,10 @@
 
 namespace graft::passes::fuse {
 
+bool isGraftOp(const ir::Node* n, const char* type) {
+  return n && n->domain() == ops::kGraftDomain && n->type() == type;
+}
+
 ir::Node* soleConsumer(const ir::Tensor* t) {
   if (!t || t->isGraphOutput() || t->uses().size() != 1) return nullptr;
   const ir::Use& u = t->uses()[0];

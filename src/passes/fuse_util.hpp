@@ -9,6 +9,9 @@
 
 namespace graft::passes::fuse {
 
+/// Whether `n` is a node of graft's own op `type` (domain ai.graft); false for nullptr.
+bool isGraftOp(const ir::Node* n, const char* type);
+
 /// The only consumer of `t` when it has exactly one (non-implicit) use and is not a graph
 /// output; nullptr otherwise (fusing would hide a value someone else reads).
 ir::Node* soleConsumer(const ir::Tensor* t);

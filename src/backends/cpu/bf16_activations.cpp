@@ -21,6 +21,7 @@
 #include "backends/cpu/onednn_common.hpp"
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
+#include "passes/fuse_util.hpp"
 #include "passes/pass.hpp"
 
 namespace graft::backends::cpu::onednn {
@@ -29,7 +30,7 @@ namespace {
 
 constexpr auto kFloat = static_cast<int64_t>(DataType::Float), kBf16 = static_cast<int64_t>(DataType::BFloat16);
 
-bool isFusedConv(const ir::Node* n) { return n && n->domain() == ops::kGraftDomain && n->type() == "FusedConv"; }
+bool isFusedConv(const ir::Node* n) { return passes::fuse::isGraftOp(n, "FusedConv"); }
 
 bool isConcat(const ir::Node* n) { return n && n->domain().empty() && n->type() == "Concat"; }
 

@@ -176,9 +176,9 @@ void reluBf16InPlace(support::ThreadPool& pool, uint16_t* y, int64_t n) {
   });
 }
 
-bool isDepthwise(const ConvConfig& c) { return c.group > 1 && c.group == c.x[1] && c.group == c.y[1]; }
-
 }  // namespace
+
+bool isDepthwise(const ConvConfig& c) { return c.group > 1 && c.group == c.x[1] && c.group == c.y[1]; }
 
 dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c) {
   dnnl::post_ops po;

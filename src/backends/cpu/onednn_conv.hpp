@@ -3,7 +3,6 @@
 // convolution chains' kernel (onednn_conv_chain.cpp).
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "backends/cpu/onednn_common.hpp"
 
@@ -37,14 +36,7 @@ dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c);
 dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
                                             const memory::desc* bias, const memory::desc& y, bool winograd = false);
 
-/// Convolution chains (onednn_conv_chain.cpp): GRAFT_CONV_CHAINS = off, auto (the default: the
-/// chains whose intermediates hold at least kChainMinBytes an image) or on (every chain).
-enum class ConvChainMode { Off, Auto, On };
-ConvChainMode convChainMode();
-constexpr int64_t kChainMinBytes = int64_t{1} << 20;
-/// A tile's rows of one stage's output (its per-thread buffer) hold at most this many bytes.
-constexpr int64_t kChainTileBytes = int64_t{384} << 10;
-/// The rows of the last stage's output a tile of the chain `stages` holds (>= 1).
-int64_t chainTileRows(const std::vector<ConvConfig>& stages);
+/// Whether c is depthwise: one group per channel, as many outputs as inputs.
+bool isDepthwise(const ConvConfig& c);
 
 }  // namespace graft::backends::cpu::onednn

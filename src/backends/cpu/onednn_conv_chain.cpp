@@ -28,6 +28,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -44,6 +45,12 @@
 
 namespace graft::backends::cpu::onednn {
 
+namespace {
+
+// GRAFT_CONV_CHAINS: off, auto (the default: the chains whose intermediates hold at least
+// kChainMinBytes an image) or on (every chain).
+enum class ConvChainMode { Off, Auto, On };
+
 ConvChainMode convChainMode() {
   const char* env = std::getenv("GRAFT_CONV_CHAINS");
   std::string v = env ? env : "";
@@ -53,31 +60,9 @@ ConvChainMode convChainMode() {
   GRAFT_THROW("GRAFT_CONV_CHAINS: expected off, auto or on, got '{}'", v);
 }
 
-int64_t chainTileRows(const std::vector<ConvConfig>& stages) {
-  const int64_t oh = stages.back().y[2];
-  for (int64_t rows = oh; rows > 1; --rows) {
-    bool fits = true;
-    for (size_t i = 0; i + 1 < stages.size() && fits; ++i) {
-      // Rows of stage i's output a tile of `rows` final rows needs (the spatial stage's input
-      // rows for the stages before it).
-      const ConvConfig& c = stages[i];
-      int64_t need = rows;
-      for (size_t j = i + 1; j < stages.size(); ++j)
-        if (stages[j].win.kernel[0] != 1 || stages[j].win.strides[0] != 1)
-          need = (rows - 1) * stages[j].win.strides[0] +
-                 (stages[j].win.kernel[0] - 1) * (stages[j].win.dilation[0] + 1) + 1;
-      fits = need * c.y[3] * c.y[1] * static_cast<int64_t>(sizeof(float)) <= kChainTileBytes;
-    }
-    if (fits) return rows;
-  }
-  return 1;
-}
-
-namespace {
-
-bool isGraftNode(const ir::Node* n, const char* type) {
-  return n && n->domain() == ops::kGraftDomain && n->type() == type;
-}
+constexpr int64_t kChainMinBytes = int64_t{1} << 20;
+// A tile's rows of one stage's output (its per-thread buffer) hold at most this many bytes.
+constexpr int64_t kChainTileBytes = int64_t{384} << 10;
 
 // Whether stage c moves rows: a kernel, stride or padding other than 1x1 / 1 / 0.
 bool isSpatial(const ConvConfig& c) {
@@ -86,14 +71,41 @@ bool isSpatial(const ConvConfig& c) {
   return false;
 }
 
+// The input rows `rows` output rows of c read, padding included.
+int64_t inputRows(const ConvConfig& c, int64_t rows) {
+  return (rows - 1) * c.win.strides[0] + (c.win.kernel[0] - 1) * (c.win.dilation[0] + 1) + 1;
+}
+
+// The rows of the last stage's output a tile of the chain `stages` holds (>= 1): as many as keep
+// every intermediate's rows for the tile (the spatial stage's input rows for the stages before
+// it) under kChainTileBytes.
+int64_t chainTileRows(const std::vector<ConvConfig>& stages) {
+  auto spatial = std::find_if(stages.begin(), stages.end(), isSpatial);
+  for (int64_t rows = stages.back().y[2]; rows > 1; --rows) {
+    bool fits = true;
+    for (auto c = stages.begin(); c + 1 != stages.end() && fits; ++c) {
+      const int64_t need = spatial != stages.end() && c < spatial ? inputRows(*spatial, rows) : rows;
+      fits = need * c->y[3] * c->y[1] * static_cast<int64_t>(sizeof(float)) <= kChainTileBytes;
+    }
+    if (fits) return rows;
+  }
+  return 1;
+}
+
+// The layout and types every stage has: 2-D, channels last (cpu-layout's x_block = C), float32,
+// with a bias.
+bool channelsLastFloatStage(const ConvConfig& c) {
+  return c.x.size() == 4 && c.xBlock == c.x[1] && c.yBlock == c.y[1] && c.xType == memory::data_type::f32 &&
+         c.yType == memory::data_type::f32 && c.bias;
+}
+
 // A FusedConv that can be a stage of a chain: its configuration, else nullopt.
 std::optional<ConvConfig> stageConfig(const ir::Node* n, const passes::PassContext& ctx) {
-  if (!isGraftNode(n, "FusedConv") || n->numOutputs() != 1 || n->attrInt("winograd", 0) == 1) return std::nullopt;
-  auto c = convConfig(*n);
-  if (!c || c->x.size() != 4 || c->xBlock != c->x[1] || c->yBlock != c->y[1] || c->xType != memory::data_type::f32 ||
-      c->yType != memory::data_type::f32 || !c->bias || c->win.dilation != Dims{0, 0})
+  if (!passes::fuse::isGraftOp(n, "FusedConv") || n->numOutputs() != 1 || n->attrInt("winograd", 0) == 1)
     return std::nullopt;
-  if (c->group != 1 && !(c->group == c->x[1] && c->group == c->y[1])) return std::nullopt;
+  auto c = convConfig(*n);
+  if (!c || !channelsLastFloatStage(*c) || c->win.dilation != Dims{0, 0}) return std::nullopt;
+  if (c->group != 1 && !isDepthwise(*c)) return std::nullopt;
   if (!passes::fuse::isConstant(n->input(1), ctx) || !passes::fuse::isConstant(n->input(2), ctx)) return std::nullopt;
   return c;
 }
@@ -134,7 +146,7 @@ class CpuConvChains : public passes::Pass {
       // A bf16 backend runs the chain in float32: only where a stage is depthwise (float32 there
       // anyway). resnet50 b8's one chain (layer2.0: 1x1, 3x3 of stride 2, 1x1) cost 160 -> 185 ms
       // a step so; mobilenet_v2 b8's gained 30.9 -> 25.4.
-      if (bf16_ && std::none_of(cfgs.begin(), cfgs.end(), [](const ConvConfig& c) { return c.group > 1; })) continue;
+      if (bf16_ && std::none_of(cfgs.begin(), cfgs.end(), isDepthwise)) continue;
       taken.insert(chain.begin(), chain.end());
       chains.push_back(std::move(chain));
     }
@@ -210,13 +222,10 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
   const ir::Node& n = ctx.node();
   const int64_t count = ops::convChainStages(n);
   // The stages as FusedConv nodes of a stand-in graph, for their configurations and post-ops.
+  std::vector<ir::ValueType> types;
+  for (size_t i = 0; i < n.numInputs(); ++i) types.push_back(n.hasInput(i) ? ctx.inputType(i) : ir::ValueType{});
   ir::Graph g(n.type());
-  g.otherOpsets[ops::kGraftDomain] = 1;
-  std::vector<ir::Tensor*> in;
-  for (size_t i = 0; i < n.numInputs(); ++i)
-    in.push_back(n.hasInput(i) ? g.addTensor("in" + std::to_string(i), ctx.inputType(i), ir::TensorKind::Input)
-                               : nullptr);
-  std::vector<ir::Node*> stageNodes = ops::buildConvChain(n, g, in);
+  std::vector<ir::Node*> stageNodes = ops::buildConvChain(n, g, types);
   auto st = std::make_shared<ChainState>();
   st->threads = ctx.pool().numThreads();
   st->sum = n.hasInput(ops::kChainSum);
@@ -225,9 +234,7 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
   for (int64_t i = 0; i < count; ++i) {
     auto c = convConfig(*stageNodes[static_cast<size_t>(i)]);
     const NDArray* w = ctx.constantInput(ops::chainWeightInput(i));
-    if (!c || !w || c->x.size() != 4 || c->xBlock != c->x[1] || c->yBlock != c->y[1] || !c->bias ||
-        c->xType != memory::data_type::f32 || c->yType != memory::data_type::f32)
-      return decline();
+    if (!c || !w || !channelsLastFloatStage(*c)) return decline();
     ChainState::Stage s;
     s.c = *c;
     s.biasDesc = plainDesc({c->w[0]});
@@ -257,9 +264,7 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
       int64_t in0 = a, in1 = b, pt = 0, pb = 0;
       if (spatialStage >= 0) {
         const ConvConfig& c = cfgs[static_cast<size_t>(spatialStage)];
-        const int64_t kh = (c.win.kernel[0] - 1) * (c.win.dilation[0] + 1) + 1;
-        const int64_t first = a * c.win.strides[0] - c.win.padBegin[0],
-                      last = (b - 1) * c.win.strides[0] - c.win.padBegin[0] + kh;
+        const int64_t first = a * c.win.strides[0] - c.win.padBegin[0], last = first + inputRows(c, b - a);
         in0 = std::max<int64_t>(0, first);
         in1 = std::min(c.x[2], last);
         if (in1 <= in0) return decline();

@@ -20,6 +20,7 @@
 #include "ops/elementwise_table.hpp"
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
+#include "passes/fuse_util.hpp"
 #include "passes/pass.hpp"
 #include "support/check.hpp"
 #include "support/logging.hpp"
@@ -56,11 +57,11 @@ bool keepsZero(const ir::Node& n) {
   return row && row->zeroAtZero && !row->predicate && row->arity <= 2;
 }
 
+using passes::fuse::isGraftOp;
+
 bool isStaticBool(const ir::Tensor* t) {
   return t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::Bool;
 }
-
-bool isGraft(const ir::Node* n, const char* type) { return n->domain() == ops::kGraftDomain && n->type() == type; }
 
 class CpuLayout : public passes::Pass {
  public:
@@ -79,7 +80,7 @@ class CpuLayout : public passes::Pass {
     block16_.clear();
     changed_ = false;
     for (ir::Node* n : g.schedule()) {
-      if (isOnnx(n, "Conv") || isGraft(n, "FusedConv"))
+      if (isOnnx(n, "Conv") || isGraftOp(n, "FusedConv"))
         convNode(n);
       else if (isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool") || isOnnx(n, "GlobalAveragePool") ||
                isOnnx(n, "GlobalMaxPool") || isOnnx(n, "BatchNormalization") || isOnnx(n, "LRN"))
@@ -89,10 +90,10 @@ class CpuLayout : public passes::Pass {
         splitNode(n);
       else if (training_ && isOnnx(n, "Expand"))
         expandNode(n);
-      else if (training_ &&
-               (isGraft(n, "BatchNormalizationGrad") || isGraft(n, "MaxPoolGrad") || isGraft(n, "AveragePoolGrad")))
+      else if (training_ && (isGraftOp(n, "BatchNormalizationGrad") || isGraftOp(n, "MaxPoolGrad") ||
+                             isGraftOp(n, "AveragePoolGrad")))
         gradNode(n);
-      else if (training_ && (isGraft(n, "ConvGradInput") || isGraft(n, "ConvGradWeight")))
+      else if (training_ && (isGraftOp(n, "ConvGradInput") || isGraftOp(n, "ConvGradWeight")))
         convGradNode(n);
       else if (n->numOutputs() == 1) elementwiseNode(n);
     }
@@ -246,7 +247,7 @@ class CpuLayout : public passes::Pass {
   // converted once when another operand has a twin.
   void elementwiseNode(ir::Node* n) {
     const ops::OpDef* def = ops::Registry::instance().find(*n);
-    bool zerosLike = training_ && isGraft(n, "ZerosLike");
+    bool zerosLike = training_ && isGraftOp(n, "ZerosLike");
     if (!def || !(def->traits.elementwise || zerosLike) || !n->output(0) || n->numInputs() == 0) return;
     if (!isStaticFloat(n->output(0)) && !(training_ && isStaticBool(n->output(0)))) return;
     const TensorInfo& yi = n->output(0)->info();
