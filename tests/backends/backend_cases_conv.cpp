@@ -137,6 +137,21 @@ void convCases() {
       if (sum) in.push_back(blockOf(rnd({2, M, 7, 7}, n + "s"), M));
       add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
     }
+  // 16-channel blocks on one side of a tensor of exactly 16 channels (which layoutDesc calls channels
+  // last, the same bytes): 1x1 and 3x3, batch 1 (row bands) and 4 (image bands), into and out of 16
+  // channels, as in squeezenet's fire modules around Winograd convolutions (activationDescs).
+  for (int64_t N : {int64_t{1}, int64_t{4}})
+    for (int64_t k : {int64_t{1}, int64_t{3}})
+      for (auto [C, M] : {std::pair<int64_t, int64_t>{16, 48}, {40, 16}}) {
+        std::string n = "FusedConv_b16_N" + std::to_string(N) + "_k" + std::to_string(k) + "_C" + std::to_string(C) +
+                        "_M" + std::to_string(M);
+        ir::Attributes a = activationAttrs("Relu");
+        a.set("pads", Ints(4, k / 2));
+        a.set("x_block", int64_t{16});
+        a.set("y_block", int64_t{16});
+        std::vector<NDArray> in{blockOf(rnd({N, C, 9, 8}, n + "x"), 16), rnd({M, C, k, k}, n + "w"), rnd({M}, n + "b")};
+        add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
+      }
   // Channels last, constant weights: row bands at batch 1, image bands at batch 4, under passive
   // waits (onednn_conv.cpp,
   // makeBands; the backend matrix runs with OMP_WAIT_POLICY=passive): a band's top and bottom

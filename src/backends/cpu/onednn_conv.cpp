@@ -293,8 +293,7 @@ void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDAr
   // A band: the convolution bc (a part of c) reading X from xOffset and writing Y from yOffset.
   auto addBand = [&](const ConvConfig& bc, int64_t xOffset, int64_t yOffset) {
     ConvState::Band band;
-    band.x = layoutDesc(bc.x, bc.xBlock);
-    band.y = layoutDesc(bc.y, bc.yBlock);
+    std::tie(band.x, band.y) = activationDescs(bc.x, bc.xBlock, bc.y, bc.yBlock);
     using CF = dnnl::convolution_forward;
     CF::primitive_desc pd(forwardDesc(bc, band.x, wAny, c.bias ? &st.biasDesc : nullptr, band.y), attr, engine());
     if (isReferenceImplementation(pd.impl_info_str())) throw dnnl::error(dnnl_unimplemented, "reference kernel");
@@ -370,7 +369,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   st->bias = c.bias;
   st->sum = c.sum;
   st->yShape = n.output(0)->info().shape();
-  memory::desc xUser = layoutDesc(c.x, c.xBlock, c.xType), yUser = layoutDesc(c.y, c.yBlock, c.yType);
+  auto [xUser, yUser] = activationDescs(c.x, c.xBlock, c.y, c.yBlock, c.xType, c.yType);
   // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
   // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A float32
   // source of a bf16 primitive is converted at the node anyway: into the layout oneDNN picks.
@@ -404,10 +403,9 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     // Pinned activations in the primitive's data type: as given where the tensor has it, else
     // converted at the node (into the same layout when pinned).
     bool keep = pinned && !winograd;
-    memory::desc xPrim =
-        keep && (!bf16 || c.xType == dt) ? layoutDesc(c.x, c.xBlock, dt) : memory::desc(toDims(c.x), dt, any);
-    memory::desc yPrim = keep ? layoutDesc(c.y, c.yBlock, bf16 ? c.yType : memory::data_type::f32)
-                              : memory::desc(toDims(c.y), memory::data_type::f32, any);
+    auto [xKept, yKept] = activationDescs(c.x, c.xBlock, c.y, c.yBlock, dt, bf16 ? c.yType : memory::data_type::f32);
+    memory::desc xPrim = keep && (!bf16 || c.xType == dt) ? xKept : memory::desc(toDims(c.x), dt, any);
+    memory::desc yPrim = keep ? yKept : memory::desc(toDims(c.y), memory::data_type::f32, any);
     memory::desc wAny(weightDims(c.w, c.group), dt, any);
     try {
       using CF = dnnl::convolution_forward;
@@ -786,6 +784,19 @@ ops::KernelFn makeConvGradWeight(ops::CompileContext& ctx) {
 
 }  // namespace
 
+std::pair<memory::desc, memory::desc> activationDescs(const Shape& x, int64_t xb, const Shape& y, int64_t yb,
+                                                      memory::data_type xt, memory::data_type yt) {
+  auto sixteen = [](const Shape& s, int64_t b) { return b == 16 && s.size() >= 3 && s.size() <= 5 && s[1] == 16; };
+  auto blocked16 = [](const Shape& s, int64_t b) { return b == 16 && s.size() >= 3 && s[1] != 16; };
+  auto tagged = [](const Shape& s, memory::data_type t) {
+    using tag = memory::format_tag;
+    return memory::desc(toDims(s), t, s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : tag::aBcde16b);
+  };
+  memory::desc xd = sixteen(x, xb) && blocked16(y, yb) ? tagged(x, xt) : layoutDesc(x, static_cast<int>(xb), xt);
+  memory::desc yd = sixteen(y, yb) && blocked16(x, xb) ? tagged(y, yt) : layoutDesc(y, static_cast<int>(yb), yt);
+  return {xd, yd};
+}
+
 // For the cpu-layout pass: whether a plain Conv/FusedConv should read (first) and write (second)
 // activation layout `layout` (see kChannelsLast); nullopt when the node is not for oneDNN or keeps
 // its output plain. The output takes the layout when oneDNN has an implementation other than its
@@ -799,8 +810,7 @@ std::optional<std::pair<bool, bool>> convLayoutChoice(const ir::Node& n, int lay
   auto any = memory::format_tag::any;
   auto f32 = memory::data_type::f32;
   dnnl::primitive_attr attr = postOpsAttr(n, c);
-  memory::desc xT = layoutDesc(c.x, static_cast<int>(blockFor(layout, c.x[1])));
-  memory::desc yT = layoutDesc(c.y, static_cast<int>(blockFor(layout, c.y[1])));
+  auto [xT, yT] = activationDescs(c.x, blockFor(layout, c.x[1]), c.y, blockFor(layout, c.y[1]));
   memory::desc w(weightDims(c.w, c.group), f32, any);
   using CF = dnnl::convolution_forward;
   // The implementation oneDNN picks for these activation layouts, or "" when it has none.
@@ -834,12 +844,12 @@ Bf16ConvSupport convBf16Support(const ir::Node& n) {
   if (!cfg || !cfg->yBlock || isDepthwise(*cfg)) return {};
   const ConvConfig& c = *cfg;
   auto bf16 = memory::data_type::bf16;
-  memory::desc x =
-      c.xBlock ? layoutDesc(c.x, c.xBlock, bf16) : memory::desc(toDims(c.x), bf16, memory::format_tag::any);
+  auto [xKept, y] = activationDescs(c.x, c.xBlock, c.y, c.yBlock, bf16, bf16);
+  memory::desc x = c.xBlock ? xKept : memory::desc(toDims(c.x), bf16, memory::format_tag::any);
   memory::desc w(weightDims(c.w, c.group), bf16, memory::format_tag::any), bias = plainDesc({c.w[0]});
   try {
-    dnnl::convolution_forward::primitive_desc pd(
-        forwardDesc(c, x, w, c.bias ? &bias : nullptr, layoutDesc(c.y, c.yBlock, bf16)), postOpsAttr(n, c), engine());
+    dnnl::convolution_forward::primitive_desc pd(forwardDesc(c, x, w, c.bias ? &bias : nullptr, y), postOpsAttr(n, c),
+                                                 engine());
     if (isReferenceImplementation(pd.impl_info_str())) return {};
     return {true, canWriteBf16(n, c)};
   } catch (const dnnl::error&) {

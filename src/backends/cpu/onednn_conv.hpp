@@ -36,6 +36,14 @@ dnnl::primitive_attr postOpsAttr(const ir::Node& n, const ConvConfig& c);
 dnnl::convolution_forward::desc forwardDesc(const ConvConfig& c, const memory::desc& x, const memory::desc& w,
                                             const memory::desc* bias, const memory::desc& y, bool winograd = false);
 
+/// The descriptors of a convolution's activations X (shape x, channel block xb) and Y in their
+/// assigned layouts (layoutDesc), except that a tensor of exactly 16 channels opposite one in
+/// 16-channel blocks is tagged as 16-channel blocks rather than channels last (the same bytes):
+/// oneDNN's blocked kernels take only matching tags, and leave the mixed pair to its reference loops.
+std::pair<memory::desc, memory::desc> activationDescs(const Shape& x, int64_t xb, const Shape& y, int64_t yb,
+                                                      memory::data_type xt = memory::data_type::f32,
+                                                      memory::data_type yt = memory::data_type::f32);
+
 /// Whether c is depthwise: one group per channel, as many outputs as inputs.
 bool isDepthwise(const ConvConfig& c);
 

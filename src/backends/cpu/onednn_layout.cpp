@@ -203,7 +203,7 @@ class CpuLayout : public passes::Pass {
       layout = 16;
       winograd = true;
       pref = std::make_pair(true, true);
-    } else if (inBlock16(n->input(0))) {
+    } else if (inBlock16(n->input(0)) || (channelsOf(n->input(0)) == 16 && feedsBlock16Concat(n))) {
       pref = convLayoutChoice(*n, 16, true);
       if (pref && pref->first && pref->second)
         layout = 16;
@@ -222,6 +222,29 @@ class CpuLayout : public passes::Pass {
     if (winograd) a.set("winograd", int64_t{1});
     ir::Node* fresh = addLike(n, "FusedConv", ops::kGraftDomain, in, a);
     commit(n, fresh, layout == 16 && layout_ != 16);
+  }
+
+  // Whether conv n's output goes only to a Concat along channels that has another input in
+  // 16-channel blocks (a Winograd convolution's, converted already or still to come) and whose
+  // inputs (but the last) fill such blocks: writing those blocks too spares the Concat converting
+  // this side, and what reads the Concat (squeezenet's fire modules) stays in them.
+  bool feedsBlock16Concat(ir::Node* n) const {
+    ir::Tensor* y = n->output(0);
+    if (!winograd_ || training_ || !y || y->isGraphOutput() || y->uses().size() != 1) return false;
+    ir::Node* c = y->uses()[0].node;
+    if (!isOnnx(c, "Concat") || !c->output(0) || !isStaticFloat(c->output(0))) return false;
+    int64_t rank = c->output(0)->info().rank(), axis = c->attrInt("axis", 0);
+    if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return false;
+    bool sibling16 = false;
+    for (size_t i = 0; i < c->numInputs(); ++i) {
+      ir::Tensor* s = c->input(i);
+      if (!s || (i + 1 < c->numInputs() && channelsOf(s) % 16 != 0)) return false;
+      if (s == y || channelsOf(s) == 16) continue;
+      ir::Node* p = s->producer();
+      sibling16 = sibling16 || inBlock16(s) ||
+                  (p && (isOnnx(p, "Conv") || isGraftOp(p, "FusedConv")) && convWinogradBlock(*p) == 16);
+    }
+    return sibling16;
   }
 
   // Pools, BatchNormalization, LRN on an input that is blocked already.

@@ -267,6 +267,56 @@ TEST(CpuLayout, WinogradConvolutionsAndWhatFollowsThemHoldSixteenChannelBlocks) 
   unsetenv("GRAFT_CONV_WINOGRAD");
 }
 
+// Two squeezenet fire modules (squeeze 1x1 -> expand 1x1 beside expand 3x3 -> Concat), the
+// first squeezing to 16 channels, the second to 32. With the 3x3s on Winograd (16-channel blocks),
+// the 1x1 beside each writes those blocks too, so the Concats and the squeezes after them stay in
+// them: no Reblock anywhere, one conversion in and one out. Results: the reference's.
+TEST(CpuLayout, FireModulesAroundWinogradConvolutionsStayInSixteenChannelBlocks) {
+  setenv("GRAFT_CPU_LAYOUT", "nhwc", 1);
+  setenv("GRAFT_CONV_WINOGRAD", "on", 1);
+  GraphBuilder b;
+  ir::Tensor* x = b.input({2, 64, 28, 28});
+  NDArray in = randomFloats({2, 64, 28, 28}, 51);
+  uint64_t seed = 52;
+  auto conv = [&](ir::Tensor* from, int64_t c, int64_t out, int64_t k) {
+    ir::Attributes a;
+    a.set("pads", std::vector<int64_t>(4, k / 2));
+    seed += 2;
+    return b.op("Relu", {b.op("Conv",
+                              {from, b.constant(randomFloats({out, c, k, k}, seed, -0.1f, 0.1f)),
+                               b.constant(randomFloats({out}, seed + 1))},
+                              a)});
+  };
+  auto fire = [&](ir::Tensor* from, int64_t c, int64_t squeeze, int64_t expand) {
+    ir::Tensor* s = conv(from, c, squeeze, 1);
+    ir::Attributes axis;
+    axis.set("axis", int64_t{1});
+    return b.op("Concat", {conv(s, squeeze, expand, 1), conv(s, squeeze, expand, 3)}, axis);
+  };
+  b.outputs({fire(fire(x, 64, 16, 64), 128, 32, 64)});
+  auto before = runGraph(*b.g, {in}, true);
+  run(*b.g, {"fuse-conv", "cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CONV_WINOGRAD");
+  unsetenv("GRAFT_CPU_LAYOUT");
+  auto ops = opCounts(*b.g);
+  ASSERT_EQ(ops["FusedConv"], 6) << ir::printGraph(*b.g);
+  if (winogradHost()) {
+    int marked = 0;
+    for (const ir::Node* n : b.g->nodes())
+      if (n->type() == "FusedConv") {
+        marked += n->attrInt("winograd", 0) == 1;
+        EXPECT_EQ(n->attrInt("y_block", 0), 16) << n->describe();
+      }
+    EXPECT_EQ(marked, 2) << ir::printGraph(*b.g);
+    EXPECT_EQ(ops["Reblock"], 0) << ir::printGraph(*b.g);
+    EXPECT_EQ(ops["ToBlocked"], 1) << ir::printGraph(*b.g);
+    EXPECT_EQ(ops["FromBlocked"], 1) << ir::printGraph(*b.g);
+  } else {
+    EXPECT_EQ(ops["Reblock"], 0) << "oneDNN has Winograd convolutions for AVX-512 only";
+  }
+  EXPECT_TRUE(close(runGraph(*b.g, {in})[0], before[0], 1e-4, 1e-4));
+}
+
 // The default rule (auto): a 3x3 convolution of 0.23 GFLOP (64 -> 64 at 56x56, batch 1) is left
 // to the direct kernels on full-rate AVX-512 hosts; half-rate ones (Zen 4) take it
 // (onednn::winogradGains).
