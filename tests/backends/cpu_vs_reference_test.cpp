@@ -18,7 +18,9 @@
 //
 // KernelVsReference.EveryCaseMatches/cpu_winograd_onednn_conv_* runs onednn_conv's cases with
 // oneDNN's Winograd kernels wherever it has them (GRAFT_CONV_WINOGRAD=on), and fails unless some
-// ran there; it skips on hosts without AVX-512.
+// ran there; it skips on hosts without AVX-512. cpu_sgemm_onednn_matmul_* and cpu_sgemm_onednn_gemm_*
+// run the matrix products' cases on oneDNN's sgemm wherever their operands allow
+// (GRAFT_MATMUL_SGEMM=on), and fail unless some ran there.
 //
 // KernelVsReference.EveryCaseMatches/cpu_bf16_<kernel> runs the cases of each kernel that
 // honours bf16 (CpuKernelDef::bf16) on a bf16 cpu backend (SessionOptions.enableBf16) against
@@ -346,15 +348,14 @@ struct Param {
 
 class KernelVsReference : public ::testing::TestWithParam<Param> {};
 
-// The cpu_winograd variant: onednn_conv's cases with Winograd wherever oneDNN has it
-// (WinogradMode::On); it fails unless some ran on a Winograd kernel (the recorded implementation).
-void checkWinograd(const Group& g) {
-  if (!support::cpuFeatures().avx512f)
-    GTEST_SKIP() << "oneDNN's Winograd convolutions need AVX-512, which this host (below GRAFT_CPU_ISA) does not have";
-  backends::cpu::onednn::WinogradScope on(backends::cpu::onednn::WinogradMode::On);
+// A variant of a oneDNN kernel under its switch forced on: the cpu_winograd variant runs
+// onednn_conv's cases with Winograd wherever oneDNN has it (WinogradMode::On), cpu_sgemm
+// onednn_matmul's with sgemm wherever the operands allow (SgemmScope On). Each fails unless some
+// case ran on the variant (the recorded implementation contains `marker`).
+void checkVariant(const Group& g, const char* label, const char* marker) {
   auto cpu = backends::makeCpuBackend(2);
   auto ref = backends::makeReferenceBackend();
-  int winograd = 0;
+  int ran = 0;
   for (size_t i : g.cases) {
     const MatrixCase& mc = matrixCases()[i];
     if (!mc.b || !mc.expectError().empty()) continue;
@@ -362,20 +363,34 @@ void checkWinograd(const Group& g) {
     std::vector<plan::StepKernel> kernels;
     std::vector<std::vector<NDArray>> got = runCase(*mc.b, *cpu, &kernels), want = runCase(*mc.b, *ref);
     for (const auto& k : kernels)
-      if (k.implementation.find("wino") != std::string::npos) ++winograd;
+      if (k.implementation.find(marker) != std::string::npos) ++ran;
     ASSERT_EQ(got.size(), want.size());
     for (size_t round = 0; round < want.size(); ++round)
-      for (size_t o = 0; o < want[round].size(); ++o)
+      for (size_t o = 0; o < want[round].size(); ++o) {
         if (want[round][o].valid())
           EXPECT_TRUE(allClose(got[round][o], want[round][o], mc.b->rtol, mc.b->atol))
               << "run " << round << ", output " << o;
+      }
   }
-  std::printf("winograd: %d of %zu cases ran a Winograd kernel\n", winograd, g.cases.size());
-  EXPECT_GT(winograd, 0) << "no case of " << kernelName(g.kernel) << " ran on a Winograd kernel";
+  std::printf("%s: %d of %zu cases ran the variant (%s)\n", label, ran, g.cases.size(), marker);
+  EXPECT_GT(ran, 0) << "no case of " << kernelName(g.kernel) << " ran on " << marker;
+}
+
+void checkWinograd(const Group& g) {
+  if (!support::cpuFeatures().avx512f)
+    GTEST_SKIP() << "oneDNN's Winograd convolutions need AVX-512, which this host (below GRAFT_CPU_ISA) does not have";
+  backends::cpu::onednn::WinogradScope on(backends::cpu::onednn::WinogradMode::On);
+  checkVariant(g, "winograd", "wino");
+}
+
+void checkSgemm(const Group& g) {
+  backends::cpu::onednn::SgemmScope on(backends::cpu::onednn::KernelMode::On);
+  checkVariant(g, "sgemm", "sgemm");
 }
 
 TEST_P(KernelVsReference, EveryCaseMatches) {
   if (GetParam().backend == "cpu_winograd") return checkWinograd(groups().at(GetParam().kernel));
+  if (GetParam().backend == "cpu_sgemm") return checkSgemm(groups().at(GetParam().kernel));
   bool bf16 = GetParam().backend == "cpu_bf16";
   if (bf16 && !support::cpuFeatures().avx512bf16)
     GTEST_SKIP() << "bf16 needs avx512_bf16, which this host (below GRAFT_CPU_ISA) does not have";
@@ -441,6 +456,9 @@ std::vector<Param> params() {
   // oneDNN's Winograd convolutions (onednn_conv under WinogradMode::On).
   for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
     if (d->name == "onednn_conv" && (d->type == "Conv" || d->type == "FusedConv")) p.push_back({"cpu_winograd", d, ""});
+  // oneDNN's sgemm for products of two changing operands (onednn_matmul under SgemmScope On).
+  for (const auto* d : backends::cpu::CpuKernelRegistry::instance().all())
+    if (d->name == "onednn_matmul" || d->name == "onednn_gemm") p.push_back({"cpu_sgemm", d, ""});
   std::map<std::string, int> seen;
   for (Param& q : p) {
     q.name = q.backend + "_" + kernelName(q.kernel);

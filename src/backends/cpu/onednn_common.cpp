@@ -110,24 +110,48 @@ int activationLayout() {
   GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
 }
 
+KernelMode kernelModeFromEnv(const char* name) {
+  const char* env = std::getenv(name);
+  std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return KernelMode::Auto;
+  if (v == "off") return KernelMode::Off;
+  if (v == "on") return KernelMode::On;
+  GRAFT_THROW("{}: expected off, auto or on, got '{}'", name, v);
+}
+
 namespace {
-thread_local int winogradOverride = -1;  // a WinogradMode, or -1: none
+thread_local int winogradOverride = -1;  // a KernelMode, or -1: none
+thread_local int sgemmOverride = -1;
 }  // namespace
 
 WinogradMode winogradMode() {
   if (winogradOverride >= 0) return static_cast<WinogradMode>(winogradOverride);
-  const char* env = std::getenv("GRAFT_CONV_WINOGRAD");
-  std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return WinogradMode::Auto;
-  if (v == "off") return WinogradMode::Off;
-  if (v == "on") return WinogradMode::On;
-  GRAFT_THROW("GRAFT_CONV_WINOGRAD: expected off, auto or on, got '{}'", v);
+  return kernelModeFromEnv("GRAFT_CONV_WINOGRAD");
 }
 
 WinogradScope::WinogradScope(WinogradMode mode) : saved_(winogradOverride) {
   winogradOverride = static_cast<int>(mode);
 }
 WinogradScope::~WinogradScope() { winogradOverride = saved_; }
+
+KernelMode sgemmMode() {
+  if (sgemmOverride >= 0) return static_cast<KernelMode>(sgemmOverride);
+  return kernelModeFromEnv("GRAFT_MATMUL_SGEMM");
+}
+
+SgemmScope::SgemmScope(KernelMode mode) : saved_(sgemmOverride) { sgemmOverride = static_cast<int>(mode); }
+SgemmScope::~SgemmScope() { sgemmOverride = saved_; }
+
+bool sgemmGains(int64_t M, int64_t K, int64_t N, bool transA, bool transB) {
+  // Measured on bert4 b8's training step (half-rate AVX-512, 2 threads; docs/cpu-backend.md): sgemm
+  // took 2-5% off most of its 1024-row products in every orientation, but lost 20% on A B' with B'
+  // read transposed and K > N (1024 x 3072 x 768: 23 -> 28 ms); standalone, it lost 10-40% on
+  // 256-row products (mlp b256's). Where oneDNN's matmul primitive has no brgemm kernel (AVX2
+  // hosts) it runs the same jit gemm as sgemm: no difference measured.
+  constexpr int64_t kMinRows = 512, kMinDim = 256;
+  if (M < kMinRows || N < kMinDim || K < kMinDim) return false;
+  return !(transB && !transA && K > N);
+}
 
 int trainingLayout() {
   const char* env = std::getenv("GRAFT_CPU_LAYOUT");

@@ -82,12 +82,16 @@ inline constexpr int kChannelsLast = -1;
 /// Throws graft::Error naming GRAFT_CPU_LAYOUT for any other value.
 int activationLayout();
 
+/// A kernel variant's switch (GRAFT_CONV_WINOGRAD, GRAFT_CONV_CHAINS, GRAFT_MATMUL_SGEMM): Off
+/// never, Auto where measured faster (the default), On wherever it applies (for tests).
+enum class KernelMode { Off, Auto, On };
+/// Environment variable `name`: "off", "auto" (or unset), "on", read at each call; any other value
+/// throws graft::Error naming the variable.
+KernelMode kernelModeFromEnv(const char* name);
+
 /// Whether 3x3 convolutions may run on oneDNN's Winograd kernels (onednn_conv.cpp,
-/// wantsWinograd): Off never, Auto where measured faster (the default), On wherever oneDNN has
-/// them (for tests). GRAFT_CONV_WINOGRAD ("off", "auto", "on"; read at each call) sets it, a
-/// WinogradScope overrides it on its thread; any other value throws graft::Error naming the
-/// variable.
-enum class WinogradMode { Off, Auto, On };
+/// wantsWinograd). GRAFT_CONV_WINOGRAD sets it, a WinogradScope overrides it on its thread.
+using WinogradMode = KernelMode;
 WinogradMode winogradMode();
 /// Auto's rule: whether a 3x3 stride-1 convolution with `inChannels` input channels and output
 /// dims `y` ([N, C, H, W]) runs faster on the Winograd kernel on a host of this FMA class (half-rate
@@ -103,6 +107,24 @@ class WinogradScope {
  private:
   int saved_;
 };
+/// Whether float32 matrix products whose right-hand operand is not a constant (training's weights
+/// and gradients) run on oneDNN's sgemm (dnnl_sgemm) instead of its matmul primitive
+/// (onednn_matmul.cpp). GRAFT_MATMUL_SGEMM sets it, an SgemmScope overrides it on its thread.
+KernelMode sgemmMode();
+/// Auto's rule: whether sgemm beats the matmul primitive for Y [M, N] = A' [M, K] B' [K, N] (A'
+/// read transposed with transA, B' with transB), measured per shape (docs/cpu-backend.md).
+bool sgemmGains(int64_t M, int64_t K, int64_t N, bool transA, bool transB);
+class SgemmScope {
+ public:
+  explicit SgemmScope(KernelMode mode);
+  ~SgemmScope();
+  SgemmScope(const SgemmScope&) = delete;
+  SgemmScope& operator=(const SgemmScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 /// The layout of the cpu-layout-training pass: channels last wherever activationLayout() is not
 /// plain (NHWC runs oneDNN's fast training kernels on AVX2 as on AVX-512 hosts, and has no padding
 /// channels for the backward pass's comparisons to keep zero), plain otherwise; GRAFT_CPU_LAYOUT

@@ -49,16 +49,7 @@ namespace {
 
 // GRAFT_CONV_CHAINS: off, auto (the default: the chains whose intermediates hold at least
 // kChainMinBytes an image) or on (every chain).
-enum class ConvChainMode { Off, Auto, On };
-
-ConvChainMode convChainMode() {
-  const char* env = std::getenv("GRAFT_CONV_CHAINS");
-  std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return ConvChainMode::Auto;
-  if (v == "off") return ConvChainMode::Off;
-  if (v == "on") return ConvChainMode::On;
-  GRAFT_THROW("GRAFT_CONV_CHAINS: expected off, auto or on, got '{}'", v);
-}
+KernelMode convChainMode() { return kernelModeFromEnv("GRAFT_CONV_CHAINS"); }
 
 constexpr int64_t kChainMinBytes = int64_t{1} << 20;
 // A tile's rows of one stage's output (its per-thread buffer) hold at most this many bytes.
@@ -115,8 +106,8 @@ class CpuConvChains : public passes::Pass {
   explicit CpuConvChains(bool bf16 = false) : bf16_(bf16) {}
   std::string_view name() const override { return bf16_ ? "cpu-conv-chains-bf16" : "cpu-conv-chains"; }
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
-    const ConvChainMode mode = convChainMode();
-    if (mode == ConvChainMode::Off) return false;
+    const KernelMode mode = convChainMode();
+    if (mode == KernelMode::Off) return false;
     // Collected first, then replaced (replacing deletes nodes of the schedule).
     std::vector<std::vector<ir::Node*>> chains;
     std::set<const ir::Node*> taken;
@@ -142,7 +133,7 @@ class CpuConvChains : public passes::Pass {
         chain.push_back(next);
         cfgs.push_back(*c);
       }
-      if (chain.size() < 2 || (mode == ConvChainMode::Auto && !gains(cfgs))) continue;
+      if (chain.size() < 2 || (mode == KernelMode::Auto && !gains(cfgs))) continue;
       // A bf16 backend runs the chain in float32: only where a stage is depthwise (float32 there
       // anyway). resnet50 b8's one chain (layer2.0: 1x1, 3x3 of stride 2, 1x1) cost 160 -> 185 ms
       // a step so; mobilenet_v2 b8's gained 30.9 -> 25.4.

@@ -1,6 +1,7 @@
 // oneDNN matmul for ai.onnx MatMul (numpy batch broadcasting, 1-D operands) and Gemm (transA,
 // transB, alpha, beta, C broadcast), and ai.graft FusedMatMul / FusedGemm (bias and activation
-// post-ops). Float only. Constant right-hand operands (weights) are packed at compile time.
+// post-ops). Float only. Constant right-hand operands (weights) are packed at compile time;
+// products of two changing operands run on oneDNN's sgemm where it measured faster (buildSgemm).
 // Under bf16Compute() (SessionOptions.enableBf16) the operands are converted to bf16 (constant
 // weights once) and the primitive accumulates and writes float32.
 #include <algorithm>
@@ -264,6 +265,84 @@ bool makePrimitive(MatMulState& st, const MatMulConfig& c, const ir::Node& n, co
   return true;
 }
 
+// oneDNN's sgemm (dnnl_sgemm) in place of the matmul primitive, for a product whose right-hand
+// operand changes between steps (so nothing is packed ahead), under sgemmMode(): Y [M, N] =
+// alpha A' B' (+ beta C, or + a bias row, written into Y first; sgemm's beta then adds it). It
+// takes 2-D operands read directly or transposed, A's rows merged over leading axes B does not
+// have, a row-major Y, and an activation graft applies after the primitive; nullptr otherwise,
+// or where the mode's rule (sgemmGains) leaves the product to the primitive.
+ops::KernelFn buildSgemm(const ir::Node& n, const MatMulConfig& c, const std::shared_ptr<MatMulState>& st) {
+  KernelMode mode = sgemmMode();
+  if (mode == KernelMode::Off || c.bInput != 1) return nullptr;
+  if (n.domain() == ops::kGraftDomain && !n.attrString("activation", "").empty() && !st->act) return nullptr;
+  const size_t r = c.y.size();
+  int64_t rows = 1;  // A's leading axes, merged into M
+  for (size_t i = 0; i + 2 < r; ++i) {
+    if (c.b[i] != 1) return nullptr;
+    rows *= c.a[i];
+  }
+  const int64_t M = c.a[r - 2], K = c.a[r - 1], N = c.b[r - 1];
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0;
+  if (c.aStrides[r - 1] == 1) {
+    lda = c.aStrides[r - 2];
+    int64_t next = lda * M;  // the stride that merges the leading axes into rows
+    for (size_t i = r - 2; i-- > 0;) {
+      if (c.a[i] != 1 && c.aStrides[i] != next) return nullptr;
+      next *= c.a[i];
+    }
+    if (rows > 1 && lda != K) return nullptr;
+  } else if (c.aStrides[r - 2] == 1 && rows == 1) {
+    ta = true;
+    lda = c.aStrides[r - 1];
+  } else {
+    return nullptr;
+  }
+  if (c.bStrides[r - 1] == 1)
+    ldb = c.bStrides[r - 2];
+  else if (c.bStrides[r - 2] == 1)
+    tb = true, ldb = c.bStrides[r - 1];
+  else
+    return nullptr;
+  if (c.yStrides[r - 1] != 1 || c.yStrides[r - 2] != N) return nullptr;
+  if (lda < std::max<int64_t>(1, ta ? M : K) || ldb < std::max<int64_t>(1, tb ? K : N)) return nullptr;
+  int64_t biasN = 0;
+  if (!c.bias.empty()) {
+    for (size_t i = 0; i + 1 < r; ++i)
+      if (c.bias[i] != 1) return nullptr;
+    biasN = c.bias[r - 1];
+  }
+  const int64_t rowsY = M * rows;
+  if (mode == KernelMode::Auto && !sgemmGains(rowsY, K, N, ta, tb)) return nullptr;
+  noteImplementation("sgemm");
+  const float alpha = c.alpha, beta = c.sumC ? c.beta : biasN ? 1.f : 0.f;
+  const bool sumC = c.sumC;
+  Shape cs = c.cShape;
+  while (cs.size() < 2) cs.insert(cs.begin(), 1);
+  const int64_t cRow = cs[0] == 1 ? 0 : cs[1], cCol = cs[1] == 1 ? 0 : 1;
+  return [st, rowsY, N, K, ta, tb, lda, ldb, alpha, beta, biasN, sumC, cRow, cCol](ops::KernelContext& k) {
+    setThreads(st->threads);
+    NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
+    float* yp = y.data<float>();
+    if (sumC || biasN) {
+      const float* cp = k.input(2).data<float>();
+      for (int64_t m = 0; m < rowsY; ++m) {
+        float* row = yp + m * N;
+        if (sumC)
+          for (int64_t j = 0; j < N; ++j) row[j] = cp[m * cRow + j * cCol];
+        else if (biasN == 1)
+          std::fill(row, row + N, cp[0]);
+        else
+          std::memcpy(row, cp, sizeof(float) * static_cast<size_t>(N));
+      }
+    }
+    dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', rowsY, N, K, alpha, k.input(0).data<float>(), lda,
+                                      k.input(1).data<float>(), ldb, beta, yp, N);
+    GRAFT_ASSERT(status == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(status));
+    if (st->act) st->act(k.pool(), yp, y.numel());
+  };
+}
+
 ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   const ir::Node& n = ctx.node();
   auto st = std::make_shared<MatMulState>();
@@ -291,6 +370,8 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   st->bInput = c.bInput;
   if (n.domain() == ops::kGraftDomain && activationAfterPrimitive(n)) st->act = fusedActivation(n);
   const NDArray* constB = ctx.constantInput(c.bInput);
+  if (!constB && !bf16Compute())
+    if (auto fn = buildSgemm(n, c, st)) return fn;
   // bf16 where asked and oneDNN has a fast implementation for it, else float32.
   if (!(bf16Compute() && makePrimitive(*st, c, n, constB, true)) && !makePrimitive(*st, c, n, constB, false))
     return decline();
