@@ -205,6 +205,19 @@ std::optional<MatMulConfig> gemmConfig(const ir::Node& n) {
 bool supportsMatMul(const ir::Node& n) { return matmulConfig(n).has_value(); }
 bool supportsGemm(const ir::Node& n) { return gemmConfig(n).has_value(); }
 
+// The element strides of a C (Gemm's, or a bias row) of shape `s` broadcast to [M, N]: 0 along
+// its unit (or missing) axes.
+std::pair<int64_t, int64_t> broadcastStrides(Shape s) {
+  while (s.size() < 2) s.insert(s.begin(), 1);
+  return {s[0] == 1 ? 0 : s[1], s[1] == 1 ? 0 : 1};
+}
+
+// Y [M, N] = C broadcast (strides from broadcastStrides).
+void fillBroadcast(const float* c, std::pair<int64_t, int64_t> st, float* y, int64_t M, int64_t N) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < N; ++j) y[m * N + j] = c[m * st.first + j * st.second];
+}
+
 struct MatMulState {
   dnnl::matmul prim;
   memory::desc aDesc, bDesc, yDesc, biasDesc;
@@ -316,26 +329,13 @@ ops::KernelFn buildSgemm(const ir::Node& n, const MatMulConfig& c, const std::sh
   if (mode == KernelMode::Auto && !sgemmGains(rowsY, K, N, ta, tb)) return nullptr;
   noteImplementation("sgemm");
   const float alpha = c.alpha, beta = c.sumC ? c.beta : biasN ? 1.f : 0.f;
-  const bool sumC = c.sumC;
-  Shape cs = c.cShape;
-  while (cs.size() < 2) cs.insert(cs.begin(), 1);
-  const int64_t cRow = cs[0] == 1 ? 0 : cs[1], cCol = cs[1] == 1 ? 0 : 1;
-  return [st, rowsY, N, K, ta, tb, lda, ldb, alpha, beta, biasN, sumC, cRow, cCol](ops::KernelContext& k) {
+  const bool fillY = c.sumC || biasN;  // Y starts as C or the bias row, which sgemm's beta keeps
+  const auto fillStrides = c.sumC ? broadcastStrides(c.cShape) : broadcastStrides(Shape{biasN});
+  return [st, rowsY, N, K, ta, tb, lda, ldb, alpha, beta, fillY, fillStrides](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
     float* yp = y.data<float>();
-    if (sumC || biasN) {
-      const float* cp = k.input(2).data<float>();
-      for (int64_t m = 0; m < rowsY; ++m) {
-        float* row = yp + m * N;
-        if (sumC)
-          for (int64_t j = 0; j < N; ++j) row[j] = cp[m * cRow + j * cCol];
-        else if (biasN == 1)
-          std::fill(row, row + N, cp[0]);
-        else
-          std::memcpy(row, cp, sizeof(float) * static_cast<size_t>(N));
-      }
-    }
+    if (fillY) fillBroadcast(k.input(2).data<float>(), fillStrides, yp, rowsY, N);
     dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', rowsY, N, K, alpha, k.input(0).data<float>(), lda,
                                       k.input(1).data<float>(), ldb, beta, yp, N);
     GRAFT_ASSERT(status == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(status));
@@ -378,18 +378,10 @@ ops::KernelFn build(ops::CompileContext& ctx, const MatMulConfig& c) {
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     NDArray& y = k.allocOutputUninit(0, DataType::Float, st->yShape);
-    if (st->sumC) {
-      // Y = C broadcast to [M, N]; the primitive then adds alpha * A'B' to beta * Y.
-      const NDArray& cArr = k.input(2);
-      const float* cp = cArr.data<float>();
-      float* yp = y.data<float>();
-      int64_t M = st->yShape[0], N = st->yShape[1];
-      Shape cs = st->cShape;
-      while (cs.size() < 2) cs.insert(cs.begin(), 1);
-      int64_t sm = cs[0] == 1 ? 0 : cs[1], sn = cs[1] == 1 ? 0 : 1;
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t j = 0; j < N; ++j) yp[m * N + j] = cp[m * sm + j * sn];
-    }
+    // Y = C broadcast to [M, N]; the primitive then adds alpha * A'B' to beta * Y.
+    if (st->sumC)
+      fillBroadcast(k.input(2).data<float>(), broadcastStrides(st->cShape), y.data<float>(), st->yShape[0],
+                    st->yShape[1]);
     memory a = wrap(st->aDesc, k.input(1 - st->bInput));
     NDArray aScratch;
     if (st->convertA) {
