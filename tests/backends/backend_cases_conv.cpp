@@ -350,6 +350,13 @@ void convChainCases() {
   addChain("FusedConvChain_stem", {1, 3, 77, 320}, {{32, 3, 2, 1, p1, "HardSwish"}, {16, 1, 1, 1, p0, "Relu"}}, false);
   addChain("FusedConvChain_spatial_last", {2, 16, 20, 160}, {{96, 1, 1, 1, p0, "Relu"}, {48, 3, 1, 1, p1, "Clip"}},
            true);
+  // Two spatial stages (mobilenet_v2's stem and the depthwise convolution after it): the first
+  // recomputes its halo rows for each tile; stride 2 in both, odd rows, asymmetric padding.
+  addChain("FusedConvChain_two_spatial", {2, 3, 41, 640},
+           {{32, 3, 2, 1, p1, "Clip"}, {32, 3, 1, 32, p1, "Relu"}, {16, 1, 1, 1, p0, ""}}, false);
+  addChain("FusedConvChain_two_spatial_strided", {1, 8, 77, 256},
+           {{48, 3, 2, 1, Ints{0, 1, 1, 1}, "Relu"}, {48, 3, 2, 48, Ints{1, 0, 1, 1}, "Clip"}, {8, 1, 1, 1, p0, ""}},
+           false);
   // Pointwise only: every stage's rows are the tile's.
   addChain("FusedConvChain_pointwise", {2, 16, 12, 200}, {{128, 1, 1, 1, p0, "Clip"}, {8, 1, 1, 1, p0, "Relu"}}, true);
   // NaN and infinities in X: the activations applied after the primitive keep them as the

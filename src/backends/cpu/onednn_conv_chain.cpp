@@ -11,9 +11,12 @@
 //
 // A chain: FusedConvs in a row, each intermediate read only by the next stage (as its X), float32,
 // 2-D, channels last (the cpu-layout pass's x_block = C), constant weights and biases, no
-// Winograd; at most one stage is spatial (a kernel, stride or padding other than 1x1/1/0), at most
-// one pointwise stage follows it, and only the last stage may add a residual (Sum). So a tile
-// recomputes only the halo rows of the pointwise stages before the spatial one. The pass fuses
+// Winograd; at most two stages are spatial (a kernel, stride or padding other than 1x1/1/0), the
+// second right after the first (mobilenet_v2's stem and the depthwise convolution after it), at
+// most one pointwise stage follows them, and only the last stage may add a residual (Sum). A tile
+// computes each stage's rows backwards from the last stage's (stageRows): the stages before a
+// spatial one recompute its halo rows, 2 rows of the expansion per tile of an inverted residual
+// block, and of the stem with two spatial stages. The pass fuses
 // a chain where an intermediate holds at least kChainMinBytes an image (smaller ones stay in the
 // cache anyway: mobilenet_v2's 28x28 blocks gained nothing); GRAFT_CONV_CHAINS=off leaves every
 // chain, =on fuses every one (tests), auto (the default) as said.
@@ -52,6 +55,8 @@ namespace {
 KernelMode convChainMode() { return kernelModeFromEnv("GRAFT_CONV_CHAINS"); }
 
 constexpr int64_t kChainMinBytes = int64_t{1} << 20;
+// Spatial stages a chain may have (each one before the last recomputes its halo rows per tile).
+constexpr int kChainMaxSpatial = 2;
 // A tile's rows of one stage's output (its per-thread buffer) hold at most this many bytes.
 constexpr int64_t kChainTileBytes = int64_t{384} << 10;
 
@@ -67,16 +72,51 @@ int64_t inputRows(const ConvConfig& c, int64_t rows) {
   return (rows - 1) * c.win.strides[0] + (c.win.kernel[0] - 1) * (c.win.dilation[0] + 1) + 1;
 }
 
+// The rows of one stage's input and output a tile of the chain computes, with the padding rows
+// its primitive adds (a spatial stage at the top or bottom of the image).
+struct StageRows {
+  int64_t x0 = 0, x1 = 0, y0 = 0, y1 = 0, padTop = 0, padBottom = 0;
+};
+
+// For the last stage's output rows [a, b): every stage's rows, last to first (each stage's
+// output rows are the next one's input rows: its halo included, within the image); nullopt where
+// a stage would read no row.
+std::optional<std::vector<StageRows>> stageRows(const std::vector<ConvConfig>& stages, int64_t a, int64_t b) {
+  std::vector<StageRows> rows(stages.size());
+  for (size_t i = stages.size(); i-- > 0;) {
+    const ConvConfig& c = stages[i];
+    StageRows& r = rows[i];
+    r.y0 = a;
+    r.y1 = b;
+    if (isSpatial(c)) {
+      const int64_t first = a * c.win.strides[0] - c.win.padBegin[0], last = first + inputRows(c, b - a);
+      r.x0 = std::max<int64_t>(0, first);
+      r.x1 = std::min(c.x[2], last);
+      if (r.x1 <= r.x0) return std::nullopt;
+      r.padTop = r.x0 - first;
+      r.padBottom = last - r.x1;
+    } else {
+      r.x0 = a;
+      r.x1 = b;
+    }
+    a = r.x0;
+    b = r.x1;
+  }
+  return rows;
+}
+
 // The rows of the last stage's output a tile of the chain `stages` holds (>= 1): as many as keep
-// every intermediate's rows for the tile (the spatial stage's input rows for the stages before
-// it) under kChainTileBytes.
+// every intermediate's rows (the halo the spatial stages after it need included) under
+// kChainTileBytes in every tile.
 int64_t chainTileRows(const std::vector<ConvConfig>& stages) {
-  auto spatial = std::find_if(stages.begin(), stages.end(), isSpatial);
-  for (int64_t rows = stages.back().y[2]; rows > 1; --rows) {
+  const int64_t OH = stages.back().y[2];
+  for (int64_t rows = OH; rows > 1; --rows) {
     bool fits = true;
-    for (auto c = stages.begin(); c + 1 != stages.end() && fits; ++c) {
-      const int64_t need = spatial != stages.end() && c < spatial ? inputRows(*spatial, rows) : rows;
-      fits = need * c->y[3] * c->y[1] * static_cast<int64_t>(sizeof(float)) <= kChainTileBytes;
+    for (int64_t a = 0; a < OH && fits; a += rows) {
+      auto r = stageRows(stages, a, std::min(OH, a + rows));
+      for (size_t i = 0; r && i + 1 < stages.size() && fits; ++i)
+        fits = ((*r)[i].y1 - (*r)[i].y0) * stages[i].y[3] * stages[i].y[1] * static_cast<int64_t>(sizeof(float)) <=
+               kChainTileBytes;
     }
     if (fits) return rows;
   }
@@ -117,17 +157,18 @@ class CpuConvChains : public passes::Pass {
       if (!first) continue;
       std::vector<ir::Node*> chain{n};
       std::vector<ConvConfig> cfgs{*first};
-      bool spatial = isSpatial(*first);
-      int after = 0;
+      int spatial = isSpatial(*first) ? 1 : 0, after = 0;
       while (!cfgs.back().sum) {
         ir::Tensor* t = chain.back()->output(0);
         ir::Node* next = t->isGraphOutput() ? nullptr : passes::fuse::soleConsumer(t);
         auto c = next && next->input(0) == t ? stageConfig(next, ctx) : std::nullopt;
         if (!c || c->x[0] != first->x[0]) break;
+        // At most two spatial stages, the second right after the first (a stem and the depthwise
+        // convolution after it), and at most one pointwise stage after them.
         const bool s = isSpatial(*c);
-        if ((s && spatial) || (!s && spatial && after >= 1)) break;
+        if (after >= 1 || (s && spatial == kChainMaxSpatial)) break;
         if (s)
-          spatial = true;
+          ++spatial;
         else if (spatial)
           ++after;
         chain.push_back(next);
@@ -240,9 +281,6 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
   const ConvConfig& lastCfg = cfgs.back();
   const int64_t OH = lastCfg.y[2];
   st->images = lastCfg.y[0];
-  int spatialStage = -1;
-  for (size_t i = 0; i < cfgs.size(); ++i)
-    if (isSpatial(cfgs[i])) spatialStage = static_cast<int>(i);
 
   // The tiles' geometry; primitives made once per distinct (stage, rows in, rows out, pads).
   std::map<std::tuple<size_t, int64_t, int64_t, int64_t, int64_t>, size_t> primOf;
@@ -250,30 +288,21 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
   setThreads(1);  // each primitive runs on one thread
   try {
     for (int64_t a = 0; a < OH; a += tileRows) {
-      const int64_t b = std::min(OH, a + tileRows);
-      // Rows [r0, r1) of every stage's output, first to last; the spatial stage's input rows.
-      int64_t in0 = a, in1 = b, pt = 0, pb = 0;
-      if (spatialStage >= 0) {
-        const ConvConfig& c = cfgs[static_cast<size_t>(spatialStage)];
-        const int64_t first = a * c.win.strides[0] - c.win.padBegin[0], last = first + inputRows(c, b - a);
-        in0 = std::max<int64_t>(0, first);
-        in1 = std::min(c.x[2], last);
-        if (in1 <= in0) return decline();
-        pt = in0 - first;
-        pb = last - in1;
+      auto rows = stageRows(cfgs, a, std::min(OH, a + tileRows));
+      if (!rows) {
+        setThreads(st->threads);
+        return decline();
       }
       std::vector<ChainState::Step> steps;
       for (size_t i = 0; i < cfgs.size(); ++i) {
-        const bool before = static_cast<int>(i) < spatialStage, isSp = static_cast<int>(i) == spatialStage;
-        const int64_t xr0 = before || isSp ? in0 : a, xr1 = before || isSp ? in1 : b;
-        const int64_t yr0 = before ? in0 : a, yr1 = before ? in1 : b;
+        const StageRows& r = (*rows)[i];
         ConvConfig bc = cfgs[i];
         bc.x[0] = bc.y[0] = 1;
-        bc.x[2] = xr1 - xr0;
-        bc.y[2] = yr1 - yr0;
-        bc.win.out[0] = yr1 - yr0;
-        bc.win.padBegin[0] = isSp ? pt : 0;
-        bc.win.padEnd[0] = isSp ? pb : 0;
+        bc.x[2] = r.x1 - r.x0;
+        bc.y[2] = r.y1 - r.y0;
+        bc.win.out[0] = r.y1 - r.y0;
+        bc.win.padBegin[0] = r.padTop;
+        bc.win.padEnd[0] = r.padBottom;
         auto key = std::make_tuple(i, bc.x[2], bc.y[2], bc.win.padBegin[0], bc.win.padEnd[0]);
         auto found = primOf.find(key);
         if (found == primOf.end()) {
@@ -301,8 +330,8 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
           found = primOf.emplace(key, st->prims.size()).first;
           st->prims.push_back(std::move(p));
         }
-        steps.push_back({found->second, xr0, yr0, yr1 - yr0});
-        bufferRows[i] = std::max(bufferRows[i], yr1 - yr0);
+        steps.push_back({found->second, r.x0, r.y0, r.y1 - r.y0});
+        bufferRows[i] = std::max(bufferRows[i], r.y1 - r.y0);
       }
       st->tiles.push_back(std::move(steps));
     }

@@ -3,7 +3,8 @@
 // block (1x1 expansion, Clip, depthwise 3x3, Clip, 1x1 projection, + the block's input) becomes one
 // FusedConvChain where its expanded activation is large (auto, the default), every eligible chain
 // with "on", none with "off"; the results equal the node-by-node ones and the reference device's;
-// an anchored intermediate stays a tensor; a bad value of the variable is refused by name. The
+// a stem and the depthwise convolution after it join too (two spatial stages); an anchored
+// intermediate stays a tensor; a bad value of the variable is refused by name. The
 // activations are channels last on every host here (GRAFT_CPU_LAYOUT=nhwc): chains take those only.
 #include <gtest/gtest.h>
 
@@ -215,6 +216,70 @@ TEST_F(CpuConvChainsBf16, DepthwiseChainsRunInFloat32) {
 TEST_F(CpuConvChainsBf16, DenseChainsStayBf16Convolutions) {
   EXPECT_EQ(denseChains(false), 1);  // float32: 96 x 48 x 64 floats an image, joined
   EXPECT_EQ(denseChains(true), 0);
+}
+
+// mobilenet_v2's stem and first block: x [2, 3, 192, 192] -> Conv 3x3 of stride 2, 3->32, Clip ->
+// depthwise Conv 3x3, Clip -> Conv 1x1 32->16 (the stem's output, 32 x 96 x 96 floats = 1.2 MB an
+// image): two spatial stages in one chain, the stem recomputing its halo rows for each tile.
+TEST_F(CpuConvChains, StemAndDepthwiseStageJoinInOneChain) {
+  auto runStem = [](const char* mode, std::shared_ptr<DeviceInfo> device) {
+    if (*mode)
+      setenv("GRAFT_CONV_CHAINS", mode, 1);
+    else
+      unsetenv("GRAFT_CONV_CHAINS");
+    Builder b;
+    TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, 3, 192, 192}), "x");
+    TensorId lo = b.addInitializedInputTensor(fromVec({0.f}, {}));
+    TensorId hi = b.addInitializedInputTensor(fromVec({6.f}, {}));
+    uint64_t seed = 40;
+    auto conv = [&](TensorId in, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t group) {
+      TensorId w = b.addInitializedInputTensor(
+          fromVec(randomVec(static_cast<size_t>(cout * cin / group * k * k), seed++, 0.3f), {cout, cin / group, k, k}));
+      TensorId bias = b.addInitializedInputTensor(fromVec(randomVec(static_cast<size_t>(cout), seed++), {cout}));
+      int64_t p = k / 2;
+      return b
+          .addOp("Conv", "", 17, {in, w, bias},
+                 {{"pads", std::vector<int64_t>{p, p, p, p}},
+                  {"strides", std::vector<int64_t>{stride, stride}},
+                  {"group", group}})
+          .at(0);
+    };
+    TensorId y = b.addOp("Clip", "", 17, {conv(x, 3, 32, 3, 2, 1), lo, hi}).at(0);
+    y = b.addOp("Clip", "", 17, {conv(y, 32, 32, 3, 1, 32), lo, hi}).at(0);
+    y = conv(y, 32, 16, 1, 1, 1);
+    b.addOutputTensor(y);
+    SessionOptions o;
+    o.numThreads = 2;
+    o.enableProfiling = true;
+    auto s = InferenceSession::createFromOnnxModel(b.getModelProto(), DataFlow(1, {y}), std::move(device), {}, o);
+    s->prepareDevice();
+    auto arrays = s->initAnchorArrays();
+    std::vector<float> xv = randomVec(size_t{2 * 3 * 192 * 192}, 4, 2.f);
+    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {2, 3, 192, 192})}}, arrays);
+    s->run(io);
+    ChainRun r;
+    for (const OpProfile& p : s->profile()) {
+      if (p.opType == "FusedConvChain") {
+        r.chainCalls += p.calls;
+        for (const std::string& k : p.kernels) r.chainKernels += k;
+      }
+      if (p.opType == "FusedConv" || p.opType == "Conv") r.convCalls += p.calls;
+    }
+    const NDArray& a = arrays.at(y);
+    r.y.assign(a.data<float>(), a.data<float>() + a.numel());
+    return r;
+  };
+  auto dm = DeviceManager::createDeviceManager();
+  ChainRun ref = runStem("", dm.createReferenceDevice());
+  ChainRun off = runStem("off", dm.createCpuDevice());
+  ChainRun chained = runStem("", dm.createCpuDevice());
+  EXPECT_EQ(off.chainCalls, 0);
+  EXPECT_EQ(chained.chainCalls, 1) << chained.chainKernels;
+  EXPECT_EQ(chained.convCalls, 0);
+  EXPECT_NE(chained.chainKernels.find("3 stages in tiles of"), std::string::npos) << chained.chainKernels;
+  ASSERT_EQ(chained.y.size(), ref.y.size());
+  EXPECT_LT(maxDiff(chained.y, off.y), 1e-4);
+  EXPECT_LT(maxDiff(chained.y, ref.y), 1e-3);
 }
 
 TEST_F(CpuConvChains, BadValueIsRefusedByName) {
