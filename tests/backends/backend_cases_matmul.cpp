@@ -119,6 +119,22 @@ void matmulCases() {
     }
   };
   addMatMuls("SgemmMatMul_", smm, support::CpuIsa::Avx2);
+  // Activations other than Relu (applied after the product, as graft's own pass over Y; bert4's
+  // GeluErf), with NaN and infinities in A: a constant B, 37 x 29 x 1045 rows of A merged.
+  for (const std::string& act : kActivations) {
+    if (act.empty() || act == "Relu") continue;
+    std::string n = "SgemmMatMul_act_" + act;
+    OpCase c{"FusedMatMul",
+             {rnd({2, 37, 29}, n + "a", -2, 2), rnd({29, 1045}, n + "b"), rnd({1045}, n + "c")},
+             activationAttrs(act),
+             1,
+             "ai.graft"};
+    add(n, c, {false, true, true});
+    last().isa = support::CpuIsa::Avx2;
+    c.inputs[0] = sprinkled(c.inputs[0]);
+    add(n + "_special_values", c, {false, true, true});
+    last().isa = support::CpuIsa::Avx2;
+  }
   // graft's matrix-vector products (vec_gemv: at most 4 rows of A'): every row count
   // of its register groups (1-4, rows of MatMul's A merged), N below, at and above its 32-column
   // panel and not a multiple of it, K = 1 and odd (the tail of its k unrolling), transposes,

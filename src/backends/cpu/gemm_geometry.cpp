@@ -10,7 +10,16 @@
 namespace graft::backends::cpu {
 namespace {
 
-std::optional<GemmGeometry> gemmNodeGeometry(const ir::Node& n) {
+// A fused node's activation: Relu in the epilogue; another one (with anyActivation) left to the
+// caller (otherActivation); false where the geometry does not take it.
+bool setActivation(const ir::Node& n, GemmGeometry& g, bool anyActivation) {
+  std::string act = n.attrString("activation", "");
+  g.relu = act == "Relu" && n.attrString("activation_domain", "").empty();
+  g.otherActivation = !act.empty() && !g.relu;
+  return !g.otherActivation || anyActivation;
+}
+
+std::optional<GemmGeometry> gemmNodeGeometry(const ir::Node& n, bool anyActivation) {
   if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
     return std::nullopt;
   if (n.numInputs() > 3 || n.numOutputs() != 1) return std::nullopt;
@@ -37,18 +46,14 @@ std::optional<GemmGeometry> gemmNodeGeometry(const ir::Node& n) {
     g.cRowStride = c[0] == 1 ? 0 : c[1];
     g.cColStride = c[1] == 1 ? 0 : 1;
   }
-  if (n.domain() == ops::kGraftDomain) {
-    std::string act = n.attrString("activation", "");
-    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
-    g.relu = act == "Relu";
-  }
+  if (n.domain() == ops::kGraftDomain && !setActivation(n, g, anyActivation)) return std::nullopt;
   return g;
 }
 
 // MatMul / FusedMatMul with A [..., M, K] (rows merged: M' = the product of A's leading axes)
 // times a 2-D B [K, N]; no folded Transposes. FusedMatMul's bias broadcasts over rows ([N],
 // [1, ..., N], a scalar) or is the whole output.
-std::optional<GemmGeometry> matmulGeometry(const ir::Node& n) {
+std::optional<GemmGeometry> matmulGeometry(const ir::Node& n, bool anyActivation) {
   if (!onednn::isStaticFloat(n.input(0)) || !onednn::isStaticFloat(n.input(1)) || !onednn::isStaticFloat(n.output(0)))
     return std::nullopt;
   bool fused = n.domain() == ops::kGraftDomain;
@@ -83,18 +88,15 @@ std::optional<GemmGeometry> matmulGeometry(const ir::Node& n) {
     g.hasC = true;
     g.cShape = c;
   }
-  if (fused) {
-    std::string act = n.attrString("activation", "");
-    if (!act.empty() && (act != "Relu" || !n.attrString("activation_domain", "").empty())) return std::nullopt;
-    g.relu = act == "Relu";
-  }
+  if (fused && !setActivation(n, g, anyActivation)) return std::nullopt;
   return g;
 }
 
 }  // namespace
 
-std::optional<GemmGeometry> gemmGeometry(const ir::Node& n) {
-  return n.type() == "Gemm" || n.type() == "FusedGemm" ? gemmNodeGeometry(n) : matmulGeometry(n);
+std::optional<GemmGeometry> gemmGeometry(const ir::Node& n, bool anyActivation) {
+  return n.type() == "Gemm" || n.type() == "FusedGemm" ? gemmNodeGeometry(n, anyActivation)
+                                                       : matmulGeometry(n, anyActivation);
 }
 
 void AlignedFloats::allocate(int64_t n) {

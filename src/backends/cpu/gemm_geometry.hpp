@@ -17,13 +17,15 @@ struct GemmGeometry {
   bool transA = false, transB = false;
   float alpha = 1.f, beta = 1.f;
   bool hasC = false, relu = false;
+  bool otherActivation = false;  // an activation other than Relu, which the kernel applies after
   Shape cShape;
   int64_t cRowStride = 0, cColStride = 0;  // element strides of C broadcast to [M, N]
 };
 
 /// The geometry of a float node with static shapes, or nullopt where the node is none of the
-/// above (other activations, a batched B, folded transposes, a C that does not broadcast).
-std::optional<GemmGeometry> gemmGeometry(const ir::Node& n);
+/// above (a batched B, folded transposes, a C that does not broadcast, an activation other than
+/// Relu unless `anyActivation`: then otherActivation says the caller applies it).
+std::optional<GemmGeometry> gemmGeometry(const ir::Node& n, bool anyActivation = false);
 
 /// 64-byte aligned floats (packed weights).
 struct AlignedFloats {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/sgemm_avx2.hpp"
 
 namespace graft::backends::cpu {
 
@@ -14,12 +15,18 @@ using onednn::memory;
 void RecurrentSlice::packFrom(const float* r) const {
   rows.resize(static_cast<size_t>(4 * nu * H));
   for (int64_t q = 0; q < 4; ++q) std::memcpy(rows.data() + q * nu * H, r + (q * H + u0) * H, sizeof(float) * nu * H);
+  if (ownGemm) {
+    // B' [H, 4nu] is the gathered rows [4nu, H] read transposed (geometry.transB).
+    packPanels(rows.data(), geometry, sgemm::panelWidth(), panels.data);
+    return;
+  }
   auto& eng = onednn::engine();
   memory from(user, eng, static_cast<void*>(rows.data()));
   onednn::execute(pack, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, weights}});
 }
 
 void RecurrentSlice::run(const float* h, float* gates) const {
+  if (ownGemm) return sgemm::gemmSerial(geometry, h, H, panels.data, gates);
   srcMem.set_data_handle(const_cast<float*>(h));
   dstMem.set_data_handle(gates);
   onednn::execute(
@@ -41,6 +48,17 @@ std::vector<RecurrentSlice> makeRecurrentSlices(int64_t N, int64_t H, int team, 
       m.nu = units.second - units.first;
       m.N = N;
       m.H = H;
+      if (sgemm::available()) {
+        m.ownGemm = true;
+        m.geometry.M = N;
+        m.geometry.K = H;
+        m.geometry.N = 4 * m.nu;
+        m.geometry.transB = true;
+        m.panels.allocate(numPanels(m.geometry.N, sgemm::panelWidth()) * H * sgemm::panelWidth());
+        if (impl) *impl = "sgemm_avx2";
+        slices.push_back(std::move(m));
+        continue;
+      }
       m.src = memory::desc({N, H}, f32, memory::format_tag::ab);
       m.dst = memory::desc({N, 4 * m.nu}, f32, memory::format_tag::ab);
       // [H, 4nu] read column by column from R's rows: element (k, j) at j * H + k.

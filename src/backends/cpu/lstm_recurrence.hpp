@@ -8,6 +8,10 @@
 // into the primitive's weights layout (at compile time for constant weights, at each run for a
 // training graph's). A thread then computes its units' gate pre-activations for all N rows and
 // their cell, with a barrier between steps (each step reads every unit of h_{t-1}).
+//
+// On hosts where graft's AVX2 sgemm runs (AVX2 without AVX-512: oneDNN 2.6's matmul there is its
+// jit gemm, which packs R's rows again at every step) the slice's product is that sgemm's instead,
+// on R's rows packed once into its column panels (lstm2 b32 under GRAFT_CPU_ISA=avx2: 142 -> 88 ms).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -15,6 +19,8 @@
 #include <vector>
 
 #include <dnnl.hpp>
+
+#include "backends/cpu/gemm_geometry.hpp"
 
 namespace graft::backends::cpu {
 
@@ -34,6 +40,10 @@ struct RecurrentSlice {
   dnnl::memory weights, scratch;        // in the primitive's layout; its scratchpad (user mode)
   mutable dnnl::memory srcMem, dstMem;  // over the caller's h and gates (set at each run)
   mutable std::vector<float> rows;      // R's rows of the units, gathered for `pack`
+  // graft's AVX2 sgemm instead of the primitive (sgemm::available()): R's rows in its panels.
+  bool ownGemm = false;
+  GemmGeometry geometry;  // [N, H] x [H, 4nu]
+  mutable AlignedFloats panels;
 
   /// Packs the slice's rows of R (one direction's [4H, H]: gate q's row of unit u is q * H + u)
   /// into `weights`, on the calling thread (inside a team's region: sequentially).

@@ -26,8 +26,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/sgemm_avx2.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 #include "support/cpu_features.hpp"
@@ -70,12 +72,23 @@ bool worthIt(const GemmGeometry& g) { return g.M >= kMr && g.M <= 512 && g.N >= 
 
 // Only a constant B (an inference weight): a B fed at run time (training) would be packed on
 // every run, which measured slower than oneDNN reading it in place.
+// An activation other than Relu runs after the product, as graft's own pass over Y
+// (fusedActivation): bert4's GELU, which oneDNN 2.6's AVX2 gemm applied as a post-op at half the
+// product's speed (docs/cpu-backend.md, "Kernel choice by ISA").
 bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
   const ir::Tensor* b = n.numInputs() > 1 ? n.input(1) : nullptr;
   if (!b || b->kind() != ir::TensorKind::Constant) return false;
-  auto g = gemmGeometry(n);
-  return g && worthIt(*g);
+  auto g = gemmGeometry(n, /*anyActivation=*/true);
+  if (!g || !worthIt(*g)) return false;
+  if (g->otherActivation) {
+    try {
+      return static_cast<bool>(fusedActivation(n));
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // What the register block needs after the last K block.
@@ -230,6 +243,7 @@ struct GemmState {
   GemmGeometry g;
   Shape yShape;
   AlignedFloats constB;  // B packed into panels
+  ActivationFn act;      // an activation other than Relu, over Y after the product
 };
 
 void run(const GemmState& st, ops::KernelContext& k) {
@@ -269,10 +283,34 @@ void run(const GemmState& st, ops::KernelContext& k) {
     task(0, tasks);
   else
     pool.parallelFor(tasks, 1, task);
+  if (st.act) st.act(pool, yp, y.numel());
 }
 
+}  // namespace
+
+bool available() { return cpuHasAvx2Fma(); }
+
+int64_t panelWidth() { return kNr; }
+
+void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y) {
+#ifdef GRAFT_SGEMM_AVX2
+  GRAFT_ASSERT(cpuHasAvx2Fma() && !g.transA, "sgemm::gemmSerial without AVX2 and FMA, or with a transposed A");
+  thread_local std::vector<float> ap;
+  ap.resize(static_cast<size_t>(kMc * kKc));
+  const Epilogue ep{1.f, 0.f, nullptr, 0, 0, false};
+  const int64_t P = numPanels(g.N, kNr);
+  for (int64_t r0 = 0; r0 < g.M; r0 += kMc)
+    gemmBlock(g, a, lda, 1, packed, y, ep, r0, std::min(g.M, r0 + kMc), 0, P, ap.data());
+#else
+  (void)g, (void)a, (void)lda, (void)packed, (void)y;
+  GRAFT_ASSERT(false, "sgemm::gemmSerial without AVX2 support compiled in");
+#endif
+}
+
+namespace {
+
 ops::KernelFn makeGemm(ops::CompileContext& ctx) {
-  auto g = gemmGeometry(ctx.node());
+  auto g = gemmGeometry(ctx.node(), /*anyActivation=*/true);
   GRAFT_ASSERT(g && cpuHasAvx2Fma(), "{}: sgemm_avx2 on an unsupported node", ctx.node().describe());
   auto st = std::make_shared<GemmState>();
   st->g = *g;
@@ -281,6 +319,7 @@ ops::KernelFn makeGemm(ops::CompileContext& ctx) {
   GRAFT_ASSERT(b, "{}: sgemm_avx2 without a constant B", ctx.node().describe());
   st->constB.allocate(numPanels(g->N, kNr) * g->K * kNr);
   packPanels(b->data<float>(), *g, kNr, st->constB.data);
+  if (g->otherActivation) st->act = fusedActivation(ctx.node());
   return [st](ops::KernelContext& k) { run(*st, k); };
 }
 
