@@ -369,7 +369,8 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   st->bias = c.bias;
   st->sum = c.sum;
   st->yShape = n.output(0)->info().shape();
-  auto [xUser, yUser] = activationDescs(c.x, c.xBlock, c.y, c.yBlock, c.xType, c.yType);
+  memory::desc xUser, yUser;  // (not a structured binding: the lambda below reads them)
+  std::tie(xUser, yUser) = activationDescs(c.x, c.xBlock, c.y, c.yBlock, c.xType, c.yType);
   // Plain activations: let oneDNN pick its layout and reorder at the node (its direct kernels
   // are much faster than its plain-layout fallbacks). Assigned layouts are used as given. A float32
   // source of a bf16 primitive is converted at the node anyway: into the layout oneDNN picks.
