@@ -192,18 +192,23 @@ memory::desc plainDesc(const Shape& s, memory::data_type dt) {
   return memory::desc(d, dt, strides);
 }
 
-memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt) {
-  if (block == 0) return plainDesc(s, dt);
+memory::desc blockedDesc(const Shape& s, int block, memory::data_type dt) {
   using tag = memory::format_tag;
   tag t = tag::undef;
-  // Channels-last: the block of all channels (the same bytes as nChwXc with X = C).
-  if (s.size() >= 3 && s.size() <= 5 && block == s[1])
-    return memory::desc(toDims(s), dt, s.size() == 3 ? tag::acb : s.size() == 4 ? tag::acdb : tag::acdeb);
   if (block == 8) t = s.size() == 3 ? tag::aBc8b : s.size() == 4 ? tag::aBcd8b : s.size() == 5 ? tag::aBcde8b : tag::undef;
   if (block == 16)
     t = s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : s.size() == 5 ? tag::aBcde16b : tag::undef;
   GRAFT_ASSERT(t != tag::undef, "no channel-blocked layout of rank {} with block {}", s.size(), block);
   return memory::desc(toDims(s), dt, t);
+}
+
+memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt) {
+  if (block == 0) return plainDesc(s, dt);
+  using tag = memory::format_tag;
+  // Channels-last: the block of all channels (the same bytes as nChwXc with X = C).
+  if (s.size() >= 3 && s.size() <= 5 && block == s[1])
+    return memory::desc(toDims(s), dt, s.size() == 3 ? tag::acb : s.size() == 4 ? tag::acdb : tag::acdeb);
+  return blockedDesc(s, block, dt);
 }
 
 bool sameBytes(const memory::desc& a, const memory::desc& b) {
@@ -212,8 +217,7 @@ bool sameBytes(const memory::desc& a, const memory::desc& b) {
   if (d != b.dims() || a.data_type() != b.data_type() || d.size() < 3 || d.size() > 5 || d[1] != 16) return false;
   Shape s(d.begin(), d.end());
   memory::desc last = layoutDesc(s, 16, a.data_type());  // block = channels: channels last
-  using tag = memory::format_tag;
-  memory::desc b16(d, a.data_type(), d.size() == 3 ? tag::aBc16b : d.size() == 4 ? tag::aBcd16b : tag::aBcde16b);
+  memory::desc b16 = blockedDesc(s, 16, a.data_type());
   return (a == last || a == b16) && (b == last || b == b16);
 }
 

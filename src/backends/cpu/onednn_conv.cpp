@@ -789,12 +789,10 @@ std::pair<memory::desc, memory::desc> activationDescs(const Shape& x, int64_t xb
                                                       memory::data_type xt, memory::data_type yt) {
   auto sixteen = [](const Shape& s, int64_t b) { return b == 16 && s.size() >= 3 && s.size() <= 5 && s[1] == 16; };
   auto blocked16 = [](const Shape& s, int64_t b) { return b == 16 && s.size() >= 3 && s[1] != 16; };
-  auto tagged = [](const Shape& s, memory::data_type t) {
-    using tag = memory::format_tag;
-    return memory::desc(toDims(s), t, s.size() == 3 ? tag::aBc16b : s.size() == 4 ? tag::aBcd16b : tag::aBcde16b);
-  };
-  memory::desc xd = sixteen(x, xb) && blocked16(y, yb) ? tagged(x, xt) : layoutDesc(x, static_cast<int>(xb), xt);
-  memory::desc yd = sixteen(y, yb) && blocked16(x, xb) ? tagged(y, yt) : layoutDesc(y, static_cast<int>(yb), yt);
+  memory::desc xd =
+      sixteen(x, xb) && blocked16(y, yb) ? blockedDesc(x, 16, xt) : layoutDesc(x, static_cast<int>(xb), xt);
+  memory::desc yd =
+      sixteen(y, yb) && blocked16(x, xb) ? blockedDesc(y, 16, yt) : layoutDesc(y, static_cast<int>(yb), yt);
   return {xd, yd};
 }
 
@@ -878,15 +876,13 @@ int convWinogradBlock(const ir::Node& n) {
   const ConvConfig& c = *cfg;
   constexpr int kBlock = 16;
   memory::desc w(weightDims(c.w, c.group), memory::data_type::f32, memory::format_tag::any), bias = plainDesc({c.w[0]});
-  // Tagged as 16-channel blocks even where the tensor has 16 channels (layoutDesc calls those
-  // channels last: the same bytes, but the Winograd kernel takes only the blocked tag; squeezenet's
-  // 16-channel expand3x3 were left direct by that).
-  auto blocked = [](const Shape& s) {
-    return memory::desc(toDims(s), memory::data_type::f32, memory::format_tag::aBcd16b);
-  };
+  // Tagged as 16-channel blocks even where the tensor has 16 channels (blockedDesc: the Winograd
+  // kernel takes only the blocked tag; squeezenet's 16-channel expand3x3 were left direct by
+  // layoutDesc's channels-last one).
   try {
     dnnl::convolution_forward::primitive_desc pd(
-        forwardDesc(c, blocked(c.x), w, c.bias ? &bias : nullptr, blocked(c.y), true), postOpsAttr(n, c), engine());
+        forwardDesc(c, blockedDesc(c.x, kBlock), w, c.bias ? &bias : nullptr, blockedDesc(c.y, kBlock), true),
+        postOpsAttr(n, c), engine());
     return isWinogradImplementation(pd.impl_info_str()) ? kBlock : 0;
   } catch (const dnnl::error&) {
     return 0;

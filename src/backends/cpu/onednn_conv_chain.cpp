@@ -289,10 +289,7 @@ ops::KernelFn makeConvChain(ops::CompileContext& ctx) {
   try {
     for (int64_t a = 0; a < OH; a += tileRows) {
       auto rows = stageRows(cfgs, a, std::min(OH, a + tileRows));
-      if (!rows) {
-        setThreads(st->threads);
-        return decline();
-      }
+      if (!rows) throw dnnl::error(dnnl_unimplemented, "a stage reads no row");
       std::vector<ChainState::Step> steps;
       for (size_t i = 0; i < cfgs.size(); ++i) {
         const StageRows& r = (*rows)[i];

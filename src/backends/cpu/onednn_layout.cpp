@@ -59,6 +59,13 @@ bool keepsZero(const ir::Node& n) {
 
 using passes::fuse::isGraftOp;
 
+// Whether Concat n joins float tensors of rank 3-5 along their channels (axis 1).
+bool isChannelConcat(const ir::Node& n) {
+  if (!n.output(0) || !isStaticFloat(n.output(0))) return false;
+  const int64_t rank = n.output(0)->info().rank(), axis = n.attrInt("axis", 0);
+  return rank >= 3 && rank <= 5 && (axis == 1 || axis == 1 - rank);
+}
+
 bool isStaticBool(const ir::Tensor* t) {
   return t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::Bool;
 }
@@ -232,9 +239,7 @@ class CpuLayout : public passes::Pass {
     ir::Tensor* y = n->output(0);
     if (!winograd_ || training_ || !y || y->isGraphOutput() || y->uses().size() != 1) return false;
     ir::Node* c = y->uses()[0].node;
-    if (!isOnnx(c, "Concat") || !c->output(0) || !isStaticFloat(c->output(0))) return false;
-    int64_t rank = c->output(0)->info().rank(), axis = c->attrInt("axis", 0);
-    if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return false;
+    if (!isOnnx(c, "Concat") || !isChannelConcat(*c)) return false;
     bool sibling16 = false;
     for (size_t i = 0; i < c->numInputs(); ++i) {
       ir::Tensor* s = c->input(i);
@@ -428,10 +433,8 @@ class CpuLayout : public passes::Pass {
   // Concat along channels of blocked inputs whose channel counts (but the last's) fill blocks:
   // along the block index; of channels-last inputs: along the innermost axis.
   void concatNode(ir::Node* n) {
-    if (!n->output(0) || !isStaticFloat(n->output(0))) return;
+    if (!isChannelConcat(*n)) return;
     int64_t rank = n->output(0)->info().rank();
-    int64_t axis = n->attrInt("axis", 0);
-    if (rank < 3 || rank > 5 || (axis != 1 && axis != 1 - rank)) return;
     std::vector<ir::Tensor*> in = n->inputs();
     if (in.empty() || !in[0]) return;
     // One layout for all inputs: the first one's (16-channel blocks or the graph's).

@@ -214,8 +214,13 @@ std::pair<int64_t, int64_t> broadcastStrides(Shape s) {
 
 // Y [M, N] = C broadcast (strides from broadcastStrides).
 void fillBroadcast(const float* c, std::pair<int64_t, int64_t> st, float* y, int64_t M, int64_t N) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < N; ++j) y[m * N + j] = c[m * st.first + j * st.second];
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = c + m * st.first;
+    if (st.second == 1)
+      std::memcpy(y + m * N, row, sizeof(float) * static_cast<size_t>(N));
+    else
+      std::fill(y + m * N, y + (m + 1) * N, row[0]);
+  }
 }
 
 struct MatMulState {

@@ -69,12 +69,46 @@ class CpuConvChains : public ::testing::Test {
   // A large block (96 x 48 x 64 floats = 1.2 MB an image expanded) then a small one (96 x 24 x 32,
   // 0.3 MB; after a 2x2 max pool), batch 2, under GRAFT_CONV_CHAINS=mode ("" unset), on `device`;
   // `anchorDepthwise`: the large block's depthwise output is an anchor too.
-  static ChainRun run(const char* mode, std::shared_ptr<DeviceInfo> device, bool anchorDepthwise = false,
-                      bool bf16 = false) {
+  // GRAFT_CONV_CHAINS=mode ("" unset; TearDown unsets it).
+  static void setMode(const char* mode) {
     if (*mode)
       setenv("GRAFT_CONV_CHAINS", mode, 1);
     else
       unsetenv("GRAFT_CONV_CHAINS");
+  }
+
+  // One step of `model` on `device` with x (shape xShape) drawn from `seed`: the chain and
+  // convolution calls and kernels from the profile, and anchor `out`.
+  static ChainRun runModel(const std::string& model, const std::vector<TensorId>& anchors, const TensorId& out,
+                           const Shape& xShape, uint64_t seed, std::shared_ptr<DeviceInfo> device, bool bf16 = false) {
+    SessionOptions o;
+    o.numThreads = 2;
+    o.enableProfiling = true;
+    o.enableBf16 = bf16;
+    auto s = InferenceSession::createFromOnnxModel(model, DataFlow(1, anchors), std::move(device), {}, o);
+    s->prepareDevice();
+    auto arrays = s->initAnchorArrays();
+    int64_t count = 1;
+    for (int64_t d : xShape) count *= d;
+    std::vector<float> xv = randomVec(static_cast<size_t>(count), seed, 2.f);
+    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, xShape)}}, arrays);
+    s->run(io);
+    ChainRun r;
+    for (const OpProfile& p : s->profile()) {
+      if (p.opType == "FusedConvChain") {
+        r.chainCalls += p.calls;
+        for (const std::string& k : p.kernels) r.chainKernels += k;
+      }
+      if (p.opType == "FusedConv" || p.opType == "Conv") r.convCalls += p.calls;
+    }
+    const NDArray& a = arrays.at(out);
+    r.y.assign(a.data<float>(), a.data<float>() + a.numel());
+    return r;
+  }
+
+  static ChainRun run(const char* mode, std::shared_ptr<DeviceInfo> device, bool anchorDepthwise = false,
+                      bool bf16 = false) {
+    setMode(mode);
     Builder b;
     TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, kC, 48, 64}), "x");
     Block big = invertedResidual(b, x, 10);
@@ -85,27 +119,7 @@ class CpuConvChains : public ::testing::Test {
     b.addOutputTensor(small.out);
     std::vector<TensorId> anchors{small.out};
     if (anchorDepthwise) anchors.push_back(big.depthwise);
-    SessionOptions o;
-    o.numThreads = 2;
-    o.enableProfiling = true;
-    o.enableBf16 = bf16;
-    auto s = InferenceSession::createFromOnnxModel(b.getModelProto(), DataFlow(1, anchors), std::move(device), {}, o);
-    s->prepareDevice();
-    auto arrays = s->initAnchorArrays();
-    std::vector<float> xv = randomVec(size_t{2 * kC * 48 * 64}, 3, 2.f);
-    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {2, kC, 48, 64})}}, arrays);
-    s->run(io);
-    ChainRun r;
-    for (const OpProfile& p : s->profile()) {
-      if (p.opType == "FusedConvChain") {
-        r.chainCalls += p.calls;
-        for (const std::string& k : p.kernels) r.chainKernels += k;
-      }
-      if (p.opType == "FusedConv" || p.opType == "Conv") r.convCalls += p.calls;
-    }
-    const NDArray& a = arrays.at(small.out);
-    r.y.assign(a.data<float>(), a.data<float>() + a.numel());
-    return r;
+    return runModel(b.getModelProto(), anchors, small.out, {2, kC, 48, 64}, 3, std::move(device), bf16);
   }
 };
 
@@ -223,10 +237,7 @@ TEST_F(CpuConvChainsBf16, DenseChainsStayBf16Convolutions) {
 // image): two spatial stages in one chain, the stem recomputing its halo rows for each tile.
 TEST_F(CpuConvChains, StemAndDepthwiseStageJoinInOneChain) {
   auto runStem = [](const char* mode, std::shared_ptr<DeviceInfo> device) {
-    if (*mode)
-      setenv("GRAFT_CONV_CHAINS", mode, 1);
-    else
-      unsetenv("GRAFT_CONV_CHAINS");
+    setMode(mode);
     Builder b;
     TensorId x = b.addInputTensor(TensorInfo(DataType::Float, Shape{2, 3, 192, 192}), "x");
     TensorId lo = b.addInitializedInputTensor(fromVec({0.f}, {}));
@@ -248,26 +259,7 @@ TEST_F(CpuConvChains, StemAndDepthwiseStageJoinInOneChain) {
     y = b.addOp("Clip", "", 17, {conv(y, 32, 32, 3, 1, 32), lo, hi}).at(0);
     y = conv(y, 32, 16, 1, 1, 1);
     b.addOutputTensor(y);
-    SessionOptions o;
-    o.numThreads = 2;
-    o.enableProfiling = true;
-    auto s = InferenceSession::createFromOnnxModel(b.getModelProto(), DataFlow(1, {y}), std::move(device), {}, o);
-    s->prepareDevice();
-    auto arrays = s->initAnchorArrays();
-    std::vector<float> xv = randomVec(size_t{2 * 3 * 192 * 192}, 4, 2.f);
-    StepIO io({{"x", NDArray::wrap(xv.data(), DataType::Float, {2, 3, 192, 192})}}, arrays);
-    s->run(io);
-    ChainRun r;
-    for (const OpProfile& p : s->profile()) {
-      if (p.opType == "FusedConvChain") {
-        r.chainCalls += p.calls;
-        for (const std::string& k : p.kernels) r.chainKernels += k;
-      }
-      if (p.opType == "FusedConv" || p.opType == "Conv") r.convCalls += p.calls;
-    }
-    const NDArray& a = arrays.at(y);
-    r.y.assign(a.data<float>(), a.data<float>() + a.numel());
-    return r;
+    return runModel(b.getModelProto(), {y}, y, {2, 3, 192, 192}, 4, std::move(device));
   };
   auto dm = DeviceManager::createDeviceManager();
   ChainRun ref = runStem("", dm.createReferenceDevice());
