@@ -27,6 +27,18 @@ SMALL_BATCH = {"mlp": 1, "resnet18": 1, "resnet50": 1, "mobilenet_v2": 1, "squee
 
 
 SPIN = False  # set from --spin
+EMULATE = {}  # set from --isa avx2: the environment that makes every framework see an AVX2-only host
+
+
+def emulation_env(isa):
+    """--isa avx2 on an AVX-512 host: every framework on its AVX2 kernels, as on an AVX2-only EPYC.
+    bench/cpuid_mask.cpp (LD_PRELOAD) hides AVX-512 from CPUID for ONNX Runtime's MLAS, PyTorch and
+    oneDNN; graft, oneDNN and PyTorch are capped by their own switches as well, for anything that read
+    CPUID before the preload's constructor ran."""
+    lib = os.path.join(REPO, "build", "bench", "libgraft_cpuid_mask.so")
+    if not os.path.exists(lib):
+        sys.exit(f"--isa {isa}: {lib} not built (cmake --build build --target graft_cpuid_mask)")
+    return {"LD_PRELOAD": lib, "GRAFT_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def child_env(threads, spin=None):
@@ -48,6 +60,7 @@ def child_env(threads, spin=None):
     env["OMP_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
     env.pop("PYTHONPATH", None)
+    env.update(EMULATE)
     return env
 
 
@@ -104,17 +117,23 @@ def host_isa(threads):
                     break
     except OSError:
         pass
+    extra = {}
+    if EMULATE:
+        extra["emulated"] = ("AVX-512 hidden from CPUID for every framework (bench/cpuid_mask.cpp, --isa avx2) "
+                             "on a host with " + " ".join(f for f in CPU_FLAGS if f in flags))
+        flags = {f for f in flags if not f.startswith(("avx512", "amx"))}
     have = [f for f in CPU_FLAGS if f in flags]
     if "avx512f" in flags:
         cls = "AVX-512"
     elif "avx2" in flags and "fma" in flags:
-        cls = "AVX2 (no AVX-512)"
+        cls = "AVX2 (no AVX-512)" + (", emulated" if EMULATE else "")
     else:
         cls = "baseline x86-64 (no AVX2)"
-    info = {"class": cls, "flags": have, "bf16": "avx512_bf16" in flags}
+    info = {"class": cls, "flags": have, "bf16": "avx512_bf16" in flags, **extra}
     exe = os.path.join(REPO, "build", "bench", "fma_roof")
     if os.path.exists(exe):
-        p = subprocess.run([exe, "--threads", str(threads)], capture_output=True, text=True, timeout=120)
+        p = subprocess.run([exe, "--threads", str(threads)], capture_output=True, text=True, timeout=120,
+                           env=child_env(threads))
         try:
             roof = json.loads(p.stdout.strip().splitlines()[-1])
             info["fma_roof_gflops"] = roof.get("gflops")
@@ -201,10 +220,15 @@ def main():
     ap.add_argument("--no-bf16", action="store_true",
                     help="skip the bf16 table (SessionOptions.enableBf16 at each model's largest batch; only on "
                          "hosts with avx512_bf16)")
+    ap.add_argument("--isa", choices=["host", "avx2"], default="host",
+                    help="avx2: on an AVX-512 host, measure the AVX2 host class: every framework's process sees "
+                         "an AVX2-only CPU (bench/cpuid_mask.cpp, needs the CPU's CPUID faulting)")
     a = ap.parse_args()
     models = a.models.split(",")
-    global SPIN
+    global SPIN, EMULATE
     SPIN = a.spin
+    if a.isa != "host":
+        EMULATE = emulation_env(a.isa)
     started = time.perf_counter()
     os.makedirs(a.out, exist_ok=True)
 
@@ -358,7 +382,8 @@ def write_outputs(rep, out):
     avx2_roof = hi.get("fma_roof_avx2_gflops")
     avx2_note = f" ({f2(avx2_roof, '.0f')} with AVX2 only)" if hi.get("class") == "AVX-512" else ""
     L.append(f"**Host: {hi.get('class', '?')}** ({', '.join(hi.get('flags', [])) or 'no flags read'}); "
-             f"**FMA roof {f2(roof, '.0f')} GFLOP/s** fp32 on {rep['threads']} threads{avx2_note} (bench/fma_roof.cpp).\n")
+             f"**FMA roof {f2(roof, '.0f')} GFLOP/s** fp32 on {rep['threads']} threads{avx2_note} (bench/fma_roof.cpp)."
+             f"{(' ' + hi['emulated'] + '.') if hi.get('emulated') else ''}\n")
     L.append(f"{env.get('cpu', '?')}, {rep['threads']} threads for every framework; torch {env['torch']}, "
              f"onnxruntime {env['onnxruntime']}; sgemm 2048^3 (torch.mm) {f2(rep['sgemm_gflops'], '.0f')} GFLOP/s. "
              f"Times are medians per step (batch) in ms, each framework's lowest of {rep.get('rounds', 1)} runs "
