@@ -1,14 +1,15 @@
 // graft's max pooling of channel-blocked and channels-last activations (ai.graft::ChannelBlocked
 // of a 2-D MaxPool without Indices, from the cpu-layout pass): every window of a block of B
 // channels (B = C: channels last) is B contiguous floats per input pixel, so the max runs along
-// the channels, vectorised, one output row (batch, channel block, output row) per range of the
-// pool's threads. NaN propagates as in the reference (and PyTorch), without the second pass over
-// a NaN mask that oneDNN's max pooling needs. oneDNN 2.6's jit pooling of squeezenet1_1's first
+// the channels, vectorised (maxRows: the window's rows, then its columns), output rows (batch,
+// channel block, output row) split over the pool's threads. NaN propagates as in the reference (and PyTorch), without
+// the second pass over a NaN mask that oneDNN's max pooling needs. oneDNN 2.6's jit pooling of squeezenet1_1's first
 // channels-last MaxPool (8 x 64 x 111 x 111, 3x3 stride 2, ceil_mode) took 2.1 ms, plus a NaN scan
 // of its input; docs/cpu-backend.md "Max pooling".
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -58,32 +59,59 @@ bool supports(const ir::Node& n) { return maxPoolConfig(n).has_value(); }
 // The max that keeps NaN: the running value once it is NaN, or a NaN v.
 GRAFT_VEC_LOOP float maxNan(float r, float v) { return v > r || v != v ? v : r; }
 
-// Output rows [r0, r1) of (batch, channel block, output row), each OW x B floats.
+using V8 = FloatVec<8>::type;
+GRAFT_VEC_LOOP V8 load8(const float* p) { return *reinterpret_cast<const FloatVec<8>::unaligned*>(p); }
+GRAFT_VEC_LOOP void store8(float* p, V8 v) { *reinterpret_cast<FloatVec<8>::unaligned*>(p) = v; }
+GRAFT_VEC_LOOP V8 maxNan8(V8 r, V8 v) { return ((v > r) | (v != v)) ? v : r; }
+
+// Output rows [r0, r1) of (batch, channel block, output row), each OW x B floats, in two passes:
+// the max of the window's input rows into t (W x B floats, one contiguous stretch: vectorised
+// whatever B is), then of each window's columns of t. Max is associative, and maxNan keeps a NaN
+// in either operand, so the order changes nothing but the sign of a zero tie. BT: B known at
+// compile time (8, 16: one vector per pixel), 0: B = c.block (channels last).
+template <int64_t BT>
 GRAFT_VEC_LOOP void maxRows(const MaxPoolConfig& c, const float* __restrict x, float* __restrict y, int64_t r0,
-                            int64_t r1) {
-  const int64_t B = c.block, H = c.x[2], W = c.x[3], OH = c.y[2], OW = c.y[3];
+                            int64_t r1, float* __restrict t) {
+  const int64_t B = BT ? BT : c.block, H = c.x[2], W = c.x[3], OH = c.y[2], OW = c.y[3];
   const int64_t kh = c.win.kernel[0], kw = c.win.kernel[1], sh = c.win.strides[0], sw = c.win.strides[1];
   const int64_t dh = c.win.dilation[0] + 1, dw = c.win.dilation[1] + 1, ph = c.win.padBegin[0], pw = c.win.padBegin[1];
+  const int64_t WB = W * B;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t plane = r / OH, oh = r % OH;  // plane: batch x channel block
-    const float* xp = x + plane * H * W * B;
+    const float* xp = x + plane * H * WB;
+    bool first = true;
+    for (int64_t i = 0; i < kh; ++i) {
+      const int64_t ih = oh * sh - ph + i * dh;
+      if (ih < 0 || ih >= H) continue;
+      const float* __restrict xr = xp + ih * WB;
+      if (first) {
+        for (int64_t k = 0; k < WB; ++k) t[k] = xr[k];
+        first = false;
+      } else {
+        for (int64_t k = 0; k < WB; ++k) t[k] = maxNan(t[k], xr[k]);
+      }
+    }
     for (int64_t ow = 0; ow < OW; ++ow) {
       float* __restrict yo = y + (r * OW + ow) * B;
-      bool first = true;
-      for (int64_t i = 0; i < kh; ++i) {
-        const int64_t ih = oh * sh - ph + i * dh;
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t j = 0; j < kw; ++j) {
-          const int64_t iw = ow * sw - pw + j * dw;
-          if (iw < 0 || iw >= W) continue;
-          const float* __restrict xi = xp + (ih * W + iw) * B;
-          if (first) {
-            for (int64_t b = 0; b < B; ++b) yo[b] = xi[b];
-            first = false;
-          } else {
-            for (int64_t b = 0; b < B; ++b) yo[b] = maxNan(yo[b], xi[b]);
-          }
+      const int64_t iw0 = ow * sw - pw;
+      int64_t j0 = 0, j1 = kw;  // the window's columns inside the row
+      while (j0 < kw && iw0 + j0 * dw < 0) ++j0;
+      while (j1 > j0 && iw0 + (j1 - 1) * dw >= W) --j1;
+      const float* __restrict tc = t + (iw0 + j0 * dw) * B;
+      if (B % 8 == 0) {
+        // Eight channels at a time in explicit vectors: with B a constant, GCC unrolled the scalar
+        // loop below into eight compares and branches a column (5x slower under AVX2).
+        for (int64_t b = 0; b < B; b += 8) {
+          V8 acc = load8(tc + b);
+          for (int64_t j = j0 + 1; j < j1; ++j) acc = maxNan8(acc, load8(t + (iw0 + j * dw) * B + b));
+          store8(yo + b, acc);
         }
+        continue;
+      }
+      for (int64_t b = 0; b < B; ++b) yo[b] = tc[b];
+      for (int64_t j = j0 + 1; j < j1; ++j) {
+        const float* __restrict tj = t + (iw0 + j * dw) * B;
+        for (int64_t b = 0; b < B; ++b) yo[b] = maxNan(yo[b], tj[b]);
       }
     }
   }
@@ -101,7 +129,19 @@ ops::KernelFn make(ops::CompileContext& ctx) {
     float* yp = y.data<float>();
     const int64_t rows = c.x[0] * c.blocks * c.y[2], rowFloats = c.y[3] * c.block * c.win.kernel[0] * c.win.kernel[1];
     parallelRanges(k.pool(), rows, std::max<int64_t>(1, kGrainCheap / std::max<int64_t>(1, rowFloats)),
-                   [&](int64_t r0, int64_t r1) { GRAFT_VEC_RUN(maxRows(c, xp, yp, r0, r1)); });
+                   [&](int64_t r0, int64_t r1) {
+                     thread_local std::vector<float> t;  // one input row's window max, per thread
+                     const auto need = static_cast<size_t>(c.x[3] * c.block);
+                     if (t.size() < need) t.resize(need);
+                     float* tp = t.data();
+                     if (c.block == 8) {
+                       GRAFT_VEC_RUN(maxRows<8>(c, xp, yp, r0, r1, tp));
+                     } else if (c.block == 16) {
+                       GRAFT_VEC_RUN(maxRows<16>(c, xp, yp, r0, r1, tp));
+                     } else {
+                       GRAFT_VEC_RUN(maxRows<0>(c, xp, yp, r0, r1, tp));
+                     }
+                   });
   };
 }
 
