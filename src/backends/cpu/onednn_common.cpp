@@ -110,6 +110,11 @@ int activationLayout() {
   GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
 }
 
+bool layoutForced() {
+  const char* env = std::getenv("GRAFT_CPU_LAYOUT");
+  return env && *env && std::string(env) != "auto";
+}
+
 KernelMode kernelModeFromEnv(const char* name) {
   const char* env = std::getenv(name);
   std::string v = env ? env : "";

@@ -81,6 +81,8 @@ inline constexpr int kChannelsLast = -1;
 /// unset or "auto": the one oneDNN picks for a typical mid-network convolution on this CPU.
 /// Throws graft::Error naming GRAFT_CPU_LAYOUT for any other value.
 int activationLayout();
+/// Whether GRAFT_CPU_LAYOUT names a layout (anything but unset or "auto"): then every graph takes it.
+bool layoutForced();
 
 /// A kernel variant's switch (GRAFT_CONV_WINOGRAD, GRAFT_CONV_CHAINS, GRAFT_MATMUL_SGEMM): Off
 /// never, Auto where measured faster (the default), On wherever it applies (for tests).

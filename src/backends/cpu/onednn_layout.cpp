@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/onednn_conv.hpp"
 #include "ops/elementwise_table.hpp"
 #include "ops/infer.hpp"
 #include "ops/registry.hpp"
@@ -70,6 +71,23 @@ bool isStaticBool(const ir::Tensor* t) {
   return t && t->type().isTensor() && t->info().isStatic() && t->info().dataType() == DataType::Bool;
 }
 
+// An inference graph's layout: activationLayout(), except that where oneDNN's convolutions pick
+// channel blocks (AVX2 hosts) a graph with a depthwise convolution goes channels last. There the
+// row bands (two threads each running a band of rows, no OpenMP region to wake) and the convolution
+// chains, both channels last only, beat oneDNN's 8-channel-block kernels on the many small
+// convolutions of an inverted-residual network; where the convolutions are few and large (resnet18
+// b1 18.4 -> 20.7 ms channels last) or squeezenet's (b8 31.7 -> 41 ms) the blocks win.
+// Measured under GRAFT_CPU_ISA=avx2 (docs/cpu-backend.md, "Layouts on AVX2 hosts").
+int inferenceLayout(const ir::Graph& g) {
+  const int layout = activationLayout();
+  if (layout == 0 || layout == kChannelsLast || layoutForced()) return layout;
+  for (const ir::Node* n : g.schedule()) {
+    if (!isOnnx(n, "Conv") && !isGraftOp(n, "FusedConv")) continue;
+    if (auto c = convConfig(*n); c && isDepthwise(*c)) return kChannelsLast;
+  }
+  return layout;
+}
+
 class CpuLayout : public passes::Pass {
  public:
   explicit CpuLayout(bool training = false, bool winograd = true) : training_(training), winograd_(winograd) {}
@@ -79,7 +97,7 @@ class CpuLayout : public passes::Pass {
   bool run(ir::Graph& g, passes::PassContext& ctx) override {
     // Training graphs: channels last (trainingLayout(); no padding channels, so the backward
     // pass's comparisons and selections run on the arrays as they are).
-    layout_ = training_ ? trainingLayout() : activationLayout();
+    layout_ = training_ ? trainingLayout() : inferenceLayout(g);
     if (layout_ == 0) return false;
     g_ = &g;
     twin_.clear();

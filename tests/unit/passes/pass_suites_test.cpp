@@ -190,6 +190,43 @@ TEST(CpuLayout, ConvOutputsStayChannelBlockedBetweenOneDnnOps) {
   EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
 }
 
+// A graph with a depthwise convolution runs channels last wherever the host's layout is not plain,
+// also where oneDNN's convolutions pick 8-channel blocks (AVX2 hosts: the unit_tests_avx2 run);
+// GRAFT_CPU_LAYOUT=blocked still forces the blocks.
+TEST(CpuLayout, GraphsWithDepthwiseConvolutionsGoChannelsLast) {
+  backends::cpu::onednn::WinogradScope direct(backends::cpu::onednn::WinogradMode::Off);
+  if (backends::cpu::onednn::activationLayout() == 0) GTEST_SKIP() << "oneDNN wants plain layouts on this CPU";
+  auto build = [](ConvGraph& c) {
+    ir::Attributes dw;
+    dw.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    dw.set("kernel_shape", std::vector<int64_t>{3, 3});
+    dw.set("group", int64_t{64});
+    ir::Tensor* y = c.b.op("Relu", {c.conv()});
+    c.b.outputs(
+        {c.b.op("Conv", {y, c.b.constant(randomFloats({64, 1, 3, 3}, 14)), c.b.constant(randomFloats({64}, 15))}, dw)});
+  };
+  auto blocks = [](const ir::Graph& g) {
+    std::vector<int64_t> b;
+    for (const ir::Node* n : g.nodes())
+      if (n->type() == "FusedConv") b.push_back(n->attrInt("y_block", 0));
+    return b;
+  };
+  ConvGraph c(64, 64, 14);
+  build(c);
+  auto before = runGraph(*c.b.g, {c.in}, true);
+  run(*c.b.g, {"cpu-layout", "dce"}, true);
+  EXPECT_EQ(blocks(*c.b.g), (std::vector<int64_t>{64, 64})) << ir::printGraph(*c.b.g);
+  EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
+
+  setenv("GRAFT_CPU_LAYOUT", "blocked", 1);
+  const int64_t forced = backends::cpu::onednn::activationLayout();
+  ConvGraph d(64, 64, 14);
+  build(d);
+  run(*d.b.g, {"cpu-layout", "dce"}, true);
+  unsetenv("GRAFT_CPU_LAYOUT");
+  EXPECT_EQ(blocks(*d.b.g), (std::vector<int64_t>{forced, forced})) << ir::printGraph(*d.b.g);
+}
+
 // Channels-last (forced, as on AVX-512 hosts where oneDNN's brgemm convolutions pick NHWC): the
 // blocked layout with block = the channel count, so the tensors are [N, 1, H, W, C].
 TEST(CpuLayout, ChannelsLastIsTheBlockOfAllChannels) {
