@@ -25,9 +25,22 @@ def rss_mb(field="VmRSS"):
     return 0.0
 
 
+def release_cpuid_mask():
+    """Under bench/run.py --isa avx2 (bench/cpuid_mask.cpp preloaded): CPUID faulting off once the
+    warm-up steps have made every library choose its kernels; left on, it costs each context switch
+    a VM exit, the same for every framework but more for the ones that wake their threads more."""
+    if "libgraft_cpuid_mask" not in os.environ.get("LD_PRELOAD", ""):
+        return
+    import ctypes
+
+    if ctypes.CDLL(None).graft_cpuid_mask_release() < 0:
+        raise RuntimeError("cpuid_mask: a thread did not turn CPUID faulting off")
+
+
 def timed(fn, budget, max_reps, warmup=2, min_reps=3):
     for _ in range(warmup):
         fn()
+    release_cpuid_mask()
     times = []
     start = time.perf_counter()
     while len(times) < max_reps and (len(times) < min_reps or time.perf_counter() - start < budget):
