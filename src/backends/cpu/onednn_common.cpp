@@ -97,10 +97,14 @@ int probedLayout() {
 }
 }  // namespace
 
-int activationLayout() {
+bool layoutForced() {
   const char* env = std::getenv("GRAFT_CPU_LAYOUT");
-  std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return probedLayout();
+  return env && *env && std::string(env) != "auto";
+}
+
+int activationLayout() {
+  if (!layoutForced()) return probedLayout();
+  std::string v = std::getenv("GRAFT_CPU_LAYOUT");
   if (v == "plain") return 0;
   if (v == "nhwc") return kChannelsLast;
   if (v == "blocked") {
@@ -108,11 +112,6 @@ int activationLayout() {
     return support::cpuFeatures().avx512f ? 16 : 8;
   }
   GRAFT_THROW("GRAFT_CPU_LAYOUT: expected plain, blocked, nhwc or auto, got '{}'", v);
-}
-
-bool layoutForced() {
-  const char* env = std::getenv("GRAFT_CPU_LAYOUT");
-  return env && *env && std::string(env) != "auto";
 }
 
 KernelMode kernelModeFromEnv(const char* name) {

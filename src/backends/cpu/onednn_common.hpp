@@ -143,13 +143,13 @@ std::optional<memory::data_type> dnnlType(DataType dt);
 Dims toDims(const Shape& s);
 /// Row-major layout of `s` (a scalar is [1]).
 memory::desc plainDesc(const Shape& s, memory::data_type dt = memory::data_type::f32);
-/// Channel-blocked layout of logical shape `s` (rank 3 to 5) with channel block `block`;
-/// plain when block is 0; channels-last (nwc, nhwc, ndhwc) when block is the channel count s[1]
-/// (the same bytes as the blocked layout with that block).
 /// Shape s in channel blocks of `block` (8 or 16) with oneDNN's blocked tag (nChw8c, nChw16c, ...),
 /// also where s has exactly `block` channels (layoutDesc calls those channels last: the same
 /// bytes, but oneDNN's blocked kernels take only the blocked tag).
 memory::desc blockedDesc(const Shape& s, int block, memory::data_type dt = memory::data_type::f32);
+/// Channel-blocked layout of logical shape `s` (rank 3 to 5) with channel block `block`;
+/// plain when block is 0; channels-last (nwc, nhwc, ndhwc) when block is the channel count s[1]
+/// (the same bytes as the blocked layout with that block).
 memory::desc layoutDesc(const Shape& s, int block, memory::data_type dt = memory::data_type::f32);
 /// The graft array shape that holds logical shape `s` channel-blocked: [N, ceil(C/b), ..., b].
 Shape blockedShape(const Shape& s, int block);

@@ -77,7 +77,7 @@ bool isStaticBool(const ir::Tensor* t) {
 // chains, both channels last only, beat oneDNN's 8-channel-block kernels on the many small
 // convolutions of an inverted-residual network; where the convolutions are few and large (resnet18
 // b1 18.4 -> 20.7 ms channels last) or squeezenet's (b8 31.7 -> 41 ms) the blocks win.
-// Measured under GRAFT_CPU_ISA=avx2 (docs/cpu-backend.md, "Layouts on AVX2 hosts").
+// Measured under GRAFT_CPU_ISA=avx2 (docs/cpu-backend.md, "Activation layouts", the layout).
 int inferenceLayout(const ir::Graph& g) {
   const int layout = activationLayout();
   if (layout == 0 || layout == kChannelsLast || layoutForced()) return layout;
