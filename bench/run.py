@@ -35,6 +35,12 @@ def emulation_env(isa):
     bench/cpuid_mask.cpp (LD_PRELOAD) hides AVX-512 from CPUID for ONNX Runtime's MLAS, PyTorch and
     oneDNN; graft, oneDNN and PyTorch are capped by their own switches as well, for anything that read
     CPUID before the preload's constructor ran."""
+    flags = cpu_flags()
+    if "avx512f" not in flags:
+        sys.exit(f"--isa {isa}: this host has no AVX-512 to hide; plain `make bench` measures its class")
+    if "cpuid_fault" not in flags:
+        sys.exit(f"--isa {isa}: this CPU or VM has no CPUID faulting (cpuid_fault in /proc/cpuinfo), "
+                 "which the emulation needs")
     lib = os.path.join(REPO, "build", "bench", "libgraft_cpuid_mask.so")
     if not os.path.exists(lib):
         sys.exit(f"--isa {isa}: {lib} not built (cmake --build build --target graft_cpuid_mask)")
@@ -106,17 +112,21 @@ def measure_sgemm(threads):
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16")
 
 
-def host_isa(threads):
-    """The host's ISA class (what graft's and oneDNN's kernels can use) and its measured FMA roof."""
-    flags = set()
+def cpu_flags():
+    """The CPU's flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return set()
+
+
+def host_isa(threads):
+    """The host's ISA class (what graft's and oneDNN's kernels can use) and its measured FMA roof."""
+    flags = cpu_flags()
     extra = {}
     if EMULATE:
         extra["emulated"] = ("AVX-512 hidden from CPUID for every framework (bench/cpuid_mask.cpp, --isa avx2) "
