@@ -247,6 +247,57 @@ void convCases() {
           add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false});
         }
       }
+  // graft's own Winograd kernel for AVX2 hosts (winograd_avx2: 8-channel blocks, under the AVX2
+  // limit, forced by the node's winograd mark): channel counts that fill their blocks and ones that
+  // leave the last block partial (in and out), whole and partial 4x4 tiles, non-square images,
+  // no / symmetric / asymmetric padding, with and without bias, residual sum and Relu; NaN and
+  // infinities in X.
+  struct Wa {
+    int64_t N, C, M, H, W;
+    Ints pads;
+    bool bias, sum;
+    std::string act;
+  };
+  std::vector<Wa> winoAvx2 = {
+      {2, 8, 8, 8, 8, {1, 1, 1, 1}, true, false, "Relu"},    {1, 16, 24, 9, 9, {1, 1, 1, 1}, true, true, "Relu"},
+      {2, 20, 13, 14, 11, {1, 1, 1, 1}, true, false, ""},    {1, 32, 16, 7, 10, {0, 0, 0, 0}, true, true, ""},
+      {1, 12, 40, 6, 13, {2, 1, 0, 2}, true, true, "Relu"},  {3, 5, 3, 4, 4, {1, 1, 1, 1}, false, false, "Relu"},
+      {1, 300, 20, 5, 5, {1, 1, 1, 1}, true, false, "Relu"},
+  };
+  for (const Wa& s : winoAvx2) {
+    std::string n = "FusedConv_winograd_avx2_N" + std::to_string(s.N) + "_C" + std::to_string(s.C) + "_M" +
+                    std::to_string(s.M) + "_" + std::to_string(s.H) + "x" + std::to_string(s.W) + "_p" +
+                    std::to_string(s.pads[0]) + std::to_string(s.pads[1]) + std::to_string(s.pads[2]) +
+                    std::to_string(s.pads[3]) + (s.bias ? "_bias" : "") + (s.sum ? "_sum" : "") +
+                    (s.act.empty() ? "" : "_" + s.act);
+    ir::Attributes a = activationAttrs(s.act);
+    a.set("pads", s.pads);
+    a.set("x_block", int64_t{8});
+    a.set("y_block", int64_t{8});
+    a.set("winograd", int64_t{1});
+    const int64_t OH = s.H + s.pads[0] + s.pads[2] - 2, OW = s.W + s.pads[1] + s.pads[3] - 2;
+    NDArray x = rnd({s.N, s.C, s.H, s.W}, n + "x", -2, 2);
+    std::vector<NDArray> in{blockOf(x, 8), rnd({s.M, s.C, 3, 3}, n + "w")};
+    std::vector<bool> constant{false, true};
+    if (s.bias) {  // (every case with a residual sum has a bias)
+      in.push_back(rnd({s.M}, n + "b"));
+      constant.push_back(false);
+    }
+    if (s.sum) {
+      in.push_back(blockOf(rnd({s.N, s.M, OH, OW}, n + "s"), 8));
+      constant.push_back(false);
+    }
+    // F(4x4, 3x3)'s transforms (coefficients up to 8 and 1/24) lose more bits than the direct
+    // sums: over 300 channels (2700 terms of ~1, outputs of ~30) an output near 1 is off by ~7e-4
+    // (as with oneDNN's Winograd kernels, 2e-5 of the outputs' scale).
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant, s.C > 64 ? 2e-3 : 1e-4);
+    last().isa = support::CpuIsa::Avx2;
+    if (s.act == "Relu" && !s.sum) {
+      in[0] = blockOf(sprinkled(x), 8);
+      add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant);
+      last().isa = support::CpuIsa::Avx2;
+    }
+  }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},

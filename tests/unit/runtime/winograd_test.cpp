@@ -1,8 +1,9 @@
-// Winograd convolutions (GRAFT_CONV_WINOGRAD; onednn_conv.cpp, wantsWinograd): through a session,
-// as a user runs one. A 3x3 convolution of stride 1 runs on oneDNN's Winograd kernel on AVX-512
-// hosts where it gains on that host's class (auto, the default; the rule's own test covers both), never with "off" or
-// under enableBf16, wherever oneDNN has it with "on"; its results match the direct convolution's to float32 accuracy; a
-// bad value of the variable is refused by name.
+// Winograd convolutions (GRAFT_CONV_WINOGRAD; onednn_conv.cpp, wantsWinograd; winograd_avx2.cpp):
+// through a session, as a user runs one. A 3x3 convolution of stride 1 runs on oneDNN's Winograd
+// kernel on AVX-512 hosts and on graft's own (winograd_avx2) on AVX2 hosts where it gains on that
+// host's class (auto, the default; the rules' own tests cover every class), never with "off" or
+// under enableBf16, wherever a kernel has it with "on"; its results match the direct
+// convolution's to float32 accuracy; a bad value of the variable is refused by name.
 #include <gtest/gtest.h>
 
 #include <graft/builder.hpp>
@@ -13,6 +14,7 @@
 
 #include "../unit_test_util.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/winograd_avx2.hpp"
 #include "support/cpu_features.hpp"
 
 namespace graft {
@@ -85,9 +87,23 @@ double relError(const std::vector<float>& a, const std::vector<float>& b) {
   return err / mag;
 }
 
-TEST(Winograd, TakesLargeConvolutionsOnAvx512Hosts) {
+// An AVX2 host without AVX-512 (or one capped by GRAFT_CPU_ISA=avx2): graft's own kernel.
+bool avx2Class() {
+  const support::CpuFeatures& f = support::cpuFeatures();
+  return !f.avx512f && f.avx2 && f.fma;
+}
+
+TEST(Winograd, TakesConvolutionsWhereTheHostClassGains) {
   ConvRun big = run(2, ""), small = run(1, ""), off = run(2, "off");
   EXPECT_FALSE(winograd(off)) << off.kernel;
+  if (avx2Class()) {
+    // 64 input channels and 14 x 14 tiles of 4 x 4 outputs an image: both take graft's kernel.
+    for (const ConvRun* r : {&big, &small}) EXPECT_NE(r->kernel.find("winograd_avx2"), std::string::npos) << r->kernel;
+    double e = relError(big.y, off.y);
+    EXPECT_GT(e, 0.0) << "Winograd's transforms round differently from the direct sums";
+    EXPECT_LT(e, 1e-5);
+    return;
+  }
   // 1 x 64 x 56 x 56: 0.23 GFLOP of direct work, below the 0.4 where Winograd starts to gain on
   // full-rate AVX-512 hosts; half-rate ones take it.
   EXPECT_EQ(winograd(small), support::cpuFeatures().avx512HalfRate) << small.kernel;
@@ -127,6 +143,28 @@ TEST(Winograd, AutoRuleByHostClass) {
   EXPECT_FALSE(winogradGains(8, Dims{8, 256, 56, 56}, true));   // fewer than 16 channels
 }
 
+// graft's AVX2 kernel (winograd_avx2): from 32 input channels and 8 tiles of 4 x 4 outputs.
+TEST(Winograd, Avx2RuleByShape) {
+  using backends::cpu::winograd::winogradAvx2Gains;
+  using Dims = std::vector<int64_t>;
+  EXPECT_TRUE(winogradAvx2Gains(64, Dims{1, 64, 56, 56}));    // resnet's first stage
+  EXPECT_TRUE(winogradAvx2Gains(256, Dims{1, 256, 14, 14}));  // 16 tiles
+  EXPECT_TRUE(winogradAvx2Gains(512, Dims{8, 512, 7, 7}));    // 32 tiles
+  EXPECT_FALSE(winogradAvx2Gains(512, Dims{1, 512, 7, 7}));   // 4 tiles: U (37 MB) read for little work
+  EXPECT_TRUE(winogradAvx2Gains(32, Dims{1, 128, 27, 27}));   // squeezenet1_1's expand3x3
+  EXPECT_FALSE(winogradAvx2Gains(16, Dims{8, 64, 55, 55}));   // 16 channels: the transforms cost more
+  EXPECT_FALSE(winogradAvx2Gains(64, Dims{1, 64, 5, 5}));     // 4 tiles
+}
+
+TEST(Winograd, FewInputChannelsStayDirectOnAvx2Hosts) {
+  if (!avx2Class()) GTEST_SKIP() << "winograd_avx2 runs on AVX2 hosts without AVX-512 (or under GRAFT_CPU_ISA=avx2)";
+  ConvRun r = run(8, "", false, 16);
+  EXPECT_FALSE(winograd(r)) << r.kernel;
+  ConvRun on = run(1, "on", false, 16), off = run(1, "off", false, 16);
+  EXPECT_NE(on.kernel.find("winograd_avx2"), std::string::npos) << on.kernel;
+  EXPECT_LT(relError(on.y, off.y), 1e-5);
+}
+
 // 16 input channels: channels last and 16-channel blocks are the same bytes there, and the
 // cpu-layout pass asks oneDNN for the blocked form (it left these direct while it asked with the
 // channels-last tag, which the Winograd kernel does not take).
@@ -140,9 +178,10 @@ TEST(Winograd, SixteenChannelInputsTakeItWhereTheRuleSays) {
   EXPECT_LT(relError(big.y, off.y), 1e-5);
 }
 
-TEST(Winograd, OnRunsItWhereverOneDnnHasIt) {
-  if (!support::cpuFeatures().avx512f)
-    GTEST_SKIP() << "oneDNN's Winograd convolutions need AVX-512, which this host (below GRAFT_CPU_ISA) lacks";
+TEST(Winograd, OnRunsItWhereverAKernelHasIt) {
+  if (!support::cpuFeatures().avx512f && !avx2Class())
+    GTEST_SKIP() << "the Winograd kernels need AVX-512 (oneDNN's) or AVX2 and FMA (graft's), which this host "
+                    "(below GRAFT_CPU_ISA) lacks";
   ConvRun on = run(1, "on"), off = run(1, "off");
   EXPECT_TRUE(winograd(on)) << on.kernel;
   EXPECT_FALSE(winograd(off)) << off.kernel;
