@@ -205,39 +205,41 @@ GRAFT_AVX2_FMA inline void outputRow(const __m256* m, __m256* s) {
 }
 
 // Phase 1 for tiles [t0, t1) of the block starting at tile `base` (`rows` tiles) and channel
-// block cb: V[xi][t - base][cb * 8 + lane].
+// blocks [cb0, cb1): V[xi][t - base][cb * 8 + lane]. A task writes whole cache lines of V (a
+// tile's channel blocks side by side), so that the threads never write into the same line.
 GRAFT_AVX2_FMA void inputTransform(const Geometry& g, const float* x, float* v, int64_t vRow, int64_t base,
-                                   int64_t rows, int64_t t0, int64_t t1, int64_t cb) {
+                                   int64_t rows, int64_t t0, int64_t t1, int64_t cb0, int64_t cb1) {
   const int64_t perImage = g.tilesH * g.tilesW;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n = t / perImage, th = (t % perImage) / g.tilesW, tw = t % g.tilesW;
-    const float* xb = x + (n * g.Cb + cb) * g.H * g.W * kBlock;
-    const int64_t h0 = th * kTile - g.padT, w0 = tw * kTile - g.padL;
-    __m256 d[kPatch][kPatch];
-    const bool inside = h0 >= 0 && w0 >= 0 && h0 + kPatch <= g.H && w0 + kPatch <= g.W;
-    for (int i = 0; i < kPatch; ++i) {
-      const int64_t h = h0 + i;
-      const float* row = xb + (h * g.W + w0) * kBlock;
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t cb = cb0; cb < cb1; ++cb) {
+      const int64_t n = t / perImage, th = (t % perImage) / g.tilesW, tw = t % g.tilesW;
+      const float* xb = x + (n * g.Cb + cb) * g.H * g.W * kBlock;
+      const int64_t h0 = th * kTile - g.padT, w0 = tw * kTile - g.padL;
+      __m256 d[kPatch][kPatch];
+      const bool inside = h0 >= 0 && w0 >= 0 && h0 + kPatch <= g.H && w0 + kPatch <= g.W;
+      for (int i = 0; i < kPatch; ++i) {
+        const int64_t h = h0 + i;
+        const float* row = xb + (h * g.W + w0) * kBlock;
+        for (int j = 0; j < kPatch; ++j) {
+          const int64_t w = w0 + j;
+          d[i][j] = inside || (h >= 0 && h < g.H && w >= 0 && w < g.W) ? _mm256_loadu_ps(row + j * kBlock)
+                                                                       : _mm256_setzero_ps();
+        }
+      }
+      __m256 r[kPatch][kPatch];  // rows transformed: r[i] = B' applied down column j
       for (int j = 0; j < kPatch; ++j) {
-        const int64_t w = w0 + j;
-        d[i][j] = inside || (h >= 0 && h < g.H && w >= 0 && w < g.W) ? _mm256_loadu_ps(row + j * kBlock)
-                                                                     : _mm256_setzero_ps();
+        __m256 col[kPatch], out[kPatch];
+        for (int i = 0; i < kPatch; ++i) col[i] = d[i][j];
+        inputRow(col, out);
+        for (int i = 0; i < kPatch; ++i) r[i][j] = out[i];
+      }
+      float* dst = v + (t - base) * vRow + cb * kBlock;
+      for (int i = 0; i < kPatch; ++i) {
+        __m256 out[kPatch];
+        inputRow(r[i], out);
+        for (int j = 0; j < kPatch; ++j) _mm256_storeu_ps(dst + (i * kPatch + j) * rows * vRow, out[j]);
       }
     }
-    __m256 r[kPatch][kPatch];  // rows transformed: r[i] = B' applied down column j
-    for (int j = 0; j < kPatch; ++j) {
-      __m256 col[kPatch], out[kPatch];
-      for (int i = 0; i < kPatch; ++i) col[i] = d[i][j];
-      inputRow(col, out);
-      for (int i = 0; i < kPatch; ++i) r[i][j] = out[i];
-    }
-    float* dst = v + (t - base) * vRow + cb * kBlock;
-    for (int i = 0; i < kPatch; ++i) {
-      __m256 out[kPatch];
-      inputRow(r[i], out);
-      for (int j = 0; j < kPatch; ++j) _mm256_storeu_ps(dst + (i * kPatch + j) * rows * vRow, out[j]);
-    }
-  }
 }
 
 // The outputs [oh0, oh0 + rows) x [ow0, ow0 + cols) of image n, channel block ob, before bias,
@@ -343,8 +345,9 @@ void run(const State& st, ops::KernelContext& k) {
   float* v = scratch.data();
   float* m = v + kXi * blockTiles * vRow;
   support::ThreadPool& pool = k.pool();
-  // Tasks of kTilesPerTask tiles per channel block in phases 1 and 3.
-  constexpr int64_t kTilesPerTask = 16;
+  // Tasks of kTilesPerTask tiles, by kBlocksPerTask input channel blocks (phase 1: 256 bytes of
+  // each row of V) or one output channel block (phase 3).
+  constexpr int64_t kTilesPerTask = 16, kBlocksPerTask = 8;
   for (int64_t base = 0; base < T; base += blockTiles) {
     const int64_t rows = std::min(blockTiles, T - base);
     const int64_t tileChunks = (rows + kTilesPerTask - 1) / kTilesPerTask;
@@ -352,9 +355,11 @@ void run(const State& st, ops::KernelContext& k) {
       return std::pair<int64_t, int64_t>{base + c * kTilesPerTask,
                                          std::min(base + rows, base + (c + 1) * kTilesPerTask)};
     };
-    pool.runTasks(static_cast<int>(tileChunks * g.Cb), [&](int i) {
-      auto [t0, t1] = chunk(i / g.Cb);
-      inputTransform(g, x, v, vRow, base, rows, t0, t1, i % g.Cb);
+    const int64_t cbGroups = (g.Cb + kBlocksPerTask - 1) / kBlocksPerTask;
+    pool.runTasks(static_cast<int>(tileChunks * cbGroups), [&](int i) {
+      auto [t0, t1] = chunk(i / cbGroups);
+      const int64_t cb0 = (i % cbGroups) * kBlocksPerTask;
+      inputTransform(g, x, v, vRow, base, rows, t0, t1, cb0, std::min(g.Cb, cb0 + kBlocksPerTask));
     });
     const int64_t rowChunks = (rows + kRowsPerTask - 1) / kRowsPerTask;
     pool.runTasks(static_cast<int>(kXi * rowChunks), [&](int i) {
