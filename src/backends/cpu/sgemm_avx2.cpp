@@ -120,44 +120,45 @@ GRAFT_AVX2_FMA inline void storePart(float* p, bool full, __m256i mask, __m256 v
 }
 
 // C[0:MR, 0:cols] (op)= the block's product over kc columns of A, packed k-major with 6 rows per
-// k (a[k * 6 + r]), and of the packed panel of B.
+// k (a[k * 6 + r]; Packed) or row-major in place (a[r * lda + k]), and of the packed panel of B.
 // `accumulate`: add to what C holds (a later K block); `ep`: the last K block's epilogue, for
 // rows starting at global row `row` and columns at global column `col`.
-template <int MR>
-GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, float* c, int64_t ldc, int cols,
-                                bool accumulate, const Epilogue* ep, int64_t row, int64_t col) {
+template <int MR, bool Packed>
+GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, int64_t lda, const float* bp, float* c, int64_t ldc,
+                                int cols, bool accumulate, const Epilogue* ep, int64_t row, int64_t col) {
   // Named accumulators rather than an array indexed in the loop: GCC keeps an array in memory
   // in sync on every iteration (a store per FMA), which halves the throughput.
   __m256 z = _mm256_setzero_ps();
   __m256 a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z, a40 = z, a41 = z, a50 = z, a51 = z;
-  const float *a0 = a, *a1 = a + 1, *a2 = a + 2, *a3 = a + 3, *a4 = a + 4, *a5 = a + 5;
+  const int64_t rs = Packed ? 1 : lda, ks = Packed ? kMr : 1;
+  const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs, *a5 = a + 5 * rs;
   for (int64_t k = 0; k < kc; ++k) {
     __m256 b0 = _mm256_load_ps(bp + k * kNr), b1 = _mm256_load_ps(bp + k * kNr + 8);
-    __m256 av = _mm256_broadcast_ss(a0 + k * kMr);
+    __m256 av = _mm256_broadcast_ss(a0 + k * ks);
     a00 = _mm256_fmadd_ps(av, b0, a00);
     a01 = _mm256_fmadd_ps(av, b1, a01);
     if constexpr (MR > 1) {
-      av = _mm256_broadcast_ss(a1 + k * kMr);
+      av = _mm256_broadcast_ss(a1 + k * ks);
       a10 = _mm256_fmadd_ps(av, b0, a10);
       a11 = _mm256_fmadd_ps(av, b1, a11);
     }
     if constexpr (MR > 2) {
-      av = _mm256_broadcast_ss(a2 + k * kMr);
+      av = _mm256_broadcast_ss(a2 + k * ks);
       a20 = _mm256_fmadd_ps(av, b0, a20);
       a21 = _mm256_fmadd_ps(av, b1, a21);
     }
     if constexpr (MR > 3) {
-      av = _mm256_broadcast_ss(a3 + k * kMr);
+      av = _mm256_broadcast_ss(a3 + k * ks);
       a30 = _mm256_fmadd_ps(av, b0, a30);
       a31 = _mm256_fmadd_ps(av, b1, a31);
     }
     if constexpr (MR > 4) {
-      av = _mm256_broadcast_ss(a4 + k * kMr);
+      av = _mm256_broadcast_ss(a4 + k * ks);
       a40 = _mm256_fmadd_ps(av, b0, a40);
       a41 = _mm256_fmadd_ps(av, b1, a41);
     }
     if constexpr (MR > 5) {
-      av = _mm256_broadcast_ss(a5 + k * kMr);
+      av = _mm256_broadcast_ss(a5 + k * ks);
       a50 = _mm256_fmadd_ps(av, b0, a50);
       a51 = _mm256_fmadd_ps(av, b1, a51);
     }
@@ -202,10 +203,22 @@ GRAFT_AVX2_FMA void microKernel(int64_t kc, const float* a, const float* bp, flo
   }
 }
 
-using MicroFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, bool, const Epilogue*, int64_t,
-                         int64_t);
-constexpr MicroFn kMicro[kMr + 1] = {nullptr,        microKernel<1>, microKernel<2>, microKernel<3>,
-                                     microKernel<4>, microKernel<5>, microKernel<6>};
+using MicroFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const Epilogue*,
+                         int64_t, int64_t);
+constexpr MicroFn kMicro[kMr + 1] = {nullptr,
+                                     microKernel<1, true>,
+                                     microKernel<2, true>,
+                                     microKernel<3, true>,
+                                     microKernel<4, true>,
+                                     microKernel<5, true>,
+                                     microKernel<6, true>};
+constexpr MicroFn kMicroInPlace[kMr + 1] = {nullptr,
+                                            microKernel<1, false>,
+                                            microKernel<2, false>,
+                                            microKernel<3, false>,
+                                            microKernel<4, false>,
+                                            microKernel<5, false>,
+                                            microKernel<6, false>};
 
 // Rows [r0, r1) (at most kMc) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C).
 // A'(m, k) is a[m * rs + k * cs]. Each K block of the rows is first copied into `ap`, 6 rows
@@ -231,7 +244,28 @@ GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs,
       const float* bp = packed + (p * g.K + k0) * kNr;
       for (int64_t i = r0; i < r1; i += kMr) {
         int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
-        kMicro[mr](kc, ap + (i - r0) * kc, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i, j);
+        kMicro[mr](kc, ap + (i - r0) * kc, 0, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i, j);
+      }
+    }
+  }
+}
+
+// gemmBlock's loops over A read in place (row-major, row stride lda): no copy, for a small A
+// that the caller has just written (it sits in L1 / L2), of all rows and panels.
+GRAFT_AVX2_FMA void gemmBlockInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y,
+                                     const Epilogue& ep) {
+  const int64_t P = numPanels(g.N, kNr);
+  for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
+    int64_t kc = std::min(kKc, g.K - k0);
+    bool last = k0 + kc == g.K;
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t j = p * kNr;
+      int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
+      const float* bp = packed + (p * g.K + k0) * kNr;
+      for (int64_t i = 0; i < g.M; i += kMr) {
+        int mr = static_cast<int>(std::min<int64_t>(kMr, g.M - i));
+        kMicroInPlace[mr](kc, a + i * lda + k0, lda, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i,
+                          j);
       }
     }
   }
@@ -304,6 +338,17 @@ void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float*
 #else
   (void)g, (void)a, (void)lda, (void)packed, (void)y;
   GRAFT_ASSERT(false, "sgemm::gemmSerial without AVX2 support compiled in");
+#endif
+}
+
+void gemmSerialInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y) {
+#ifdef GRAFT_SGEMM_AVX2
+  GRAFT_ASSERT(cpuHasAvx2Fma() && !g.transA, "sgemm::gemmSerialInPlace without AVX2 and FMA, or with a transposed A");
+  const Epilogue ep{1.f, 0.f, nullptr, 0, 0, false};
+  gemmBlockInPlace(g, a, lda, packed, y, ep);
+#else
+  (void)g, (void)a, (void)lda, (void)packed, (void)y;
+  GRAFT_ASSERT(false, "sgemm::gemmSerialInPlace without AVX2 support compiled in");
 #endif
 }
 

@@ -19,4 +19,9 @@ int64_t panelWidth();
 /// panels (above); no alpha, beta, C or activation; on the calling thread. Requires available().
 void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y);
 
+/// As gemmSerial, with A read in place rather than copied into k-major micro-panels first: for a
+/// small A that sits in the caches (winograd_avx2's transformed tiles), where the copy costs more
+/// than the strided reads.
+void gemmSerialInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y);
+
 }  // namespace graft::backends::cpu::sgemm
