@@ -48,9 +48,14 @@ using onednn::memory;
 
 namespace {
 
-// winogradAvx2Gains: at least this many input channels and 4x4 output tiles.
+// winogradAvx2Gains: at least this many input channels and 4x4 output tiles; where the
+// transformed weights (36 x C x M floats) pass kLargeWeightBytes, which no cache keeps from one
+// step to the next in a whole model, kMinTilesLargeWeights tiles (each product reads U once a
+// block: half a FLOP per byte of U per tile).
 constexpr int64_t kMinChannels = 32;
 constexpr int64_t kMinTiles = 8;
+constexpr double kLargeWeightBytes = 4.0 * 1024 * 1024;
+constexpr int64_t kMinTilesLargeWeights = 32;
 
 constexpr int64_t kBlock = 8;         // channels per block (one ymm)
 constexpr int64_t kTile = 4;          // outputs per tile side
@@ -409,7 +414,8 @@ ops::KernelFn make(ops::CompileContext& ctx) {
 
 bool winogradAvx2Gains(int64_t inChannels, const Dims& y) {
   const int64_t tiles = y[0] * ((y[2] + kTile - 1) / kTile) * ((y[3] + kTile - 1) / kTile);
-  return inChannels >= kMinChannels && tiles >= kMinTiles;
+  const double uBytes = 36.0 * sizeof(float) * static_cast<double>(inChannels) * static_cast<double>(y[1]);
+  return inChannels >= kMinChannels && tiles >= (uBytes > kLargeWeightBytes ? kMinTilesLargeWeights : kMinTiles);
 }
 
 }  // namespace graft::backends::cpu::winograd

@@ -143,14 +143,19 @@ TEST(Winograd, AutoRuleByHostClass) {
   EXPECT_FALSE(winogradGains(8, Dims{8, 256, 56, 56}, true));   // fewer than 16 channels
 }
 
-// graft's AVX2 kernel (winograd_avx2): from 32 input channels and 8 tiles of 4 x 4 outputs.
+// graft's AVX2 kernel (winograd_avx2): from 32 input channels and 8 tiles of 4 x 4 outputs, 32
+// where the transformed weights pass 4 MB.
 TEST(Winograd, Avx2RuleByShape) {
   using backends::cpu::winograd::winogradAvx2Gains;
   using Dims = std::vector<int64_t>;
   EXPECT_TRUE(winogradAvx2Gains(64, Dims{1, 64, 56, 56}));    // resnet's first stage
-  EXPECT_TRUE(winogradAvx2Gains(256, Dims{1, 256, 14, 14}));  // 16 tiles
-  EXPECT_TRUE(winogradAvx2Gains(512, Dims{8, 512, 7, 7}));    // 32 tiles
-  EXPECT_FALSE(winogradAvx2Gains(512, Dims{1, 512, 7, 7}));   // 4 tiles: U (37 MB) read for little work
+  EXPECT_TRUE(winogradAvx2Gains(128, Dims{1, 128, 28, 28}));  // 49 tiles, U 2.4 MB
+  EXPECT_TRUE(winogradAvx2Gains(64, Dims{1, 256, 13, 13}));   // 16 tiles, U 2.4 MB
+  // U past 4 MB (9.4 MB at 256 x 256, 37 MB at 512 x 512): from 32 tiles.
+  EXPECT_FALSE(winogradAvx2Gains(256, Dims{1, 256, 14, 14}));  // 16 tiles
+  EXPECT_TRUE(winogradAvx2Gains(256, Dims{8, 256, 14, 14}));   // 128 tiles
+  EXPECT_TRUE(winogradAvx2Gains(512, Dims{8, 512, 7, 7}));     // 32 tiles
+  EXPECT_FALSE(winogradAvx2Gains(512, Dims{1, 512, 7, 7}));    // 4 tiles
   EXPECT_TRUE(winogradAvx2Gains(32, Dims{1, 128, 27, 27}));   // squeezenet1_1's expand3x3
   EXPECT_FALSE(winogradAvx2Gains(16, Dims{8, 64, 55, 55}));   // 16 channels: the transforms cost more
   EXPECT_FALSE(winogradAvx2Gains(64, Dims{1, 64, 5, 5}));     // 4 tiles
