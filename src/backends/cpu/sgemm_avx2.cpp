@@ -8,7 +8,7 @@
 //   runs here (supportsGemm); a B fed at run time is left to oneDNN.
 // - A 6x16 register block (12 accumulators, 2 for B, 1 for the broadcast A element) runs over
 //   K blocks of kKc. Per task (at most kMc rows x kNc columns) and K block, the rows of A are
-//   packed 6 at a time k-major (~96 KiB, in L2); each 16-column slice of B (16 KiB, in L1) then
+//   packed 6 at a time k-major (up to 264 KiB, in L2); each 16-column slice of B (32 KiB) then
 //   sweeps all of them.
 // - Tasks (column chunks x row chunks) are split over the session's pool; every output element
 //   is computed by the same sequence of FMAs whatever the split, so results do not depend on
@@ -45,11 +45,16 @@ namespace {
 
 constexpr int kMr = 6;        // rows of the register block
 constexpr int kNr = 16;       // columns of a packed panel (two ymm)
-constexpr int64_t kKc = 256;  // depth of a K block
+// Depth of a K block and most rows of a task: the packed 132 x 512 block of A (264 KiB) stays in
+// a 512 KiB L2 (an AVX2 EPYC's; 1 MiB on Zen 4), and each column panel of B (32 KiB) sweeps it.
+// Measured under GRAFT_CPU_ISA=avx2 on the half-rate AVX-512 EPYC (layers_bench, 2 threads, 15
+// timings, two alternated rounds; 2026-12-06): mlp b256's 256x2048x2048 best 191 -> 196 GFLOP/s
+// (median 176-189 -> 186-190), bert's 512x768x3072 197-204 -> 202-206 against 96 x 256; 258 x 512
+// measured about the same here but would spill a 512 KiB L2. Whole models (four alternated runs):
+// mlp b256 15.8 -> 15.35 ms, lstm2 b32 91.3 -> 90.1, bert4 b1 unchanged.
+constexpr int64_t kKc = 512;
 constexpr int64_t kNc = 512;  // columns of a task (32 panels)
-// Most rows of a task: its packed 96 x 256 block of A stays in L2, and the 96 x 16 stripe of Y
-// a panel updates stays in L1.
-constexpr int64_t kMc = int64_t{16} * kMr;
+constexpr int64_t kMc = int64_t{22} * kMr;
 
 bool cpuHasAvx2Fma() {
 #ifdef GRAFT_SGEMM_AVX2
