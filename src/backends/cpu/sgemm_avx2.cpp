@@ -225,6 +225,22 @@ constexpr MicroFn kMicroInPlace[kMr + 1] = {nullptr,
                                             microKernel<5, false>,
                                             microKernel<6, false>};
 
+// The register blocks over rows [r0, r1): f(b, first row, rows) for the b-th block, 6 rows at a
+// time, except that the last 7 to 9 rows are two blocks of 3 to 5 (4 + 3, 4 + 4, 5 + 4): a block
+// of 1 to 3 rows has too few accumulators to hide the FMAs' latency (6 + 2 rows: the 2-row block
+// ran at about half speed). A packed block b sits at b * kMr * kc in the packing buffer, which
+// holds (rows / kMr + 1) blocks.
+template <class F>
+inline void forRowBlocks(int64_t r0, int64_t r1, F&& f) {
+  int64_t b = 0;
+  for (int64_t i = r0; i < r1; ++b) {
+    const int64_t left = r1 - i;
+    const int64_t mr = left > kMr && left < kMr + 4 ? (left + 1) / 2 : std::min<int64_t>(kMr, left);
+    f(b, i, static_cast<int>(mr));
+    i += mr;
+  }
+}
+
 // Rows [r0, r1) (at most kMc) x panels [p0, p1) of Y = act(alpha * A' @ packedB + beta * C).
 // A'(m, k) is a[m * rs + k * cs]. Each K block of the rows is first copied into `ap`, 6 rows
 // k-major per micro-panel (contiguous broadcasts, no L1 set conflicts between the rows of a
@@ -235,22 +251,20 @@ GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs,
   for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
     int64_t kc = std::min(kKc, g.K - k0);
     bool last = k0 + kc == g.K;
-    for (int64_t i = r0; i < r1; i += kMr) {
-      int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
-      float* dst = ap + (i - r0) * kc;
+    forRowBlocks(r0, r1, [&](int64_t b, int64_t i, int mr) {
+      float* dst = ap + b * kMr * kc;
       for (int r = 0; r < mr; ++r) {
         const float* src = a + (i + r) * rs + k0 * cs;
         for (int64_t k = 0; k < kc; ++k) dst[k * kMr + r] = src[k * cs];
       }
-    }
+    });
     for (int64_t p = p0; p < p1; ++p) {
       int64_t j = p * kNr;
       int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
       const float* bp = packed + (p * g.K + k0) * kNr;
-      for (int64_t i = r0; i < r1; i += kMr) {
-        int mr = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
-        kMicro[mr](kc, ap + (i - r0) * kc, 0, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i, j);
-      }
+      forRowBlocks(r0, r1, [&](int64_t b, int64_t i, int mr) {
+        kMicro[mr](kc, ap + b * kMr * kc, 0, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i, j);
+      });
     }
   }
 }
@@ -267,11 +281,10 @@ GRAFT_AVX2_FMA void gemmBlockInPlace(const GemmGeometry& g, const float* a, int6
       int64_t j = p * kNr;
       int cols = static_cast<int>(std::min<int64_t>(kNr, g.N - j));
       const float* bp = packed + (p * g.K + k0) * kNr;
-      for (int64_t i = 0; i < g.M; i += kMr) {
-        int mr = static_cast<int>(std::min<int64_t>(kMr, g.M - i));
+      forRowBlocks(0, g.M, [&](int64_t, int64_t i, int mr) {
         kMicroInPlace[mr](kc, a + i * lda + k0, lda, bp, y + i * g.N + j, g.N, cols, k0 > 0, last ? &ep : nullptr, i,
                           j);
-      }
+      });
     }
   }
 }
@@ -306,7 +319,7 @@ void run(const GemmState& st, ops::KernelContext& k) {
   rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
   auto task = [&](int64_t b, int64_t e) {
 #ifdef GRAFT_SGEMM_AVX2
-    std::vector<float> ap(static_cast<size_t>(kMc * kKc));
+    std::vector<float> ap(static_cast<size_t>((kMc + kMr) * kKc));
     for (int64_t t = b; t < e; ++t) {
       int64_t ct = t / rowTasks, rt = t % rowTasks;
       int64_t r0 = rt * rowsPerTask, r1 = std::min(g.M, r0 + rowsPerTask);
@@ -335,7 +348,7 @@ void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float*
 #ifdef GRAFT_SGEMM_AVX2
   GRAFT_ASSERT(cpuHasAvx2Fma() && !g.transA, "sgemm::gemmSerial without AVX2 and FMA, or with a transposed A");
   thread_local std::vector<float> ap;
-  ap.resize(static_cast<size_t>(kMc * kKc));
+  ap.resize(static_cast<size_t>((kMc + kMr) * kKc));
   const Epilogue ep{1.f, 0.f, nullptr, 0, 0, false};
   const int64_t P = numPanels(g.N, kNr);
   for (int64_t r0 = 0; r0 < g.M; r0 += kMc)
