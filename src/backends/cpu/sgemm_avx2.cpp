@@ -53,7 +53,7 @@ constexpr int kNr = 16;       // columns of a packed panel (two ymm)
 // measured about the same here but would spill a 512 KiB L2. Whole models (four alternated runs):
 // mlp b256 15.8 -> 15.35 ms, lstm2 b32 91.3 -> 90.1, bert4 b1 unchanged.
 constexpr int64_t kKc = 512;
-constexpr int64_t kNc = 512;  // columns of a task (32 panels)
+constexpr int64_t kNc = 512;  // most columns of a task (32 panels)
 constexpr int64_t kMc = int64_t{22} * kMr;
 
 bool cpuHasAvx2Fma() {
@@ -317,9 +317,18 @@ void run(const GemmState& st, ops::KernelContext& k) {
   int64_t rowsPerTask = (g.M + rowTasks - 1) / rowTasks;
   rowsPerTask = std::min(kMc, (rowsPerTask + kMr - 1) / kMr * kMr);
   rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
+  // Column chunks of equal width, as many as make whole rounds for the threads where the panels
+  // allow: bert b1's 128 x 768 x 2304 (144 panels) ran as 4 chunks of 32 and one of 16, 3 on
+  // one thread against 1.5 on the other (144 -> 151 GFLOP/s under GRAFT_CPU_ISA=avx2, 6 chunks:
+  // 169-180 with the neighbouring sizes).
+  const int64_t threads = pool.numThreads();
+  while ((colTasks * rowTasks) % threads != 0 && colTasks < P) ++colTasks;
+  panelsPerTask = (P + colTasks - 1) / colTasks;
+  colTasks = (P + panelsPerTask - 1) / panelsPerTask;
   auto task = [&](int64_t b, int64_t e) {
 #ifdef GRAFT_SGEMM_AVX2
-    std::vector<float> ap(static_cast<size_t>((kMc + kMr) * kKc));
+    thread_local std::vector<float> ap;
+    ap.resize(static_cast<size_t>((kMc + kMr) * kKc));
     for (int64_t t = b; t < e; ++t) {
       int64_t ct = t / rowTasks, rt = t % rowTasks;
       int64_t r0 = rt * rowsPerTask, r1 = std::min(g.M, r0 + rowsPerTask);
