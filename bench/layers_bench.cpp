@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
   layers.push_back(matmulLayer("matmul 256x2048x2048 +bias (mlp b256)", 256, 2048, 2048));
   layers.push_back(matmulLayer("matmul 128x768x3072 +bias (bert b1 ffn1)", 128, 768, 3072));
   layers.push_back(matmulLayer("matmul 128x768x2304 +bias (bert b1 qkv)", 128, 768, 2304));
+  layers.push_back(matmulLayer("matmul 128x3072x768 +bias (bert b1 ffn2)", 128, 3072, 768));
+  layers.push_back(matmulLayer("matmul 128x768x768 +bias (bert b1 proj)", 128, 768, 768));
   // Matrix-vector products (batch-1 linear layers): bound by reading the weights, not by FMAs.
   layers.push_back(matmulLayer("gemv 1x2048x2048 +bias (mlp b1)", 1, 2048, 2048));
   layers.push_back(matmulLayer("gemv 1x784x2048 +bias (mlp b1)", 1, 784, 2048));

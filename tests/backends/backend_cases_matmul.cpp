@@ -44,7 +44,7 @@ void matmulCases() {
           {false, constb, constb});
     }
   }
-  // Sizes for the AVX2 sgemm (sgemm_avx2: N >= 1024, 6 <= M <= 512): M, N, K not multiples of its 6x16 register
+  // Sizes for the AVX2 sgemm (sgemm_avx2: N >= 512, 6 <= M <= 512): M, N, K not multiples of its 6x16 register
   // block nor of its K block (256) and column chunk (512), K = 1, transposes, every C
   // broadcast, Relu.
   struct Sg {
@@ -65,6 +65,11 @@ void matmulCases() {
       {{200, 70}, {1100, 70}, {1100}, 0, 1, 1, 1, true},
       {{100, 40}, {40, 1050}, {100, 1050}, 0, 0, -1.5f, 0.25f, false},
       {{64, 520}, {520, 1030}, {}, 0, 0, 1, 1, true},
+      // 513 to 1023 columns (35 panels: column chunks of equal width over the threads), and
+      // M = 7 to 9 past a multiple of 6 (register blocks of 4 + 3, 4 + 4 and 5 + 4 rows).
+      {{19, 45}, {45, 557}, {557}, 0, 0, 1, 1, true},
+      {{20, 33}, {700, 33}, {20, 1}, 0, 1, 1, 1, false},
+      {{21, 130}, {130, 1000}, {1000}, 0, 0, 1, 1, false},
   };
   // Each with a constant B and one fed at run time; Relu cases again with NaN and infinities in A.
   auto addGemms = [&](const std::string& prefix, const std::vector<Sg>& list, support::CpuIsa isa) {

@@ -69,11 +69,15 @@ bool cpuHasAvx2Fma() {
 #endif
 }
 
-// Where this kernel beats oneDNN 2.6 (measured single-threaded on an AVX2-only EPYC, inference
-// with packed weights): wide products (N >= 1024) of up to 512 rows, e.g. 256 x 2048 x 2048 at
-// ~70 GFLOP/s against oneDNN's ~35. With more rows oneDNN is as fast or faster (its blocking
-// reuses B better), and matrix-vector products (M < 6), bound by reading B, favour its gemv.
-bool worthIt(const GemmGeometry& g) { return g.M >= kMr && g.M <= 512 && g.N >= 1024; }
+// Where this kernel beats oneDNN 2.6: products of up to 512 rows and at least 512 columns. (First
+// measured single-threaded on an AVX2-only EPYC: 256 x 2048 x 2048 at ~70 GFLOP/s against
+// oneDNN's ~35, from 1024 columns. With balanced column chunks, on 2 threads under
+// GRAFT_CPU_ISA=avx2 on the half-rate AVX-512 EPYC, layers_bench, two rounds, 2026-12-06: bert's
+// 768-column products gained too, 128x768x768 146-183 -> 206-212 GFLOP/s, 128x3072x768 185-191
+// -> 194-209, 512x768x768 191-205 -> 209-213, and 512x3072x768 stayed within noise, 164-204 ->
+// 183-192.) With more rows oneDNN is as fast or faster (its blocking reuses B better), and
+// matrix-vector products (M < 6), bound by reading B, favour its gemv.
+bool worthIt(const GemmGeometry& g) { return g.M >= kMr && g.M <= 512 && g.N >= 512; }
 
 // Only a constant B (an inference weight): a B fed at run time (training) would be packed on
 // every run, which measured slower than oneDNN reading it in place.
