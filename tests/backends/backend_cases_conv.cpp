@@ -298,6 +298,46 @@ void convCases() {
       last().isa = support::CpuIsa::Avx2;
     }
   }
+  // graft's 1x1 convolution for AVX2 hosts (conv1x1_avx2: 8-channel blocks, under the AVX2 limit):
+  // full and partial channel blocks in and out (a last panel of one block: 40 outputs), more
+  // than one K block (600 inputs), images of 1 to 144 pixels (two pixel chunks), several images,
+  // with and without bias, residual sum and Relu; NaN and infinities in X.
+  struct P1 {
+    int64_t N, C, M, H, W;
+    bool bias, sum;
+    std::string act;
+  };
+  std::vector<P1> pointwise = {
+      {1, 8, 8, 4, 4, true, false, "Relu"},    {2, 20, 13, 5, 7, true, true, "Relu"},
+      {1, 64, 40, 12, 12, true, false, ""},    {3, 600, 24, 3, 3, true, true, ""},
+      {1, 16, 32, 1, 1, false, false, "Relu"},
+  };
+  for (const P1& s : pointwise) {
+    std::string n = "FusedConv_1x1_avx2_N" + std::to_string(s.N) + "_C" + std::to_string(s.C) + "_M" +
+                    std::to_string(s.M) + "_" + std::to_string(s.H) + "x" + std::to_string(s.W) +
+                    (s.bias ? "_bias" : "") + (s.sum ? "_sum" : "") + (s.act.empty() ? "" : "_" + s.act);
+    ir::Attributes a = activationAttrs(s.act);
+    a.set("x_block", int64_t{8});
+    a.set("y_block", int64_t{8});
+    NDArray x = rnd({s.N, s.C, s.H, s.W}, n + "x", -2, 2);
+    std::vector<NDArray> in{blockOf(x, 8), rnd({s.M, s.C, 1, 1}, n + "w")};
+    std::vector<bool> constant{false, true};
+    if (s.bias) {  // (every case with a residual sum has a bias)
+      in.push_back(rnd({s.M}, n + "b"));
+      constant.push_back(false);
+    }
+    if (s.sum) {
+      in.push_back(blockOf(rnd({s.N, s.M, s.H, s.W}, n + "s"), 8));
+      constant.push_back(false);
+    }
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant, s.C > 256 ? 3e-4 : 1e-4);
+    last().isa = support::CpuIsa::Avx2;
+    if (s.act == "Relu" && !s.sum) {
+      in[0] = blockOf(sprinkled(x), 8);
+      add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant);
+      last().isa = support::CpuIsa::Avx2;
+    }
+  }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},

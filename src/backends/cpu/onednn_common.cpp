@@ -138,6 +138,8 @@ WinogradScope::WinogradScope(WinogradMode mode) : saved_(winogradOverride) {
 }
 WinogradScope::~WinogradScope() { winogradOverride = saved_; }
 
+KernelMode conv1x1Mode() { return kernelModeFromEnv("GRAFT_CONV_1X1"); }
+
 KernelMode sgemmMode() {
   if (sgemmOverride >= 0) return static_cast<KernelMode>(sgemmOverride);
   return kernelModeFromEnv("GRAFT_MATMUL_SGEMM");

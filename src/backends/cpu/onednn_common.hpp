@@ -84,7 +84,7 @@ int activationLayout();
 /// Whether GRAFT_CPU_LAYOUT names a layout (anything but unset or "auto"): then every graph takes it.
 bool layoutForced();
 
-/// A kernel variant's switch (GRAFT_CONV_WINOGRAD, GRAFT_CONV_CHAINS, GRAFT_MATMUL_SGEMM): Off
+/// A kernel variant's switch (GRAFT_CONV_WINOGRAD, GRAFT_CONV_CHAINS, GRAFT_MATMUL_SGEMM, GRAFT_CONV_1X1): Off
 /// never, Auto where measured faster (the default), On wherever it applies (for tests).
 enum class KernelMode { Off, Auto, On };
 /// Environment variable `name`: "off", "auto" (or unset), "on", read at each call; any other value
@@ -109,6 +109,9 @@ class WinogradScope {
  private:
   int saved_;
 };
+/// Whether 1x1 convolutions on 8-channel blocks run on graft's own kernel on AVX2 hosts
+/// (conv1x1_avx2.cpp): GRAFT_CONV_1X1 sets it (off: oneDNN's; auto and on: graft's wherever it applies).
+KernelMode conv1x1Mode();
 /// Whether float32 matrix products whose right-hand operand is not a constant (training's weights
 /// and gradients) run on oneDNN's sgemm (dnnl_sgemm) instead of its matmul primitive
 /// (onednn_matmul.cpp). GRAFT_MATMUL_SGEMM sets it, an SgemmScope overrides it on its thread.

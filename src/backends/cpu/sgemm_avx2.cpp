@@ -273,6 +273,96 @@ GRAFT_AVX2_FMA void gemmBlock(const GemmGeometry& g, const float* a, int64_t rs,
   }
 }
 
+// The register block of products over 8-channel blocked activations (gemmBlocked8): rows are
+// pixels r (8 floats apart), the depth runs over channel blocks cb (xBlockStride apart) and their 8
+// lanes; the 16 columns of the panel are two blocks of output channels, stored yBlockStride apart.
+// `ep`: bias (8 or 16 floats from col), Relu and the last block's live lanes, after the last K block.
+template <int MR>
+GRAFT_AVX2_FMA void microKernelBlocked8(int64_t blocks, const float* a, int64_t xBlockStride, const float* bp, float* c,
+                                        int64_t yBlockStride, bool twoBlocks, bool accumulate,
+                                        const Blocked8Epilogue* ep, int64_t col) {
+  __m256 z = _mm256_setzero_ps();
+  __m256 a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z, a40 = z, a41 = z, a50 = z, a51 = z;
+  for (int64_t cb = 0; cb < blocks; ++cb) {
+    const float* ab = a + cb * xBlockStride;
+    const float* bb = bp + cb * 8 * kNr;
+    for (int kk = 0; kk < 8; ++kk) {
+      __m256 b0 = _mm256_load_ps(bb + kk * kNr), b1 = _mm256_load_ps(bb + kk * kNr + 8);
+      __m256 av = _mm256_broadcast_ss(ab + kk);
+      a00 = _mm256_fmadd_ps(av, b0, a00);
+      a01 = _mm256_fmadd_ps(av, b1, a01);
+      if constexpr (MR > 1) {
+        av = _mm256_broadcast_ss(ab + 8 + kk);
+        a10 = _mm256_fmadd_ps(av, b0, a10);
+        a11 = _mm256_fmadd_ps(av, b1, a11);
+      }
+      if constexpr (MR > 2) {
+        av = _mm256_broadcast_ss(ab + 16 + kk);
+        a20 = _mm256_fmadd_ps(av, b0, a20);
+        a21 = _mm256_fmadd_ps(av, b1, a21);
+      }
+      if constexpr (MR > 3) {
+        av = _mm256_broadcast_ss(ab + 24 + kk);
+        a30 = _mm256_fmadd_ps(av, b0, a30);
+        a31 = _mm256_fmadd_ps(av, b1, a31);
+      }
+      if constexpr (MR > 4) {
+        av = _mm256_broadcast_ss(ab + 32 + kk);
+        a40 = _mm256_fmadd_ps(av, b0, a40);
+        a41 = _mm256_fmadd_ps(av, b1, a41);
+      }
+      if constexpr (MR > 5) {
+        av = _mm256_broadcast_ss(ab + 40 + kk);
+        a50 = _mm256_fmadd_ps(av, b0, a50);
+        a51 = _mm256_fmadd_ps(av, b1, a51);
+      }
+    }
+  }
+  const __m256 acc0[6] = {a00, a10, a20, a30, a40, a50}, acc1[6] = {a01, a11, a21, a31, a41, a51};
+  float* c1 = c + yBlockStride;
+  __m256 bias0 = z, bias1 = z, keep0 = _mm256_castsi256_ps(_mm256_set1_epi32(-1)), keep1 = keep0;
+  if (ep) {
+    if (ep->bias) {
+      bias0 = _mm256_loadu_ps(ep->bias + col);
+      if (twoBlocks) bias1 = _mm256_loadu_ps(ep->bias + col + 8);
+    }
+    // The lanes past the last output channel: zero, whatever the sums (NaN * 0 is NaN).
+    if (col + 8 > ep->channels) keep0 = _mm256_castsi256_ps(laneMask(static_cast<int>(ep->channels - col)));
+    if (twoBlocks && col + 16 > ep->channels)
+      keep1 = _mm256_castsi256_ps(laneMask(static_cast<int>(ep->channels - col - 8)));
+  }
+  for (int r = 0; r < MR; ++r) {
+    __m256 v0 = acc0[r], v1 = acc1[r];
+    if (accumulate) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(c + r * 8));
+      if (twoBlocks) v1 = _mm256_add_ps(v1, _mm256_loadu_ps(c1 + r * 8));
+    }
+    if (ep) {
+      v0 = _mm256_add_ps(v0, bias0);
+      v1 = _mm256_add_ps(v1, bias1);
+      if (ep->relu) {
+        // This operand order keeps NaN: max returns its second operand when one is NaN.
+        v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);
+        v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);
+      }
+      v0 = _mm256_and_ps(v0, keep0);
+      v1 = _mm256_and_ps(v1, keep1);
+    }
+    _mm256_storeu_ps(c + r * 8, v0);
+    if (twoBlocks) _mm256_storeu_ps(c1 + r * 8, v1);
+  }
+}
+
+using MicroBlocked8Fn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, bool, bool,
+                                 const Blocked8Epilogue*, int64_t);
+constexpr MicroBlocked8Fn kMicroBlocked8[kMr + 1] = {nullptr,
+                                                     microKernelBlocked8<1>,
+                                                     microKernelBlocked8<2>,
+                                                     microKernelBlocked8<3>,
+                                                     microKernelBlocked8<4>,
+                                                     microKernelBlocked8<5>,
+                                                     microKernelBlocked8<6>};
+
 // gemmBlock's loops over A read in place (row-major, row stride lda): no copy, for a small A
 // that the caller has just written (it sits in L1 / L2), of all rows and panels.
 GRAFT_AVX2_FMA void gemmBlockInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y,
@@ -369,6 +459,31 @@ void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float*
 #else
   (void)g, (void)a, (void)lda, (void)packed, (void)y;
   GRAFT_ASSERT(false, "sgemm::gemmSerial without AVX2 support compiled in");
+#endif
+}
+
+void gemmBlocked8(const Blocked8Task& t, const float* packed, const Blocked8Epilogue& ep) {
+#ifdef GRAFT_SGEMM_AVX2
+  GRAFT_ASSERT(cpuHasAvx2Fma() && t.channelBlocks > 0, "sgemm::gemmBlocked8 without AVX2 and FMA");
+  // K blocks of kKc / 8 channel blocks: each panel of B (16 columns x K block) sweeps the rows.
+  const int64_t kBlocks = kKc / 8;
+  for (int64_t cb0 = 0; cb0 < t.channelBlocks; cb0 += kBlocks) {
+    const int64_t blocks = std::min(kBlocks, t.channelBlocks - cb0);
+    const bool last = cb0 + blocks == t.channelBlocks;
+    for (int64_t p = t.p0; p < t.p1; ++p) {
+      const int64_t col = p * kNr;
+      const bool two = col + 8 < t.columns;
+      const float* bp = packed + (p * t.channelBlocks * 8 + cb0 * 8) * kNr;
+      float* yc = t.y + (col / 8) * t.yBlockStride;
+      forRowBlocks(t.r0, t.r1, [&](int64_t, int64_t i, int mr) {
+        kMicroBlocked8[mr](blocks, t.x + cb0 * t.xBlockStride + i * 8, t.xBlockStride, bp, yc + i * 8, t.yBlockStride,
+                           two, cb0 > 0 || t.accumulate, last ? &ep : nullptr, col);
+      });
+    }
+  }
+#else
+  (void)t, (void)packed, (void)ep;
+  GRAFT_ASSERT(false, "sgemm::gemmBlocked8 without AVX2 support compiled in");
 #endif
 }
 

@@ -24,4 +24,29 @@ void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float*
 /// than the strided reads.
 void gemmSerialInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y);
 
+/// What gemmBlocked8 applies after the last K block: bias (the columns, zero-padded past
+/// `channels`; or nullptr), Relu, and
+/// zeros in the lanes past the last of `channels` output channels.
+struct Blocked8Epilogue {
+  const float* bias = nullptr;
+  int64_t channels = 0;
+  bool relu = false;
+};
+
+/// One task of a product over activations in 8-channel blocks (conv1x1_avx2.cpp): for the pixels
+/// [r0, r1) of one image, X in blocks [C/8][pixels][8] (x at pixel 0 of block 0, blocks
+/// xBlockStride floats apart), Y's output channels of panels [p0, p1) in blocks [M/8][pixels][8]
+/// likewise: Y(p, m) (+)= sum_c X(p, c) B(c, m), B (channelBlocks * 8 rows, `columns` columns, a
+/// multiple of 8) packed into panels (packPanels, panelWidth()). With `accumulate` Y's values are
+/// added to (a residual written there first). On the calling thread. Requires available().
+struct Blocked8Task {
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t xBlockStride = 0, yBlockStride = 0;
+  int64_t channelBlocks = 0, columns = 0;
+  int64_t r0 = 0, r1 = 0, p0 = 0, p1 = 0;
+  bool accumulate = false;
+};
+void gemmBlocked8(const Blocked8Task& t, const float* packed, const Blocked8Epilogue& ep);
+
 }  // namespace graft::backends::cpu::sgemm
