@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/bf16.hpp"
+#include "backends/cpu/conv_avx2.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -33,24 +33,15 @@ struct Geometry {
   int64_t N = 0, C = 0, M = 0, pixels = 0, Cb = 0, Mb = 0;
 };
 
-bool isRelu(const ir::Node& n) {
-  return n.attrString("activation", "") == "Relu" && n.attrString("activation_domain", "").empty();
-}
-
 std::optional<Geometry> geometry(const ir::Node& n) {
   // The switch first, on every host: a bad value is an error wherever a convolution is compiled.
   if (onednn::conv1x1Mode() == onednn::KernelMode::Off) return std::nullopt;
-  if (!sgemm::available() || n.domain() != ops::kGraftDomain || bf16Compute()) return std::nullopt;
-  auto cfg = onednn::convConfig(n);
+  auto cfg = avx2BlockedConv(n);
   if (!cfg) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
-  if (c.x.size() != 4 || c.group != 1 || c.xBlock != kBlock || c.yBlock != kBlock || c.w[2] != 1 || c.w[3] != 1 ||
-      c.win.strides != onednn::Dims{1, 1} || c.win.padBegin != onednn::Dims{0, 0} ||
-      c.win.padEnd != onednn::Dims{0, 0} || c.xType != onednn::memory::data_type::f32 ||
-      c.yType != onednn::memory::data_type::f32)
+  if (c.w[2] != 1 || c.w[3] != 1 || c.win.strides != onednn::Dims{1, 1} || c.win.padBegin != onednn::Dims{0, 0} ||
+      c.win.padEnd != onednn::Dims{0, 0})
     return std::nullopt;
-  if (n.input(1)->kind() != ir::TensorKind::Constant) return std::nullopt;
-  if (!n.attrString("activation", "").empty() && !isRelu(n)) return std::nullopt;
   Geometry g;
   g.N = c.x[0];
   g.C = c.x[1];
@@ -66,24 +57,23 @@ bool supports(const ir::Node& n) { return geometry(n).has_value(); }
 
 struct State {
   Geometry g;
-  Shape yShape;
-  bool bias = false, sum = false, relu = false;
+  ConvEpilogue e;
   AlignedFloats w;  // W' (Cb * 8 x Mb * 8, zero-padded) in sgemm_avx2's panels
 };
 
 void run(const State& st, ops::KernelContext& k) {
   const Geometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.e.yShape);
   const float* x = k.input(0).data<float>();
   float* yp = y.data<float>();
-  if (st.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
+  if (st.e.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
   const int64_t Mpad = g.Mb * kBlock;
   std::vector<float> bias;
-  if (st.bias) {
+  if (st.e.bias) {
     bias.assign(static_cast<size_t>(Mpad), 0.f);
     std::memcpy(bias.data(), k.input(2).data<float>(), sizeof(float) * static_cast<size_t>(g.M));
   }
-  const sgemm::Blocked8Epilogue ep{st.bias ? bias.data() : nullptr, g.M, st.relu};
+  const sgemm::Blocked8Epilogue ep{st.e.bias ? bias.data() : nullptr, g.M, st.e.relu};
   const int64_t P = numPanels(Mpad, sgemm::panelWidth());
   support::ThreadPool& pool = k.pool();
   const int64_t threads = pool.numThreads();
@@ -108,7 +98,7 @@ void run(const State& st, ops::KernelContext& k) {
     t.r1 = std::min(g.pixels, t.r0 + rows);
     t.p0 = cc * panels;
     t.p1 = std::min(P, t.p0 + panels);
-    t.accumulate = st.sum;
+    t.accumulate = st.e.sum;
     sgemm::gemmBlocked8(t, st.w.data, ep);
   });
 }
@@ -121,10 +111,7 @@ ops::KernelFn make(ops::CompileContext& ctx) {
   GRAFT_ASSERT(w, "{}: conv1x1_avx2 without constant weights", n.describe());
   auto st = std::make_shared<State>();
   st->g = *g;
-  st->yShape = n.output(0)->info().shape();
-  st->bias = n.hasInput(2);
-  st->sum = n.numInputs() > 3 && n.hasInput(3);
-  st->relu = isRelu(n);
+  st->e = convEpilogue(n);
   // W [M, C] -> W' [Cpad, Mpad] (zero-padded), packed into panels.
   const int64_t Cpad = g->Cb * kBlock, Mpad = g->Mb * kBlock;
   std::vector<float> wt(static_cast<size_t>(Cpad * Mpad), 0.f);

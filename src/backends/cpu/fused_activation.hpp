@@ -17,6 +17,9 @@ namespace graft::backends::cpu {
 using ActivationFn = std::function<void(support::ThreadPool& pool, float* y, int64_t n)>;
 ActivationFn fusedActivation(const ir::Node& n);
 
+/// Whether a fused node's activation is ai.onnx Relu (attribute "activation" "Relu", no domain).
+bool isPlainRelu(const ir::Node& n);
+
 namespace onednn {
 /// Whether the kernel applies n's fused activation itself after the primitive (fusedActivation)
 /// instead of as a post-op (appendActivation leaves those out): every activation but the post-ops

@@ -159,10 +159,6 @@ void rezeroPadding(const ConvState& st, float* y) {
   }
 }
 
-bool isPlainRelu(const ir::Node& n) {
-  return n.attrString("activation", "") == "Relu" && n.attrString("activation_domain", "").empty();
-}
-
 // Relu's formula (x < 0 ? 0 : x: NaN and -0 kept) over n bf16 values in place: the negative
 // finite values and -inf become +0.
 void reluBf16InPlace(support::ThreadPool& pool, uint16_t* y, int64_t n) {

@@ -209,6 +209,10 @@ ActivationFn rowActivation(float alpha, float beta) {
 
 }  // namespace
 
+bool isPlainRelu(const ir::Node& n) {
+  return n.attrString("activation", "") == "Relu" && n.attrString("activation_domain", "").empty();
+}
+
 ActivationFn fusedActivation(const ir::Node& n) {
   std::string act = n.attrString("activation", ""), dom = n.attrString("activation_domain", "");
   if (act.empty()) return {};

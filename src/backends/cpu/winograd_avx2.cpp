@@ -25,7 +25,7 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/bf16.hpp"
+#include "backends/cpu/conv_avx2.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
 #include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/onednn_common.hpp"
@@ -44,7 +44,6 @@
 namespace graft::backends::cpu::winograd {
 
 using onednn::Dims;
-using onednn::memory;
 
 namespace {
 
@@ -71,24 +70,13 @@ struct Geometry {
   int64_t tiles() const { return N * tilesH * tilesW; }
 };
 
-bool isRelu(const ir::Node& n) {
-  return n.attrString("activation", "") == "Relu" && n.attrString("activation_domain", "").empty();
-}
-
 // The node's geometry where this kernel can serve it (whatever the gain), else nullopt.
 std::optional<Geometry> geometry(const ir::Node& n) {
-  if (!sgemm::available() || n.domain() != ops::kGraftDomain) return std::nullopt;
-  if (onednn::winogradMode() == onednn::WinogradMode::Off || bf16Compute()) return std::nullopt;
-  auto cfg = onednn::convConfig(n);
+  if (onednn::winogradMode() == onednn::WinogradMode::Off) return std::nullopt;
+  auto cfg = avx2BlockedConv(n);
   if (!cfg) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
-  if (c.x.size() != 4 || c.group != 1 || c.xBlock != kBlock || c.yBlock != kBlock || c.w[2] != 3 || c.w[3] != 3 ||
-      c.win.strides != Dims{1, 1} || c.win.dilation != Dims{0, 0} || c.xType != memory::data_type::f32 ||
-      c.yType != memory::data_type::f32)
-    return std::nullopt;
-  if (n.input(1)->kind() != ir::TensorKind::Constant) return std::nullopt;
-  std::string act = n.attrString("activation", "");
-  if (!act.empty() && !isRelu(n)) return std::nullopt;
+  if (c.w[2] != 3 || c.w[3] != 3 || c.win.strides != Dims{1, 1} || c.win.dilation != Dims{0, 0}) return std::nullopt;
   Geometry g;
   g.N = c.x[0];
   g.C = c.x[1];
@@ -116,8 +104,7 @@ bool supports(const ir::Node& n) {
 
 struct State {
   Geometry g;
-  Shape yShape;
-  bool bias = false, sum = false, relu = false;
+  ConvEpilogue e;
   AlignedFloats u;         // U[xi], each C x Mpad packed into sgemm_avx2's panels
   int64_t uStride = 0;     // floats per xi in u
   int64_t blockTiles = 0;  // tiles per block (run)
@@ -324,7 +311,7 @@ GRAFT_AVX2_FMA void outputTransform(const State& st, const float* x, const float
         __m256 o = _mm256_add_ps(out[i][j], b);
         if (sum) o = _mm256_add_ps(o, _mm256_loadu_ps(sum + at));
         // This operand order keeps NaN: max returns its second operand when one is NaN.
-        if (st.relu) o = _mm256_max_ps(_mm256_setzero_ps(), o);
+        if (st.e.relu) o = _mm256_max_ps(_mm256_setzero_ps(), o);
         _mm256_storeu_ps(y + at, _mm256_and_ps(o, keep));
       }
     }
@@ -336,10 +323,10 @@ GRAFT_AVX2_FMA void outputTransform(const State& st, const float* x, const float
 void run(const State& st, ops::KernelContext& k) {
 #ifdef GRAFT_WINO_AVX2
   const Geometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.e.yShape);
   const float* x = k.input(0).data<float>();
-  const float* bias = st.bias ? k.input(2).data<float>() : nullptr;
-  const float* sum = st.sum ? k.input(3).data<float>() : nullptr;
+  const float* bias = st.e.bias ? k.input(2).data<float>() : nullptr;
+  const float* sum = st.e.sum ? k.input(3).data<float>() : nullptr;
   float* yp = y.data<float>();
   const int64_t T = g.tiles(), vRow = g.Cb * kBlock, mRow = g.Mb * kBlock;
   // The tiles in blocks of st.blockTiles: V and M of a block (36 x tiles x (C + M) floats) stay in
@@ -401,10 +388,7 @@ ops::KernelFn make(ops::CompileContext& ctx) {
   GRAFT_ASSERT(w, "{}: winograd_avx2 without constant weights", n.describe());
   auto st = std::make_shared<State>();
   st->g = *g;
-  st->yShape = n.output(0)->info().shape();
-  st->bias = n.hasInput(2);
-  st->sum = n.numInputs() > 3 && n.hasInput(3);
-  st->relu = isRelu(n);
+  st->e = convEpilogue(n);
   transformWeights(w->data<float>(), *st);
   st->blockTiles = blockTiles(*g);
   return [st](ops::KernelContext& k) { run(*st, k); };

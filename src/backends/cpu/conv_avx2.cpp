@@ -1,0 +1,34 @@
+// What graft's own AVX2 convolution kernels share (conv_avx2.hpp).
+#include "backends/cpu/conv_avx2.hpp"
+
+#include "backends/cpu/bf16.hpp"
+#include "backends/cpu/fused_activation.hpp"
+#include "backends/cpu/sgemm_avx2.hpp"
+#include "ops/registry.hpp"
+
+namespace graft::backends::cpu {
+
+std::optional<onednn::ConvConfig> avx2BlockedConv(const ir::Node& n) {
+  if (!sgemm::available() || n.domain() != ops::kGraftDomain || bf16Compute()) return std::nullopt;
+  if (!n.attrString("activation", "").empty() && !isPlainRelu(n)) return std::nullopt;
+  auto cfg = onednn::convConfig(n);
+  if (!cfg) return std::nullopt;
+  const onednn::ConvConfig& c = *cfg;
+  constexpr int kBlock = 8;
+  if (c.x.size() != 4 || c.group != 1 || c.xBlock != kBlock || c.yBlock != kBlock ||
+      c.xType != onednn::memory::data_type::f32 || c.yType != onednn::memory::data_type::f32 ||
+      n.input(1)->kind() != ir::TensorKind::Constant)
+    return std::nullopt;
+  return cfg;
+}
+
+ConvEpilogue convEpilogue(const ir::Node& n) {
+  ConvEpilogue e;
+  e.yShape = n.output(0)->info().shape();
+  e.bias = n.hasInput(2);
+  e.sum = n.numInputs() > 3 && n.hasInput(3);
+  e.relu = isPlainRelu(n);
+  return e;
+}
+
+}  // namespace graft::backends::cpu
