@@ -156,9 +156,9 @@ TEST(Winograd, Avx2RuleByShape) {
   EXPECT_TRUE(winogradAvx2Gains(256, Dims{8, 256, 14, 14}));   // 128 tiles
   EXPECT_TRUE(winogradAvx2Gains(512, Dims{8, 512, 7, 7}));     // 32 tiles
   EXPECT_FALSE(winogradAvx2Gains(512, Dims{1, 512, 7, 7}));    // 4 tiles
-  EXPECT_TRUE(winogradAvx2Gains(32, Dims{1, 128, 27, 27}));   // squeezenet1_1's expand3x3
-  EXPECT_FALSE(winogradAvx2Gains(16, Dims{8, 64, 55, 55}));   // 16 channels: the transforms cost more
-  EXPECT_FALSE(winogradAvx2Gains(64, Dims{1, 64, 5, 5}));     // 4 tiles
+  EXPECT_TRUE(winogradAvx2Gains(32, Dims{1, 128, 27, 27}));    // squeezenet1_1's expand3x3
+  EXPECT_FALSE(winogradAvx2Gains(16, Dims{8, 64, 55, 55}));    // 16 channels: the transforms cost more
+  EXPECT_FALSE(winogradAvx2Gains(64, Dims{1, 64, 5, 5}));      // 4 tiles
 }
 
 TEST(Winograd, FewInputChannelsStayDirectOnAvx2Hosts) {
