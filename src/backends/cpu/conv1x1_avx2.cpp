@@ -67,14 +67,14 @@ void run(const State& st, ops::KernelContext& k) {
   const float* x = k.input(0).data<float>();
   float* yp = y.data<float>();
   if (st.e.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
-  const int64_t Mpad = g.Mb * kBlock;
+  const int64_t mPad = g.Mb * kBlock;
   std::vector<float> bias;
   if (st.e.bias) {
-    bias.assign(static_cast<size_t>(Mpad), 0.f);
+    bias.assign(static_cast<size_t>(mPad), 0.f);
     std::memcpy(bias.data(), k.input(2).data<float>(), sizeof(float) * static_cast<size_t>(g.M));
   }
   const sgemm::Blocked8Epilogue ep{st.e.bias ? bias.data() : nullptr, g.M, st.e.relu};
-  const int64_t P = numPanels(Mpad, sgemm::panelWidth());
+  const int64_t P = numPanels(mPad, sgemm::panelWidth());
   support::ThreadPool& pool = k.pool();
   const int64_t threads = pool.numThreads();
   // Tasks: images x pixel chunks x column chunks of equal size, in whole rounds for the threads
@@ -93,7 +93,7 @@ void run(const State& st, ops::KernelContext& k) {
     t.y = yp + n * imageOut;
     t.xBlockStride = t.yBlockStride = g.pixels * kBlock;
     t.channelBlocks = g.Cb;
-    t.columns = Mpad;
+    t.columns = mPad;
     t.r0 = rc * rows;
     t.r1 = std::min(g.pixels, t.r0 + rows);
     t.p0 = cc * panels;
@@ -112,17 +112,17 @@ ops::KernelFn make(ops::CompileContext& ctx) {
   auto st = std::make_shared<State>();
   st->g = *g;
   st->e = convEpilogue(n);
-  // W [M, C] -> W' [Cpad, Mpad] (zero-padded), packed into panels.
-  const int64_t Cpad = g->Cb * kBlock, Mpad = g->Mb * kBlock;
-  std::vector<float> wt(static_cast<size_t>(Cpad * Mpad), 0.f);
+  // W [M, C] -> W' [cPad, mPad] (zero-padded), packed into panels.
+  const int64_t cPad = g->Cb * kBlock, mPad = g->Mb * kBlock;
+  std::vector<float> wt(static_cast<size_t>(cPad * mPad), 0.f);
   const float* wp = w->data<float>();
   for (int64_t m = 0; m < g->M; ++m)
-    for (int64_t c = 0; c < g->C; ++c) wt[static_cast<size_t>(c * Mpad + m)] = wp[m * g->C + c];
+    for (int64_t c = 0; c < g->C; ++c) wt[static_cast<size_t>(c * mPad + m)] = wp[m * g->C + c];
   GemmGeometry gg;
   gg.M = 1;
-  gg.K = Cpad;
-  gg.N = Mpad;
-  st->w.allocate(numPanels(Mpad, sgemm::panelWidth()) * Cpad * sgemm::panelWidth());
+  gg.K = cPad;
+  gg.N = mPad;
+  st->w.allocate(numPanels(mPad, sgemm::panelWidth()) * cPad * sgemm::panelWidth());
   packPanels(wt.data(), gg, sgemm::panelWidth(), st->w.data);
   return [st](ops::KernelContext& k) { run(*st, k); };
 }

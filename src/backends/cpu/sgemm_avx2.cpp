@@ -289,7 +289,7 @@ GRAFT_AVX2_FMA void microKernelBlocked8(int64_t blocks, const float* a, int64_t 
   for (int64_t cb = 0; cb < blocks; ++cb) {
     const float* ab = a + cb * xBlockStride;
     const float* bb = bp + cb * 8 * kNr;
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int64_t kk = 0; kk < 8; ++kk) {
       __m256 b0 = _mm256_load_ps(bb + kk * kNr), b1 = _mm256_load_ps(bb + kk * kNr + 8);
       __m256 av = _mm256_broadcast_ss(ab + kk);
       a00 = _mm256_fmadd_ps(av, b0, a00);
@@ -334,7 +334,7 @@ GRAFT_AVX2_FMA void microKernelBlocked8(int64_t blocks, const float* a, int64_t 
     if (twoBlocks && col + 16 > ep->channels)
       keep1 = _mm256_castsi256_ps(laneMask(static_cast<int>(ep->channels - col - 8)));
   }
-  for (int r = 0; r < MR; ++r) {
+  for (int64_t r = 0; r < MR; ++r) {
     __m256 v0 = acc0[r], v1 = acc1[r];
     if (accumulate) {
       v0 = _mm256_add_ps(v0, _mm256_loadu_ps(c + r * 8));

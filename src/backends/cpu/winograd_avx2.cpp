@@ -105,7 +105,7 @@ bool supports(const ir::Node& n) {
 struct State {
   Geometry g;
   ConvEpilogue e;
-  AlignedFloats u;         // U[xi], each C x Mpad packed into sgemm_avx2's panels
+  AlignedFloats u;         // U[xi], each C x mPad packed into sgemm_avx2's panels
   int64_t uStride = 0;     // floats per xi in u
   int64_t blockTiles = 0;  // tiles per block (run)
   // The weights for the direct fallback (directTile): [Mb][C][3][3][8], zero past M.
@@ -128,7 +128,7 @@ int64_t blockTiles(const Geometry& g) {
   return std::min(g.tiles(), std::max(fit, kMinBlockTiles));
 }
 
-// U[xi](c, m) = (G g G')[xi], g = W[m, c] (3x3), for F(4x4, 3x3); m < M, zero up to Mpad.
+// U[xi](c, m) = (G g G')[xi], g = W[m, c] (3x3), for F(4x4, 3x3); m < M, zero up to mPad.
 void transformWeights(const float* w, State& st) {
   const Geometry& g = st.g;
   static const double G[6][3] = {{1.0 / 4, 0, 0},
@@ -137,8 +137,8 @@ void transformWeights(const float* w, State& st) {
                                  {1.0 / 24, 1.0 / 12, 1.0 / 6},
                                  {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                  {0, 0, 1}};
-  const int64_t Mpad = g.Mb * kBlock;
-  std::vector<float> plain(static_cast<size_t>(kXi * g.C * Mpad), 0.f);  // [xi][c][m]
+  const int64_t mPad = g.Mb * kBlock;
+  std::vector<float> plain(static_cast<size_t>(kXi * g.C * mPad), 0.f);  // [xi][c][m]
   for (int64_t m = 0; m < g.M; ++m)
     for (int64_t c = 0; c < g.C; ++c) {
       const float* k = w + (m * g.C + c) * 9;
@@ -148,7 +148,7 @@ void transformWeights(const float* w, State& st) {
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 6; ++j) {
           double v = gk[i][0] * G[j][0] + gk[i][1] * G[j][1] + gk[i][2] * G[j][2];
-          plain[static_cast<size_t>(((i * 6 + j) * g.C + c) * Mpad + m)] = static_cast<float>(v);
+          plain[static_cast<size_t>(((i * 6 + j) * g.C + c) * mPad + m)] = static_cast<float>(v);
         }
     }
   st.wDirect.assign(static_cast<size_t>(g.Mb * g.C * 9 * kBlock), 0.f);
@@ -160,11 +160,11 @@ void transformWeights(const float* w, State& st) {
   GemmGeometry gg;
   gg.M = 1;
   gg.K = g.C;
-  gg.N = Mpad;
-  st.uStride = numPanels(Mpad, sgemm::panelWidth()) * g.C * sgemm::panelWidth();
+  gg.N = mPad;
+  st.uStride = numPanels(mPad, sgemm::panelWidth()) * g.C * sgemm::panelWidth();
   st.u.allocate(kXi * st.uStride);
   for (int64_t xi = 0; xi < kXi; ++xi)
-    packPanels(plain.data() + xi * g.C * Mpad, gg, sgemm::panelWidth(), st.u.data + xi * st.uStride);
+    packPanels(plain.data() + xi * g.C * mPad, gg, sgemm::panelWidth(), st.u.data + xi * st.uStride);
 }
 
 #ifdef GRAFT_WINO_AVX2
