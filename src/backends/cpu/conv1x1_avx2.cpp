@@ -26,8 +26,7 @@ namespace graft::backends::cpu::conv1x1 {
 namespace {
 
 constexpr int64_t kBlock = 8;
-constexpr int64_t kRowsPerTask = 132;   // pixels per task (sgemm_avx2's row chunk)
-constexpr int64_t kPanelsPerTask = 32;  // 512 output channels
+constexpr int64_t kRowsPerTask = 132;  // pixels per task (sgemm_avx2's row chunk)
 
 struct Geometry {
   int64_t N = 0, C = 0, M = 0, pixels = 0, Cb = 0, Mb = 0;
@@ -76,14 +75,11 @@ void run(const State& st, ops::KernelContext& k) {
   const sgemm::Blocked8Epilogue ep{st.e.bias ? bias.data() : nullptr, g.M, st.e.relu};
   const int64_t P = numPanels(mPad, sgemm::panelWidth());
   support::ThreadPool& pool = k.pool();
-  const int64_t threads = pool.numThreads();
   // Tasks: images x pixel chunks x column chunks of equal size, in whole rounds for the threads
   // where the panels allow (as sgemm_avx2's own products).
   const int64_t rowChunks = (g.pixels + kRowsPerTask - 1) / kRowsPerTask;
-  int64_t colChunks = (P + kPanelsPerTask - 1) / kPanelsPerTask;
-  while ((g.N * rowChunks * colChunks) % threads != 0 && colChunks < P) ++colChunks;
-  const int64_t panels = (P + colChunks - 1) / colChunks;
-  colChunks = (P + panels - 1) / panels;
+  const int64_t panels = sgemm::panelsPerChunk(P, g.N * rowChunks, pool.numThreads());
+  const int64_t colChunks = (P + panels - 1) / panels;
   const int64_t rows = (g.pixels + rowChunks - 1) / rowChunks;
   const int64_t imageIn = g.Cb * g.pixels * kBlock, imageOut = g.Mb * g.pixels * kBlock;
   pool.runTasks(static_cast<int>(g.N * rowChunks * colChunks), [&](int i) {

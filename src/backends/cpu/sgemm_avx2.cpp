@@ -414,13 +414,7 @@ void run(const GemmState& st, ops::KernelContext& k) {
   int64_t rowsPerTask = (g.M + rowTasks - 1) / rowTasks;
   rowsPerTask = std::min(kMc, (rowsPerTask + kMr - 1) / kMr * kMr);
   rowTasks = (g.M + rowsPerTask - 1) / rowsPerTask;
-  // Column chunks of equal width, as many as make whole rounds for the threads where the panels
-  // allow: bert b1's 128 x 768 x 2304 (144 panels) ran as 4 chunks of 32 and one of 16, 3 on
-  // one thread against 1.5 on the other (144 -> 151 GFLOP/s under GRAFT_CPU_ISA=avx2, 6 chunks:
-  // 169-180 with the neighbouring sizes).
-  const int64_t threads = pool.numThreads();
-  while ((colTasks * rowTasks) % threads != 0 && colTasks < P) ++colTasks;
-  panelsPerTask = (P + colTasks - 1) / colTasks;
+  panelsPerTask = panelsPerChunk(P, rowTasks, pool.numThreads());
   colTasks = (P + panelsPerTask - 1) / panelsPerTask;
   auto task = [&](int64_t b, int64_t e) {
 #ifdef GRAFT_SGEMM_AVX2
@@ -449,6 +443,16 @@ void run(const GemmState& st, ops::KernelContext& k) {
 bool available() { return cpuHasAvx2Fma(); }
 
 int64_t panelWidth() { return kNr; }
+
+// Column chunks of equal width, in whole rounds for the threads: bert b1's 128 x 768 x 2304 (144
+// panels) ran as 4 chunks of 32 and one of 16, 3 on one thread against 1.5 on the other (144 -> 151
+// GFLOP/s under GRAFT_CPU_ISA=avx2, 6 chunks of 24: 169-180 with the neighbouring sizes).
+int64_t panelsPerChunk(int64_t panels, int64_t otherTasks, int64_t threads) {
+  const int64_t most = kNc / kNr;
+  int64_t chunks = (panels + most - 1) / most;
+  while ((chunks * otherTasks) % threads != 0 && chunks < panels) ++chunks;
+  return (panels + chunks - 1) / chunks;
+}
 
 void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y) {
 #ifdef GRAFT_SGEMM_AVX2

@@ -24,9 +24,15 @@ void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float*
 /// than the strided reads.
 void gemmSerialInPlace(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y);
 
+/// Panels per column chunk where a product's `panels` column panels are split into chunks of at
+/// most 512 columns, each chunk run as `otherTasks` tasks (row chunks, images): chunks of equal
+/// width, as many as make whole rounds for `threads` where the panels allow (sgemm_avx2's own
+/// products and conv1x1_avx2's).
+int64_t panelsPerChunk(int64_t panels, int64_t otherTasks, int64_t threads);
+
 /// What gemmBlocked8 applies after the last K block: bias (the columns, zero-padded past
-/// `channels`; or nullptr), Relu, and
-/// zeros in the lanes past the last of `channels` output channels.
+/// `channels`; or nullptr), Relu, and zeros in the lanes past the last of `channels` output
+/// channels.
 struct Blocked8Epilogue {
   const float* bias = nullptr;
   int64_t channels = 0;

@@ -60,7 +60,7 @@ constexpr int64_t kBlock = 8;         // channels per block (one ymm)
 constexpr int64_t kTile = 4;          // outputs per tile side
 constexpr int64_t kPatch = 6;         // inputs per tile side
 constexpr int64_t kXi = 36;           // positions of a transformed tile
-constexpr int64_t kRowsPerTask = 96;  // tiles per product task (sgemm_avx2's row chunk)
+constexpr int64_t kRowsPerTask = 96;  // tiles per product task
 
 // Geometry of a convolution this kernel serves.
 struct Geometry {
@@ -289,8 +289,8 @@ GRAFT_AVX2_FMA void outputTransform(const State& st, const float* x, const float
       for (int i = 0; i < kTile; ++i) r[i][j] = out[i];
     }
     const int64_t oh0 = th * kTile, ow0 = tw * kTile;
-    const int64_t rows = std::min(kTile, g.OH - oh0), cols = std::min(kTile, g.OW - ow0);
-    const int64_t base = (n * g.Mb + ob) * g.OH * g.OW * kBlock;
+    const int64_t outRows = std::min(kTile, g.OH - oh0), outCols = std::min(kTile, g.OW - ow0);
+    const int64_t yBase = (n * g.Mb + ob) * g.OH * g.OW * kBlock;
     __m256 out[kTile][kTile];
     // x * 0 is NaN exactly where x is NaN or infinite: summed over the tile's outputs, NaN where
     // any of them is (a NaN or infinity among the tile's inputs, or an overflow in a transform).
@@ -303,11 +303,11 @@ GRAFT_AVX2_FMA void outputTransform(const State& st, const float* x, const float
     if (_mm256_movemask_ps(_mm256_cmp_ps(nonFinite, nonFinite, _CMP_UNORD_Q)) & ((1 << live) - 1)) {
       // The transforms spread a NaN or an infinity over the whole tile (inf - inf): the tile's
       // outputs are summed directly instead, as the direct convolution's IEEE arithmetic has them.
-      directTile(st, x, n, oh0, ow0, rows, cols, ob, out);
+      directTile(st, x, n, oh0, ow0, outRows, outCols, ob, out);
     }
-    for (int i = 0; i < rows; ++i) {
-      for (int j = 0; j < cols; ++j) {
-        const int64_t at = base + ((oh0 + i) * g.OW + ow0 + j) * kBlock;
+    for (int i = 0; i < outRows; ++i) {
+      for (int j = 0; j < outCols; ++j) {
+        const int64_t at = yBase + ((oh0 + i) * g.OW + ow0 + j) * kBlock;
         __m256 o = _mm256_add_ps(out[i][j], b);
         if (sum) o = _mm256_add_ps(o, _mm256_loadu_ps(sum + at));
         // This operand order keeps NaN: max returns its second operand when one is NaN.
@@ -341,6 +341,11 @@ void run(const State& st, ops::KernelContext& k) {
   // Tasks of kTilesPerTask tiles, by kBlocksPerTask input channel blocks (phase 1: 256 bytes of
   // each row of V) or one output channel block (phase 3).
   constexpr int64_t kTilesPerTask = 16, kBlocksPerTask = 8;
+  // Up to kMaxInPlaceChannels input channels the products read V in place: copying it into
+  // sgemm's micro-panels cost more than it saved (resnet 64x56x56, step minima under
+  // GRAFT_CPU_ISA=avx2: b1 0.51-0.53 ms against 0.60, b8 5.4-5.6 against 6.4-6.5); with more,
+  // within noise either way (128-512 channels), and the copy avoids the strided rows' L1 conflicts.
+  const auto product = g.C <= kMaxInPlaceChannels ? sgemm::gemmSerialInPlace : sgemm::gemmSerial;
   for (int64_t base = 0; base < T; base += blockTiles) {
     const int64_t rows = std::min(blockTiles, T - base);
     const int64_t tileChunks = (rows + kTilesPerTask - 1) / kTilesPerTask;
@@ -355,19 +360,13 @@ void run(const State& st, ops::KernelContext& k) {
       inputTransform(g, x, v, vRow, base, rows, t0, t1, cb0, std::min(g.Cb, cb0 + kBlocksPerTask));
     });
     const int64_t rowChunks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-    // Up to kMaxInPlaceChannels input channels the products read V in place: copying it into
-    // sgemm's micro-panels cost more than it saved (resnet 64x56x56, step minima under
-    // GRAFT_CPU_ISA=avx2: b1 0.51-0.53 ms against 0.60, b8 5.4-5.6 against 6.4-6.5); with more,
-    // within noise either way (128-512 channels), and the copy avoids the strided rows' L1 conflicts.
-    const bool inPlace = g.C <= kMaxInPlaceChannels;
     pool.runTasks(static_cast<int>(kXi * rowChunks), [&](int i) {
       const int64_t xi = i / rowChunks, r0 = (i % rowChunks) * kRowsPerTask, r1 = std::min(rows, r0 + kRowsPerTask);
       GemmGeometry gg;
       gg.M = r1 - r0;
       gg.K = g.C;
       gg.N = mRow;
-      (inPlace ? sgemm::gemmSerialInPlace : sgemm::gemmSerial)(
-          gg, v + (xi * rows + r0) * vRow, vRow, st.u.data + xi * st.uStride, m + (xi * rows + r0) * mRow);
+      product(gg, v + (xi * rows + r0) * vRow, vRow, st.u.data + xi * st.uStride, m + (xi * rows + r0) * mRow);
     });
     pool.runTasks(static_cast<int>(tileChunks * g.Mb), [&](int i) {
       auto [t0, t1] = chunk(i / g.Mb);
