@@ -1,7 +1,12 @@
 #include "support/cpu_features.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <string>
+
+#include <unistd.h>
 
 #include "support/check.hpp"
 
@@ -123,6 +128,34 @@ CpuIsa parseCpuIsa(const std::string& name) {
   if (name == "avx512") return CpuIsa::Avx512;
   if (name == "native") return CpuIsa::Native;
   GRAFT_THROW("GRAFT_CPU_ISA: unknown ISA '{}'; expected baseline, avx2, avx512 or native", name);
+}
+
+namespace {
+long long detectLastLevelCache() {
+  long long most = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream typeFile(dir + "type"), sizeFile(dir + "size");
+    std::string type, size;
+    if (!(typeFile >> type) || !(sizeFile >> size) || type == "Instruction" || size.empty()) continue;
+    long long bytes = std::atoll(size.c_str());
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    most = std::max(most, bytes);
+  }
+  if (most <= 0) {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    most = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (most <= 0) most = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  }
+  return most > 0 ? most : 32LL << 20;
+}
+}  // namespace
+
+long long lastLevelCacheBytes() {
+  static const long long bytes = detectLastLevelCache();
+  return bytes;
 }
 
 }  // namespace graft::support

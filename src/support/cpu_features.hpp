@@ -47,6 +47,12 @@ void setCpuIsaLimit(CpuIsa isa);
 /// Read at every call of a loop, so a limit set later applies to the next call.
 CpuIsa vecLoopIsa();
 
+/// The size in bytes of the largest cache one core reaches (the last level, shared or not): what
+/// Linux reports under /sys/devices/system/cpu/cpu0/cache (a virtual machine's own view, where the
+/// CPUID that sysconf reads may describe the whole host's caches), else sysconf's, else 32 MiB.
+/// Read once.
+long long lastLevelCacheBytes();
+
 /// Parses "baseline", "avx2", "avx512" or "native"; throws graft::Error naming GRAFT_CPU_ISA otherwise.
 CpuIsa parseCpuIsa(const std::string& name);
 

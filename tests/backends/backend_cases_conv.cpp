@@ -338,6 +338,48 @@ void convCases() {
       last().isa = support::CpuIsa::Avx2;
     }
   }
+  // graft's 1x1 convolution for AVX-512 hosts (conv1x1_avx512: channels last or 16-channel blocks,
+  // at the host's ISA; it takes these under GRAFT_CONV_1X1=auto: at most 64 inputs, at least 48
+  // outputs): a last panel of 1 to 4 vectors of outputs (M 80, 96, 112, 48 and 64, 256), images of
+  // 1 to 225 pixels (a tail of every register block height; two pixel chunks), several images,
+  // channels last with a channel count that is no multiple of 16 (20), with and without bias,
+  // residual sum and Relu; NaN and infinities in X.
+  struct P5 {
+    int64_t N, C, M, H, W, block;  // block 0: channels last
+    bool bias, sum;
+    std::string act;
+  };
+  std::vector<P5> pointwise512 = {
+      {1, 16, 48, 1, 1, 0, true, false, "Relu"},    {2, 20, 80, 5, 7, 0, true, true, "Relu"},
+      {1, 64, 96, 15, 15, 16, true, false, "Relu"}, {3, 48, 112, 4, 6, 16, false, false, ""},
+      {1, 32, 256, 12, 12, 0, true, true, ""},      {2, 64, 64, 7, 7, 16, true, true, "Relu"},
+  };
+  for (const P5& s : pointwise512) {
+    std::string n = "FusedConv_1x1_avx512_N" + std::to_string(s.N) + "_C" + std::to_string(s.C) + "_M" +
+                    std::to_string(s.M) + "_" + std::to_string(s.H) + "x" + std::to_string(s.W) +
+                    (s.block ? "_blocked" : "_nhwc") + (s.bias ? "_bias" : "") + (s.sum ? "_sum" : "") +
+                    (s.act.empty() ? "" : "_" + s.act);
+    const int64_t xb = s.block ? s.block : s.C, yb = s.block ? s.block : s.M;
+    ir::Attributes a = activationAttrs(s.act);
+    a.set("x_block", xb);
+    a.set("y_block", yb);
+    NDArray x = rnd({s.N, s.C, s.H, s.W}, n + "x", -2, 2);
+    std::vector<NDArray> in{blockOf(x, xb), rnd({s.M, s.C, 1, 1}, n + "w")};
+    std::vector<bool> constant{false, true};
+    if (s.bias) {  // (every case with a residual sum has a bias)
+      in.push_back(rnd({s.M}, n + "b"));
+      constant.push_back(false);
+    }
+    if (s.sum) {
+      in.push_back(blockOf(rnd({s.N, s.M, s.H, s.W}, n + "s"), yb));
+      constant.push_back(false);
+    }
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant);
+    if (s.act == "Relu" && !s.sum) {
+      in[0] = blockOf(sprinkled(x), xb);
+      add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, constant);
+    }
+  }
   {
     OpCase c{"FusedConv",
              {rnd({1, 32, 5, 5}, "dwx"), rnd({32, 1, 3, 3}, "dww"), rnd({32}, "dwb")},

@@ -140,6 +140,8 @@ WinogradScope::~WinogradScope() { winogradOverride = saved_; }
 
 KernelMode conv1x1Mode() { return kernelModeFromEnv("GRAFT_CONV_1X1"); }
 
+KernelMode conv1x1StreamMode() { return kernelModeFromEnv("GRAFT_CONV_1X1_STREAM"); }
+
 KernelMode sgemmMode() {
   if (sgemmOverride >= 0) return static_cast<KernelMode>(sgemmOverride);
   return kernelModeFromEnv("GRAFT_MATMUL_SGEMM");

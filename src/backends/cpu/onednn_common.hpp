@@ -109,9 +109,14 @@ class WinogradScope {
  private:
   int saved_;
 };
-/// Whether 1x1 convolutions on 8-channel blocks run on graft's own kernel on AVX2 hosts
-/// (conv1x1_avx2.cpp): GRAFT_CONV_1X1 sets it (off: oneDNN's; auto and on: graft's wherever it applies).
+/// Whether 1x1 convolutions run on graft's own kernels: conv1x1_avx2.cpp (8-channel blocks, AVX2
+/// hosts; auto and on: wherever it applies) and conv1x1_avx512.cpp (channels last or 16-channel
+/// blocks, AVX-512 hosts; auto: where it measured faster, on: wherever it applies). GRAFT_CONV_1X1
+/// sets it; off keeps oneDNN's.
 KernelMode conv1x1Mode();
+/// Whether conv1x1_avx512 writes its output with streaming (non-temporal) stores: GRAFT_CONV_1X1_STREAM
+/// (auto: where the output is at least half the last-level cache; on: always; off: never).
+KernelMode conv1x1StreamMode();
 /// Whether float32 matrix products whose right-hand operand is not a constant (training's weights
 /// and gradients) run on oneDNN's sgemm (dnnl_sgemm) instead of its matmul primitive
 /// (onednn_matmul.cpp). GRAFT_MATMUL_SGEMM sets it, an SgemmScope overrides it on its thread.
