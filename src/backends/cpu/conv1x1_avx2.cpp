@@ -8,6 +8,7 @@
 // squeezenet's 1x1 convolutions at 55-80% of the FMA roof (docs/cpu-backend.md, "1x1
 // convolutions on AVX2").
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -58,6 +59,7 @@ struct State {
   Geometry g;
   ConvEpilogue e;
   AlignedFloats w;  // W' (Cb * 8 x Mb * 8, zero-padded) in sgemm_avx2's panels
+  bool stream = false;  // Y through streaming stores (onednn::conv1x1Streams)
 };
 
 void run(const State& st, ops::KernelContext& k) {
@@ -72,7 +74,10 @@ void run(const State& st, ops::KernelContext& k) {
     bias.assign(static_cast<size_t>(mPad), 0.f);
     std::memcpy(bias.data(), k.input(2).data<float>(), sizeof(float) * static_cast<size_t>(g.M));
   }
-  const sgemm::Blocked8Epilogue ep{st.e.bias ? bias.data() : nullptr, g.M, st.e.relu};
+  // Streaming stores (large outputs, onednn::conv1x1Streams) need 32-byte aligned blocks; Y's
+  // blocks are whole ymm, so its base decides.
+  const sgemm::Blocked8Epilogue ep{st.e.bias ? bias.data() : nullptr, g.M, st.e.relu,
+                                   st.stream && reinterpret_cast<uintptr_t>(yp) % 32 == 0};
   const int64_t P = numPanels(mPad, sgemm::panelWidth());
   support::ThreadPool& pool = k.pool();
   // Tasks: images x pixel chunks x column chunks of equal size, in whole rounds for the threads
@@ -108,6 +113,8 @@ ops::KernelFn make(ops::CompileContext& ctx) {
   auto st = std::make_shared<State>();
   st->g = *g;
   st->e = convEpilogue(n);
+  st->stream =
+      onednn::conv1x1Streams(g->N * g->Mb * kBlock * g->pixels * static_cast<int64_t>(sizeof(float)), st->e.sum);
   // W [M, C] -> W' [cPad, mPad] (zero-padded), packed into panels.
   const int64_t cPad = g->Cb * kBlock, mPad = g->Mb * kBlock;
   std::vector<float> wt(static_cast<size_t>(cPad * mPad), 0.f);

@@ -104,21 +104,6 @@ bool supports(const ir::Node& n) {
   return g && (onednn::conv1x1Mode() == onednn::KernelMode::On || gains(*g));
 }
 
-// Whether Y goes out through streaming stores (GRAFT_CONV_1X1_STREAM; auto: where it is at least
-// half the last-level cache, which then cannot keep it for the next node anyway), so that its lines
-// are not first read from memory. Smaller outputs are stored through the caches, where the next
-// node finds them (squeezenet1_1 b8's Concats ran 25% slower after streamed convolutions).
-bool streams(int64_t bytes) {
-  switch (onednn::conv1x1StreamMode()) {
-    case onednn::KernelMode::Off:
-      return false;
-    case onednn::KernelMode::On:
-      return true;
-    default:
-      return bytes >= support::lastLevelCacheBytes() / 2;
-  }
-}
-
 struct State {
   Geometry g;
   ConvEpilogue e;
@@ -293,7 +278,7 @@ ops::KernelFn make(ops::CompileContext& ctx) {
   const float* wp = w->data<float>();
   for (int64_t m = 0; m < g->M; ++m)
     for (int64_t c = 0; c < g->C; ++c) st->w.data[((m / kNr) * g->C + c) * kNr + m % kNr] = wp[m * g->C + c];
-  st->stream = streams(g->N * g->M * g->pixels * static_cast<int64_t>(sizeof(float)));
+  st->stream = onednn::conv1x1Streams(g->N * g->M * g->pixels * static_cast<int64_t>(sizeof(float)), st->e.sum);
   return [st](ops::KernelContext& k) { run(*st, k); };
 }
 

@@ -140,7 +140,20 @@ WinogradScope::~WinogradScope() { winogradOverride = saved_; }
 
 KernelMode conv1x1Mode() { return kernelModeFromEnv("GRAFT_CONV_1X1"); }
 
-KernelMode conv1x1StreamMode() { return kernelModeFromEnv("GRAFT_CONV_1X1_STREAM"); }
+bool conv1x1Streams(int64_t bytes, bool residual) {
+  // Measured on the half-rate AVX-512 host (32 MB last-level cache; docs/cpu-backend.md, "1x1
+  // convolutions on AVX-512"): a 25.7 MB output ran 150 -> 187 GFLOP/s streamed; squeezenet1_1
+  // b8's Concats ran 25% slower after streamed 6 MB outputs; with residuals streamed as well,
+  // resnet50 b8 under GRAFT_CPU_ISA=avx2 ran 262-269 -> 277-285 ms.
+  switch (kernelModeFromEnv("GRAFT_CONV_1X1_STREAM")) {
+    case KernelMode::Off:
+      return false;
+    case KernelMode::On:
+      return true;
+    default:
+      return !residual && bytes >= support::lastLevelCacheBytes() / 2;
+  }
+}
 
 KernelMode sgemmMode() {
   if (sgemmOverride >= 0) return static_cast<KernelMode>(sgemmOverride);

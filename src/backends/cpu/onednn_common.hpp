@@ -114,9 +114,13 @@ class WinogradScope {
 /// blocks, AVX-512 hosts; auto: where it measured faster, on: wherever it applies). GRAFT_CONV_1X1
 /// sets it; off keeps oneDNN's.
 KernelMode conv1x1Mode();
-/// Whether conv1x1_avx512 writes its output with streaming (non-temporal) stores: GRAFT_CONV_1X1_STREAM
-/// (auto: where the output is at least half the last-level cache; on: always; off: never).
-KernelMode conv1x1StreamMode();
+/// Whether graft's 1x1 convolutions (conv1x1_avx2, conv1x1_avx512) write an output of `bytes`
+/// with streaming (non-temporal) stores, so that its lines are not first read from memory:
+/// GRAFT_CONV_1X1_STREAM, auto (the default) where the output is at least half the last-level cache
+/// (support::lastLevelCacheBytes()) and no residual is added into it (which reads its lines into
+/// the caches anyway); on: always; off: never. Smaller outputs stay in the caches, where the next
+/// node finds them.
+bool conv1x1Streams(int64_t bytes, bool residual);
 /// Whether float32 matrix products whose right-hand operand is not a constant (training's weights
 /// and gradients) run on oneDNN's sgemm (dnnl_sgemm) instead of its matmul primitive
 /// (onednn_matmul.cpp). GRAFT_MATMUL_SGEMM sets it, an SgemmScope overrides it on its thread.

@@ -351,8 +351,13 @@ GRAFT_AVX2_FMA void microKernelBlocked8(int64_t blocks, const float* a, int64_t 
       v0 = _mm256_and_ps(v0, keep0);
       v1 = _mm256_and_ps(v1, keep1);
     }
-    _mm256_storeu_ps(c + r * 8, v0);
-    if (twoBlocks) _mm256_storeu_ps(c1 + r * 8, v1);
+    if (ep && ep->stream) {
+      _mm256_stream_ps(c + r * 8, v0);
+      if (twoBlocks) _mm256_stream_ps(c1 + r * 8, v1);
+    } else {
+      _mm256_storeu_ps(c + r * 8, v0);
+      if (twoBlocks) _mm256_storeu_ps(c1 + r * 8, v1);
+    }
   }
 }
 
@@ -488,6 +493,7 @@ void gemmBlocked8(const Blocked8Task& t, const float* packed, const Blocked8Epil
       });
     }
   }
+  if (ep.stream) _mm_sfence();
 #else
   (void)t, (void)packed, (void)ep;
   GRAFT_ASSERT(false, "sgemm::gemmBlocked8 without AVX2 support compiled in");

@@ -32,11 +32,13 @@ int64_t panelsPerChunk(int64_t panels, int64_t otherTasks, int64_t threads);
 
 /// What gemmBlocked8 applies after the last K block: bias (the columns, zero-padded past
 /// `channels`; or nullptr), Relu, and zeros in the lanes past the last of `channels` output
-/// channels.
+/// channels; with `stream`, the results go out through streaming stores (Y 32-byte aligned; a
+/// store fence ends the task).
 struct Blocked8Epilogue {
   const float* bias = nullptr;
   int64_t channels = 0;
   bool relu = false;
+  bool stream = false;
 };
 
 /// One task of a product over activations in 8-channel blocks (conv1x1_avx2.cpp): for the pixels

@@ -2,9 +2,9 @@
 // GRAFT_CONV_1X1_STREAM): through a session, as a user runs one. On an AVX2 host without AVX-512
 // (or under GRAFT_CPU_ISA=avx2) a 1x1 stride-1 convolution of a graph in 8-channel blocks runs on
 // conv1x1_avx2; on an AVX-512 host one of at most 64 inputs into a multiple of 16 outputs (at least
-// 48) runs on conv1x1_avx512, with its output stored through the caches or streamed, to the same
-// bits; with GRAFT_CONV_1X1=off both run on oneDNN's, and agree with graft's to float32 accuracy; a
-// bad value of either variable is refused by name on every host.
+// 48) runs on conv1x1_avx512; either kernel stores its output through the caches or streams it, to
+// the same bits; with GRAFT_CONV_1X1=off both run on oneDNN's, and agree with graft's to float32
+// accuracy; a bad value of either variable is refused by name on every host.
 #include <gtest/gtest.h>
 
 #include <graft/builder.hpp>
@@ -115,6 +115,9 @@ TEST(Conv1x1, RunsOnGraftsKernelOnAvx512Hosts) {
 TEST(Conv1x1, StreamedOutputIsTheCachedOutput) {
   // The same sums, stored through the caches or around them.
   ConvRun streamed = run("on", 96, "on"), cached = run("on", 96, "off"), off = run("off", 96);
+  // conv1x1_avx2 on AVX2 hosts (and under GRAFT_CPU_ISA=avx2), conv1x1_avx512 on AVX-512 ones.
+  if (avx2Class() || support::cpuFeatures().avx512f)
+    EXPECT_NE(streamed.kernels.find("conv1x1_avx"), std::string::npos) << streamed.kernels;
   EXPECT_EQ(streamed.y, cached.y);
   EXPECT_LT(relativeDifference(streamed.y, off.y), 1e-5);
 }
