@@ -64,10 +64,9 @@ struct State {
 
 void run(const State& st, ops::KernelContext& k) {
   const Geometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.e.yShape);
+  NDArray& y = convOutput(st.e, k);
   const float* x = k.input(0).data<float>();
   float* yp = y.data<float>();
-  if (st.e.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
   const int64_t mPad = g.Mb * kBlock;
   std::vector<float> bias;
   if (st.e.bias) {

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -228,10 +227,9 @@ GRAFT_AVX512 void runTask(const State& st, bool stream, const float* x, float* y
 void run(const State& st, ops::KernelContext& k) {
 #ifdef GRAFT_CONV1X1_AVX512
   const Geometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.e.yShape);
+  NDArray& y = convOutput(st.e, k);
   const float* x = k.input(0).data<float>();
   float* yp = y.data<float>();
-  if (st.e.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
   const float* bias = st.e.bias ? k.input(2).data<float>() : nullptr;
   const int64_t panels = (g.M + kNr - 1) / kNr;
   const int64_t threads = k.pool().numThreads();

@@ -1,5 +1,7 @@
-// What graft's own AVX2 convolution kernels share (conv_avx2.hpp).
+// What graft's own convolution kernels share (conv_avx2.hpp).
 #include "backends/cpu/conv_avx2.hpp"
+
+#include <cstring>
 
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/fused_activation.hpp"
@@ -29,6 +31,12 @@ ConvEpilogue convEpilogue(const ir::Node& n) {
   e.sum = n.numInputs() > 3 && n.hasInput(3);
   e.relu = isPlainRelu(n);
   return e;
+}
+
+NDArray& convOutput(const ConvEpilogue& e, ops::KernelContext& k) {
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, e.yShape);
+  if (e.sum && y.rawData() != k.input(3).rawData()) std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
+  return y;
 }
 
 }  // namespace graft::backends::cpu

@@ -1,6 +1,7 @@
 #pragma once
-// What graft's own AVX2 convolution kernels (winograd_avx2.cpp, conv1x1_avx2.cpp) share: the
-// FusedConv nodes they can take at all, and what they read from one besides its window.
+// What graft's own convolution kernels (winograd_avx2.cpp, conv1x1_avx2.cpp; conv1x1_avx512.cpp
+// the epilogue and output) share: the FusedConv nodes the AVX2 ones can take at all, what they
+// read from one besides its window, and the 1x1 kernels' output.
 #include <optional>
 
 #include "backends/cpu/onednn_conv.hpp"
@@ -19,5 +20,9 @@ struct ConvEpilogue {
   bool bias = false, sum = false, relu = false;
 };
 ConvEpilogue convEpilogue(const ir::Node& n);
+
+/// The node's output Y, allocated (uninitialised); with a residual sum Y starts as the residual
+/// (input 3: copied, unless the memory plan put Y on it), for the kernel to add its sums into.
+NDArray& convOutput(const ConvEpilogue& e, ops::KernelContext& k);
 
 }  // namespace graft::backends::cpu
