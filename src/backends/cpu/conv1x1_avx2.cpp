@@ -58,7 +58,7 @@ bool supports(const ir::Node& n) { return geometry(n).has_value(); }
 struct State {
   Geometry g;
   ConvEpilogue e;
-  AlignedFloats w;  // W' (Cb * 8 x Mb * 8, zero-padded) in sgemm_avx2's panels
+  AlignedFloats w;      // W' (Cb * 8 x Mb * 8, zero-padded) in sgemm_avx2's panels
   bool stream = false;  // Y through streaming stores (onednn::conv1x1Streams)
 };
 
