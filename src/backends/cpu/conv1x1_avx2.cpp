@@ -39,9 +39,7 @@ std::optional<Geometry> geometry(const ir::Node& n) {
   auto cfg = avx2BlockedConv(n);
   if (!cfg) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
-  if (c.w[2] != 1 || c.w[3] != 1 || c.win.strides != onednn::Dims{1, 1} || c.win.padBegin != onednn::Dims{0, 0} ||
-      c.win.padEnd != onednn::Dims{0, 0})
-    return std::nullopt;
+  if (!isPointwiseWindow(c)) return std::nullopt;
   Geometry g;
   g.N = c.x[0];
   g.C = c.x[1];

@@ -23,10 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/bf16.hpp"
 #include "backends/cpu/conv_avx2.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/onednn_conv.hpp"
@@ -62,17 +60,10 @@ bool hostHasAvx512() { return false; }
 std::optional<Geometry> geometry(const ir::Node& n) {
   // The switch first, on every host: a bad value is an error wherever a convolution is compiled.
   if (onednn::conv1x1Mode() == onednn::KernelMode::Off) return std::nullopt;
-  if (!hostHasAvx512() || n.domain() != ops::kGraftDomain || bf16Compute()) return std::nullopt;
-  if (!n.attrString("activation", "").empty() && !isPlainRelu(n)) return std::nullopt;
-  auto cfg = onednn::convConfig(n);
-  if (!cfg) return std::nullopt;
+  if (!hostHasAvx512()) return std::nullopt;
+  auto cfg = ownFloatConv(n);
+  if (!cfg || !isPointwiseWindow(*cfg)) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
-  if (c.x.size() != 4 || c.group != 1 || c.xType != onednn::memory::data_type::f32 ||
-      c.yType != onednn::memory::data_type::f32 || n.input(1)->kind() != ir::TensorKind::Constant)
-    return std::nullopt;
-  if (c.w[2] != 1 || c.w[3] != 1 || c.win.strides != onednn::Dims{1, 1} || c.win.padBegin != onednn::Dims{0, 0} ||
-      c.win.padEnd != onednn::Dims{0, 0})
-    return std::nullopt;
   Geometry g;
   g.N = c.x[0];
   g.C = c.x[1];

@@ -10,18 +10,29 @@
 
 namespace graft::backends::cpu {
 
-std::optional<onednn::ConvConfig> avx2BlockedConv(const ir::Node& n) {
-  if (!sgemm::available() || n.domain() != ops::kGraftDomain || bf16Compute()) return std::nullopt;
+std::optional<onednn::ConvConfig> ownFloatConv(const ir::Node& n) {
+  if (n.domain() != ops::kGraftDomain || bf16Compute()) return std::nullopt;
   if (!n.attrString("activation", "").empty() && !isPlainRelu(n)) return std::nullopt;
   auto cfg = onednn::convConfig(n);
   if (!cfg) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
-  constexpr int kBlock = 8;
-  if (c.x.size() != 4 || c.group != 1 || c.xBlock != kBlock || c.yBlock != kBlock ||
-      c.xType != onednn::memory::data_type::f32 || c.yType != onednn::memory::data_type::f32 ||
-      n.input(1)->kind() != ir::TensorKind::Constant)
+  if (c.x.size() != 4 || c.group != 1 || c.xType != onednn::memory::data_type::f32 ||
+      c.yType != onednn::memory::data_type::f32 || n.input(1)->kind() != ir::TensorKind::Constant)
     return std::nullopt;
   return cfg;
+}
+
+std::optional<onednn::ConvConfig> avx2BlockedConv(const ir::Node& n) {
+  if (!sgemm::available()) return std::nullopt;
+  auto cfg = ownFloatConv(n);
+  constexpr int kBlock = 8;
+  if (!cfg || cfg->xBlock != kBlock || cfg->yBlock != kBlock) return std::nullopt;
+  return cfg;
+}
+
+bool isPointwiseWindow(const onednn::ConvConfig& c) {
+  return c.w[2] == 1 && c.w[3] == 1 && c.win.strides == onednn::Dims{1, 1} && c.win.padBegin == onednn::Dims{0, 0} &&
+         c.win.padEnd == onednn::Dims{0, 0};
 }
 
 ConvEpilogue convEpilogue(const ir::Node& n) {

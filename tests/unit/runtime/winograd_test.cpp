@@ -202,14 +202,9 @@ TEST(Winograd, Bf16SessionsKeepTheirBf16Convolutions) {
 }
 
 TEST(Winograd, RefusesAnUnknownMode) {
-  try {
-    run(1, "sideways");
-    FAIL() << "GRAFT_CONV_WINOGRAD=sideways was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GRAFT_CONV_WINOGRAD: expected off, auto or on, got 'sideways'"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string error = testing::errorOf([] { run(1, "sideways"); });
+  EXPECT_NE(error.find("GRAFT_CONV_WINOGRAD: expected off, auto or on, got 'sideways'"), std::string::npos)
+      << "GRAFT_CONV_WINOGRAD=sideways: " << error;
 }
 
 }  // namespace
