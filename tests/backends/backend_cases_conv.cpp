@@ -298,6 +298,59 @@ void convCases() {
       last().isa = support::CpuIsa::Avx2;
     }
   }
+  // graft's bf16 Winograd kernel (winograd_bf16: bf16 sessions only; the matrix groups these, and
+  // every other 3x3 stride-1 FusedConv case, under a bf16 backend with GRAFT_CONV_WINOGRAD=on):
+  // channels last and 16-channel blocks, X and Y float32 or bf16 (the residual typed like Y),
+  // channel counts that fill whole vectors and ones that leave a part (in and out), several 64-wide
+  // panels and 128-channel slices, whole and partial 2x2 tiles, no / symmetric / asymmetric
+  // padding, a batch small enough for one block shared by the threads and ones that run in blocks
+  // (a thread each); NaN and infinities in X.
+  struct Wb {
+    int64_t N, C, M, H, W;
+    Ints pads;
+    bool blocked, xBf16, yBf16, sum;
+    std::string act;
+  };
+  std::vector<Wb> winoBf16 = {
+      {2, 32, 48, 9, 9, {1, 1, 1, 1}, false, true, true, true, "Relu"},
+      {2, 32, 48, 9, 9, {1, 1, 1, 1}, false, false, false, false, ""},
+      {2, 32, 48, 9, 9, {1, 1, 1, 1}, false, true, false, true, ""},
+      {2, 32, 48, 9, 9, {1, 1, 1, 1}, false, false, true, false, "Relu"},
+      {2, 32, 48, 8, 10, {1, 1, 1, 1}, true, true, true, true, "Relu"},
+      {1, 32, 32, 7, 7, {1, 1, 1, 1}, true, false, false, false, ""},
+      {1, 40, 40, 6, 11, {0, 0, 0, 0}, false, true, true, true, "Relu"},
+      {1, 144, 80, 5, 5, {2, 1, 0, 2}, false, true, true, false, "Relu"},
+      {2, 48, 64, 28, 28, {1, 1, 1, 1}, false, true, true, true, "Relu"},
+      {2, 64, 144, 13, 27, {1, 1, 1, 1}, true, true, true, false, "Relu"},
+  };
+  for (const Wb& s : winoBf16) {
+    std::string n = "FusedConv_winograd_bf16_N" + std::to_string(s.N) + "_C" + std::to_string(s.C) + "_M" +
+                    std::to_string(s.M) + "_" + std::to_string(s.H) + "x" + std::to_string(s.W) + "_p" +
+                    std::to_string(s.pads[0]) + std::to_string(s.pads[1]) + std::to_string(s.pads[2]) +
+                    std::to_string(s.pads[3]) + (s.blocked ? "_b16" : "_nhwc") + (s.xBf16 ? "_xbf16" : "_xf32") +
+                    (s.yBf16 ? "_ybf16" : "_yf32") + (s.sum ? "_sum" : "") + (s.act.empty() ? "" : "_" + s.act);
+    const int64_t xb = s.blocked ? 16 : s.C, yb = s.blocked ? 16 : s.M;
+    ir::Attributes a = activationAttrs(s.act);
+    a.set("pads", s.pads);
+    a.set("x_block", xb);
+    a.set("y_block", yb);
+    if (s.yBf16) a.set("y_dtype", static_cast<int64_t>(DataType::BFloat16));
+    const int64_t OH = s.H + s.pads[0] + s.pads[2] - 2, OW = s.W + s.pads[1] + s.pads[3] - 2;
+    NDArray x = blockOf(rnd({s.N, s.C, s.H, s.W}, n + "x", -2, 2), xb);
+    std::vector<NDArray> in{s.xBf16 ? toBf16(x) : x, rnd({s.M, s.C, 3, 3}, n + "w"), rnd({s.M}, n + "b")};
+    if (s.sum) {
+      NDArray r = blockOf(rnd({s.N, s.M, OH, OW}, n + "s", -4, 4), yb);
+      in.push_back(s.yBf16 ? toBf16(r) : r);
+    }
+    // bf16 activations: 1e-2, as the other bf16-activation cases (Y rounded to bf16).
+    const double tol = s.yBf16 || s.xBf16 ? 1e-2 : 1e-4;
+    add(n, OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, tol);
+    if (s.act == "Relu" && s.N == 2 && s.H == 9) {
+      NDArray xs = blockOf(sprinkled(rnd({s.N, s.C, s.H, s.W}, n + "x", -2, 2)), xb);
+      in[0] = s.xBf16 ? toBf16(xs) : xs;
+      add(n + "_special_values", OpCase{"FusedConv", in, a, 1, "ai.graft"}, {false, true, false, false}, tol);
+    }
+  }
   // graft's 1x1 convolution for AVX2 hosts (conv1x1_avx2: 8-channel blocks, under the AVX2 limit):
   // full and partial channel blocks in and out (a last panel of one block: 40 outputs), more
   // than one K block (600 inputs), images of 1 to 144 pixels (two pixel chunks), several images,

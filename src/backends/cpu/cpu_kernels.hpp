@@ -29,6 +29,9 @@ struct CpuKernelDef {
   /// Honours bf16Compute() (backends/cpu/bf16.hpp). In a bf16 backend, the kernels that do are
   /// tried before the others of the same op and priority.
   bool bf16 = false;
+  /// Takes nodes only under bf16Compute() (a bf16 kernel of graft's own with no float32 form):
+  /// the backend test matrix groups its cases under a bf16 backend.
+  bool bf16Only = false;
 };
 
 class CpuKernelRegistry {

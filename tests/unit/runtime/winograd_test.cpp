@@ -1,9 +1,10 @@
 // Winograd convolutions (GRAFT_CONV_WINOGRAD; onednn_conv.cpp, wantsWinograd; winograd_avx2.cpp):
 // through a session, as a user runs one. A 3x3 convolution of stride 1 runs on oneDNN's Winograd
 // kernel on AVX-512 hosts and on graft's own (winograd_avx2) on AVX2 hosts where it gains on that
-// host's class (auto, the default; the rules' own tests cover every class), never with "off" or
-// under enableBf16, wherever a kernel has it with "on"; its results match the direct
-// convolution's to float32 accuracy; a bad value of the variable is refused by name.
+// host's class (auto, the default; the rules' own tests cover every class), never with "off",
+// wherever a kernel has it with "on"; its results match the direct convolution's to float32
+// accuracy; a bad value of the variable is refused by name. bf16 sessions run graft's bf16 kernel
+// (winograd_bf16) where it gains on the host's class, oneDNN's direct bf16 convolution otherwise.
 #include <gtest/gtest.h>
 
 #include <graft/builder.hpp>
@@ -15,6 +16,7 @@
 #include "../unit_test_util.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/winograd_avx2.hpp"
+#include "backends/cpu/winograd_bf16.hpp"
 #include "support/cpu_features.hpp"
 
 namespace graft {
@@ -193,12 +195,37 @@ TEST(Winograd, OnRunsItWhereverAKernelHasIt) {
   EXPECT_LT(relError(on.y, off.y), 1e-5);
 }
 
-TEST(Winograd, Bf16SessionsKeepTheirBf16Convolutions) {
+// bf16 sessions: graft's bf16 F(2x2, 3x3) kernel (winograd_bf16) where it gains on the host's
+// class, oneDNN's direct bf16 convolution otherwise; never float32 Winograd. Its results are as
+// close to float32's as the direct bf16 convolution's (the transformed tiles rounded to bf16).
+TEST(Winograd, Bf16SessionsTakeGraftsBf16KernelWhereItGains) {
   if (!support::cpuFeatures().avx512bf16)
     GTEST_SKIP() << "SessionOptions.enableBf16 needs avx512_bf16, which this host (below GRAFT_CPU_ISA) lacks";
-  ConvRun r = run(2, "on", /*bf16=*/true);
-  EXPECT_FALSE(winograd(r)) << r.kernel;
-  EXPECT_NE(r.kernel.find(", bf16)"), std::string::npos) << r.kernel;
+  ConvRun on = run(2, "on", /*bf16=*/true), off = run(2, "off", true), byRule = run(2, "", true);
+  ConvRun f32 = run(2, "off");
+  EXPECT_NE(on.kernel.find("winograd_bf16"), std::string::npos) << on.kernel;
+  EXPECT_NE(on.kernel.find(", bf16)"), std::string::npos) << on.kernel;
+  EXPECT_FALSE(winograd(off)) << off.kernel;
+  EXPECT_NE(off.kernel.find(", bf16)"), std::string::npos) << off.kernel;
+  // 64 input channels: the rule takes it on half-rate AVX-512 hosts.
+  EXPECT_EQ(byRule.kernel.find("winograd_bf16") != std::string::npos, support::cpuFeatures().avx512HalfRate)
+      << byRule.kernel;
+  const double eWinograd = relError(on.y, f32.y), eDirect = relError(off.y, f32.y);
+  EXPECT_GT(eWinograd, 1e-4) << "bf16 did not run";
+  EXPECT_LT(eWinograd, 2e-2);
+  EXPECT_LT(eWinograd, 3 * eDirect) << "direct bf16: " << eDirect;
+}
+
+// winograd_bf16's rule, for both host classes whatever this host is: on half-rate AVX-512 hosts
+// from 32 input channels; not on full-rate ones (not measured there).
+TEST(Winograd, Bf16RuleByHostClass) {
+  using backends::cpu::winograd::winogradBf16Gains;
+  using Dims = std::vector<int64_t>;
+  EXPECT_TRUE(winogradBf16Gains(64, Dims{1, 64, 56, 56}, true));
+  EXPECT_TRUE(winogradBf16Gains(512, Dims{8, 512, 7, 7}, true));
+  EXPECT_TRUE(winogradBf16Gains(32, Dims{8, 128, 27, 27}, true));  // squeezenet1_1's expand3x3
+  EXPECT_FALSE(winogradBf16Gains(16, Dims{8, 64, 55, 55}, true));  // 16 channels: the transforms cost more
+  EXPECT_FALSE(winogradBf16Gains(256, Dims{8, 256, 14, 14}, false));
 }
 
 TEST(Winograd, RefusesAnUnknownMode) {
