@@ -46,6 +46,7 @@
 #include "ops/registry.hpp"
 #include "support/check.hpp"
 #include "support/cpu_features.hpp"
+#include "support/float16.hpp"
 #include "support/thread_pool.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -136,22 +137,6 @@ bool supports(const ir::Node& n) {
          winogradBf16Gains(g->C, Dims{g->N, g->M, g->OH, g->OW}, support::cpuFeatures().avx512HalfRate);
 }
 
-// Rounds to the nearest bf16, ties to even (NaN kept a NaN).
-uint16_t toBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float fromBf16(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 struct State {
   Geometry g;
   ConvEpilogue e;
@@ -184,7 +169,7 @@ void transformWeights(const float* w, State& st) {
         for (int j = 0; j < 4; ++j) {
           const double v = gk[i][0] * G[j][0] + gk[i][1] * G[j][1] + gk[i][2] * G[j][2];
           st.u[static_cast<size_t>((i * 4 + j) * st.uStride + p * g.cPad * kNr + ((c / 2) * width + (m - p * kNr)) * 2 +
-                                   (c & 1))] = toBf16(static_cast<float>(v));
+                                   (c & 1))] = BFloat16::fromFloat(static_cast<float>(v));
         }
     }
   }
@@ -193,7 +178,7 @@ void transformWeights(const float* w, State& st) {
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t k = 0; k < 9; ++k)
         st.wDirect[static_cast<size_t>((((m / kVec) * g.C + c) * 9 + k) * kVec + m % kVec)] =
-            fromBf16(toBf16(w[(m * g.C + c) * 9 + k]));
+            BFloat16::toFloat(BFloat16::fromFloat(w[(m * g.C + c) * 9 + k]));
 }
 
 // Tiles per block: as many as keep a block's V (bf16) and products (float32) within kBlockBytes,
@@ -371,7 +356,7 @@ GRAFT_AVX512_BF16 void directTile(const State& st, const void* xv, int64_t n, in
             const auto xs = x[offsetOf(n, c, h, w, g.C, g.xb, g.H, g.W)];
             float xf;
             if constexpr (XBf16)
-              xf = fromBf16(xs);
+              xf = BFloat16::toFloat(xs);
             else
               xf = xs;
             acc = _mm512_fmadd_ps(_mm512_set1_ps(xf), _mm512_loadu_ps(wc + (kh * 3 + kw) * kVec), acc);
