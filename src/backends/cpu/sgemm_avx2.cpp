@@ -400,15 +400,10 @@ struct GemmState {
   ActivationFn act;      // an activation other than Relu, over Y after the product
 };
 
-void run(const GemmState& st, ops::KernelContext& k) {
-  const GemmGeometry& g = st.g;
-  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
-  const float* a = k.input(0).data<float>();
-  int64_t rs = g.transA ? 1 : g.K, cs = g.transA ? g.M : 1;
-  const float* packed = st.constB.data;
-  Epilogue ep{g.alpha, g.beta, g.hasC ? k.input(2).data<float>() : nullptr, g.cRowStride, g.cColStride, g.relu};
-  float* yp = y.data<float>();
-  support::ThreadPool& pool = k.pool();
+// Y = A' x B' (B' packed) with `ep`, split over the pool: column chunks of up to kNc, and row
+// chunks too where the columns alone leave threads idle.
+void product(const GemmGeometry& g, const float* a, int64_t rs, int64_t cs, const float* packed, const Epilogue& ep,
+             float* yp, support::ThreadPool& pool) {
   int64_t panelsPerTask = kNc / kNr, P = numPanels(g.N, kNr);
   int64_t colTasks = (P + panelsPerTask - 1) / panelsPerTask;
   // Few column chunks: split rows too (in multiples of the register block) so that every thread
@@ -432,6 +427,7 @@ void run(const GemmState& st, ops::KernelContext& k) {
       gemmBlock(g, a, rs, cs, packed, yp, ep, r0, r1, p0, p1, ap.data());
     }
 #else
+    (void)b, (void)e, (void)a, (void)rs, (void)cs, (void)packed, (void)ep, (void)yp;
     GRAFT_ASSERT(false, "sgemm_avx2 run without AVX2 support compiled in");
 #endif
   };
@@ -440,7 +436,17 @@ void run(const GemmState& st, ops::KernelContext& k) {
     task(0, tasks);
   else
     pool.parallelFor(tasks, 1, task);
-  if (st.act) st.act(pool, yp, y.numel());
+}
+
+void run(const GemmState& st, ops::KernelContext& k) {
+  const GemmGeometry& g = st.g;
+  NDArray& y = k.allocOutputUninit(0, DataType::Float, st.yShape);
+  const float* a = k.input(0).data<float>();
+  int64_t rs = g.transA ? 1 : g.K, cs = g.transA ? g.M : 1;
+  Epilogue ep{g.alpha, g.beta, g.hasC ? k.input(2).data<float>() : nullptr, g.cRowStride, g.cColStride, g.relu};
+  float* yp = y.data<float>();
+  product(g, a, rs, cs, st.constB.data, ep, yp, k.pool());
+  if (st.act) st.act(k.pool(), yp, y.numel());
 }
 
 }  // namespace
@@ -457,6 +463,13 @@ int64_t panelsPerChunk(int64_t panels, int64_t otherTasks, int64_t threads) {
   int64_t chunks = (panels + most - 1) / most;
   while ((chunks * otherTasks) % threads != 0 && chunks < panels) ++chunks;
   return (panels + chunks - 1) / chunks;
+}
+
+void gemm(const GemmGeometry& g, const float* a, const float* packed, const float* bias, float* y,
+          support::ThreadPool& pool) {
+  GRAFT_ASSERT(cpuHasAvx2Fma() && !g.transA, "sgemm::gemm without AVX2 and FMA, or with a transposed A");
+  const Epilogue ep{1.f, bias ? 1.f : 0.f, bias, 0, 1, false};
+  product(g, a, g.K, 1, packed, ep, y, pool);
 }
 
 void gemmSerial(const GemmGeometry& g, const float* a, int64_t lda, const float* packed, float* y) {

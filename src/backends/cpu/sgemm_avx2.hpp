@@ -1,10 +1,11 @@
 #pragma once
 // graft's AVX2 sgemm (sgemm_avx2.cpp) as a building block for other kernels: the batched LSTM's
 // recurrent product (lstm_recurrence.cpp) on hosts where oneDNN 2.6's matmul has no brgemm kernel
-// and would pack R again at every time step.
+// and would pack R again at every time step, and its input projection there (vec_lstm.cpp).
 #include <cstdint>
 
 #include "backends/cpu/gemm_geometry.hpp"
+#include "support/thread_pool.hpp"
 
 namespace graft::backends::cpu::sgemm {
 
@@ -14,6 +15,12 @@ bool available();
 
 /// The width of the column panels the kernel reads B from (packPanels(b, g, panelWidth(), ...)).
 int64_t panelWidth();
+
+/// Y [g.M, g.N] (row-major, dense) = A [g.M, g.K] (row-major, dense) x B' (packed into panels,
+/// below) + bias (a row of g.N added to every row, or nullptr), split over `pool` as sgemm_avx2's
+/// own products are. Requires available().
+void gemm(const GemmGeometry& g, const float* a, const float* packed, const float* bias, float* y,
+          support::ThreadPool& pool);
 
 /// Y [g.M, g.N] (row-major, dense) = A [g.M, g.K] (row-major, row stride lda) x B', B' packed into
 /// panels (above); no alpha, beta, C or activation; on the calling thread. Requires available().

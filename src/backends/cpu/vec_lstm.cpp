@@ -37,8 +37,10 @@
 
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
+#include "backends/cpu/gemm_geometry.hpp"
 #include "backends/cpu/lstm_recurrence.hpp"
 #include "backends/cpu/onednn_common.hpp"
+#include "backends/cpu/sgemm_avx2.hpp"
 #include "backends/cpu/vec_common.hpp"
 #include "backends/cpu/vec_math.hpp"
 #include "ops/registry.hpp"
@@ -345,12 +347,12 @@ GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restri
     float* cr = c + n * H + u0;
     float* hr = h + n * H + u0;
     for (int64_t l = 0; l < nu; ++l) {
-      float i = vecmath::sigmoid(gr[l] + xr[l]);
-      float f = vecmath::sigmoid(gr[2 * nu + l] + xr[2 * H + l]);
-      float z = vecmath::tanh(gr[3 * nu + l] + xr[3 * H + l]);
+      float i = vecmath::sigmoidCell(gr[l] + xr[l]);
+      float f = vecmath::sigmoidCell(gr[2 * nu + l] + xr[2 * H + l]);
+      float z = vecmath::tanhCell(gr[3 * nu + l] + xr[3 * H + l]);
       cr[l] = f * cr[l] + i * z;
     }
-    for (int64_t l = 0; l < nu; ++l) hr[l] = vecmath::sigmoid(gr[nu + l] + xr[H + l]) * vecmath::tanh(cr[l]);
+    for (int64_t l = 0; l < nu; ++l) hr[l] = vecmath::sigmoidCell(gr[nu + l] + xr[H + l]) * vecmath::tanhCell(cr[l]);
   }
 }
 
@@ -362,6 +364,11 @@ struct BatchedState {
   dnnl::matmul proj;  // X [T*N, I] x [I, D*4H] + bias
   onednn::PackedOperand projWeights;
   memory projBias;
+  // On AVX2 hosts (sgemm::available()) the projection runs on sgemm_avx2 instead: W' packed into
+  // its panels, the bias a row.
+  GemmGeometry projGeometry;
+  AlignedFloats projPacked;
+  std::vector<float> projBiasRow;
   memory::desc xDesc, xwDesc;
   std::vector<std::vector<RecurrentSlice>> slices;  // [direction][thread], R packed
 };
@@ -387,21 +394,36 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
   auto f32 = memory::data_type::f32;
   auto any = memory::format_tag::any;
   auto& eng = onednn::engine();
+  // Both biases (Wb + Rb) of each gate, added to the projection.
+  std::vector<float> bias(static_cast<size_t>(DG));
+  for (int64_t j = 0; j < DG; ++j) {
+    int64_t d = j / G, q = j % G;
+    bias[static_cast<size_t>(j)] = b ? b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q] : 0.0f;
+  }
   try {
-    // The input projection, on every thread: W [D*4H, I] read as [I, D*4H] (column-major).
+    // The input projection, on every thread: W [D*4H, I] read as [I, D*4H] (column-major). On
+    // AVX2 hosts on sgemm_avx2: oneDNN 2.6's AVX2 jit gemm ran lstm2's 2048 x 512 x 2048 in 27 ms
+    // where sgemm_avx2 takes 22 (GRAFT_CPU_ISA=avx2 on the half-rate AVX-512 host; docs/
+    // cpu-backend.md, "Batched LSTM").
     setThreads(st->threads);
     st->xDesc = memory::desc({TN, s.I}, f32, memory::format_tag::ab);
     st->xwDesc = memory::desc({TN, DG}, f32, memory::format_tag::ab);
-    memory::desc wUser({s.I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
-    dnnl::matmul::primitive_desc ppd(
-        dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc), eng);
-    st->proj = dnnl::matmul(ppd);
-    st->projWeights.init(wUser, ppd.weights_desc(), w);
-    st->projBias = memory(biasDesc, eng);
-    float* bias = static_cast<float*>(st->projBias.get_data_handle());
-    for (int64_t j = 0; j < DG; ++j) {
-      int64_t d = j / G, q = j % G;
-      bias[j] = b ? b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q] : 0.0f;
+    if (sgemm::available()) {
+      st->projGeometry.M = TN;
+      st->projGeometry.K = s.I;
+      st->projGeometry.N = DG;
+      st->projGeometry.transB = true;
+      st->projPacked.allocate(numPanels(DG, sgemm::panelWidth()) * s.I * sgemm::panelWidth());
+      packPanels(w->data<float>(), st->projGeometry, sgemm::panelWidth(), st->projPacked.data);
+      st->projBiasRow = bias;
+    } else {
+      memory::desc wUser({s.I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc ppd(
+          dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc), eng);
+      st->proj = dnnl::matmul(ppd);
+      st->projWeights.init(wUser, ppd.weights_desc(), w);
+      st->projBias = memory(biasDesc, eng);
+      std::copy(bias.begin(), bias.end(), static_cast<float*>(st->projBias.get_data_handle()));
     }
     std::string recurrentImpl;
     for (int64_t d = 0; d < s.D; ++d) {
@@ -424,10 +446,14 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
     const int64_t G = 4 * s.H, DG = s.D * G, NH = s.N * s.H;
     setThreads(st->threads);
     NDArray xw = NDArray::uninitialized(DataType::Float, {s.T * s.N, DG});
-    execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
-                       {DNNL_ARG_WEIGHTS, st->projWeights.get(k.input(1))},
-                       {DNNL_ARG_BIAS, st->projBias},
-                       {DNNL_ARG_DST, onednn::wrap(st->xwDesc, xw)}});
+    if (st->projPacked.data)
+      sgemm::gemm(st->projGeometry, k.input(0).data<float>(), st->projPacked.data, st->projBiasRow.data(),
+                  xw.data<float>(), k.pool());
+    else
+      execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
+                         {DNNL_ARG_WEIGHTS, st->projWeights.get(k.input(1))},
+                         {DNNL_ARG_BIAS, st->projBias},
+                         {DNNL_ARG_DST, onednn::wrap(st->xwDesc, xw)}});
     float* y = k.wantsOutput(0) ? k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}).data<float>() : nullptr;
     std::vector<float> ring(y ? 0 : static_cast<size_t>(2 * NH)), zeros(static_cast<size_t>(NH), 0.0f);
     std::vector<float> cBuf(static_cast<size_t>(s.D * NH)), yh(static_cast<size_t>(s.D * NH));

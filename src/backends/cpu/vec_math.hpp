@@ -28,13 +28,10 @@ GRAFT_VECMATH_INLINE float roundNearest(float x) { return (x + 12582912.0f) - 12
 
 /// exp(x), Cephes' polynomial on a range reduction by ln 2; the scale 2^n is applied in two
 /// halves so that results down to the smallest denormal come out right.
-GRAFT_VECMATH_INLINE float exp(float x) {
-  bool nan = x != x;
-  float xc = nan ? 0.0f : x;
-  xc = xc < -104.0f ? -104.0f : xc;
-  xc = xc > 88.8f ? 88.8f : xc;
-  float fn = roundNearest(xc * 1.44269504088896341f);
-  float r = xc - fn * 0.693359375f;
+/// exp's range reduction and polynomial: e^r for r = x - n ln 2, n = round(x / ln 2) (into fn).
+GRAFT_VECMATH_INLINE float expReduced(float x, float& fn) {
+  fn = roundNearest(x * 1.44269504088896341f);
+  float r = x - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -42,7 +39,16 @@ GRAFT_VECMATH_INLINE float exp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+GRAFT_VECMATH_INLINE float exp(float x) {
+  bool nan = x != x;
+  float xc = nan ? 0.0f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  xc = xc > 88.8f ? 88.8f : xc;
+  float fn;
+  float y = expReduced(xc, fn);
   auto n = static_cast<int32_t>(fn);
   int32_t n1 = n / 2, n2 = n - n1;
   y = y * std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
@@ -92,11 +98,19 @@ GRAFT_VECMATH_INLINE float log1pPositive(float u) {
 }
 
 /// tanh(x): an odd polynomial near 0, 1 - 2 / (exp(2|x|) + 1) elsewhere.
+/// tanh's odd polynomial, for |x| < 0.625.
+GRAFT_VECMATH_INLINE float tanhSmall(float x) {
+  float z = x * x;
+  float p = -5.70498872745e-3f * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  return p * z * x + x;
+}
+
 GRAFT_VECMATH_INLINE float tanh(float x) {
   float ax = std::fabs(x);
-  float z = x * x;
-  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
-                 3.33332819422e-1f) * z * x + x;
+  float small = tanhSmall(x);
   float e = exp(2.0f * ax);
   float large = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
   return ax < 0.625f ? small : large;
@@ -107,6 +121,37 @@ GRAFT_VECMATH_INLINE float sigmoid(float x) {
   float e = exp(-std::fabs(x));
   float r = 1.0f / (1.0f + e);
   return x >= 0.0f ? r : e * r;
+}
+
+/// exp(x) for x <= 0 (NaN kept), for the LSTM cells' gates (sigmoidCell, tanhCell): one scale by
+/// 2^n instead of exp's two halves, and results below 2^-126 (x < -87.34) flushed to zero where
+/// exp returns denormals (a gate of 1e-39 against 0).
+GRAFT_VECMATH_INLINE float expNonPositive(float x) {
+  bool nan = x != x;
+  bool tiny = x < -87.33654f;
+  float xc = tiny || nan ? 0.0f : x;
+  float fn;
+  float y = expReduced(xc, fn);
+  y = y * std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(fn) + 127) << 23);
+  y = tiny ? 0.0f : y;
+  return nan ? x : y;
+}
+
+/// sigmoid on expNonPositive: the LSTM cells' gates (0 where sigmoid is below 2^-126).
+GRAFT_VECMATH_INLINE float sigmoidCell(float x) {
+  float e = expNonPositive(-std::fabs(x));
+  float r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
+
+/// tanh on expNonPositive, (1 - e) / (1 + e) with e = exp(-2|x|) outside tanh's polynomial: the
+/// LSTM cells'.
+GRAFT_VECMATH_INLINE float tanhCell(float x) {
+  float ax = std::fabs(x);
+  float small = tanhSmall(x);
+  float e = expNonPositive(-2.0f * ax);
+  float large = std::copysign((1.0f - e) / (1.0f + e), x);
+  return ax < 0.625f ? small : large;
 }
 
 /// log(1 + exp(x)) without overflow.
