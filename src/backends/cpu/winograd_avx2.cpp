@@ -63,8 +63,7 @@ constexpr int64_t kXi = 36;           // positions of a transformed tile
 constexpr int64_t kRowsPerTask = 96;  // tiles per product task
 
 // Geometry of a convolution this kernel serves.
-struct Geometry {
-  int64_t N = 0, C = 0, H = 0, W = 0, M = 0, OH = 0, OW = 0, padT = 0, padL = 0;
+struct Geometry : WinogradPlane {
   int64_t Cb = 0, Mb = 0;          // channel blocks in and out
   int64_t tilesH = 0, tilesW = 0;  // per image
   int64_t tiles() const { return N * tilesH * tilesW; }
@@ -75,19 +74,10 @@ std::optional<Geometry> geometry(const ir::Node& n) {
   if (onednn::winogradMode() == onednn::WinogradMode::Off) return std::nullopt;
   auto cfg = avx2BlockedConv(n);
   if (!cfg) return std::nullopt;
-  const onednn::ConvConfig& c = *cfg;
-  if (c.w[2] != 3 || c.w[3] != 3 || c.win.strides != Dims{1, 1} || c.win.dilation != Dims{0, 0}) return std::nullopt;
+  auto plane = winogradPlane(*cfg);
+  if (!plane) return std::nullopt;
   Geometry g;
-  g.N = c.x[0];
-  g.C = c.x[1];
-  g.H = c.x[2];
-  g.W = c.x[3];
-  g.M = c.y[1];
-  g.OH = c.y[2];
-  g.OW = c.y[3];
-  g.padT = c.win.padBegin[0];
-  g.padL = c.win.padBegin[1];
-  if (g.OH < 1 || g.OW < 1 || g.padT < 0 || g.padL < 0) return std::nullopt;
+  static_cast<WinogradPlane&>(g) = *plane;
   g.Cb = (g.C + kBlock - 1) / kBlock;
   g.Mb = (g.M + kBlock - 1) / kBlock;
   g.tilesH = (g.OH + kTile - 1) / kTile;

@@ -41,7 +41,6 @@
 #include "backends/cpu/bf16.hpp"
 #include "backends/cpu/conv_avx2.hpp"
 #include "backends/cpu/cpu_kernels.hpp"
-#include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_conv.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -70,8 +69,7 @@ constexpr int64_t kSliceK = 128;          // input channels of a product slice (
 constexpr int64_t kBf16MinChannels = 32;  // winogradBf16Gains
 
 // Geometry of a convolution this kernel serves.
-struct Geometry {
-  int64_t N = 0, C = 0, H = 0, W = 0, M = 0, OH = 0, OW = 0, padT = 0, padL = 0;
+struct Geometry : WinogradPlane {
   int64_t xb = 0, yb = 0;  // channel blocks of X and Y (C, M where channels last)
   bool xBf16 = false, yBf16 = false;
   int64_t cPad = 0, mPad = 0;      // C and M rounded up to whole vectors
@@ -91,32 +89,21 @@ bool hostHasBf16() {
 std::optional<Geometry> geometry(const ir::Node& n) {
   // The switch first, on every host: a bad value is an error wherever a convolution is compiled.
   if (onednn::winogradMode() == onednn::WinogradMode::Off) return std::nullopt;
-  if (n.domain() != ops::kGraftDomain || !bf16Compute() || !hostHasBf16()) return std::nullopt;
-  if (!n.attrString("activation", "").empty() && !isPlainRelu(n)) return std::nullopt;
-  auto cfg = onednn::convConfig(n);
+  if (!bf16Compute() || !hostHasBf16()) return std::nullopt;
+  auto cfg = ownConv(n);
   if (!cfg) return std::nullopt;
   const onednn::ConvConfig& c = *cfg;
   using dt = onednn::memory::data_type;
   auto floatOrBf16 = [](dt t) { return t == dt::f32 || t == dt::bf16; };
-  if (c.x.size() != 4 || c.group != 1 || !floatOrBf16(c.xType) || !floatOrBf16(c.yType) ||
-      n.input(1)->kind() != ir::TensorKind::Constant)
-    return std::nullopt;
-  if (c.w[2] != 3 || c.w[3] != 3 || c.win.strides != Dims{1, 1} || c.win.dilation != Dims{0, 0}) return std::nullopt;
+  if (!floatOrBf16(c.xType) || !floatOrBf16(c.yType)) return std::nullopt;
+  auto plane = winogradPlane(c);
+  if (!plane) return std::nullopt;
   Geometry g;
-  g.N = c.x[0];
-  g.C = c.x[1];
-  g.H = c.x[2];
-  g.W = c.x[3];
-  g.M = c.y[1];
-  g.OH = c.y[2];
-  g.OW = c.y[3];
-  g.padT = c.win.padBegin[0];
-  g.padL = c.win.padBegin[1];
+  static_cast<WinogradPlane&>(g) = *plane;
   g.xb = c.xBlock;
   g.yb = c.yBlock;
   g.xBf16 = c.xType == dt::bf16;
   g.yBf16 = c.yType == dt::bf16;
-  if (g.OH < 1 || g.OW < 1 || g.padT < 0 || g.padL < 0) return std::nullopt;
   // Channels last, or whole 16-channel blocks (no padding lanes): a vector of 16 channels never
   // straddles two blocks.
   auto layoutOk = [](int64_t block, int64_t channels) {
