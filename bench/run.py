@@ -27,6 +27,8 @@ SMALL_BATCH = {"mlp": 1, "resnet18": 1, "resnet50": 1, "mobilenet_v2": 1, "squee
 
 
 SPIN = False  # set from --spin
+CONFIRM = 0.10  # a lowest median counts once a second round comes within this of it
+EXTRA_ROUNDS = 2  # set from --extra-rounds: the most rounds added where a lowest median is unconfirmed
 EMULATE = {}  # set from --isa avx2: the environment that makes every framework see an AVX2-only host
 
 
@@ -186,13 +188,30 @@ def summarize(res, flops):
     return res
 
 
+def unconfirmed(best, tolerance):
+    """Keys whose lowest median is not confirmed by a second round within `tolerance` (relative)."""
+    out = []
+    for key, r in best.items():
+        m = sorted(r.get("round_medians_s", []))
+        if len(m) >= 1 and (len(m) < 2 or m[1] > m[0] * (1 + tolerance)):
+            out.append(key)
+    return out
+
+
 def timed_rounds(jobs, rounds, label, timeout=900):
     """Runs each job (key, child arguments, spin) `rounds` times, the jobs alternated round by round,
     and keeps each key's run with the lowest median (its per-round medians in "round_medians_s").
     The VM this runs on is shared: a burst of load during one framework's few seconds would
-    otherwise put that framework alone at a disadvantage; every framework gets the same rounds."""
+    otherwise put that framework alone at a disadvantage; every framework gets the same rounds.
+    With two rounds or more, where some framework's lowest median is not confirmed by a second
+    round within CONFIRM (its runs disagree: a burst of load hit one of them), every framework runs
+    another round, up to EXTRA_ROUNDS more."""
     best = {}
-    for rnd in range(rounds):
+    rnd = 0
+    while rnd < rounds or (rounds >= 2 and rnd < rounds + EXTRA_ROUNDS and unconfirmed(best, CONFIRM)):
+        if rnd >= rounds:
+            print(f"   {label:22s} extra round: {', '.join(unconfirmed(best, CONFIRM))} not confirmed within "
+                  f"{CONFIRM:.0%}", flush=True)
         for key, args, spin in jobs:
             r = summarize(run_child(args[0], args[1], timeout, spin=spin), args[2])
             print(f"   {label:22s} {args[0][1]:5s} {key:13s} {fmt_ms(r):>9s} ms  {status(r)[:120]}"
@@ -202,7 +221,16 @@ def timed_rounds(jobs, rounds, label, timeout=900):
             if prev is None or ("median_s" in r and ("median_s" not in prev or r["median_s"] < prev["median_s"])):
                 best[key] = r
             best[key]["round_medians_s"] = medians
+        rnd += 1
     return best
+
+
+def extra_rounds_note(rep):
+    extra = rep.get("extra_rounds", 0)
+    if not extra:
+        return ""
+    return (f" (up to {extra} more rounds for all of a model's frameworks where one's lowest median was not "
+            f"confirmed by another round within {rep.get('confirm', CONFIRM):.0%})")
 
 
 def best_torch(entries):
@@ -211,6 +239,7 @@ def best_torch(entries):
 
 
 def main():
+    global SPIN, EMULATE, EXTRA_ROUNDS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="batch 1 only, short timings")
     ap.add_argument("--models", default=",".join(ALL_MODELS))
@@ -225,6 +254,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2,
                     help="time every framework this many times, alternated, and keep each one's lowest median "
                          "(--quick: 1)")
+    ap.add_argument("--extra-rounds", type=int, default=EXTRA_ROUNDS,
+                    help="with --rounds 2 or more: up to this many more rounds for a model where some framework's "
+                         f"lowest median is not confirmed by another round within {CONFIRM:.0%} (0: never)")
     ap.add_argument("--no-spin-table", action="store_true",
                     help="skip the second inference table with spinning threads (the libraries' defaults)")
     ap.add_argument("--no-bf16", action="store_true",
@@ -235,8 +267,8 @@ def main():
                          "an AVX2-only CPU (bench/cpuid_mask.cpp, needs the CPU's CPUID faulting)")
     a = ap.parse_args()
     models = a.models.split(",")
-    global SPIN, EMULATE
     SPIN = a.spin
+    EXTRA_ROUNDS = max(0, a.extra_rounds)
     if a.isa != "host":
         EMULATE = emulation_env(a.isa)
     started = time.perf_counter()
@@ -353,7 +385,8 @@ def make_report(rows, a, sgemm, total):
     tr_r = [r["train_torch_over_graft"] for r in rows if r.get("train_torch_over_graft")]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "threads": a.threads, "spin": a.spin, "quick": a.quick, "rounds": 1 if a.quick else a.rounds, "torch_compile": a.compile, "sgemm_gflops": sgemm,
+        "threads": a.threads, "spin": a.spin, "quick": a.quick, "rounds": 1 if a.quick else a.rounds,
+        "extra_rounds": 0 if a.quick or a.rounds < 2 else EXTRA_ROUNDS, "confirm": CONFIRM, "torch_compile": a.compile, "sgemm_gflops": sgemm,
         "env": env_info(), "total_minutes": total / 60,
         "summary": {
             "infer_geomean_ort_over_graft": geomean(ort_r), "infer_min_ort_over_graft": min(ort_r) if ort_r else None,
@@ -397,7 +430,8 @@ def write_outputs(rep, out):
     L.append(f"{env.get('cpu', '?')}, {rep['threads']} threads for every framework; torch {env['torch']}, "
              f"onnxruntime {env['onnxruntime']}; sgemm 2048^3 (torch.mm) {f2(rep['sgemm_gflops'], '.0f')} GFLOP/s. "
              f"Times are medians per step (batch) in ms, each framework's lowest of {rep.get('rounds', 1)} runs "
-             f"alternated with the other frameworks'; ratios > 1 mean graft is faster. Peak memory is the "
+             f"alternated with the other frameworks'"
+             f"{extra_rounds_note(rep)}; ratios > 1 mean graft is faster. Peak memory is the "
              f"process RSS high-water mark in MB (it includes each framework's own libraries). "
              f"{'Quick mode. ' if rep['quick'] else ''}"
              f"{'Threads spin. ' if rep.get('spin') else 'Threads wait passively (OMP_WAIT_POLICY=PASSIVE, ORT without spinning). '}torch.compile {'timed' if rep['torch_compile'] else 'not timed (eager only)'}. "
