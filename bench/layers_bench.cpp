@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
   layers.push_back(convLayer("conv 3x3 128->128 28 b1", 1, 128, 28, 128, 3, 1));
   layers.push_back(convLayer("conv 3x3 256->256 14 b1", 1, 256, 14, 256, 3, 1));
   layers.push_back(convLayer("conv 3x3 512->512 7 b1", 1, 512, 7, 512, 3, 1));
+  // resnet50's 1x1 convolutions at batch 1 (conv1x1_avx2 on AVX2 hosts: 0.1 GFLOP, few tasks).
+  layers.push_back(convLayer("conv 1x1 256->1024 14 b1", 1, 256, 14, 1024, 1, 1));
+  layers.push_back(convLayer("conv 1x1 1024->256 14 b1", 1, 1024, 14, 256, 1, 1));
+  layers.push_back(convLayer("conv 1x1 512->2048 7 b1", 1, 512, 7, 2048, 1, 1));
   layers.push_back(convLayer("conv 3x3 64->256 13 b1 (squeezenet)", 1, 64, 13, 256, 3, 1));
   layers.push_back(convLayer("conv 3x3 64->256 13 b8 (squeezenet)", 8, 64, 13, 256, 3, 1));
   layers.push_back(matmulLayer("matmul 2048x2048x2048 (sgemm roof)", 2048, 2048, 2048, false));
