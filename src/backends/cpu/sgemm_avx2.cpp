@@ -82,8 +82,8 @@ bool worthIt(const GemmGeometry& g) { return g.M >= kMr && g.M <= 512 && g.N >= 
 // Only a constant B (an inference weight): a B fed at run time (training) would be packed on
 // every run, which measured slower than oneDNN reading it in place.
 // An activation other than Relu runs after each task's part of the product, graft's own formula
-// over the task's rows (fusedActivation): bert4's GELU, which oneDNN 2.6's AVX2 gemm applied as a post-op at half the
-// product's speed (docs/cpu-backend.md, "Kernel choice by ISA").
+// over the task's rows (fusedActivation): bert4's GELU, which oneDNN 2.6's AVX2 gemm applied as a
+// post-op at half the product's speed (docs/cpu-backend.md, "Kernel choice by ISA").
 bool supportsGemm(const ir::Node& n) {
   if (!cpuHasAvx2Fma()) return false;
   const ir::Tensor* b = n.numInputs() > 1 ? n.input(1) : nullptr;
@@ -439,7 +439,7 @@ struct GemmState {
   GemmGeometry g;
   Shape yShape;
   AlignedFloats constB;  // B packed into panels
-  ActivationFn act;      // an activation other than Relu, over Y after the product
+  ActivationFn act;      // an activation other than Relu, over each task's rows (product)
 };
 
 // Y = A' x B' (B' packed) with `ep`, split over the pool: column chunks of up to kNc, and row

@@ -52,8 +52,8 @@ namespace {
 // step to the next in a whole model, kMinTilesLargeWeights tiles (each product reads U once a
 // block: half a FLOP per byte of U per tile). 16 since 2026-12-07: resnet50 b1's five 256 x 256
 // convolutions at 14x14 (16 tiles, U 9.4 MB) ran in the whole model at 0.67-1.17 ms each against
-// 1.23-2.14 direct, four alternated runs in a noisy stretch (docs/cpu-backend.md, "Winograd on AVX2"); 512 x 512 at 7x7
-// (4 tiles) stays direct.
+// 1.23-2.14 direct, four alternated runs in a noisy stretch (docs/cpu-backend.md, "Winograd on
+// AVX2"); 512 x 512 at 7x7 (4 tiles) stays direct.
 constexpr int64_t kMinChannels = 32;
 constexpr int64_t kMinTiles = 8;
 constexpr double kLargeWeightBytes = 4.0 * 1024 * 1024;

@@ -155,6 +155,7 @@ TEST(Winograd, Avx2RuleByShape) {
   EXPECT_TRUE(winogradAvx2Gains(64, Dims{1, 256, 13, 13}));   // 16 tiles, U 2.4 MB
   // U past 4 MB (9.4 MB at 256 x 256, 37 MB at 512 x 512): from 16 tiles.
   EXPECT_TRUE(winogradAvx2Gains(256, Dims{1, 256, 14, 14}));   // 16 tiles
+  EXPECT_FALSE(winogradAvx2Gains(256, Dims{1, 256, 12, 12}));  // 9 tiles: past kMinTiles, below 16
   EXPECT_FALSE(winogradAvx2Gains(256, Dims{1, 256, 7, 7}));    // 4 tiles
   EXPECT_TRUE(winogradAvx2Gains(256, Dims{8, 256, 14, 14}));   // 128 tiles
   EXPECT_TRUE(winogradAvx2Gains(512, Dims{8, 512, 7, 7}));     // 32 tiles
