@@ -190,6 +190,32 @@ void convCases() {
       if (b.sum) inb.push_back(blockOf(rnd({N, b.M, oh, ow}, nb + "s"), b.M));
       add(nb, OpCase{"FusedConv", inb, a, 1, "ai.graft"}, {false, true, false, false});
     }
+    // NaN through the bands: oneDNN's Relu and Clip post-ops would drop it, so the activation runs
+    // after each band's primitive, on the band's rows (batch 1) or images (4). Clip (mobilenet_v2's
+    // Relu6) for the depthwise band, Relu for the others. NaN and denormals only: these windows are
+    // small, and a window with an infinity but no NaN comes out NaN from the Winograd and bf16
+    // variants that run every onednn_conv case (the C = 20 cases above have a NaN in every window).
+    // An even number of input channels: oneDNN's bf16 kernels (the bf16 variant) pair them, and an
+    // odd count's last pair reads the next pixel's first channel (times a zero weight: NaN from a
+    // NaN there; docs/reliability.md, "NaN and inf").
+    const int64_t Ce = b.C + b.C % 2;
+    ir::Attributes as = activationAttrs(b.group > 1 ? "Clip" : "Relu");
+    for (const char* key : {"pads", "strides", "dilations", "group", "y_block"}) as.set(key, *a.find(key));
+    as.set("x_block", Ce);
+    for (int64_t N : {int64_t{1}, int64_t{4}}) {
+      std::string ns = std::string("FusedConv_nhwc_b") + std::to_string(N) + "_bands_" + b.tag + "_special_values";
+      NDArray xs = rnd({N, Ce, b.H, b.W}, ns + "x", -2, 2);
+      float* xp = xs.data<float>();
+      for (int64_t i = 0; i < xs.numel(); ++i)
+        if (i % 23 == 5)
+          xp[i] = std::numeric_limits<float>::quiet_NaN();
+        else if (i % 37 == 13)
+          xp[i] = 1e-40f;
+      std::vector<NDArray> ins{blockOf(xs, Ce), Ce == b.C ? in[1] : rnd({b.M, Ce / b.group, b.kh, b.kw}, ns + "w"),
+                               in[2]};
+      if (b.sum) ins.push_back(blockOf(rnd({N, b.M, oh, ow}, ns + "s"), b.M));
+      add(ns, OpCase{"FusedConv", ins, as, 1, "ai.graft"}, {false, true, false, false});
+    }
   }
   // bf16 activations (y_dtype BFLOAT16, as the cpu-bf16-activations pass of enableBf16 sessions
   // writes them): X float32 or bf16, Sum bf16, channels-last and 16-channel blocks; Relu (applied

@@ -279,6 +279,8 @@ class PackedOperand {
   void init(const memory::desc& user, const memory::desc& want, const NDArray* constant);
   /// The memory to give the primitive for this run's value `a` of the operand.
   memory get(const NDArray& a);
+  /// Whether it was packed once at init (a constant operand).
+  bool isConstant() const { return constant_; }
 
  private:
   memory::desc user_, want_;

@@ -19,6 +19,7 @@
 #include "backends/cpu/fused_activation.hpp"
 #include "backends/cpu/onednn_common.hpp"
 #include "backends/cpu/onednn_conv.hpp"
+#include "backends/cpu/vec_common.hpp"
 #include "ops/conv_util.hpp"
 #include "ops/registry.hpp"
 #include "support/check.hpp"
@@ -124,7 +125,7 @@ struct ConvState {
   DataType yType = DataType::Float;
   bool bias = false, sum = false;
   int threads = 1;
-  ActivationFn act;       // applied after the primitive (activationAfterPrimitive)
+  ActivationFn act;       // applied after the primitive (activationAfterPrimitive), in each band where bands run
   bool reluBf16 = false;  // Relu after the primitive on a bf16 Y (reluBf16InPlace)
   // A channel-blocked output whose last block of channels is partial: its padding lanes (from
   // padLanes on) are zeroed after the primitive and the activation.
@@ -145,6 +146,12 @@ struct ConvState {
     PackedOperand packed;
   };
   std::vector<BandWeights> bandWeights;
+  // A Winograd primitive's direct twin, which runs instead where X (or a W not known at compile
+  // time) holds a NaN or an infinity: oneDNN's Winograd transforms spread a non-finite input over
+  // its whole output tile (inf - inf, x * 0), where the direct sums keep it to the windows that
+  // hold it (the backend cases' *_bands_*_special_values). Its weights are packed at each such run.
+  std::shared_ptr<ConvState> direct;
+  bool wNonFinite = false;  // a constant W with a NaN or an infinity: always the direct twin
 };
 
 // Zeroes the padding lanes of a channel-blocked output [N, Cb, S..., b]. oneDNN computes them as
@@ -353,6 +360,9 @@ void runBands(ConvState& st, ops::KernelContext& k, const NDArray& x, NDArray& y
     if (bias) args[DNNL_ARG_BIAS] = wrap(st.biasDesc, *bias);
     if (b.scratch.numel() > 0) args[DNNL_ARG_SCRATCHPAD] = wrap(b.scratchDesc, b.scratch);
     execute(b.prim, args);
+    // The activation over the band's output while it is still in the caches (serially: a
+    // nested call inside a team task runs on this thread), not as a pass over all of Y after.
+    if (st.act) st.act(k.pool(), yp + b.yOffset, static_cast<int64_t>(b.y.get_size() / sizeof(float)));
   });
   setThreads(st.threads);
 }
@@ -395,7 +405,7 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
   const bool depthwise = isDepthwise(c);
   // Winograd (wantsWinograd): its activations in the layout it picks (channel-blocked; pinned
   // ones are converted at the node), float32.
-  auto create = [&](bool bf16, bool winograd = false) {
+  auto create = [&](ConvState& s, bool bf16, bool winograd, const NDArray* constW) {
     auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
     // Pinned activations in the primitive's data type: as given where the tensor has it, else
     // converted at the node (into the same layout when pinned).
@@ -410,43 +420,72 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
                             engine());
       if (winograd && !isWinogradImplementation(pd.impl_info_str())) return false;
       if (!acceptImplementation(pd.impl_info_str(), bf16, depthwise ? kDepthwiseStaysF32 : nullptr)) return false;
-      st->prim = CF(pd);
-      st->src.init(xUser, pd.src_desc(), true, false);
-      st->dst.init(yUser, pd.dst_desc(), c.sum, true);
-      st->weights.init(plainWeights(c.w, c.group), pd.weights_desc(), ctx.constantInput(1));
+      s.prim = CF(pd);
+      s.src.init(xUser, pd.src_desc(), true, false);
+      s.dst.init(yUser, pd.dst_desc(), c.sum, true);
+      s.weights.init(plainWeights(c.w, c.group), pd.weights_desc(), constW);
     } catch (const dnnl::error&) {
       return false;
     }
     return true;
   };
-  bool made = wantsWinograd(n, c) && create(false, true);
-  if (!made && !(depthwise ? create(false) : createPreferringBf16([&](bool bf16) { return create(bf16); })))
+  const NDArray* constW = ctx.constantInput(1);
+  bool made = wantsWinograd(n, c) && create(*st, false, true, constW);
+  if (made) {
+    // The direct twin: the same state but for its primitive, its adapters and its weights.
+    auto twin = std::make_shared<ConvState>();
+    twin->biasDesc = st->biasDesc;
+    twin->yShape = st->yShape;
+    twin->bias = st->bias;
+    twin->sum = st->sum;
+    twin->threads = st->threads;
+    twin->act = st->act;
+    twin->padRows = st->padRows, twin->padBlock = st->padBlock, twin->padLanes = st->padLanes;
+    twin->padSpatial = st->padSpatial, twin->padBlocks = st->padBlocks;
+    std::string winogradImpl = takeImplementation();
+    if (create(*twin, false, false, nullptr)) {
+      takeImplementation();
+      noteImplementation(winogradImpl);  // what the profile names: the kernel the steps run
+      st->direct = std::move(twin);
+      st->wNonFinite = constW && anyNonFinite(constW->data<float>(), constW->numel(), ctx.pool());
+    } else {
+      made = false;  // no direct twin: no Winograd either
+    }
+  }
+  if (!made && !(depthwise ? create(*st, false, false, constW)
+                           : createPreferringBf16([&](bool bf16) { return create(*st, bf16, false, constW); })))
     return decline();
-  if (!made) makeBands(*st, n, c, ctx.constantInput(1));
+  if (!made) makeBands(*st, n, c, constW);
   return [st](ops::KernelContext& k) {
     setThreads(st->threads);
     const NDArray& x = k.input(0);
     NDArray& y = k.allocOutputUninit(0, st->yType, st->yShape);
+    ConvState& s =
+        st->direct &&
+                (st->wNonFinite || anyNonFinite(x.data<float>(), x.numel(), k.pool()) ||
+                 (!st->weights.isConstant() && anyNonFinite(k.input(1).data<float>(), k.input(1).numel(), k.pool())))
+            ? *st->direct
+            : *st;
     NDArray xs, ys;
-    memory src = st->src.input(x, xs), dst = st->dst.output(y, ys);
-    if (st->dst.needed) {
-      if (st->sum) execute(st->dst.toPrim, {{DNNL_ARG_FROM, wrap(st->dst.user, k.input(3))}, {DNNL_ARG_TO, dst}});
-    } else if (st->sum && y.rawData() != k.input(3).rawData()) {
+    memory src = s.src.input(x, xs), dst = s.dst.output(y, ys);
+    if (s.dst.needed) {
+      if (s.sum) execute(s.dst.toPrim, {{DNNL_ARG_FROM, wrap(s.dst.user, k.input(3))}, {DNNL_ARG_TO, dst}});
+    } else if (s.sum && y.rawData() != k.input(3).rawData()) {
       // (The memory plan usually gives Y the residual's buffer: nothing to copy then.)
       std::memcpy(y.rawData(), k.input(3).rawData(), y.nbytes());
     }
-    if (!st->bands.empty()) {
-      runBands(*st, k, x, y);
+    if (!s.bands.empty()) {
+      runBands(s, k, x, y);
     } else {
       std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st->weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
-      if (st->bias) args[DNNL_ARG_BIAS] = wrap(st->biasDesc, k.input(2));
-      execute(st->prim, args);
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s.weights.get(k.input(1))}, {DNNL_ARG_DST, dst}};
+      if (s.bias) args[DNNL_ARG_BIAS] = wrap(s.biasDesc, k.input(2));
+      execute(s.prim, args);
     }
-    st->dst.written(dst, y);
-    if (st->act) st->act(k.pool(), y.data<float>(), y.numel());
-    if (st->reluBf16) reluBf16InPlace(k.pool(), static_cast<uint16_t*>(y.rawData()), y.numel());
-    if (st->padRows) rezeroPadding(*st, y.data<float>());
+    s.dst.written(dst, y);
+    if (s.act && s.bands.empty()) s.act(k.pool(), y.data<float>(), y.numel());
+    if (s.reluBf16) reluBf16InPlace(k.pool(), static_cast<uint16_t*>(y.rawData()), y.numel());
+    if (s.padRows) rezeroPadding(s, y.data<float>());
   };
 }
 

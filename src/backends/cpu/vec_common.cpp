@@ -89,25 +89,35 @@ GRAFT_VEC_LOOP void floatToBf16(const float* src, uint16_t* dst, int64_t n) {
 
 namespace {
 // Blocks of 1024: the OR of (x != x) over a block vectorises; a block that holds a NaN ends it.
+// NonFinite: NaN or an infinity (x - x is NaN exactly for those), else NaN only.
+template <bool NonFinite>
 GRAFT_VEC_LOOP bool anyNaNIn(const float* p, int64_t n) {
   for (int64_t b = 0; b < n; b += kBlock) {
     int64_t e = std::min(n, b + kBlock);
     int nan = 0;
-    for (int64_t i = b; i < e; ++i) nan |= p[i] != p[i];
+    for (int64_t i = b; i < e; ++i) {
+      const float v = NonFinite ? p[i] - p[i] : p[i];
+      nan |= v != v;
+    }
     if (nan) return true;
   }
   return false;
 }
-}  // namespace
 
-bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool) {
+template <bool NonFinite>
+bool anyIn(const float* p, int64_t n, support::ThreadPool& pool) {
   std::atomic<bool> found{false};
   parallelRanges(pool, n, 4 * kGrainCheap, [&](int64_t b, int64_t e) {
-    if (!found.load(std::memory_order_relaxed) && GRAFT_VEC_RUN(anyNaNIn(p + b, e - b)))
+    if (!found.load(std::memory_order_relaxed) && GRAFT_VEC_RUN(anyNaNIn<NonFinite>(p + b, e - b)))
       found.store(true, std::memory_order_relaxed);
   });
   return found.load();
 }
+}  // namespace
+
+bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool) { return anyIn<false>(p, n, pool); }
+
+bool anyNonFinite(const float* p, int64_t n, support::ThreadPool& pool) { return anyIn<true>(p, n, pool); }
 
 void toFloat(const Half* src, float* dst, int64_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -128,6 +128,8 @@ void parallelRanges(support::ThreadPool& pool, int64_t n, int64_t grain, F&& fn)
 /// True when any of the n floats at p is NaN: vectorised, split over the pool for large arrays,
 /// and stopping at the first block that holds one.
 bool anyNaN(const float* p, int64_t n, support::ThreadPool& pool);
+/// True when any of the n floats at p is NaN or infinite (as anyNaN).
+bool anyNonFinite(const float* p, int64_t n, support::ThreadPool& pool);
 
 /// True for the types the vector loops compute in float (float, half, bfloat16).
 template <class T>
