@@ -122,6 +122,16 @@ void poolCases() {
        32,
        attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", int64_t{1}}}),
        "large_C32_last"},
+      // Rows wider than vec_maxpool's column chunks (kChunkBytes of window maxima): three chunks
+      // with padding on both ends and ceil_mode's extra window, and two with dilated columns.
+      {{1, 64, 9, 71},
+       64,
+       attrs({{"kernel_shape", Ints{3, 3}},
+              {"strides", Ints{2, 2}},
+              {"pads", Ints{1, 1, 1, 1}},
+              {"ceil_mode", int64_t{1}}}),
+       "chunks_C64_last"},
+      {{1, 48, 5, 80}, 48, attrs({{"kernel_shape", Ints{2, 3}}, {"dilations", Ints{1, 2}}}), "chunks_dilated_C48_last"},
   };
   for (const Mp& m : maxPools) {
     for (bool special : {false, true}) {

@@ -64,11 +64,16 @@ GRAFT_VEC_LOOP V8 load8(const float* p) { return *reinterpret_cast<const FloatVe
 GRAFT_VEC_LOOP void store8(float* p, V8 v) { *reinterpret_cast<FloatVec<8>::unaligned*>(p) = v; }
 GRAFT_VEC_LOOP V8 maxNan8(V8 r, V8 v) { return ((v > r) | (v != v)) ? v : r; }
 
-// Output rows [r0, r1) of (batch, channel block, output row), each OW x B floats, in two passes:
-// the max of the window's input rows into t (W x B floats, one contiguous stretch: vectorised
-// whatever B is), then of each window's columns of t. Max is associative, and maxNan keeps a NaN
-// in either operand, so the order changes nothing but the sign of a zero tie. BT: B known at
-// compile time (8, 16: one vector per pixel), 0: B = c.block (channels last).
+// Output rows [r0, r1) of (batch, channel block, output row), each OW x B floats, in two passes
+// per chunk of output columns: the max of the window's input rows over the chunk's input columns
+// into t (one contiguous stretch: vectorised whatever B is), then of each window's columns of t.
+// Max is associative, and maxNan keeps a NaN in either operand, so the order changes nothing but
+// the sign of a zero tie. BT: B known at compile time (8, 16: one vector per pixel), 0: B =
+// c.block (channels last). The chunks keep t within kChunkBytes, in L1 beside the input rows
+// streaming through: a channels-last row of squeezenet1_1's first pool (111 pixels x 64
+// channels, 28 KB) as one stretch was evicted to L2 by its own input rows between the passes.
+constexpr int64_t kChunkBytes = 8192;
+
 template <int64_t BT>
 GRAFT_VEC_LOOP void maxRows(const MaxPoolConfig& c, const float* __restrict x, float* __restrict y, int64_t r0,
                             int64_t r1, float* __restrict t) {
@@ -76,42 +81,50 @@ GRAFT_VEC_LOOP void maxRows(const MaxPoolConfig& c, const float* __restrict x, f
   const int64_t kh = c.win.kernel[0], kw = c.win.kernel[1], sh = c.win.strides[0], sw = c.win.strides[1];
   const int64_t dh = c.win.dilation[0] + 1, dw = c.win.dilation[1] + 1, ph = c.win.padBegin[0], pw = c.win.padBegin[1];
   const int64_t WB = W * B;
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(sizeof(float) * sw * B));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t plane = r / OH, oh = r % OH;  // plane: batch x channel block
     const float* xp = x + plane * H * WB;
-    bool first = true;
-    for (int64_t i = 0; i < kh; ++i) {
-      const int64_t ih = oh * sh - ph + i * dh;
-      if (ih < 0 || ih >= H) continue;
-      const float* __restrict xr = xp + ih * WB;
-      if (first) {
-        for (int64_t k = 0; k < WB; ++k) t[k] = xr[k];
-        first = false;
-      } else {
-        for (int64_t k = 0; k < WB; ++k) t[k] = maxNan(t[k], xr[k]);
-      }
-    }
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      float* __restrict yo = y + (r * OW + ow) * B;
-      const int64_t iw0 = ow * sw - pw;
-      int64_t j0 = 0, j1 = kw;  // the window's columns inside the row
-      while (j0 < kw && iw0 + j0 * dw < 0) ++j0;
-      while (j1 > j0 && iw0 + (j1 - 1) * dw >= W) --j1;
-      const float* __restrict tc = t + (iw0 + j0 * dw) * B;
-      if (B % 8 == 0) {
-        // Eight channels at a time in explicit vectors: with B a constant, GCC unrolled the scalar
-        // loop below into eight compares and branches a column (5x slower under AVX2).
-        for (int64_t b = 0; b < B; b += 8) {
-          V8 acc = load8(tc + b);
-          for (int64_t j = j0 + 1; j < j1; ++j) acc = maxNan8(acc, load8(t + (iw0 + j * dw) * B + b));
-          store8(yo + b, acc);
+    for (int64_t oc0 = 0; oc0 < OW; oc0 += chunk) {
+      const int64_t oc1 = std::min(OW, oc0 + chunk);
+      // The chunk's input columns [s0, s1): its windows' first to last column inside the row.
+      const int64_t s0 = std::max<int64_t>(0, oc0 * sw - pw);
+      const int64_t s1 = std::min(W, (oc1 - 1) * sw - pw + (kw - 1) * dw + 1);
+      const int64_t n = (s1 - s0) * B;
+      bool first = true;
+      for (int64_t i = 0; i < kh; ++i) {
+        const int64_t ih = oh * sh - ph + i * dh;
+        if (ih < 0 || ih >= H) continue;
+        const float* __restrict xr = xp + ih * WB + s0 * B;
+        if (first) {
+          for (int64_t k = 0; k < n; ++k) t[k] = xr[k];
+          first = false;
+        } else {
+          for (int64_t k = 0; k < n; ++k) t[k] = maxNan(t[k], xr[k]);
         }
-        continue;
       }
-      for (int64_t b = 0; b < B; ++b) yo[b] = tc[b];
-      for (int64_t j = j0 + 1; j < j1; ++j) {
-        const float* __restrict tj = t + (iw0 + j * dw) * B;
-        for (int64_t b = 0; b < B; ++b) yo[b] = maxNan(yo[b], tj[b]);
+      for (int64_t ow = oc0; ow < oc1; ++ow) {
+        float* __restrict yo = y + (r * OW + ow) * B;
+        const int64_t iw0 = ow * sw - pw;
+        int64_t j0 = 0, j1 = kw;  // the window's columns inside the row
+        while (j0 < kw && iw0 + j0 * dw < 0) ++j0;
+        while (j1 > j0 && iw0 + (j1 - 1) * dw >= W) --j1;
+        const float* __restrict tc = t + (iw0 + j0 * dw - s0) * B;
+        if (B % 8 == 0) {
+          // Eight channels at a time in explicit vectors: with B a constant, GCC unrolled the scalar
+          // loop below into eight compares and branches a column (5x slower under AVX2).
+          for (int64_t b = 0; b < B; b += 8) {
+            V8 acc = load8(tc + b);
+            for (int64_t j = j0 + 1; j < j1; ++j) acc = maxNan8(acc, load8(t + (iw0 + j * dw - s0) * B + b));
+            store8(yo + b, acc);
+          }
+          continue;
+        }
+        for (int64_t b = 0; b < B; ++b) yo[b] = tc[b];
+        for (int64_t j = j0 + 1; j < j1; ++j) {
+          const float* __restrict tj = t + (iw0 + j * dw - s0) * B;
+          for (int64_t b = 0; b < B; ++b) yo[b] = maxNan(yo[b], tj[b]);
+        }
       }
     }
   }
