@@ -67,18 +67,19 @@ namespace {
 // blocked arrays too: it runs position-wise).
 const std::vector<std::string>& inferencePasses() {
   static const std::vector<std::string> p = passes::withCommonPrefix({
-      "cse",               // compute equal expressions once (equal small constants merged first)
-      "constant-weights",  // constantWeights sessions: weights become constants (packed once)
-      "fold-batchnorm",    // BatchNormalization after Conv folded into its weights and bias
-      "fuse-layernorm",    // mean/variance/normalise/scale/shift chains -> LayerNormalization
-      "fuse-gelu",         // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
-      "fuse-conv",         // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
-      "fuse-matmul",       // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
-      "fold-transpose",    // Transposes around matrix products become strides (perm_a/b/y, transA/B)
-      "cpu-layout",        // channel-blocked activations between oneDNN ops, reorders at the edges (onednn_layout.cpp)
-      "fuse-elementwise",  // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
-      "dce",               // weights folding left unused, reorders nobody reads
-      "cpu-conv-chains",   // runs of channels-last FusedConvs -> FusedConvChain (onednn_conv_chain.cpp)
+      "cse",                // compute equal expressions once (equal small constants merged first)
+      "constant-weights",   // constantWeights sessions: weights become constants (packed once)
+      "fold-batchnorm",     // BatchNormalization after Conv folded into its weights and bias
+      "fuse-layernorm",     // mean/variance/normalise/scale/shift chains -> LayerNormalization
+      "fuse-gelu",          // x/2 (1 + erf(x / sqrt 2)) -> ai.graft::GeluErf
+      "split-concat-conv",  // Conv(Concat(A, B)) -> Conv(A) + Conv(B): the Concat is never written
+      "fuse-conv",          // Conv + Add + activation -> ai.graft::FusedConv (oneDNN post-ops)
+      "fuse-matmul",        // MatMul + bias + activation, Gemm + activation -> FusedMatMul/FusedGemm
+      "fold-transpose",     // Transposes around matrix products become strides (perm_a/b/y, transA/B)
+      "cpu-layout",         // channel-blocked activations between oneDNN ops, reorders at the edges (onednn_layout.cpp)
+      "fuse-elementwise",   // chains of elementwise ops -> ai.graft::FusedElementwise (one loop)
+      "dce",                // weights folding left unused, reorders nobody reads
+      "cpu-conv-chains",    // runs of channels-last FusedConvs -> FusedConvChain (onednn_conv_chain.cpp)
   });
   return p;
 }
@@ -88,6 +89,9 @@ const std::vector<std::string>& inferencePasses() {
 const std::vector<std::string>& bf16InferencePasses() {
   static const std::vector<std::string> p = [] {
     std::vector<std::string> q = inferencePasses();
+    // No split-concat-conv: the partial sums would be held in bf16 between the convolutions (a
+    // rounding the Concat's one sum does not have), and bf16 Concats move half the bytes anyway.
+    q.erase(std::find(q.begin(), q.end(), "split-concat-conv"));
     for (std::string& pass : q) {
       if (pass == "cpu-layout") pass = "cpu-layout-bf16";  // no Winograd convolutions (float32 only)
       // Chains run in float32 (no bf16 form): only those with a depthwise stage, which gain.

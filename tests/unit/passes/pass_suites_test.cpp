@@ -140,6 +140,83 @@ TEST(FuseConv, ConvAndActivationBecomeFusedConv) {
   EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
 }
 
+// A squeezenet fire module's end: two convolutions (1x1 and 3x3, 6 and 10 channels) concatenated
+// along channels, read by a 1x1 convolution into 4 channels (then Relu), or by a 3x3 one with
+// stride 2 and asymmetric padding (no bias): each becomes one Conv per Concat input, summed, and
+// fuse-conv makes them FusedConvs with residual sums; the results stay.
+TEST(SplitConcatConv, AConvOverAConcatBecomesOneConvPerInputSummed) {
+  for (bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "3x3 stride 2" : "1x1");
+    GraphBuilder b;
+    ir::Tensor* x = b.input({2, 5, 9, 9});
+    auto conv = [&](ir::Tensor* in, int64_t m, int64_t c, int64_t k, uint64_t seed) {
+      ir::Attributes a;
+      a.set("pads", std::vector<int64_t>(4, k / 2));
+      return b.op("Conv", {in, b.constant(randomFloats({m, c, k, k}, seed)), b.constant(randomFloats({m}, seed + 1))},
+                  a);
+    };
+    ir::Tensor* e1 = b.op("Relu", {conv(x, 6, 5, 1, 31)});
+    ir::Tensor* e3 = b.op("Relu", {conv(x, 10, 5, 3, 33)});
+    ir::Attributes ca;
+    ca.set("axis", int64_t{1});
+    ir::Tensor* cat = b.op("Concat", {e1, e3}, ca);
+    ir::Tensor* y;
+    if (!strided) {
+      y = b.op("Relu", {conv(cat, 4, 16, 1, 35)});
+    } else {
+      ir::Attributes a;
+      a.set("pads", std::vector<int64_t>{0, 1, 1, 0});
+      a.set("strides", std::vector<int64_t>{2, 2});
+      y = b.op("Conv", {cat, b.constant(randomFloats({3, 16, 3, 3}, 37))}, a);
+    }
+    b.outputs({y});
+    NDArray in = randomFloats({2, 5, 9, 9}, 39);
+    auto before = runGraph(*b.g, {in}, true);
+    run(*b.g, {"split-concat-conv", "dce"}, true);
+    EXPECT_EQ(opCounts(*b.g)["Concat"], 0);
+    EXPECT_EQ(opCounts(*b.g)["Conv"], 4);
+    EXPECT_EQ(opCounts(*b.g)["Add"], 1);
+    EXPECT_TRUE(close(runGraph(*b.g, {in}, true)[0], before[0], 1e-4, 1e-4));
+    run(*b.g, {"fuse-conv", "dce"}, true);
+    EXPECT_EQ(opCounts(*b.g)["Add"], 0);
+    EXPECT_TRUE(close(runGraph(*b.g, {in}, true)[0], before[0], 1e-4, 1e-4));
+    EXPECT_TRUE(close(runGraph(*b.g, {in})[0], before[0], 1e-4, 1e-4));
+  }
+}
+
+// Left alone: a Concat someone else reads too, a Concat along another axis, a grouped Conv, weights
+// known only at run time, and a Conv whose output is larger than the Concat (the partial sums would
+// cost more than the Concat saves).
+TEST(SplitConcatConv, OtherReadersAxesGroupsAndLargeOutputsAreLeftAlone) {
+  struct Case {
+    const char* tag;
+    int64_t axis, group, m;
+    bool otherReader, constantWeights;
+  };
+  for (const Case& c : {Case{"other reader", 1, 1, 4, true, true}, Case{"axis 2", 2, 1, 4, false, true},
+                        Case{"grouped", 1, 2, 4, false, true}, Case{"run-time weights", 1, 1, 4, false, false},
+                        Case{"larger output", 1, 1, 64, false, true}}) {
+    SCOPED_TRACE(c.tag);
+    GraphBuilder b;
+    ir::Tensor* x1 = b.input({1, 8, 6, 6});
+    ir::Tensor* x2 = b.input({1, 8, 6, 6});
+    ir::Attributes ca;
+    ca.set("axis", c.axis);
+    ir::Tensor* cat = b.op("Concat", {x1, x2}, ca);
+    const int64_t C = c.axis == 1 ? 16 : 8;
+    ir::Attributes a;
+    a.set("group", c.group);
+    ir::Tensor* w =
+        c.constantWeights ? b.constant(randomFloats({c.m, C / c.group, 1, 1}, 41)) : b.input({c.m, C / c.group, 1, 1});
+    std::vector<ir::Tensor*> outs{b.op("Conv", {cat, w}, a)};
+    if (c.otherReader) outs.push_back(b.op("Relu", {cat}));
+    b.outputs(outs);
+    run(*b.g, {"split-concat-conv"}, true);
+    EXPECT_EQ(opCounts(*b.g)["Concat"], 1);
+    EXPECT_EQ(opCounts(*b.g)["Conv"], 1);
+  }
+}
+
 TEST(FuseMatmul, MatMulBiasAndActivationBecomeFusedMatMul) {
   GraphBuilder b;
   ir::Tensor* x = b.input({4, 8});

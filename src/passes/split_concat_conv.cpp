@@ -1,0 +1,120 @@
+// split-concat-conv (inference): a Conv that alone reads a Concat along channels is split into one
+// Conv per Concat input, each on its slice of the weights' input channels, summed:
+//
+//   Conv(Concat(A, B, axis 1), W, b)  ->  Add(Conv(B, W[:, Ca:]), Conv(A, W[:, :Ca], b))
+//
+// (a convolution is linear in its input channels, so any kernel, stride, padding and dilation
+// splits; one group only). fuse-conv then folds each Add into the next Conv as its residual sum
+// (oneDNN's sum post-op, or graft's kernels' `accumulate`), and the activation after the last Add
+// into the last Conv. The Concat's output is never written: the Concat read its inputs and wrote
+// them again (C channels in, C out) only for the Conv to read them a third time, where the split
+// writes and reads back only the partial sums (M channels each, at the Conv's output size). The
+// pass splits where that is less: M x (output pixels) x (inputs - 1) < C x (input pixels).
+// squeezenet1_1's fire modules: expand1x1 and expand3x3 concatenated, read by the next squeeze
+// convolution (128-512 channels in, 16-64 out).
+#include "ops/infer.hpp"
+#include "passes/fuse_util.hpp"
+
+namespace graft::passes {
+namespace {
+
+bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+
+// The Concat's inputs when `conv` may be split over them; empty otherwise.
+std::vector<ir::Tensor*> splittableInputs(const ir::Node& conv, const PassContext& ctx) {
+  if (!isOnnx(&conv, "Conv") || conv.numOutputs() != 1 || conv.attrInt("group", 1) != 1) return {};
+  if (!fuse::isFloat(conv.input(0)) || !fuse::isFloat(conv.output(0)) || !conv.output(0)->info().isStatic()) return {};
+  ir::Node* cat = conv.input(0)->producer();
+  if (!isOnnx(cat, "Concat") || fuse::soleConsumer(conv.input(0)) != &conv) return {};
+  const Shape& x = conv.input(0)->info().shape();
+  if (x.size() < 3 || !conv.input(0)->info().isStatic()) return {};
+  int64_t axis = cat->attrInt("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(x.size());
+  if (axis != 1 || cat->numInputs() < 2) return {};
+  const ir::Tensor* w = conv.input(1);
+  if (!fuse::isConstant(w, ctx) || !fuse::isFloat(w) || w->data()->rank() != static_cast<int64_t>(x.size()) ||
+      w->data()->dim(1) != x[1])
+    return {};
+  std::vector<ir::Tensor*> parts;
+  for (size_t i = 0; i < cat->numInputs(); ++i) {
+    ir::Tensor* t = cat->input(i);
+    if (!fuse::isFloat(t) || !t->info().isStatic() || t->info().shape().size() != x.size()) return {};
+    parts.push_back(t);
+  }
+  // Worth it: the partial sums' extra traffic below the Concat's.
+  const Shape& y = conv.output(0)->info().shape();
+  const int64_t inPixels = shapeNumel(x) / x[1], outPixels = shapeNumel(y) / y[1];
+  if (y[1] * outPixels * static_cast<int64_t>(parts.size() - 1) >= x[1] * inPixels) return {};
+  return parts;
+}
+
+// W[:, c0:c1] of a float [M, C, k...] weight.
+NDArray inputChannels(const NDArray& w, int64_t c0, int64_t c1) {
+  Shape s = w.shape();
+  const int64_t M = s[0], C = s[1], per = w.numel() / (M * C);
+  s[1] = c1 - c0;
+  NDArray out(DataType::Float, s);
+  const float* src = w.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t m = 0; m < M; ++m)
+    std::copy(src + (m * C + c0) * per, src + (m * C + c1) * per, dst + m * (c1 - c0) * per);
+  return out;
+}
+
+class SplitConcatConv : public Pass {
+ public:
+  std::string_view name() const override { return "split-concat-conv"; }
+  bool run(ir::Graph& g, PassContext& ctx) override {
+    bool changed = false;
+    std::vector<ir::Node*> convs;
+    for (ir::Node* n : g.schedule())
+      if (isOnnx(n, "Conv")) convs.push_back(n);
+    for (ir::Node* conv : convs) {
+      std::vector<ir::Tensor*> parts = splittableInputs(*conv, ctx);
+      if (parts.empty()) continue;
+      ir::Node* cat = conv->input(0)->producer();
+      const NDArray& w = *conv->input(1)->data();
+      ir::Tensor* bias = conv->hasInput(2) ? conv->input(2) : nullptr;
+      ir::Tensor* y = conv->output(0);
+      ir::Tensor* catOut = conv->input(0);
+      const ir::Attributes attrs = conv->attrs();
+      const std::string name = conv->name();
+      g.removeNode(conv);
+      g.removeNode(cat);
+      g.removeTensor(catOut);
+      ir::Tensor* sum = nullptr;
+      int64_t c0 = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t c1 = c0 + parts[i]->info().shape()[1];
+        ir::Tensor* wi = g.addInitializer(g.uniqueId(name + "_w" + std::to_string(i)), inputChannels(w, c0, c1),
+                                          ir::TensorKind::Constant);
+        c0 = c1;
+        std::vector<ir::Tensor*> ins{parts[i], wi};
+        if (i == 0 && bias) ins.push_back(bias);
+        const bool last = i + 1 == parts.size();
+        const std::string tag = "_part" + std::to_string(i);
+        ir::Node* part = g.addNode("Conv", "", ins, {last && !sum ? "" : g.uniqueId(y->id() + tag)}, attrs, name + tag);
+        if (last && !sum) g.setOutput(part, 0, y);
+        ops::inferNode(*part, ctx.weightsAreConstant);
+        if (!sum) {
+          sum = part->output(0);
+          continue;
+        }
+        const std::string sumTag = "_sum" + std::to_string(i);
+        ir::Node* add =
+            g.addNode("Add", "", {part->output(0), sum}, {last ? "" : g.uniqueId(y->id() + sumTag)}, {}, name + sumTag);
+        if (last) g.setOutput(add, 0, y);
+        ops::inferNode(*add, ctx.weightsAreConstant);
+        sum = add->output(0);
+      }
+      changed = true;
+    }
+    return changed;
+  }
+};
+
+}  // namespace
+
+GRAFT_REGISTER_PASS("split-concat-conv", SplitConcatConv);
+
+}  // namespace graft::passes
