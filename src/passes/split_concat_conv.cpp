@@ -11,7 +11,8 @@
 // writes and reads back only the partial sums (M channels each, at the Conv's output size). The
 // pass splits where that is less: M x (output pixels) x (inputs - 1) < C x (input pixels).
 // squeezenet1_1's fire modules: expand1x1 and expand3x3 concatenated, read by the next squeeze
-// convolution (128-512 channels in, 16-64 out).
+// convolution (128-512 channels in, 16-64 out). First, a MaxPool or AveragePool that alone reads
+// such a Concat moves above it (sinkPools), so that the Conv after the pool splits too.
 #include "ops/infer.hpp"
 #include "passes/fuse_util.hpp"
 
@@ -61,11 +62,55 @@ NDArray inputChannels(const NDArray& w, int64_t c0, int64_t c1) {
   return out;
 }
 
+// MaxPool / AveragePool (one output) that alone reads a Concat along channels of 4-D float
+// tensors becomes one pool per Concat input, concatenated after: pooling works channel by channel,
+// so the Concat moves the pooled (smaller) tensors, and a Conv reading the pool can then be split
+// over them (squeezenet1_1's fire modules 4 and 7, each followed by a MaxPool).
+bool sinkPools(ir::Graph& g, const PassContext& ctx) {
+  bool changed = false;
+  std::vector<ir::Node*> pools;
+  for (ir::Node* n : g.schedule())
+    if ((isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool")) && n->numOutputs() == 1) pools.push_back(n);
+  for (ir::Node* pool : pools) {
+    ir::Node* cat = pool->input(0)->producer();
+    if (!isOnnx(cat, "Concat") || fuse::soleConsumer(pool->input(0)) != pool || cat->numInputs() < 2) continue;
+    const TensorInfo& xi = pool->input(0)->info();
+    if (!fuse::isFloat(pool->input(0)) || !xi.isStatic() || xi.shape().size() != 4) continue;
+    if (!fuse::isFloat(pool->output(0)) || !pool->output(0)->info().isStatic()) continue;
+    int64_t axis = cat->attrInt("axis", 0);
+    if (axis < 0) axis += 4;
+    if (axis != 1) continue;
+    bool ok = true;
+    for (size_t i = 0; i < cat->numInputs(); ++i) ok = ok && fuse::isFloat(cat->input(i));
+    if (!ok) continue;
+    std::vector<ir::Tensor*> parts(cat->inputs().begin(), cat->inputs().end());
+    const ir::Attributes poolAttrs = pool->attrs(), catAttrs = cat->attrs();
+    const std::string type = pool->type(), name = pool->name(), catName = cat->name();
+    ir::Tensor* y = pool->output(0);
+    ir::Tensor* catOut = pool->input(0);
+    g.removeNode(pool);
+    g.removeNode(cat);
+    g.removeTensor(catOut);
+    std::vector<ir::Tensor*> pooled;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string tag = "_part" + std::to_string(i);
+      ir::Node* p = g.addNode(type, "", {parts[i]}, {g.uniqueId(y->id() + tag)}, poolAttrs, name + tag);
+      ops::inferNode(*p, ctx.weightsAreConstant);
+      pooled.push_back(p->output(0));
+    }
+    ir::Node* c = g.addNode("Concat", "", pooled, {""}, catAttrs, catName);
+    g.setOutput(c, 0, y);
+    ops::inferNode(*c, ctx.weightsAreConstant);
+    changed = true;
+  }
+  return changed;
+}
+
 class SplitConcatConv : public Pass {
  public:
   std::string_view name() const override { return "split-concat-conv"; }
   bool run(ir::Graph& g, PassContext& ctx) override {
-    bool changed = false;
+    bool changed = sinkPools(g, ctx);
     std::vector<ir::Node*> convs;
     for (ir::Node* n : g.schedule())
       if (isOnnx(n, "Conv")) convs.push_back(n);

@@ -184,6 +184,39 @@ TEST(SplitConcatConv, AConvOverAConcatBecomesOneConvPerInputSummed) {
   }
 }
 
+// A MaxPool (3x3, stride 2, ceil_mode) between the Concat and the Conv moves above the Concat,
+// one per input, and the Conv then splits: no Concat is left. An AveragePool whose output is the
+// graph's moves too, and its Concat (of the pooled tensors) stays.
+TEST(SplitConcatConv, PoolsBetweenTheConcatAndTheConvMoveAboveTheConcat) {
+  for (bool average : {false, true}) {
+    SCOPED_TRACE(average ? "AveragePool, graph output" : "MaxPool, then a Conv");
+    GraphBuilder b;
+    ir::Tensor* x1 = b.input({2, 6, 9, 9});
+    ir::Tensor* x2 = b.input({2, 10, 9, 9});
+    ir::Attributes ca;
+    ca.set("axis", int64_t{1});
+    ir::Tensor* cat = b.op("Concat", {x1, x2}, ca);
+    ir::Attributes pa;
+    pa.set("kernel_shape", std::vector<int64_t>{3, 3});
+    pa.set("strides", std::vector<int64_t>{2, 2});
+    pa.set("ceil_mode", int64_t{1});
+    if (average) pa.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    ir::Tensor* pooled = b.op(average ? "AveragePool" : "MaxPool", {cat}, pa);
+    ir::Tensor* y = pooled;
+    if (!average)
+      y = b.op("Conv", {pooled, b.constant(randomFloats({4, 16, 1, 1}, 43)), b.constant(randomFloats({4}, 44))});
+    b.outputs({y});
+    NDArray in1 = randomFloats({2, 6, 9, 9}, 45), in2 = randomFloats({2, 10, 9, 9}, 46);
+    auto before = runGraph(*b.g, {in1, in2}, true);
+    run(*b.g, {"split-concat-conv", "dce"}, true);
+    EXPECT_EQ(opCounts(*b.g)[average ? "AveragePool" : "MaxPool"], 2);
+    EXPECT_EQ(opCounts(*b.g)["Concat"], average ? 1 : 0);
+    EXPECT_EQ(opCounts(*b.g)["Conv"], average ? 0 : 2);
+    EXPECT_TRUE(close(runGraph(*b.g, {in1, in2}, true)[0], before[0], 1e-4, 1e-4));
+    EXPECT_TRUE(close(runGraph(*b.g, {in1, in2})[0], before[0], 1e-4, 1e-4));
+  }
+}
+
 // Left alone: a Concat someone else reads too, a Concat along another axis, a grouped Conv, weights
 // known only at run time, and a Conv whose output is larger than the Concat (the partial sums would
 // cost more than the Concat saves).
