@@ -14,6 +14,11 @@
 #include "support/cpu_features.hpp"
 #include "support/thread_pool.hpp"
 
+namespace graft::backends::cpu::onednn {
+// In onednn_conv.cpp: the channel block (16) of a Conv that runs on oneDNN's Winograd kernel, or 0.
+int convWinogradBlock(const ir::Node& n);
+}  // namespace graft::backends::cpu::onednn
+
 namespace graft::passes::testing {
 namespace {
 
@@ -215,6 +220,33 @@ TEST(SplitConcatConv, PoolsBetweenTheConcatAndTheConvMoveAboveTheConcat) {
     EXPECT_TRUE(close(runGraph(*b.g, {in1, in2}, true)[0], before[0], 1e-4, 1e-4));
     EXPECT_TRUE(close(runGraph(*b.g, {in1, in2})[0], before[0], 1e-4, 1e-4));
   }
+}
+
+// A Concat with an input from a convolution on oneDNN's Winograd kernel (forced on here; AVX-512
+// hosts) stays, and so does the MaxPool after it: cpu-layout holds those in 16-channel blocks.
+// Where oneDNN has no Winograd kernel (AVX2), the pass goes on as above.
+TEST(SplitConcatConv, ConcatsOfWinogradConvolutionsStay) {
+  backends::cpu::onednn::WinogradScope on(backends::cpu::onednn::WinogradMode::On);
+  GraphBuilder b;
+  ir::Tensor* x = b.input({1, 16, 14, 14});
+  ir::Attributes a3;
+  a3.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  ir::Tensor* c3 = b.op("Conv", {x, b.constant(randomFloats({16, 16, 3, 3}, 51))}, a3);
+  ir::Tensor* e3 = b.op("Relu", {c3});  // as exported: the activation between the Conv and the Concat
+  ir::Tensor* e1 = b.op("Conv", {x, b.constant(randomFloats({16, 16, 1, 1}, 52))});
+  ir::Attributes ca;
+  ca.set("axis", int64_t{1});
+  ir::Tensor* cat = b.op("Concat", {e1, e3}, ca);
+  ir::Attributes pa;
+  pa.set("kernel_shape", std::vector<int64_t>{2, 2});
+  pa.set("strides", std::vector<int64_t>{2, 2});
+  ir::Tensor* pooled = b.op("MaxPool", {cat}, pa);
+  b.outputs({b.op("Conv", {pooled, b.constant(randomFloats({4, 32, 1, 1}, 53))})});
+  const bool winograd = backends::cpu::onednn::convWinogradBlock(*c3->producer()) != 0;
+  SCOPED_TRACE(winograd ? "oneDNN has a Winograd kernel here" : "no Winograd kernel here");
+  run(*b.g, {"split-concat-conv", "dce"}, true);
+  EXPECT_EQ(opCounts(*b.g)["Concat"], winograd ? 1 : 0);
+  EXPECT_EQ(opCounts(*b.g)["MaxPool"], winograd ? 1 : 2);
 }
 
 // Left alone: a Concat someone else reads too, a Concat along another axis, a grouped Conv, weights

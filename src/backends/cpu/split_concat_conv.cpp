@@ -13,20 +13,41 @@
 // squeezenet1_1's fire modules: expand1x1 and expand3x3 concatenated, read by the next squeeze
 // convolution (128-512 channels in, 16-64 out). First, a MaxPool or AveragePool that alone reads
 // such a Concat moves above it (sinkPools), so that the Conv after the pool splits too.
+//
+// Concats with an input from a convolution on oneDNN's Winograd kernel (AVX-512 hosts) are left
+// as they are: cpu-layout holds such a Concat and what reads it in 16-channel blocks (its
+// Winograd islands, feedsBlock16Concat), and without the Concat squeezenet1_1 b8 went channels
+// last around its Winograd convolutions with 13 Reblocks a step (5.6% of the step).
 #include "ops/infer.hpp"
 #include "passes/fuse_util.hpp"
+
+namespace graft::backends::cpu::onednn {
+// In onednn_conv.cpp: the channel block (16) of a Conv that runs on oneDNN's Winograd kernel, or 0.
+int convWinogradBlock(const ir::Node& n);
+}  // namespace graft::backends::cpu::onednn
 
 namespace graft::passes {
 namespace {
 
 bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
 
+// Whether some input of Concat `cat` comes from a convolution on oneDNN's Winograd kernel, directly
+// or through its activation (a node of one input: fuse-conv has not run yet).
+bool readsWinograd(const ir::Node& cat) {
+  for (size_t i = 0; i < cat.numInputs(); ++i) {
+    const ir::Node* p = cat.input(i) ? cat.input(i)->producer() : nullptr;
+    if (p && !isOnnx(p, "Conv") && p->numInputs() == 1 && p->input(0)) p = p->input(0)->producer();
+    if (isOnnx(p, "Conv") && backends::cpu::onednn::convWinogradBlock(*p) != 0) return true;
+  }
+  return false;
+}
+
 // The Concat's inputs when `conv` may be split over them; empty otherwise.
 std::vector<ir::Tensor*> splittableInputs(const ir::Node& conv, const PassContext& ctx) {
   if (!isOnnx(&conv, "Conv") || conv.numOutputs() != 1 || conv.attrInt("group", 1) != 1) return {};
   if (!fuse::isFloat(conv.input(0)) || !fuse::isFloat(conv.output(0)) || !conv.output(0)->info().isStatic()) return {};
   ir::Node* cat = conv.input(0)->producer();
-  if (!isOnnx(cat, "Concat") || fuse::soleConsumer(conv.input(0)) != &conv) return {};
+  if (!isOnnx(cat, "Concat") || fuse::soleConsumer(conv.input(0)) != &conv || readsWinograd(*cat)) return {};
   const Shape& x = conv.input(0)->info().shape();
   if (x.size() < 3 || !conv.input(0)->info().isStatic()) return {};
   int64_t axis = cat->attrInt("axis", 0);
@@ -73,7 +94,9 @@ bool sinkPools(ir::Graph& g, const PassContext& ctx) {
     if ((isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool")) && n->numOutputs() == 1) pools.push_back(n);
   for (ir::Node* pool : pools) {
     ir::Node* cat = pool->input(0)->producer();
-    if (!isOnnx(cat, "Concat") || fuse::soleConsumer(pool->input(0)) != pool || cat->numInputs() < 2) continue;
+    if (!isOnnx(cat, "Concat") || fuse::soleConsumer(pool->input(0)) != pool || cat->numInputs() < 2 ||
+        readsWinograd(*cat))
+      continue;
     const TensorInfo& xi = pool->input(0)->info();
     if (!fuse::isFloat(pool->input(0)) || !xi.isStatic() || xi.shape().size() != 4) continue;
     if (!fuse::isFloat(pool->output(0)) || !pool->output(0)->info().isStatic()) continue;
