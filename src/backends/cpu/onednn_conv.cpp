@@ -430,18 +430,11 @@ ops::KernelFn makeConv(ops::CompileContext& ctx) {
     return true;
   };
   const NDArray* constW = ctx.constantInput(1);
-  bool made = wantsWinograd(n, c) && create(*st, false, true, constW);
+  // The direct twin: a copy of the state before any primitive is made, then its own primitive,
+  // adapters and weights.
+  auto twin = wantsWinograd(n, c) ? std::make_shared<ConvState>(*st) : nullptr;
+  bool made = twin && create(*st, false, true, constW);
   if (made) {
-    // The direct twin: the same state but for its primitive, its adapters and its weights.
-    auto twin = std::make_shared<ConvState>();
-    twin->biasDesc = st->biasDesc;
-    twin->yShape = st->yShape;
-    twin->bias = st->bias;
-    twin->sum = st->sum;
-    twin->threads = st->threads;
-    twin->act = st->act;
-    twin->padRows = st->padRows, twin->padBlock = st->padBlock, twin->padLanes = st->padLanes;
-    twin->padSpatial = st->padSpatial, twin->padBlocks = st->padBlocks;
     std::string winogradImpl = takeImplementation();
     if (create(*twin, false, false, nullptr)) {
       takeImplementation();

@@ -42,27 +42,38 @@ bool readsWinograd(const ir::Node& cat) {
   return false;
 }
 
+// The Concat that produces t when `reader` alone reads it and both rewrites may take it: along
+// channels (axis 1), two inputs or more, every tensor float with a static shape of t's rank, no
+// input from a Winograd convolution; nullptr otherwise.
+ir::Node* channelConcat(const ir::Tensor* t, const ir::Node* reader) {
+  ir::Node* cat = t ? t->producer() : nullptr;
+  if (!isOnnx(cat, "Concat") || cat->numInputs() < 2 || fuse::soleConsumer(t) != reader) return nullptr;
+  if (!fuse::isFloat(t) || !t->info().isStatic()) return nullptr;
+  const int64_t rank = static_cast<int64_t>(t->info().shape().size());
+  int64_t axis = cat->attrInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis != 1) return nullptr;
+  for (size_t i = 0; i < cat->numInputs(); ++i) {
+    const ir::Tensor* in = cat->input(i);
+    if (!fuse::isFloat(in) || !in->info().isStatic() || static_cast<int64_t>(in->info().shape().size()) != rank)
+      return nullptr;
+  }
+  return readsWinograd(*cat) ? nullptr : cat;
+}
+
 // The Concat's inputs when `conv` may be split over them; empty otherwise.
 std::vector<ir::Tensor*> splittableInputs(const ir::Node& conv, const PassContext& ctx) {
   if (!isOnnx(&conv, "Conv") || conv.numOutputs() != 1 || conv.attrInt("group", 1) != 1) return {};
-  if (!fuse::isFloat(conv.input(0)) || !fuse::isFloat(conv.output(0)) || !conv.output(0)->info().isStatic()) return {};
-  ir::Node* cat = conv.input(0)->producer();
-  if (!isOnnx(cat, "Concat") || fuse::soleConsumer(conv.input(0)) != &conv || readsWinograd(*cat)) return {};
+  if (!fuse::isFloat(conv.output(0)) || !conv.output(0)->info().isStatic()) return {};
+  const ir::Node* cat = channelConcat(conv.input(0), &conv);
+  if (!cat) return {};
   const Shape& x = conv.input(0)->info().shape();
-  if (x.size() < 3 || !conv.input(0)->info().isStatic()) return {};
-  int64_t axis = cat->attrInt("axis", 0);
-  if (axis < 0) axis += static_cast<int64_t>(x.size());
-  if (axis != 1 || cat->numInputs() < 2) return {};
+  if (x.size() < 3) return {};
   const ir::Tensor* w = conv.input(1);
   if (!fuse::isConstant(w, ctx) || !fuse::isFloat(w) || w->data()->rank() != static_cast<int64_t>(x.size()) ||
       w->data()->dim(1) != x[1])
     return {};
-  std::vector<ir::Tensor*> parts;
-  for (size_t i = 0; i < cat->numInputs(); ++i) {
-    ir::Tensor* t = cat->input(i);
-    if (!fuse::isFloat(t) || !t->info().isStatic() || t->info().shape().size() != x.size()) return {};
-    parts.push_back(t);
-  }
+  std::vector<ir::Tensor*> parts(cat->inputs().begin(), cat->inputs().end());
   // Worth it: the partial sums' extra traffic below the Concat's.
   const Shape& y = conv.output(0)->info().shape();
   const int64_t inPixels = shapeNumel(x) / x[1], outPixels = shapeNumel(y) / y[1];
@@ -93,19 +104,9 @@ bool sinkPools(ir::Graph& g, const PassContext& ctx) {
   for (ir::Node* n : g.schedule())
     if ((isOnnx(n, "MaxPool") || isOnnx(n, "AveragePool")) && n->numOutputs() == 1) pools.push_back(n);
   for (ir::Node* pool : pools) {
-    ir::Node* cat = pool->input(0)->producer();
-    if (!isOnnx(cat, "Concat") || fuse::soleConsumer(pool->input(0)) != pool || cat->numInputs() < 2 ||
-        readsWinograd(*cat))
-      continue;
-    const TensorInfo& xi = pool->input(0)->info();
-    if (!fuse::isFloat(pool->input(0)) || !xi.isStatic() || xi.shape().size() != 4) continue;
+    ir::Node* cat = channelConcat(pool->input(0), pool);
+    if (!cat || pool->input(0)->info().shape().size() != 4) continue;
     if (!fuse::isFloat(pool->output(0)) || !pool->output(0)->info().isStatic()) continue;
-    int64_t axis = cat->attrInt("axis", 0);
-    if (axis < 0) axis += 4;
-    if (axis != 1) continue;
-    bool ok = true;
-    for (size_t i = 0; i < cat->numInputs(); ++i) ok = ok && fuse::isFloat(cat->input(i));
-    if (!ok) continue;
     std::vector<ir::Tensor*> parts(cat->inputs().begin(), cat->inputs().end());
     const ir::Attributes poolAttrs = pool->attrs(), catAttrs = cat->attrs();
     const std::string type = pool->type(), name = pool->name(), catName = cat->name();

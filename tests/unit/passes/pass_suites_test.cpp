@@ -145,6 +145,13 @@ TEST(FuseConv, ConvAndActivationBecomeFusedConv) {
   EXPECT_TRUE(close(runGraph(*c.b.g, {c.in})[0], before[0], 1e-4, 1e-4));
 }
 
+// Concat(ins) along `axis` (channels by default).
+ir::Tensor* concat(GraphBuilder& b, std::vector<ir::Tensor*> ins, int64_t axis = 1) {
+  ir::Attributes a;
+  a.set("axis", axis);
+  return b.op("Concat", std::move(ins), a);
+}
+
 // A squeezenet fire module's end: two convolutions (1x1 and 3x3, 6 and 10 channels) concatenated
 // along channels, read by a 1x1 convolution into 4 channels (then Relu), or by a 3x3 one with
 // stride 2 and asymmetric padding (no bias): each becomes one Conv per Concat input, summed, and
@@ -162,9 +169,7 @@ TEST(SplitConcatConv, AConvOverAConcatBecomesOneConvPerInputSummed) {
     };
     ir::Tensor* e1 = b.op("Relu", {conv(x, 6, 5, 1, 31)});
     ir::Tensor* e3 = b.op("Relu", {conv(x, 10, 5, 3, 33)});
-    ir::Attributes ca;
-    ca.set("axis", int64_t{1});
-    ir::Tensor* cat = b.op("Concat", {e1, e3}, ca);
+    ir::Tensor* cat = concat(b, {e1, e3});
     ir::Tensor* y;
     if (!strided) {
       y = b.op("Relu", {conv(cat, 4, 16, 1, 35)});
@@ -198,9 +203,7 @@ TEST(SplitConcatConv, PoolsBetweenTheConcatAndTheConvMoveAboveTheConcat) {
     GraphBuilder b;
     ir::Tensor* x1 = b.input({2, 6, 9, 9});
     ir::Tensor* x2 = b.input({2, 10, 9, 9});
-    ir::Attributes ca;
-    ca.set("axis", int64_t{1});
-    ir::Tensor* cat = b.op("Concat", {x1, x2}, ca);
+    ir::Tensor* cat = concat(b, {x1, x2});
     ir::Attributes pa;
     pa.set("kernel_shape", std::vector<int64_t>{3, 3});
     pa.set("strides", std::vector<int64_t>{2, 2});
@@ -234,9 +237,7 @@ TEST(SplitConcatConv, ConcatsOfWinogradConvolutionsStay) {
   ir::Tensor* c3 = b.op("Conv", {x, b.constant(randomFloats({16, 16, 3, 3}, 51))}, a3);
   ir::Tensor* e3 = b.op("Relu", {c3});  // as exported: the activation between the Conv and the Concat
   ir::Tensor* e1 = b.op("Conv", {x, b.constant(randomFloats({16, 16, 1, 1}, 52))});
-  ir::Attributes ca;
-  ca.set("axis", int64_t{1});
-  ir::Tensor* cat = b.op("Concat", {e1, e3}, ca);
+  ir::Tensor* cat = concat(b, {e1, e3});
   ir::Attributes pa;
   pa.set("kernel_shape", std::vector<int64_t>{2, 2});
   pa.set("strides", std::vector<int64_t>{2, 2});
@@ -265,9 +266,7 @@ TEST(SplitConcatConv, OtherReadersAxesGroupsAndLargeOutputsAreLeftAlone) {
     GraphBuilder b;
     ir::Tensor* x1 = b.input({1, 8, 6, 6});
     ir::Tensor* x2 = b.input({1, 8, 6, 6});
-    ir::Attributes ca;
-    ca.set("axis", c.axis);
-    ir::Tensor* cat = b.op("Concat", {x1, x2}, ca);
+    ir::Tensor* cat = concat(b, {x1, x2}, c.axis);
     const int64_t C = c.axis == 1 ? 16 : 8;
     ir::Attributes a;
     a.set("group", c.group);
