@@ -256,7 +256,7 @@ def main():
                          "(--quick: 1)")
     ap.add_argument("--extra-rounds", type=int, default=EXTRA_ROUNDS,
                     help="with --rounds 2 or more: up to this many more rounds for a model where some framework's "
-                         f"lowest median is not confirmed by another round within {CONFIRM:.0%} (0: never)")
+                         f"lowest median is not confirmed by another round within {CONFIRM * 100:.0f}%% (0: never)")
     ap.add_argument("--no-spin-table", action="store_true",
                     help="skip the second inference table with spinning threads (the libraries' defaults)")
     ap.add_argument("--no-bf16", action="store_true",
