@@ -5,7 +5,9 @@ frameworks' thread pools apart. Only the framework under test is imported: graft
 Runtime runs do not load PyTorch.
 
     child.py FRAMEWORK MODE ZOO_DIR MODEL BATCH THREADS BUDGET_S MAX_REPS
-FRAMEWORK: graft | ort | torch | torch_compile; MODE: infer | train.
+FRAMEWORK: graft | graft_bf16 | ort | torch | torch_bf16 | torch_compile; MODE: infer | train.
+torch_bf16 (inference only) is PyTorch's own bf16 mixed precision, torch.autocast("cpu", bfloat16):
+the peer that graft's enableBf16 is measured against for speed and for accuracy.
 """
 import json
 import os
@@ -132,7 +134,9 @@ def run_ort(mode, zoo, stem, threads, budget, max_reps, res):
     res["times"] = timed(lambda: sess.run(None, {"x": x}), budget, max_reps)
 
 
-def run_torch(mode, zoo, stem, threads, budget, max_reps, res, name, compiled):
+def run_torch(mode, zoo, stem, threads, budget, max_reps, res, name, compiled, bf16=False):
+    import contextlib
+
     import torch
 
     import zoo as Z
@@ -147,14 +151,20 @@ def run_torch(mode, zoo, stem, threads, budget, max_reps, res, name, compiled):
         model.eval()
         fwd = torch.compile(model) if compiled else model
 
+        if bf16 and not torch.cpu._is_avx512_bf16_supported():
+            raise RuntimeError("torch_bf16: this CPU has no avx512_bf16")
+        cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+
         def step():
-            with torch.inference_mode():
+            with torch.inference_mode(), cast():
                 return fwd(x)
 
         out = step()
         res["prepare_s"] = time.perf_counter() - t0
-        res.update(compare(out.numpy(), load_np(zoo, stem, "ref")))
+        res.update(compare(out.float().numpy(), load_np(zoo, stem, "ref")))
     else:
+        if bf16:
+            raise ValueError("torch_bf16 times inference only")
         model.train()
         y = torch.from_numpy(load_np(zoo, stem, "y"))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -184,8 +194,9 @@ def main():
             run_graft(mode, zoo, stem, threads, budget, max_reps, res, bf16=fw == "graft_bf16")
         elif fw == "ort":
             run_ort(mode, zoo, stem, threads, budget, max_reps, res)
-        elif fw in ("torch", "torch_compile"):
-            run_torch(mode, zoo, stem, threads, budget, max_reps, res, name, fw == "torch_compile")
+        elif fw in ("torch", "torch_compile", "torch_bf16"):
+            run_torch(mode, zoo, stem, threads, budget, max_reps, res, name, fw == "torch_compile",
+                      bf16=fw == "torch_bf16")
         else:
             raise ValueError(f"unknown framework {fw}")
     except Exception as e:  # reported, not raised: the parent records why

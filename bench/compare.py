@@ -38,9 +38,11 @@ def entries(report):
             for fw, res in (row.get(mode) or {}).items():
                 if isinstance(res, dict) and res.get("median_s"):
                     out[(row["model"], row["batch"], mode, fw)] = res
-        bf16 = row.get("infer_bf16")  # the bf16 table's runs (hosts with avx512_bf16)
-        if isinstance(bf16, dict) and bf16.get("median_s"):
-            out[(row["model"], row["batch"], "infer", "graft_bf16")] = bf16
+        # The bf16 table's runs (hosts with avx512_bf16): graft's and PyTorch autocast's.
+        for key, fw in (("infer_bf16", "graft_bf16"), ("infer_bf16_torch", "torch_bf16")):
+            bf16 = row.get(key)
+            if isinstance(bf16, dict) and bf16.get("median_s"):
+                out[(row["model"], row["batch"], "infer", fw)] = bf16
     return out
 
 

@@ -310,10 +310,12 @@ def main():
             jobs = [(fw, (infer(fw), a.threads, m["flops_infer"]), None) for fw in fws]
             if bf16_table and batch == large:
                 jobs.append(("graft bf16", (infer("graft_bf16"), a.threads, m["flops_infer"]), None))
+                jobs.append(("torch bf16", (infer("torch_bf16"), a.threads, m["flops_infer"]), None))
             timed = timed_rounds(jobs, rounds, stem)
             row["infer"] = {fw: timed[fw] for fw in fws}
             if "graft bf16" in timed:
                 row["infer_bf16"] = timed["graft bf16"]
+                row["infer_bf16_torch"] = timed["torch bf16"]
             if spin_table:
                 timed = timed_rounds([(fw + " spin", (infer(fw), a.threads, m["flops_infer"]), True) for fw in fws],
                                      rounds, stem)
@@ -376,6 +378,7 @@ def make_report(rows, a, sgemm, total):
             row["spin_torch_over_graft"] = ratio(best_torch([sp.get("torch"), sp.get("torch_compile")]), sp.get("graft"))
         if row.get("infer_bf16"):
             row["bf16_speedup"] = ratio(inf.get("graft"), row["infer_bf16"])
+            row["bf16_torch_over_graft"] = ratio(row.get("infer_bf16_torch"), row["infer_bf16"])
         tr = row["train"]
         if tr:
             tt = best_torch([tr.get("torch"), tr.get("torch_compile")])
@@ -400,6 +403,8 @@ def make_report(rows, a, sgemm, total):
             "spin_infer_geomean_torch_over_graft": geomean([r["spin_torch_over_graft"] for r in rows
                                                             if r.get("spin_torch_over_graft")]),
             "bf16_geomean_speedup": geomean([r["bf16_speedup"] for r in rows if r.get("bf16_speedup")]),
+            "bf16_geomean_torch_over_graft": geomean([r["bf16_torch_over_graft"] for r in rows
+                                                      if r.get("bf16_torch_over_graft")]),
         },
         "rows": rows,
     }
@@ -480,11 +485,15 @@ def write_outputs(rep, out):
         L.append("Matmuls and convolutions in bf16 with float32 accumulation (docs/cpu-backend.md, bf16), against "
                  "graft's float32 run of the first table. Errors and argmax are against PyTorch's float32 output: "
                  "max |bf16 - ref| / max |ref|, and the rows (samples; tokens or time steps for bert4 and lstm2) "
-                 "whose argmax over the last axis matches. "
-                 f"Geometric mean float32 / bf16 = {f2(s.get('bf16_geomean_speedup'))}.\n")
-        L.append("| model | batch | float32 ms | bf16 ms | float32 / bf16 | bf16 GFLOP/s | max rel err float32 / bf16 | "
-                 "argmax agreement float32 / bf16 |")
-        L.append("|---|---|---|---|---|---|---|---|")
+                 "whose argmax over the last axis matches. The peer is PyTorch's own bf16 mixed precision "
+                 "(torch.autocast on the CPU, bfloat16), timed in the same rounds, its errors and argmax against "
+                 "the same reference. "
+                 f"Geometric mean float32 / bf16 = {f2(s.get('bf16_geomean_speedup'))}; PyTorch bf16 / graft bf16 = "
+                 f"{f2(s.get('bf16_geomean_torch_over_graft'))}.\n")
+        L.append("| model | batch | float32 ms | bf16 ms | float32 / bf16 | bf16 GFLOP/s | PyTorch bf16 ms | "
+                 "PyTorch bf16 / graft bf16 | max rel err float32 / bf16 / PyTorch bf16 | "
+                 "argmax agreement float32 / bf16 / PyTorch bf16 |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
         for r in rep["rows"]:
             b = r.get("infer_bf16")
             if not b:
@@ -497,8 +506,10 @@ def write_outputs(rep, out):
             def agree(e):
                 return f"{e['argmax_agree']}/{e['argmax_rows']}" if "argmax_rows" in e else "-"
 
+            t = r.get("infer_bf16_torch") or {}
             L.append(f"| {r['model']} | {r['batch']} | {fmt_ms(g)} | {fmt_ms(b)} | {f2(r.get('bf16_speedup'))} | "
-                     f"{f2(b.get('gflops'), '.1f')} | {err(g)} / {err(b)} | {agree(g)} / {agree(b)} |")
+                     f"{f2(b.get('gflops'), '.1f')} | {fmt_ms(t)} | {f2(r.get('bf16_torch_over_graft'))} | "
+                     f"{err(g)} / {err(b)} / {err(t)} | {agree(g)} / {agree(b)} / {agree(t)} |")
     if any(r["train"] for r in rep["rows"]):
         L.append("\n## Training step (forward, backward, SGD update)\n")
         L.append("| model | batch | GFLOP | graft ms | PyTorch ms | PyTorch/graft | graft GFLOP/s | PyTorch GFLOP/s | "
@@ -518,8 +529,9 @@ def write_outputs(rep, out):
                      f"{f2((t or {}).get('gflops'), '.1f')} | {mb(g)} / {mb(t)} | {gl} / {r['torch_first_loss']:.4g} | {st} |")
     errs = [(r["model"], r["batch"], fw, e["error"]) for r in rep["rows"] for mode in ("infer", "train")
             for fw, e in r[mode].items() if "error" in e and not (mode == "train" and fw == "graft")]
-    errs += [(r["model"], r["batch"], "graft bf16", r["infer_bf16"]["error"]) for r in rep["rows"]
-             if "error" in (r.get("infer_bf16") or {})]
+    errs += [(r["model"], r["batch"], fw, r[key]["error"]) for r in rep["rows"]
+             for fw, key in (("graft bf16", "infer_bf16"), ("PyTorch bf16", "infer_bf16_torch"))
+             if "error" in (r.get(key) or {})]
     if errs:
         L.append("\n## Errors\n")
         for m, b, fw, e in errs:
