@@ -50,6 +50,8 @@
 namespace graft::backends::cpu {
 namespace {
 
+using onednn::memory;
+
 constexpr int64_t kLanes = 16;    // hidden units per block
 constexpr int64_t kMaxBatch = 4;  // N above this: the batched kernel (below)
 
@@ -106,6 +108,80 @@ bool supportsBatchedLstm(const ir::Node& n) {
   return s && s->N > kMaxBatch;
 }
 
+// The input projection of every time step and direction at once:
+// xw [T*N, D*4H] = X [T*N, I] x [W_0; W_1]^T + Wb + Rb. Constant weights are packed once: on AVX2
+// hosts (sgemm::available()) into sgemm_avx2's panels (oneDNN 2.6's AVX2 jit gemm ran lstm2 b32's
+// 2048 x 512 x 2048 in 27 ms where sgemm_avx2 takes 22; GRAFT_CPU_ISA=avx2 on the half-rate
+// AVX-512 host; docs/cpu-backend.md, "Batched LSTM"), elsewhere into a oneDNN matmul's layout.
+// Weights known only at run time (a training graph's forward) run on the oneDNN matmul, repacked
+// at each run. Both LSTM kernels use it; the small-batch kernel called dnnl_sgemm on the unpacked
+// W instead, and lstm2 b1's 64 x 512 x 2048 per layer took 1.6 ms there (41 GFLOP/s; docs/
+// cpu-backend.md, "LSTM").
+struct InputProjection {
+  GemmGeometry geometry;  // sgemm_avx2
+  AlignedFloats packed;
+  std::vector<float> biasRow;
+  dnnl::matmul prim;  // oneDNN
+  onednn::PackedOperand weights;
+  memory bias;
+  memory::desc xDesc, xwDesc;
+
+  // W [DG, I] (DG = D*4H): its data where it is a constant, else nullptr. Throws dnnl::error
+  // where oneDNN has no matmul for it. setBias gives the biases.
+  InputProjection(const NDArray* w, int64_t TN, int64_t I, int64_t DG) {
+    auto f32 = memory::data_type::f32;
+    xDesc = memory::desc({TN, I}, f32, memory::format_tag::ab);
+    xwDesc = memory::desc({TN, DG}, f32, memory::format_tag::ab);
+    if (w && sgemm::available()) {
+      geometry.M = TN;
+      geometry.K = I;
+      geometry.N = DG;
+      geometry.transB = true;
+      packed.allocate(numPanels(DG, sgemm::panelWidth()) * I * sgemm::panelWidth());
+      packPanels(w->data<float>(), geometry, sgemm::panelWidth(), packed.data);
+      biasRow.assign(static_cast<size_t>(DG), 0.0f);
+      return;
+    }
+    auto& eng = onednn::engine();
+    memory::desc wUser({I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(xDesc, memory::desc({I, DG}, f32, memory::format_tag::any), biasDesc, xwDesc), eng);
+    prim = dnnl::matmul(pd);
+    weights.init(wUser, pd.weights_desc(), w);
+    bias = memory(biasDesc, eng);
+  }
+
+  // Wb + Rb of each gate and direction ([DG]), added to every row.
+  void setBias(const std::vector<float>& b) {
+    float* dst = packed.data ? biasRow.data() : static_cast<float*>(bias.get_data_handle());
+    std::copy(b.begin(), b.end(), dst);
+  }
+
+  // xw = the projection of x ([T*N, I] dense); w: the node's W input (read when not a constant).
+  void run(const NDArray& x, const NDArray& w, NDArray& xw, support::ThreadPool& pool) {
+    if (packed.data) {
+      sgemm::gemm(geometry, x.data<float>(), packed.data, biasRow.data(), xw.data<float>(), pool);
+      return;
+    }
+    onednn::execute(prim, {{DNNL_ARG_SRC, onednn::wrap(xDesc, x)},
+                           {DNNL_ARG_WEIGHTS, weights.get(w)},
+                           {DNNL_ARG_BIAS, bias},
+                           {DNNL_ARG_DST, onednn::wrap(xwDesc, xw)}});
+  }
+};
+
+// Wb + Rb of each gate and direction ([D*4H]; zeros without B).
+std::vector<float> gateBiases(const LstmShape& s, const NDArray* b) {
+  const int64_t G = 4 * s.H, DG = s.D * G;
+  std::vector<float> bias(static_cast<size_t>(DG), 0.0f);
+  if (b)
+    for (int64_t j = 0; j < DG; ++j) {
+      int64_t d = j / G, q = j % G;
+      bias[static_cast<size_t>(j)] = b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q];
+    }
+  return bias;
+}
+
 // Y_h and Y_c (outputs 1 and 2, [D, N, H]) where wanted, from every direction's last states.
 void writeFinalStates(ops::KernelContext& k, const LstmShape& s, const float* yh, const float* yc) {
   const size_t bytes = sizeof(float) * static_cast<size_t>(s.D * s.N * s.H);
@@ -114,14 +190,15 @@ void writeFinalStates(ops::KernelContext& k, const LstmShape& s, const float* yh
 }
 
 // One time step for hidden-unit blocks [b0, b1): gates = xw[n] + h[n] . R^T, then the cell.
-// rp: the direction's packed R ([block][k][gate][16]); xw: [N, 4H] of this step; h, c: [N, H]
+// rp: the direction's packed R ([block][k][gate][16]); xw: [N, 4H] of this step and direction,
+// rows ldx apart; h, c: [N, H]
 // of the previous step (c is updated in place: each unit belongs to one thread); hOut: [N, H].
 // N is a template argument so that the 4 x N accumulators of 16 stay in registers, each as
 // 16 / W vectors of W floats (FloatVec<W>, each variant's register width).
 
 template <int N, int W>
-GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t H,
-                                int64_t b0, int64_t b1) {
+GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, int64_t ldx, const float* h, float* c, float* hOut,
+                                int64_t H, int64_t b0, int64_t b1) {
   using V = typename FloatVec<W>::type;
   using VU = typename FloatVec<W>::unaligned;
   constexpr int kParts = kLanes / W;
@@ -133,7 +210,7 @@ GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h
     for (int n = 0; n < N; ++n)
       for (int g = 0; g < 4; ++g) {
         float init[kLanes];
-        for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[(int64_t{n} * 4 + g) * H + u0 + l] : 0.0f;
+        for (int64_t l = 0; l < kLanes; ++l) init[l] = l < lanes ? xw[n * ldx + g * H + u0 + l] : 0.0f;
         std::memcpy(&acc[n][g], init, sizeof init);
       }
     const float* rg[4] = {r, r + kLanes, r + 2 * kLanes, r + 3 * kLanes};
@@ -170,32 +247,35 @@ GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, const float* h
 
 // Each variant with its own vector width (vecRun's three, chosen by hand).
 template <int N>
-void stepBlocksFor(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t H, int64_t b0,
-                   int64_t b1) {
+void stepBlocksFor(const float* rp, const float* xw, int64_t ldx, const float* h, float* c, float* hOut, int64_t H,
+                   int64_t b0, int64_t b1) {
 #if GRAFT_VEC_VARIANTS
   switch (support::vecLoopIsa()) {
     case support::CpuIsa::Avx512:
-      return vecRunAvx512([&]() __attribute__((always_inline)) { stepBlocksN<N, 16>(rp, xw, h, c, hOut, H, b0, b1); });
+      return vecRunAvx512([&]() __attribute__((always_inline)) {
+        stepBlocksN<N, 16>(rp, xw, ldx, h, c, hOut, H, b0, b1);
+      });
     case support::CpuIsa::Avx2:
-      return vecRunAvx2([&]() __attribute__((always_inline)) { stepBlocksN<N, 8>(rp, xw, h, c, hOut, H, b0, b1); });
+      return vecRunAvx2([&]()
+                            __attribute__((always_inline)) { stepBlocksN<N, 8>(rp, xw, ldx, h, c, hOut, H, b0, b1); });
     default:
       break;
   }
 #endif
-  stepBlocksN<N, 4>(rp, xw, h, c, hOut, H, b0, b1);
+  stepBlocksN<N, 4>(rp, xw, ldx, h, c, hOut, H, b0, b1);
 }
 
-void stepBlocks(const float* rp, const float* xw, const float* h, float* c, float* hOut, int64_t N, int64_t H,
-                int64_t b0, int64_t b1) {
+void stepBlocks(const float* rp, const float* xw, int64_t ldx, const float* h, float* c, float* hOut, int64_t N,
+                int64_t H, int64_t b0, int64_t b1) {
   switch (N) {
     case 1:
-      return stepBlocksFor<1>(rp, xw, h, c, hOut, H, b0, b1);
+      return stepBlocksFor<1>(rp, xw, ldx, h, c, hOut, H, b0, b1);
     case 2:
-      return stepBlocksFor<2>(rp, xw, h, c, hOut, H, b0, b1);
+      return stepBlocksFor<2>(rp, xw, ldx, h, c, hOut, H, b0, b1);
     case 3:
-      return stepBlocksFor<3>(rp, xw, h, c, hOut, H, b0, b1);
+      return stepBlocksFor<3>(rp, xw, ldx, h, c, hOut, H, b0, b1);
     default:
-      return stepBlocksFor<4>(rp, xw, h, c, hOut, H, b0, b1);
+      return stepBlocksFor<4>(rp, xw, ldx, h, c, hOut, H, b0, b1);
   }
 }
 
@@ -210,16 +290,24 @@ LstmWeights packWeights(const LstmShape& s, int64_t blocks, const NDArray& w, co
   LstmWeights out;
   out.w = w;
   for (int64_t d = 0; d < s.D; ++d) {
-    // R [4H, H] of direction d -> [block][k][gate][16], zero rows for the units past H.
+    // R [4H, H] of direction d -> [block][k][gate][16], zero rows for the units past H. A tile
+    // of 16 rows (units) by 16 columns (k) at a time, so that both the rows read and the packed
+    // lines written stay in L1 (a training graph's forward repacks R at every run: lstm2 b1's
+    // 4 MB a layer, column by column, took ~1.5 ms).
     std::vector<float> p(static_cast<size_t>(blocks * 4 * s.H * kLanes), 0.0f);
     const float* rd = r.data<float>() + d * 4 * s.H * s.H;
+    constexpr int64_t kTile = 16;
     for (int64_t blk = 0; blk < blocks; ++blk)
-      for (int64_t g = 0; g < 4; ++g)
-        for (int64_t l = 0; l < kLanes && blk * kLanes + l < s.H; ++l) {
-          const float* row = rd + (g * s.H + blk * kLanes + l) * s.H;
-          float* dst = p.data() + (blk * s.H * 4 + g) * kLanes + l;
-          for (int64_t k = 0; k < s.H; ++k) dst[k * 4 * kLanes] = row[k];
+      for (int64_t g = 0; g < 4; ++g) {
+        const int64_t lanes = std::min(kLanes, s.H - blk * kLanes);
+        const float* rows = rd + (g * s.H + blk * kLanes) * s.H;
+        float* dst = p.data() + (blk * s.H * 4 + g) * kLanes;
+        for (int64_t k0 = 0; k0 < s.H; k0 += kTile) {
+          const int64_t k1 = std::min(s.H, k0 + kTile);
+          for (int64_t l = 0; l < lanes; ++l)
+            for (int64_t k = k0; k < k1; ++k) dst[k * 4 * kLanes + l] = rows[l * s.H + k];
         }
+      }
     out.rp.push_back(std::move(p));
     std::vector<float> bd(static_cast<size_t>(4 * s.H), 0.0f);
     if (b) {
@@ -236,6 +324,7 @@ struct LstmState {
   int64_t blocks = 0;
   int threads = 1;
   std::optional<LstmWeights> constant;  // packed once when W, R and B are constants
+  std::optional<InputProjection> proj;  // the input projection (W packed once where constant)
 };
 
 ops::KernelFn makeLstm(ops::CompileContext& ctx) {
@@ -253,7 +342,15 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   const NDArray* w = ctx.constantInput(1);
   const NDArray* r = ctx.constantInput(2);
   const NDArray* b = s.bias ? ctx.constantInput(3) : nullptr;
-  if (w && r && (!s.bias || b)) st->constant = packWeights(s, st->blocks, w->clone(), *r, b);
+  const bool constant = w && r && (!s.bias || b);
+  if (constant) st->constant = packWeights(s, st->blocks, w->clone(), *r, b);
+  try {
+    onednn::setThreads(st->threads);
+    st->proj.emplace(constant ? w : nullptr, s.T * s.N, s.I, s.D * 4 * s.H);
+    if (constant) st->proj->setBias(gateBiases(s, b));
+  } catch (const dnnl::error&) {
+    st->proj.reset();  // dnnl_sgemm at each run
+  }
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const NDArray& x = k.input(0);
@@ -262,16 +359,29 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
     const LstmWeights& wts = st->constant ? *st->constant : *perRun;
     const int64_t G = 4 * s.H, TN = s.T * s.N;
     NDArray* y = k.wantsOutput(0) ? &k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}) : nullptr;
-    std::vector<float> xw(static_cast<size_t>(TN * G));
+    // The input projection: of every direction at once (xw [T*N, D*4H]), or, where oneDNN had no
+    // matmul for it at compile time, one direction at a time on dnnl_sgemm (xw [T*N, 4H], below).
+    const int64_t ldx = st->proj ? s.D * G : G;
+    NDArray xwAll;
+    if (st->proj) {
+      onednn::setThreads(st->threads);
+      if (!st->constant) st->proj->setBias(gateBiases(s, s.bias ? &k.input(3) : nullptr));
+      xwAll = NDArray::uninitialized(DataType::Float, {TN, ldx});
+      st->proj->run(x, k.input(1), xwAll, k.pool());
+    }
+    std::vector<float> xw(st->proj ? 0 : static_cast<size_t>(TN * G));
     std::vector<float> hBuf(static_cast<size_t>(2 * s.N * s.H)), cBuf(static_cast<size_t>(s.N * s.H));
     std::vector<float> yh(static_cast<size_t>(s.D * s.N * s.H)), yc(static_cast<size_t>(s.D * s.N * s.H));
     for (int64_t d = 0; d < s.D; ++d) {
       // The input projection of every step: xw = X W_d^T + Wb + Rb.
-      for (int64_t i = 0; i < TN; ++i) std::memcpy(xw.data() + i * G, wts.bias[d].data(), sizeof(float) * G);
-      onednn::setThreads(st->threads);
-      dnnl_status_t status = dnnl_sgemm('N', 'T', TN, G, s.I, 1.0f, x.data<float>(), s.I,
-                                        wts.w.data<float>() + d * G * s.I, s.I, 1.0f, xw.data(), G);
-      if (status != dnnl_success) throw InternalError("LSTM: oneDNN's sgemm failed");
+      const float* xwd = st->proj ? xwAll.data<float>() + d * G : xw.data();
+      if (!st->proj) {
+        for (int64_t i = 0; i < TN; ++i) std::memcpy(xw.data() + i * G, wts.bias[d].data(), sizeof(float) * G);
+        onednn::setThreads(st->threads);
+        dnnl_status_t status = dnnl_sgemm('N', 'T', TN, G, s.I, 1.0f, x.data<float>(), s.I,
+                                          wts.w.data<float>() + d * G * s.I, s.I, 1.0f, xw.data(), G);
+        if (status != dnnl_success) throw InternalError("LSTM: oneDNN's sgemm failed");
+      }
       float* h = hBuf.data();
       float* hNext = hBuf.data() + s.N * s.H;
       if (s.h0)
@@ -294,7 +404,7 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
         float* hw = hNext;
         for (int64_t step = 0; step < s.T; ++step) {
           int64_t t = backward ? s.T - 1 - step : step;
-          stepBlocks(rp, xw.data() + t * s.N * G, hr, c, hw, s.N, s.H, b0, b1);
+          stepBlocks(rp, xwd + t * s.N * ldx, ldx, hr, c, hw, s.N, s.H, b0, b1);
           if (yd)
             for (int64_t nn = 0; nn < s.N; ++nn)
               std::memcpy(yd + ((t * s.D + d) * s.N + nn) * s.H + b0 * kLanes, hw + nn * s.H + b0 * kLanes,
@@ -356,20 +466,10 @@ GRAFT_VEC_LOOP void batchedCell(const float* __restrict g, const float* __restri
   }
 }
 
-using onednn::memory;
-
 struct BatchedState {
   LstmShape s;
   int team = 1, threads = 1;
-  dnnl::matmul proj;  // X [T*N, I] x [I, D*4H] + bias
-  onednn::PackedOperand projWeights;
-  memory projBias;
-  // On AVX2 hosts (sgemm::available()) the projection runs on sgemm_avx2 instead: W' packed into
-  // its panels, the bias a row.
-  GemmGeometry projGeometry;
-  AlignedFloats projPacked;
-  std::vector<float> projBiasRow;
-  memory::desc xDesc, xwDesc;
+  std::optional<InputProjection> proj;
   std::vector<std::vector<RecurrentSlice>> slices;  // [direction][thread], R packed
 };
 
@@ -388,43 +488,14 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
   auto st = std::make_shared<BatchedState>();
   st->s = *shape;
   const LstmShape& s = st->s;
-  const int64_t G = 4 * s.H, DG = s.D * G, TN = s.T * s.N, blocks = (s.H + kLanes - 1) / kLanes;
+  const int64_t G = 4 * s.H, TN = s.T * s.N, blocks = (s.H + kLanes - 1) / kLanes;
   st->threads = std::max(1, ctx.pool().numThreads());
   st->team = static_cast<int>(std::min<int64_t>(st->threads, blocks));
-  auto f32 = memory::data_type::f32;
-  auto any = memory::format_tag::any;
-  auto& eng = onednn::engine();
-  // Both biases (Wb + Rb) of each gate, added to the projection.
-  std::vector<float> bias(static_cast<size_t>(DG));
-  for (int64_t j = 0; j < DG; ++j) {
-    int64_t d = j / G, q = j % G;
-    bias[static_cast<size_t>(j)] = b ? b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q] : 0.0f;
-  }
   try {
-    // The input projection, on every thread: W [D*4H, I] read as [I, D*4H] (column-major). On
-    // AVX2 hosts on sgemm_avx2: oneDNN 2.6's AVX2 jit gemm ran lstm2's 2048 x 512 x 2048 in 27 ms
-    // where sgemm_avx2 takes 22 (GRAFT_CPU_ISA=avx2 on the half-rate AVX-512 host; docs/
-    // cpu-backend.md, "Batched LSTM").
+    // The input projection, on every thread.
     setThreads(st->threads);
-    st->xDesc = memory::desc({TN, s.I}, f32, memory::format_tag::ab);
-    st->xwDesc = memory::desc({TN, DG}, f32, memory::format_tag::ab);
-    if (sgemm::available()) {
-      st->projGeometry.M = TN;
-      st->projGeometry.K = s.I;
-      st->projGeometry.N = DG;
-      st->projGeometry.transB = true;
-      st->projPacked.allocate(numPanels(DG, sgemm::panelWidth()) * s.I * sgemm::panelWidth());
-      packPanels(w->data<float>(), st->projGeometry, sgemm::panelWidth(), st->projPacked.data);
-      st->projBiasRow = bias;
-    } else {
-      memory::desc wUser({s.I, DG}, f32, memory::format_tag::ba), biasDesc({1, DG}, f32, memory::format_tag::ab);
-      dnnl::matmul::primitive_desc ppd(
-          dnnl::matmul::desc(st->xDesc, memory::desc({s.I, DG}, f32, any), biasDesc, st->xwDesc), eng);
-      st->proj = dnnl::matmul(ppd);
-      st->projWeights.init(wUser, ppd.weights_desc(), w);
-      st->projBias = memory(biasDesc, eng);
-      std::copy(bias.begin(), bias.end(), static_cast<float*>(st->projBias.get_data_handle()));
-    }
+    st->proj.emplace(w, TN, s.I, s.D * G);
+    st->proj->setBias(gateBiases(s, b));
     std::string recurrentImpl;
     for (int64_t d = 0; d < s.D; ++d) {
       std::vector<RecurrentSlice> slices = makeRecurrentSlices(s.N, s.H, st->team, &recurrentImpl);
@@ -446,14 +517,7 @@ ops::KernelFn makeBatchedLstm(ops::CompileContext& ctx) {
     const int64_t G = 4 * s.H, DG = s.D * G, NH = s.N * s.H;
     setThreads(st->threads);
     NDArray xw = NDArray::uninitialized(DataType::Float, {s.T * s.N, DG});
-    if (st->projPacked.data)
-      sgemm::gemm(st->projGeometry, k.input(0).data<float>(), st->projPacked.data, st->projBiasRow.data(),
-                  xw.data<float>(), k.pool());
-    else
-      execute(st->proj, {{DNNL_ARG_SRC, onednn::wrap(st->xDesc, k.input(0))},
-                         {DNNL_ARG_WEIGHTS, st->projWeights.get(k.input(1))},
-                         {DNNL_ARG_BIAS, st->projBias},
-                         {DNNL_ARG_DST, onednn::wrap(st->xwDesc, xw)}});
+    st->proj->run(k.input(0), k.input(1), xw, k.pool());
     float* y = k.wantsOutput(0) ? k.allocOutputUninit(0, DataType::Float, {s.T, s.D, s.N, s.H}).data<float>() : nullptr;
     std::vector<float> ring(y ? 0 : static_cast<size_t>(2 * NH)), zeros(static_cast<size_t>(NH), 0.0f);
     std::vector<float> cBuf(static_cast<size_t>(s.D * NH)), yh(static_cast<size_t>(s.D * NH));
