@@ -33,6 +33,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <dnnl.h>
@@ -260,6 +261,74 @@ GRAFT_VEC_LOOP void columnSums(const float* a, int64_t rows, int64_t cols, float
 }
 
 // b [cols, rows] = a^T for a row-major a [rows, cols], in tiles.
+// The backward step's product at small batch, dh[:, j] = dG_t R[:, j] for the columns [j0, j1):
+// dg [N, G] (this step's gate gradients), r: R [G, H] row-major, dh [N, H]. Column chunks of C
+// floats whose N x C accumulators stay in registers (16 vectors of W), each chunk streaming R's
+// rows. oneDNN's sgemm took 77 us for lstm2 b1's 1 x 2048 x 512 on two threads (27 GFLOP/s, about
+// half of what L3 streams), and its per-call overhead kept the step on one thread.
+template <int N, int W>
+GRAFT_VEC_LOOP void stepProductN(const float* dg, int64_t G, const float* r, int64_t H, float* dh, int64_t j0,
+                                 int64_t j1) {
+  using V = typename FloatVec<W>::type;
+  using VU = typename FloatVec<W>::unaligned;
+  constexpr int kVecs = 16 / N;  // accumulators per batch row
+  constexpr int64_t kCols = int64_t{kVecs} * W;
+  int64_t j = j0;
+  for (; j + kCols <= j1; j += kCols) {
+    V acc[N][kVecs];
+    for (int n = 0; n < N; ++n)
+      for (int v = 0; v < kVecs; ++v) acc[n][v] = V{} + 0.0f;
+    for (int64_t q = 0; q < G; ++q) {
+      const float* row = r + q * H + j;
+#pragma GCC unroll 16
+      for (int v = 0; v < kVecs; ++v) {
+        V w = *reinterpret_cast<const VU*>(row + v * int64_t{W});
+#pragma GCC unroll 4
+        for (int n = 0; n < N; ++n) acc[n][v] += dg[n * G + q] * w;
+      }
+    }
+    for (int n = 0; n < N; ++n)
+      for (int v = 0; v < kVecs; ++v) *reinterpret_cast<VU*>(dh + n * H + j + v * int64_t{W}) = acc[n][v];
+  }
+  // The last columns (fewer than a chunk): one at a time.
+  for (; j < j1; ++j)
+    for (int n = 0; n < N; ++n) {
+      float sum = 0.0f;
+      for (int64_t q = 0; q < G; ++q) sum += dg[n * G + q] * r[q * H + j];
+      dh[n * H + j] = sum;
+    }
+}
+
+template <int N>
+void stepProductFor(const float* dg, int64_t G, const float* r, int64_t H, float* dh, int64_t j0, int64_t j1) {
+#if GRAFT_VEC_VARIANTS
+  switch (support::vecLoopIsa()) {
+    case support::CpuIsa::Avx512:
+      return vecRunAvx512([&]() __attribute__((always_inline)) { stepProductN<N, 16>(dg, G, r, H, dh, j0, j1); });
+    case support::CpuIsa::Avx2:
+      return vecRunAvx2([&]() __attribute__((always_inline)) { stepProductN<N, 8>(dg, G, r, H, dh, j0, j1); });
+    default:
+      break;
+  }
+#endif
+  stepProductN<N, 4>(dg, G, r, H, dh, j0, j1);
+}
+
+// dh[:, j0:j1] = dg R[:, j0:j1] for N <= kMaxStepProductBatch rows.
+constexpr int64_t kMaxStepProductBatch = 4;
+void stepProduct(const float* dg, int64_t N, int64_t G, const float* r, int64_t H, float* dh, int64_t j0, int64_t j1) {
+  switch (N) {
+    case 1:
+      return stepProductFor<1>(dg, G, r, H, dh, j0, j1);
+    case 2:
+      return stepProductFor<2>(dg, G, r, H, dh, j0, j1);
+    case 3:
+      return stepProductFor<3>(dg, G, r, H, dh, j0, j1);
+    default:
+      return stepProductFor<4>(dg, G, r, H, dh, j0, j1);
+  }
+}
+
 void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
   constexpr int64_t kTile = 32;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile)
@@ -268,23 +337,75 @@ void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
         for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) b[c * rows + r] = a[r * cols + c];
 }
 
+// The products of LSTMGrad's recomputed gate pre-activations, pre = X W^T + Wb + Rb + Hprev R^T,
+// with W and R read transposed as they are given. oneDNN 2.6's sgemm takes such products ('N',
+// 'T') with few rows slowly on AVX-512 hosts: lstm2 b1's 64 x 2048 x 512 in 1.46 ms (92 GFLOP/s;
+// 0.68 ms with its AVX2 kernels), where the matmul primitive (brgemm) takes 0.70 ms. The matmul
+// writes a dense [T*N, 4H] (with a row stride of 5H, Saved's layout, oneDNN gives its slow gemm
+// again), copied into the recomputed gates' rows after.
+using onednn::memory;
+
+struct Recompute {
+  dnnl::matmul xw, hr;
+  memory::desc xDesc, wDesc, hDesc, rDesc, yDesc;
+  memory bias;
+};
+
+std::optional<Recompute> makeRecompute(int64_t TN, int64_t I, int64_t H) {
+  auto f32 = memory::data_type::f32;
+  const int64_t G = 4 * H;
+  Recompute rc;
+  rc.xDesc = memory::desc({TN, I}, f32, memory::dims{I, 1});
+  rc.wDesc = memory::desc({I, G}, f32, memory::dims{1, I});  // W [G, I] read transposed
+  rc.hDesc = memory::desc({TN, H}, f32, memory::dims{H, 1});
+  rc.rDesc = memory::desc({H, G}, f32, memory::dims{1, H});  // R [G, H] read transposed
+  rc.yDesc = memory::desc({TN, G}, f32, memory::dims{G, 1});
+  memory::desc biasDesc({1, G}, f32, memory::dims{G, 1});
+  try {
+    auto& eng = onednn::engine();
+    dnnl::matmul::primitive_desc xpd(dnnl::matmul::desc(rc.xDesc, rc.wDesc, biasDesc, rc.yDesc), eng);
+    dnnl::primitive_attr sum;
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    sum.set_post_ops(po);
+    dnnl::matmul::primitive_desc hpd(dnnl::matmul::desc(rc.hDesc, rc.rDesc, rc.yDesc), sum, eng);
+    // Only where both are oneDNN's brgemm matmuls: its gemm-based ones are the slow sgemm again.
+    if (std::string(xpd.impl_info_str()).rfind("brg", 0) != 0 || std::string(hpd.impl_info_str()).rfind("brg", 0) != 0)
+      return std::nullopt;
+    rc.xw = dnnl::matmul(xpd);
+    rc.hr = dnnl::matmul(hpd);
+    rc.bias = memory(biasDesc, eng);
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+  return rc;
+}
+
 struct LstmState {
   LstmShape s;
   int threads = 1;
   // The threads of a step's recurrent product (h R^T forward, dG_t R backward): all of them from
-  // kParallelStepFlops, else one.
+  // kParallelStepFlops or, in LSTMGrad, at batch kMaxStepProductBatch or less; else one.
   int stepThreads = 1;
   // LSTMTrain: the step products' per-thread matmuls, [direction][thread] (lstm_recurrence.hpp);
   // empty: dnnl_sgemm per gate block instead.
   std::vector<std::vector<RecurrentSlice>> slices;
+  // LSTMGrad without Saved: the recomputed pre-activations' two products, X W^T + Wb + Rb and
+  // + Hprev R^T, as oneDNN matmuls into a dense [T*N, 4H] (makeRecompute), or empty: dnnl_sgemm
+  // into Saved's rows instead.
+  std::optional<Recompute> recompute;
 };
 
-std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::optional<LstmShape>& shape) {
+std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::optional<LstmShape>& shape, bool grad) {
   GRAFT_ASSERT(shape, "{}: LSTM kernel on an unsupported node", ctx.node().describe());
   auto st = std::make_shared<LstmState>();
   st->s = *shape;
   st->threads = std::max(1, ctx.pool().numThreads());
-  st->stepThreads = 2.0 * shape->N * 4 * shape->H * shape->H >= kParallelStepFlops ? st->threads : 1;
+  // LSTMGrad's step product at batch 4 or less is graft's stepProduct, split over the threads at
+  // any size (lstm2 b1's training step 33.6 -> 30.3 ms with it on two threads; with oneDNN's sgemm
+  // one thread had been faster).
+  const bool ownStepProduct = grad && shape->N <= kMaxStepProductBatch;
+  st->stepThreads = ownStepProduct || 2.0 * shape->N * 4 * shape->H * shape->H >= kParallelStepFlops ? st->threads : 1;
   return st;
 }
 
@@ -314,7 +435,7 @@ GRAFT_VEC_LOOP void addGatesAndCell(float* g, const float* acc, int64_t nu, cons
 }
 
 ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
-  auto st = startKernel(ctx, trainShape(ctx.node()));
+  auto st = startKernel(ctx, trainShape(ctx.node()), false);
   {
     // Each direction's R packs into its own per-thread weights at each run.
     const LstmShape& s = st->s;
@@ -418,7 +539,11 @@ ops::KernelFn makeLstmTrain(ops::CompileContext& ctx) {
 }
 
 ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
-  auto st = startKernel(ctx, gradShape(ctx.node()));
+  auto st = startKernel(ctx, gradShape(ctx.node()), true);
+  if (!st->s.saved) {
+    onednn::setThreads(st->threads);
+    st->recompute = makeRecompute(st->s.T * st->s.N, st->s.I, st->s.H);
+  }
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const int64_t T = s.T, N = s.N, I = s.I, H = s.H, D = s.D, G = 4 * H, TN = T * N, NH = N * H;
@@ -448,7 +573,7 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
     if (dP) std::fill(dP, dP + D * 3 * H, 0.0f);
 
     // Without Saved, one direction's gates and cell states are recomputed into `recomputed`.
-    std::vector<float> recomputed(saved ? 0 : static_cast<size_t>(TN * 5 * H));
+    std::vector<float> recomputed(saved ? 0 : static_cast<size_t>(TN * 5 * H)), pre;
     std::vector<float> dgates(static_cast<size_t>(TN * G)), hPrev(static_cast<size_t>(TN * H));
     std::vector<float> dh(static_cast<size_t>(NH)), dc(dh.size()), zeros(dh.size(), 0.0f);
     for (int64_t d = 0; d < D; ++d) {
@@ -475,8 +600,26 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
       if (!saved) {
         // pre = Wb + Rb + X W^T + Hprev R^T, then the cell.
         float* rv = recomputed.data();
-        inputProjection(s, x, wd, b, d, rv);
-        sgemm('N', 'T', TN, G, H, hPrev.data(), H, rd, H, 1.0f, rv, 5 * H);
+        if (st->recompute) {
+          Recompute& rc = *st->recompute;
+          float* bias = static_cast<float*>(rc.bias.get_data_handle());
+          for (int64_t j = 0; j < G; ++j) bias[j] = b ? b[d * 8 * H + j] + b[d * 8 * H + G + j] : 0.0f;
+          auto& eng = onednn::engine();
+          auto mem = [&](const memory::desc& md, const float* p) { return memory(md, eng, const_cast<float*>(p)); };
+          pre.resize(static_cast<size_t>(TN * G));
+          memory dense = mem(rc.yDesc, pre.data());
+          onednn::execute(rc.xw, {{DNNL_ARG_SRC, mem(rc.xDesc, x)},
+                                  {DNNL_ARG_WEIGHTS, mem(rc.wDesc, wd)},
+                                  {DNNL_ARG_BIAS, rc.bias},
+                                  {DNNL_ARG_DST, dense}});
+          onednn::execute(rc.hr, {{DNNL_ARG_SRC, mem(rc.hDesc, hPrev.data())},
+                                  {DNNL_ARG_WEIGHTS, mem(rc.rDesc, rd)},
+                                  {DNNL_ARG_DST, dense}});
+          for (int64_t i = 0; i < TN; ++i) std::memcpy(rv + i * 5 * H, pre.data() + i * G, sizeof(float) * G);
+        } else {
+          inputProjection(s, x, wd, b, d, rv);
+          sgemm('N', 'T', TN, G, H, hPrev.data(), H, rd, H, 1.0f, rv, 5 * H);
+        }
         if (rowThreads > 1) {
 #pragma omp parallel num_threads(rowThreads)
           {
@@ -516,7 +659,12 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
           GRAFT_VEC_RUN(
               cellBackward(sv + t * N * 5 * H, dh.data(), dc.data(), cp, step == 0 ? H : 5 * H, dgt, N, H, u0, u1));
           if (barrier) barrier->wait();
-          if (u1 > u0) sgemm('N', 'N', N, u1 - u0, G, dgt, G, rd + u0, H, 0.0f, dh.data() + u0, H);
+          if (u1 > u0) {
+            if (N <= kMaxStepProductBatch)
+              stepProduct(dgt, N, G, rd, H, dh.data(), u0, u1);
+            else
+              sgemm('N', 'N', N, u1 - u0, G, dgt, G, rd + u0, H, 0.0f, dh.data() + u0, H);
+          }
         }
       });
       if (dh0) std::memcpy(dh0 + d * NH, dh.data(), sizeof(float) * NH);
