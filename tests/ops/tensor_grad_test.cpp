@@ -61,6 +61,46 @@ TEST(Slice, GradientNegativeIndicesAndSteps) {
   EXPECT_TRUE(gradCheck({"Slice", {x, ints({1}, {3}), ints({1}, {1}), ints({1}, {0}), ints({1}, {1})}}, {0}));
 }
 
+TEST(Slice, GradientOfUnitStepsIsOnePad) {
+  NDArray x = rnd({4, 6, 3}, 4);
+  // Constant bounds with unit steps (negative start, an end past the axis, negative axes, an empty
+  // slice): the adjoint is dy padded with zeros.
+  EXPECT_TRUE(
+      gradCheck({"Slice", {x, ints({2}, {-3, 1}), ints({2}, {100, 5}), ints({2}, {0, -2}), ints({2}, {1, 1})}}, {0}));
+  EXPECT_TRUE(gradCheck({"Slice", {x, ints({1}, {4}), ints({1}, {2}), ints({1}, {1}), NDArray{}}}, {0}));
+  // The backward graph of such a Slice holds one Pad and no Gather (the general form's).
+  auto g = singleNodeGraph({"Slice", {x, ints({1}, {1}), ints({1}, {-1}), ints({1}, {1})}},
+                           std::vector<bool>{false, true, true, true});
+  g->otherOpsets["ai.graphcore"] = 1;
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  ir::Attributes red;
+  red.set("reduction", std::string("Sum"));
+  ir::Node* loss = g->addNode("IdentityLoss", "ai.graphcore", {g->nodes()[0]->output(0)}, {"loss"}, red);
+  ops::inferNode(*loss, false);
+  ir::Tensor* seed = g->addInitializer("seed", arr<double>({}, {1.0}), ir::TensorKind::Constant);
+  auto grads = autodiff::differentiate(*g, loss->output(0), {&g->tensor("in0")}, seed);
+  g->setOutputs({grads.at(&g->tensor("in0"))});
+  passes::runPipeline(*g, {"infer-shapes", "fold-constants", "dce"}, ctx);
+  int pads = 0, gathers = 0;
+  for (const ir::Node* n : g->nodes()) {
+    pads += n->type() == "Pad";
+    gathers += n->type() == "Gather";
+  }
+  EXPECT_EQ(pads, 1);
+  EXPECT_EQ(gathers, 0);
+  auto backend = backends::makeReferenceBackend();
+  support::ThreadPool pool(1);
+  auto exe = plan::compile(*g, *backend, pool);
+  auto out = exe->run({ops::Value::fromTensor(x)});
+  // d(sum(x[:, 1:5, :]))/dx: ones on rows 1-4 of axis 1, zeros on rows 0 and 5.
+  std::vector<double> want;
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j)
+      for (int64_t k = 0; k < 3; ++k) want.push_back(j >= 1 && j < 5 ? 1.0 : 0.0);
+  EXPECT_TRUE(allClose(out[0].tensor, arr<double>({4, 6, 3}, want)));
+}
+
 TEST(Slice, GradientWithComputedStartsEnds) {
   EXPECT_TRUE(gradCheckFed(
       {"Slice", {rnd({4, 5}, 3), ints({2}, {-1, 1}), ints({2}, {-100, 5}), NDArray{}, ints({2}, {-1, 2})}}, {0}));

@@ -107,16 +107,17 @@ const std::vector<std::string>& bf16InferencePasses() {
 // keep every value the backward pass reads; in-place reuse is decided by the memory plan.
 const std::vector<std::string>& trainingPasses() {
   static const std::vector<std::string> p = passes::withCommonPrefix({
-      "cse",                  // autodiff repeats subexpressions and constants
-      "fuse-layernorm",       // only where the backward pass reads no intermediate
-      "fuse-gelu",            // likewise
-      "fold-transpose",       // the VJPs' Transposes around matrix products become strides
-      "cpu-layout-training",  // channels-last activations and gradients between oneDNN ops (onednn_layout.cpp)
-      "dce",                  // the conversions nobody reads, before fusion counts their readers
-      "fuse-elementwise",     // forward and backward elementwise chains, several outputs each
-      "lstm-save-gates",      // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
-      "fuse-sgd-outer",       // SGD of a batch-1 weight gradient a (x) b -> SGDOuterUpdate (never stored)
-      "dce",                  // what the rewrites left unused
+      "cse",                    // autodiff repeats subexpressions and constants
+      "sum-of-pads-to-concat",  // gradients of Slices that tile a tensor (gate reordering) -> one Concat
+      "fuse-layernorm",         // only where the backward pass reads no intermediate
+      "fuse-gelu",              // likewise
+      "fold-transpose",         // the VJPs' Transposes around matrix products become strides
+      "cpu-layout-training",    // channels-last activations and gradients between oneDNN ops (onednn_layout.cpp)
+      "dce",                    // the conversions nobody reads, before fusion counts their readers
+      "fuse-elementwise",       // forward and backward elementwise chains, several outputs each
+      "lstm-save-gates",        // LSTM -> LSTMTrain, whose gates its LSTMGrad reads (vec_lstm_grad.cpp)
+      "fuse-sgd-outer",         // SGD of a batch-1 weight gradient a (x) b -> SGDOuterUpdate (never stored)
+      "dce",                    // what the rewrites left unused
   });
   return p;
 }

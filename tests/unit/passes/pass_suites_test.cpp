@@ -156,6 +156,69 @@ ir::Tensor* concat(GraphBuilder& b, std::vector<ir::Tensor*> ins, int64_t axis =
 // along channels, read by a 1x1 convolution into 4 channels (then Relu), or by a 3x3 one with
 // stride 2 and asymmetric padding (no bias): each becomes one Conv per Concat input, summed, and
 // fuse-conv makes them FusedConvs with residual sums; the results stay.
+// sum-of-pads-to-concat: the gradient of Slices that tile a tensor, each padded back to its shape
+// and summed, is the Concat of the pieces in their order along the axis (bit for bit).
+namespace {
+ir::Tensor* zeroPad(GraphBuilder& b, ir::Tensor* t, std::vector<int64_t> pads, float value = 0.0f) {
+  NDArray p(DataType::Int64, {static_cast<int64_t>(pads.size())});
+  std::copy(pads.begin(), pads.end(), p.data<int64_t>());
+  std::vector<ir::Tensor*> in{t, b.constant(p)};
+  if (value != 0.0f) in.push_back(b.scalar(value));
+  return b.op("Pad", in);
+}
+}  // namespace
+
+TEST(SumOfPadsToConcat, PaddedPiecesThatTileAnAxisBecomeAConcat) {
+  GraphBuilder b;
+  // Three pieces of a [8, 3] along axis 0 in the order torch's gate reordering gives them:
+  // rows 0-1, 6-7 and 2-5.
+  ir::Tensor* a = b.input({2, 3});
+  ir::Tensor* c = b.input({2, 3});
+  ir::Tensor* d = b.input({4, 3});
+  ir::Tensor* y = b.op("Sum", {zeroPad(b, a, {0, 0, 6, 0}), zeroPad(b, c, {6, 0, 0, 0}), zeroPad(b, d, {2, 0, 2, 0})});
+  b.outputs({y});
+  std::vector<NDArray> in{randomFloats({2, 3}, 1), randomFloats({2, 3}, 2), randomFloats({4, 3}, 3)};
+  auto before = runGraph(*b.g, in, true);
+  run(*b.g, {"sum-of-pads-to-concat", "dce"}, true);
+  EXPECT_EQ(opCounts(*b.g)["Pad"], 0);
+  EXPECT_EQ(opCounts(*b.g)["Sum"], 0);
+  ASSERT_EQ(opCounts(*b.g)["Concat"], 1);
+  for (const ir::Node* n : b.g->nodes())
+    if (n->type() == "Concat") {
+      EXPECT_EQ(n->attrInt("axis"), 0);
+      EXPECT_EQ(n->inputs(), (std::vector<ir::Tensor*>{a, d, c}));
+    }
+  auto after = runGraph(*b.g, in, true);
+  EXPECT_EQ(std::memcmp(after[0].rawData(), before[0].rawData(), sizeof(float) * 24), 0);
+  EXPECT_TRUE(close(runGraph(*b.g, in)[0], before[0], 0, 0));
+}
+
+TEST(SumOfPadsToConcat, SumsThatAreNotATilingStay) {
+  struct Case {
+    const char* what;
+    std::vector<int64_t> pa, pc;  // the pads of a [2, 3] and of a [2, 3] into a [4, 3] (or not)
+    float value = 0.0f;
+    bool extraReader = false;
+  };
+  for (const Case& k :
+       {Case{"overlap", {0, 0, 2, 0}, {1, 0, 1, 0}}, Case{"gap", {0, 0, 3, 0}, {3, 0, 0, 0}},
+        Case{"two axes", {0, 0, 2, 1}, {2, 1, 0, 0}}, Case{"padding value 1", {0, 0, 2, 0}, {2, 0, 0, 0}, 1.0f},
+        Case{"a padded piece read elsewhere", {0, 0, 2, 0}, {2, 0, 0, 0}, 0.0f, true}}) {
+    SCOPED_TRACE(k.what);
+    GraphBuilder b;
+    ir::Tensor* a = b.input({2, 3});
+    ir::Tensor* c = b.input({2, 3});
+    ir::Tensor* pa = zeroPad(b, a, k.pa, k.value);
+    ir::Tensor* y = b.op("Sum", {pa, zeroPad(b, c, k.pc)});
+    std::vector<ir::Tensor*> outs{y};
+    if (k.extraReader) outs.push_back(b.op("Relu", {pa}));
+    b.outputs(outs);
+    run(*b.g, {"sum-of-pads-to-concat", "dce"}, true);
+    EXPECT_EQ(opCounts(*b.g)["Sum"], 1);
+    EXPECT_EQ(opCounts(*b.g)["Concat"], 0);
+  }
+}
+
 TEST(SplitConcatConv, AConvOverAConcatBecomesOneConvPerInputSummed) {
   for (bool strided : {false, true}) {
     SCOPED_TRACE(strided ? "3x3 stride 2" : "1x1");
