@@ -47,6 +47,19 @@ GRAFT_VEC_CASES(vec_move) {
     cases.push_back(make(t + " equal", "Split", {rnd(dt, {6, 10})}, attrs({{"axis", int64_t{0}}}), 3));
     cases.push_back(make(t + " sizes", "Split", {rnd(dt, {4, 10, 3}), ints({3}, {2, 5, 3})}, attrs({{"axis", int64_t{1}}}), 3));
     cases.push_back(make(t + " last axis", "Split", {rnd(dt, {5, 12})}, attrs({{"axis", int64_t{-1}}}), 2));
+    // Fewer rows than twice the threads and at least 256 KB: copied in 128 KB chunks over the
+    // threads (copyChunked), chunks ending inside the pieces.
+    if (dt == DataType::Float || dt == DataType::Int8) {
+      const int64_t w = dt == DataType::Int8 ? 1031 : 257;
+      cases.push_back(make(t + " axis 0, chunked", "Concat", {rnd(dt, {300, w}), rnd(dt, {101, w}), rnd(dt, {0, w})},
+                           attrs({{"axis", int64_t{0}}})));
+      cases.push_back(make(t + " 2 rows, chunked", "Concat", {rnd(dt, {2, 70 * w}), rnd(dt, {2, 30 * w + 1})},
+                           attrs({{"axis", int64_t{1}}})));
+      cases.push_back(make(t + " axis 0, chunked", "Split", {rnd(dt, {401, w}), ints({3}, {130, 0, 271})},
+                           attrs({{"axis", int64_t{0}}}), 3));
+      cases.push_back(make(t + " 3 rows, chunked", "Split", {rnd(dt, {3, 100 * w}), ints({2}, {37 * w, 63 * w})},
+                           attrs({{"axis", int64_t{1}}}), 2));
+    }
     // Slice: steps, negative indices, clamping, reversed.
     cases.push_back(make(t + " rows", "Slice", {rnd(dt, {20, 30}), ints({1}, {3}), ints({1}, {17}), ints({1}, {0})}));
     cases.push_back(make(t + " step 2", "Slice",
