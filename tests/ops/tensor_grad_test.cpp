@@ -17,6 +17,33 @@ NDArray rnd(Shape s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
 }
 NDArray ints(Shape s, std::vector<int64_t> v) { return arr<int64_t>(std::move(s), std::move(v)); }
 
+// The graph of d(sum(op(in0, ...)))/d in0 for the single-node graph of c (inputs marked in
+// `constant` as constants), after infer-shapes, fold-constants and dce: the backward graph as
+// autodiff builds it, to look at and to run by hand (sumGradient).
+std::unique_ptr<ir::Graph> sumGradientGraph(const OpCase& c, const std::vector<bool>& constant) {
+  auto g = singleNodeGraph(c, constant);
+  g->otherOpsets["ai.graphcore"] = 1;
+  passes::PassContext ctx;
+  passes::runPipeline(*g, {"infer-shapes"}, ctx);
+  ir::Attributes red;
+  red.set("reduction", std::string("Sum"));
+  ir::Node* loss = g->addNode("IdentityLoss", "ai.graphcore", {g->nodes()[0]->output(0)}, {"loss"}, red);
+  ops::inferNode(*loss, false);
+  ir::Tensor* seed = g->addInitializer("seed", arr<double>({}, {1.0}), ir::TensorKind::Constant);
+  auto grads = autodiff::differentiate(*g, loss->output(0), {&g->tensor("in0")}, seed);
+  g->setOutputs({grads.at(&g->tensor("in0"))});
+  passes::runPipeline(*g, {"infer-shapes", "fold-constants", "dce"}, ctx);
+  return g;
+}
+
+// Runs sumGradientGraph's graph on the reference backend for in0 = x.
+NDArray sumGradient(const ir::Graph& g, const NDArray& x) {
+  auto backend = backends::makeReferenceBackend();
+  support::ThreadPool pool(1);
+  auto exe = plan::compile(g, *backend, pool);
+  return exe->run({ops::Value::fromTensor(x)})[0].tensor;
+}
+
 // ---- shape.cpp ---------------------------------------------------------------------------------
 
 // Cast and CastLike between floating-point types pass dy back cast to x's type.
@@ -69,19 +96,7 @@ TEST(Slice, GradientOfUnitStepsIsOnePad) {
       gradCheck({"Slice", {x, ints({2}, {-3, 1}), ints({2}, {100, 5}), ints({2}, {0, -2}), ints({2}, {1, 1})}}, {0}));
   EXPECT_TRUE(gradCheck({"Slice", {x, ints({1}, {4}), ints({1}, {2}), ints({1}, {1}), NDArray{}}}, {0}));
   // The backward graph of such a Slice holds one Pad and no Gather (the general form's).
-  auto g = singleNodeGraph({"Slice", {x, ints({1}, {1}), ints({1}, {-1}), ints({1}, {1})}},
-                           std::vector<bool>{false, true, true, true});
-  g->otherOpsets["ai.graphcore"] = 1;
-  passes::PassContext ctx;
-  passes::runPipeline(*g, {"infer-shapes"}, ctx);
-  ir::Attributes red;
-  red.set("reduction", std::string("Sum"));
-  ir::Node* loss = g->addNode("IdentityLoss", "ai.graphcore", {g->nodes()[0]->output(0)}, {"loss"}, red);
-  ops::inferNode(*loss, false);
-  ir::Tensor* seed = g->addInitializer("seed", arr<double>({}, {1.0}), ir::TensorKind::Constant);
-  auto grads = autodiff::differentiate(*g, loss->output(0), {&g->tensor("in0")}, seed);
-  g->setOutputs({grads.at(&g->tensor("in0"))});
-  passes::runPipeline(*g, {"infer-shapes", "fold-constants", "dce"}, ctx);
+  auto g = sumGradientGraph({"Slice", {x, ints({1}, {1}), ints({1}, {-1}), ints({1}, {1})}}, {false, true, true, true});
   int pads = 0, gathers = 0;
   for (const ir::Node* n : g->nodes()) {
     pads += n->type() == "Pad";
@@ -89,16 +104,12 @@ TEST(Slice, GradientOfUnitStepsIsOnePad) {
   }
   EXPECT_EQ(pads, 1);
   EXPECT_EQ(gathers, 0);
-  auto backend = backends::makeReferenceBackend();
-  support::ThreadPool pool(1);
-  auto exe = plan::compile(*g, *backend, pool);
-  auto out = exe->run({ops::Value::fromTensor(x)});
   // d(sum(x[:, 1:5, :]))/dx: ones on rows 1-4 of axis 1, zeros on rows 0 and 5.
   std::vector<double> want;
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 6; ++j)
       for (int64_t k = 0; k < 3; ++k) want.push_back(j >= 1 && j < 5 ? 1.0 : 0.0);
-  EXPECT_TRUE(allClose(out[0].tensor, arr<double>({4, 6, 3}, want)));
+  EXPECT_TRUE(allClose(sumGradient(*g, x), arr<double>({4, 6, 3}, want)));
 }
 
 TEST(Slice, GradientWithComputedStartsEnds) {
@@ -180,23 +191,8 @@ TEST(Gather, GradientEmbeddingRepeatedIndicesAccumulate) {
   NDArray table = rnd({5, 3}, 1);
   EXPECT_TRUE(gradCheck({"Gather", {table, ints({2, 3}, {1, 3, 1, -1, 3, 1})}}, {0}));
   // The same, checked by hand: d(sum(Gather(W, idx)))/dW counts each row's uses.
-  auto g = singleNodeGraph({"Gather", {table, ints({4}, {2, 0, 2, -3})}}, std::vector<bool>{false, true});
-  g->otherOpsets["ai.graphcore"] = 1;
-  passes::PassContext ctx;
-  passes::runPipeline(*g, {"infer-shapes"}, ctx);
-  ir::Attributes red;
-  red.set("reduction", std::string("Sum"));
-  ir::Node* loss = g->addNode("IdentityLoss", "ai.graphcore", {g->nodes()[0]->output(0)}, {"loss"}, red);
-  ops::inferNode(*loss, false);
-  ir::Tensor* seed = g->addInitializer("seed", arr<double>({}, {1.0}), ir::TensorKind::Constant);
-  auto grads = autodiff::differentiate(*g, loss->output(0), {&g->tensor("in0")}, seed);
-  g->setOutputs({grads.at(&g->tensor("in0"))});
-  passes::runPipeline(*g, {"infer-shapes", "dce"}, ctx);
-  auto backend = backends::makeReferenceBackend();
-  support::ThreadPool pool(1);
-  auto exe = plan::compile(*g, *backend, pool);
-  auto out = exe->run({ops::Value::fromTensor(table)});
-  EXPECT_TRUE(allClose(out[0].tensor, arr<double>({5, 3}, {1, 1, 1, 0, 0, 0, 3, 3, 3, 0, 0, 0, 0, 0, 0})));
+  auto g = sumGradientGraph({"Gather", {table, ints({4}, {2, 0, 2, -3})}}, {false, true});
+  EXPECT_TRUE(allClose(sumGradient(*g, table), arr<double>({5, 3}, {1, 1, 1, 0, 0, 0, 3, 3, 3, 0, 0, 0, 0, 0, 0})));
 }
 
 TEST(Gather, GradientOtherAxes) {
