@@ -92,6 +92,7 @@ class SumOfPadsToConcat : public Pass {
       }
       if (!ok || at != y->info().shape()[ax]) continue;
       std::vector<ir::Tensor*> inputs;
+      inputs.reserve(parts.size());
       for (const Part& part : parts) inputs.push_back(part.pad->input(0));
       ir::Tensor* out = s->output(0);
       ir::Attributes a;

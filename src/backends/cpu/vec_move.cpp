@@ -205,7 +205,7 @@ void copyChunked(support::ThreadPool& pool, const std::vector<CopySegment>& segs
 
 // Whether a copy of `outer` rows of `rowBytes` should go by chunks (copyChunked).
 bool copyByChunks(const support::ThreadPool& pool, int64_t outer, int64_t rowBytes) {
-  return pool.numThreads() > 1 && outer < 2 * pool.numThreads() && outer * rowBytes >= 2 * kCopyGrainBytes;
+  return pool.numThreads() > 1 && outer < int64_t{2} * pool.numThreads() && outer * rowBytes >= 2 * kCopyGrainBytes;
 }
 
 ops::KernelFn concatKernel(ops::CompileContext& c) {
@@ -418,7 +418,7 @@ ops::KernelFn gatherElementsKernel(ops::CompileContext& c) {
     NDArray& y = k.allocOutputUninit(0, data.dtype(), ind.shape());
     if (y.numel() == 0) return;
     size_t es = dtypeSize(data.dtype());
-    auto dst_ = ops::stridesOf(data.shape());
+    auto dataStrides = ops::stridesOf(data.shape());
     int64_t r = data.rank(), inner = ind.dim(r - 1);
     const auto* src = static_cast<const std::byte*>(data.rawData());
     auto* dst = static_cast<std::byte*>(y.rawData());
@@ -430,12 +430,12 @@ ops::KernelFn gatherElementsKernel(ops::CompileContext& c) {
         for (int64_t d = r - 2; d >= 0; --d) {
           mi[d] = rest % ind.dim(d);
           rest /= ind.dim(d);
-          if (d != axis) base += mi[d] * dst_[d];
+          if (d != axis) base += mi[d] * dataStrides[d];
         }
         for (int64_t j = 0; j < inner; ++j) {
           int64_t p = row * inner + j;
-          int64_t off = base + (r - 1 == axis ? idx[p] : j) * dst_[r - 1];
-          if (axis != r - 1) off += idx[p] * dst_[axis];
+          int64_t off = base + (r - 1 == axis ? idx[p] : j) * dataStrides[r - 1];
+          if (axis != r - 1) off += idx[p] * dataStrides[axis];
           std::memcpy(dst + p * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
         }
       }
