@@ -167,7 +167,10 @@ void convCases() {
                         Band{"stride2", 5, 6, 11, 6, 3, 3, 1, {1, 1, 1, 1}, {2, 2}, {1, 1}, false},
                         Band{"dilated_asym", 4, 8, 12, 9, 5, 3, 1, {0, 1, 3, 1}, {1, 1}, {2, 1}, true},
                         Band{"depthwise", 16, 16, 10, 10, 3, 3, 16, {1, 1, 1, 1}, {1, 1}, {1, 1}, true},
-                        Band{"1x1_two_rows", 6, 10, 2, 5, 1, 1, 1, {0, 0, 0, 0}, {1, 1}, {1, 1}, false}}) {
+                        Band{"1x1_two_rows", 6, 10, 2, 5, 1, 1, 1, {0, 0, 0, 0}, {1, 1}, {1, 1}, false},
+                        // 7 rows do not split evenly: at batch 1 the bands are runs of pixels (17
+                        // and 18 of the 35), with the residual read at the same offsets.
+                        Band{"1x1_pixels", 6, 10, 7, 5, 1, 1, 1, {0, 0, 0, 0}, {1, 1}, {1, 1}, true}}) {
     std::string n = std::string("FusedConv_nhwc_b1_bands_") + b.tag;
     ir::Attributes a = activationAttrs("Relu");
     a.set("pads", b.pads);
