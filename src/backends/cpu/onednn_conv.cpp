@@ -360,7 +360,9 @@ void makeBands(ConvState& st, const ir::Node& n, const ConvConfig& c, const NDAr
   st.bands = std::move(made);
   if (!st.bands.empty())
     noteImplementation(fmt::format("{}, {} {} bands", takeImplementation(), st.bands.size(),
-                                   images ? "image" : pixels ? "pixel" : "row"));
+                                   images   ? "image"
+                                   : pixels ? "pixel"
+                                            : "row"));
 }
 
 // Runs the bands of st on the pool's spin team: x and y are the whole activations.
