@@ -394,10 +394,9 @@ void sliceVjp(GradBuilder& g) {
     std::vector<int64_t> pads(static_cast<size_t>(2 * r), 0);
     for (size_t i = 0; i < axes.size(); ++i) {
       const int64_t dim = x->info().shape()[static_cast<size_t>(axes[i])];
-      auto clampEnd = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
-      const int64_t b = clampEnd((*startsC)[i]), e = std::max(b, clampEnd((*endsC)[i]));
-      pads[static_cast<size_t>(axes[i])] += b;
-      pads[static_cast<size_t>(r + axes[i])] += dim - e;
+      const SliceRange sr = clampSlice(dim, (*startsC)[i], (*endsC)[i], 1);  // as the kernel reads them
+      pads[static_cast<size_t>(axes[i])] += sr.start;
+      pads[static_cast<size_t>(r + axes[i])] += dim - sr.start - sr.count;
     }
     g.setDx(0, g.op("Pad", {g.dy(), g.int64s(pads)}));
     return;

@@ -17,7 +17,7 @@
 namespace graft::passes {
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+using fuse::isOnnx;
 
 bool isFloating(const ir::Tensor* t) {
   return t && t->info().hasShape() && (t->info().dataType() == DataType::Float || t->info().dataType() == DataType::Double);

@@ -9,7 +9,7 @@
 namespace graft::passes {
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+using fuse::isOnnx;
 
 // True when `b` broadcasts to `y` (both with known ranks) and the result keeps y's shape.
 bool broadcastsInto(const TensorInfo& b, const TensorInfo& y) {

@@ -13,7 +13,7 @@
 namespace graft::passes {
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+using fuse::isOnnx;
 
 // The vectors a and b whose outer product Gemm node p computes exactly (K = 1, alpha 1, no C), in
 // that order; nullopt for any other Gemm.
@@ -62,11 +62,7 @@ class FuseSgdOuter : public Pass {
       std::vector<ir::Tensor*> inputs{u->input(0), ab->first, ab->second};
       for (size_t i = 2; i < u->numInputs(); ++i) inputs.push_back(u->input(i));
       fuse::replaceNodeInPlace(g, u, "SGDOuterUpdate", ops::kGraftDomain, inputs, {}, u->attrs());
-      for (ir::Node* n : chain) {
-        ir::Tensor* out = n->output(0);
-        g.removeNode(n);
-        if (out && !out->producer() && out->uses().empty() && !out->isGraphOutput()) g.removeTensor(out);
-      }
+      fuse::removeNodes(g, chain);
       changed = true;
     }
     return changed;

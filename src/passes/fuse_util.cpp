@@ -12,6 +12,8 @@ bool isGraftOp(const ir::Node* n, const char* type) {
   return n && n->domain() == ops::kGraftDomain && n->type() == type;
 }
 
+bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+
 ir::Node* soleConsumer(const ir::Tensor* t) {
   if (!t || t->isGraphOutput() || t->uses().size() != 1) return nullptr;
   const ir::Use& u = t->uses()[0];
@@ -110,6 +112,16 @@ ir::Node* replaceNodeInPlace(ir::Graph& g, ir::Node* n, const std::string& type,
   for (ir::Node* a : after) m->addRunsAfter(a);
   for (ir::Node* b : before) b->addRunsAfter(m);
   return m;
+}
+
+void removeNodes(ir::Graph& g, const std::vector<ir::Node*>& nodes) {
+  std::vector<ir::Tensor*> outs;
+  for (ir::Node* n : nodes)
+    for (ir::Tensor* t : n->outputs())
+      if (t) outs.push_back(t);
+  for (ir::Node* n : nodes) g.removeNode(n);
+  for (ir::Tensor* t : outs)
+    if (!t->producer() && t->uses().empty() && !t->isGraphOutput()) g.removeTensor(t);
 }
 
 }  // namespace graft::passes::fuse

@@ -11,6 +11,8 @@ namespace graft::passes::fuse {
 
 /// Whether `n` is a node of graft's own op `type` (domain ai.graft); false for nullptr.
 bool isGraftOp(const ir::Node* n, const char* type);
+/// Whether `n` is a node of the ai.onnx op `type`; false for nullptr.
+bool isOnnx(const ir::Node* n, const char* type);
 
 /// The only consumer of `t` when it has exactly one (non-implicit) use and is not a graph
 /// output; nullptr otherwise (fusing would hide a value someone else reads).
@@ -40,6 +42,10 @@ ir::Node* replaceChain(ir::Graph& g, const std::vector<ir::Node*>& chain, const 
 ir::Node* replaceNodeInPlace(ir::Graph& g, ir::Node* n, const std::string& type, const std::string& domain,
                              const std::vector<ir::Tensor*>& inputs, const std::vector<std::string>& outputIds,
                              ir::Attributes attrs);
+
+/// Removes `nodes` (in any order), then each of their outputs that is left without a producer, a
+/// reader and a place among the graph's outputs.
+void removeNodes(ir::Graph& g, const std::vector<ir::Node*>& nodes);
 
 /// True when `t` is a float32 tensor with a known shape.
 bool isFloat(const ir::Tensor* t);

@@ -20,11 +20,11 @@
 namespace graft::passes {
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+using fuse::isOnnx;
 
-// A Pad that only adds zeros before and after one axis: {axis, before, after}.
+// A Pad that only adds zeros before and after one axis: the axis, and how many go before.
 struct AxisPad {
-  int64_t axis, before, after;
+  int64_t axis, before;
 };
 
 std::optional<AxisPad> zeroPadOnOneAxis(const ir::Node* p) {
@@ -46,7 +46,7 @@ std::optional<AxisPad> zeroPadOnOneAxis(const ir::Node* p) {
     if (b < 0 || e < 0) return std::nullopt;
     if (b == 0 && e == 0) continue;
     if (found) return std::nullopt;
-    found = AxisPad{a, b, e};
+    found = AxisPad{a, b};
   }
   return found;
 }
@@ -99,11 +99,10 @@ class SumOfPadsToConcat : public Pass {
       a.set("axis", *axis);
       ir::Node* c = fuse::replaceNodeInPlace(g, s, "Concat", "", inputs, {""}, a);
       g.setOutput(c, 0, out);
-      for (const Part& part : parts) {
-        ir::Tensor* padded = part.pad->output(0);
-        g.removeNode(part.pad);
-        if (padded && !padded->producer() && padded->uses().empty() && !padded->isGraphOutput()) g.removeTensor(padded);
-      }
+      std::vector<ir::Node*> pads;
+      pads.reserve(parts.size());
+      for (const Part& part : parts) pads.push_back(part.pad);
+      fuse::removeNodes(g, pads);
       changed = true;
     }
     return changed;

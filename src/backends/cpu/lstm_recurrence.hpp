@@ -24,6 +24,14 @@
 
 namespace graft::backends::cpu {
 
+/// Wb + Rb of direction d's four gates, out [4H], from an LSTM's B [D, 8H] (b: its data; nullptr,
+/// no bias: zeros). Every projection of the LSTM kernels adds these to X W^T (vec_lstm.cpp,
+/// vec_lstm_grad.cpp).
+inline void gateBias(const float* b, int64_t H, int64_t d, float* out) {
+  const int64_t G = 4 * H;
+  for (int64_t j = 0; j < G; ++j) out[j] = b ? b[d * 8 * H + j] + b[d * 8 * H + G + j] : 0.0f;
+}
+
 /// The hidden units [u0, u1) of thread tid of a team of `team`: blocks of 16, so that each
 /// thread's loops stay vectorised (empty for a thread beyond the blocks).
 inline std::pair<int64_t, int64_t> hiddenUnitRange(int64_t H, int tid, int team) {

@@ -37,8 +37,6 @@ int convWinogradBlock(const ir::Node& n);
 
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n->domain().empty() && n->type() == type; }
-
 // Elementwise ops with f(0) = 0 (the elementwise table's Zero column; f(0, 0) = 0 for Add, Sub,
 // Mul, Max, Min): they keep the padding channels zero. Clip does when its bounds bracket 0.
 bool keepsZero(const ir::Node& n) {
@@ -59,6 +57,7 @@ bool keepsZero(const ir::Node& n) {
 }
 
 using passes::fuse::isGraftOp;
+using passes::fuse::isOnnx;
 
 // Whether Concat n joins float tensors of rank 3-5 along their channels (axis 1).
 bool isChannelConcat(const ir::Node& n) {

@@ -29,7 +29,7 @@ int convWinogradBlock(const ir::Node& n);
 namespace graft::passes {
 namespace {
 
-bool isOnnx(const ir::Node* n, const char* type) { return n && n->domain().empty() && n->type() == type; }
+using fuse::isOnnx;
 
 // Whether some input of Concat `cat` comes from a convolution on oneDNN's Winograd kernel, directly
 // or through its activation (a node of one input: fuse-conv has not run yet).

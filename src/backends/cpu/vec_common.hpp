@@ -84,6 +84,26 @@ inline auto vecRun(const Body& body) {
   return body();
 }
 
+/// Runs f(std::integral_constant<int, W>{}) in the variant for support::vecLoopIsa(), W being that
+/// variant's register width in floats: 16 (AVX-512), 8 (AVX2), 4 (the baseline). For loops written
+/// with explicit vectors (FloatVec<W>: vec_lstm.cpp's LSTM steps, vec_gemv.cpp's panels), which
+/// pick their width by hand; f is a lambda marked always_inline, so that its loop is compiled in
+/// the variant.
+template <class F>
+inline void vecRunWidth(const F& f) {
+#if GRAFT_VEC_VARIANTS
+  switch (support::vecLoopIsa()) {
+    case support::CpuIsa::Avx512:
+      return vecRunAvx512([&]() __attribute__((always_inline)) { f(std::integral_constant<int, 16>{}); });
+    case support::CpuIsa::Avx2:
+      return vecRunAvx2([&]() __attribute__((always_inline)) { f(std::integral_constant<int, 8>{}); });
+    default:
+      break;
+  }
+#endif
+  f(std::integral_constant<int, 4>{});
+}
+
 /// The threads of one OpenMP team agree that a step of a sequential loop (a recurrence's time
 /// step) is done: spin, then yield, so that a team on an oversubscribed machine still makes
 /// progress. One region per sequence with this barrier between steps wakes the threads once,

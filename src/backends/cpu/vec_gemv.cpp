@@ -224,21 +224,10 @@ void units(BForm f, const GemmGeometry& g, const Operands& o, int64_t u0, int64_
     rowsTail(g, o, (u1 - 1) * kWidth);
     if (--u1 == u0) return;
   }
-#if GRAFT_VEC_VARIANTS
-  switch (support::vecLoopIsa()) {
-    case support::CpuIsa::Avx512:
-      return vecRunAvx512([&]() __attribute__((always_inline)) {
-        f == BForm::Columns ? columnsW<16>(g, o, u0, u1) : panelsW<16>(g, o, u0, u1);
-      });
-    case support::CpuIsa::Avx2:
-      return vecRunAvx2([&]() __attribute__((always_inline)) {
-        f == BForm::Columns ? columnsW<8>(g, o, u0, u1) : panelsW<8>(g, o, u0, u1);
-      });
-    default:
-      break;
-  }
-#endif
-  f == BForm::Columns ? columnsW<4>(g, o, u0, u1) : panelsW<4>(g, o, u0, u1);
+  vecRunWidth([&](auto w) __attribute__((always_inline)) {
+    constexpr int kW = decltype(w)::value;
+    f == BForm::Columns ? columnsW<kW>(g, o, u0, u1) : panelsW<kW>(g, o, u0, u1);
+  });
 }
 
 void run(const GemvState& st, ops::KernelContext& k) {

@@ -172,13 +172,8 @@ struct InputProjection {
 
 // Wb + Rb of each gate and direction ([D*4H]; zeros without B).
 std::vector<float> gateBiases(const LstmShape& s, const NDArray* b) {
-  const int64_t G = 4 * s.H, DG = s.D * G;
-  std::vector<float> bias(static_cast<size_t>(DG), 0.0f);
-  if (b)
-    for (int64_t j = 0; j < DG; ++j) {
-      int64_t d = j / G, q = j % G;
-      bias[static_cast<size_t>(j)] = b->data<float>()[d * 8 * s.H + q] + b->data<float>()[d * 8 * s.H + G + q];
-    }
+  std::vector<float> bias(static_cast<size_t>(s.D * 4 * s.H));
+  for (int64_t d = 0; d < s.D; ++d) gateBias(b ? b->data<float>() : nullptr, s.H, d, bias.data() + d * 4 * s.H);
   return bias;
 }
 
@@ -245,24 +240,13 @@ GRAFT_VEC_LOOP void stepBlocksN(const float* rp, const float* xw, int64_t ldx, c
   }
 }
 
-// Each variant with its own vector width (vecRun's three, chosen by hand).
+// Each variant with its own vector width (vecRunWidth).
 template <int N>
 void stepBlocksFor(const float* rp, const float* xw, int64_t ldx, const float* h, float* c, float* hOut, int64_t H,
                    int64_t b0, int64_t b1) {
-#if GRAFT_VEC_VARIANTS
-  switch (support::vecLoopIsa()) {
-    case support::CpuIsa::Avx512:
-      return vecRunAvx512([&]() __attribute__((always_inline)) {
-        stepBlocksN<N, 16>(rp, xw, ldx, h, c, hOut, H, b0, b1);
-      });
-    case support::CpuIsa::Avx2:
-      return vecRunAvx2([&]()
-                            __attribute__((always_inline)) { stepBlocksN<N, 8>(rp, xw, ldx, h, c, hOut, H, b0, b1); });
-    default:
-      break;
-  }
-#endif
-  stepBlocksN<N, 4>(rp, xw, ldx, h, c, hOut, H, b0, b1);
+  vecRunWidth([&](auto w) __attribute__((always_inline)) {
+    stepBlocksN<N, decltype(w)::value>(rp, xw, ldx, h, c, hOut, H, b0, b1);
+  });
 }
 
 void stepBlocks(const float* rp, const float* xw, int64_t ldx, const float* h, float* c, float* hOut, int64_t N,
@@ -283,7 +267,7 @@ void stepBlocks(const float* rp, const float* xw, int64_t ldx, const float* h, f
 struct LstmWeights {
   std::vector<std::vector<float>> rp;    // per direction, packed R
   std::vector<std::vector<float>> bias;  // per direction, Wb + Rb [4H]
-  NDArray w;                             // W [D, 4H, I]
+  NDArray w;                             // W [D, 4H, I] (dnnl_sgemm's, without an InputProjection)
 };
 
 LstmWeights packWeights(const LstmShape& s, int64_t blocks, const NDArray& w, const NDArray& r, const NDArray* b) {
@@ -309,11 +293,8 @@ LstmWeights packWeights(const LstmShape& s, int64_t blocks, const NDArray& w, co
         }
       }
     out.rp.push_back(std::move(p));
-    std::vector<float> bd(static_cast<size_t>(4 * s.H), 0.0f);
-    if (b) {
-      const float* bb = b->data<float>() + d * 8 * s.H;
-      for (int64_t j = 0; j < 4 * s.H; ++j) bd[j] = bb[j] + bb[4 * s.H + j];
-    }
+    std::vector<float> bd(static_cast<size_t>(4 * s.H));
+    gateBias(b ? b->data<float>() : nullptr, s.H, d, bd.data());
     out.bias.push_back(std::move(bd));
   }
   return out;
@@ -343,7 +324,6 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   const NDArray* r = ctx.constantInput(2);
   const NDArray* b = s.bias ? ctx.constantInput(3) : nullptr;
   const bool constant = w && r && (!s.bias || b);
-  if (constant) st->constant = packWeights(s, st->blocks, w->clone(), *r, b);
   try {
     onednn::setThreads(st->threads);
     st->proj.emplace(constant ? w : nullptr, s.T * s.N, s.I, s.D * 4 * s.H);
@@ -351,6 +331,8 @@ ops::KernelFn makeLstm(ops::CompileContext& ctx) {
   } catch (const dnnl::error&) {
     st->proj.reset();  // dnnl_sgemm at each run
   }
+  // W itself only for dnnl_sgemm, where the projection could not be made.
+  if (constant) st->constant = packWeights(s, st->blocks, st->proj ? NDArray() : w->clone(), *r, b);
   return [st](ops::KernelContext& k) {
     const LstmShape& s = st->s;
     const NDArray& x = k.input(0);

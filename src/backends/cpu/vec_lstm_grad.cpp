@@ -260,7 +260,6 @@ GRAFT_VEC_LOOP void columnSums(const float* a, int64_t rows, int64_t cols, float
   }
 }
 
-// b [cols, rows] = a^T for a row-major a [rows, cols], in tiles.
 // The backward step's product at small batch, dh[:, j] = dG_t R[:, j] for the columns [j0, j1):
 // dg [N, G] (this step's gate gradients), r: R [G, H] row-major, dh [N, H]. Column chunks of C
 // floats whose N x C accumulators stay in registers (16 vectors of W), each chunk streaming R's
@@ -301,17 +300,8 @@ GRAFT_VEC_LOOP void stepProductN(const float* dg, int64_t G, const float* r, int
 
 template <int N>
 void stepProductFor(const float* dg, int64_t G, const float* r, int64_t H, float* dh, int64_t j0, int64_t j1) {
-#if GRAFT_VEC_VARIANTS
-  switch (support::vecLoopIsa()) {
-    case support::CpuIsa::Avx512:
-      return vecRunAvx512([&]() __attribute__((always_inline)) { stepProductN<N, 16>(dg, G, r, H, dh, j0, j1); });
-    case support::CpuIsa::Avx2:
-      return vecRunAvx2([&]() __attribute__((always_inline)) { stepProductN<N, 8>(dg, G, r, H, dh, j0, j1); });
-    default:
-      break;
-  }
-#endif
-  stepProductN<N, 4>(dg, G, r, H, dh, j0, j1);
+  vecRunWidth([&](auto w)
+                  __attribute__((always_inline)) { stepProductN<N, decltype(w)::value>(dg, G, r, H, dh, j0, j1); });
 }
 
 // dh[:, j0:j1] = dg R[:, j0:j1] for N <= kMaxStepProductBatch rows.
@@ -329,6 +319,7 @@ void stepProduct(const float* dg, int64_t N, int64_t G, const float* r, int64_t 
   }
 }
 
+// b [cols, rows] = a^T for a row-major a [rows, cols], in tiles.
 void transpose(const float* a, int64_t rows, int64_t cols, float* b) {
   constexpr int64_t kTile = 32;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile)
@@ -413,9 +404,8 @@ std::shared_ptr<LstmState> startKernel(ops::CompileContext& ctx, const std::opti
 // and adds X W^T.
 void inputProjection(const LstmShape& s, const float* x, const float* wd, const float* b, int64_t d, float* sv) {
   const int64_t G = 4 * s.H, TN = s.T * s.N;
-  std::vector<float> bias(static_cast<size_t>(G), 0.0f);
-  if (b)
-    for (int64_t j = 0; j < G; ++j) bias[j] = b[d * 8 * s.H + j] + b[d * 8 * s.H + G + j];
+  std::vector<float> bias(static_cast<size_t>(G));
+  gateBias(b, s.H, d, bias.data());
   for (int64_t i = 0; i < TN; ++i) std::memcpy(sv + i * 5 * s.H, bias.data(), sizeof(float) * G);
   sgemm('N', 'T', TN, G, s.I, x, s.I, wd, s.I, 1.0f, sv, 5 * s.H);
 }
@@ -602,8 +592,7 @@ ops::KernelFn makeLstmGrad(ops::CompileContext& ctx) {
         float* rv = recomputed.data();
         if (st->recompute) {
           Recompute& rc = *st->recompute;
-          float* bias = static_cast<float*>(rc.bias.get_data_handle());
-          for (int64_t j = 0; j < G; ++j) bias[j] = b ? b[d * 8 * H + j] + b[d * 8 * H + G + j] : 0.0f;
+          gateBias(b, H, d, static_cast<float*>(rc.bias.get_data_handle()));
           auto& eng = onednn::engine();
           auto mem = [&](const memory::desc& md, const float* p) { return memory(md, eng, const_cast<float*>(p)); };
           pre.resize(static_cast<size_t>(TN * G));
