@@ -59,7 +59,7 @@ __attribute__((noinline, target("arch=x86-64-v3"))) auto vecRunAvx2(const Body& 
 
 /// W floats as one GCC vector (vector extension), for loops written with explicit vectors: W = 16
 /// (one zmm) in the AVX-512 variant, 8 (ymm) in the AVX2 one, 4 (xmm) in the baseline, each
-/// variant called by hand (vec_lstm.cpp's stepBlocksFor). A vector wider than the variant's
+/// variant run through vecRunWidth (below). A vector wider than the variant's
 /// registers has no machine mode there and lives on the stack: the LSTM cell's AVX2 variant with
 /// 16-float vectors ran 20x slower than the AVX-512 one (1.4x with 8; GRAFT_CPU_ISA=avx2).
 template <int W>
